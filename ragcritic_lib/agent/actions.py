@@ -1,0 +1,620 @@
+"""The five action functions of the correction programs (RAG-Critic Table 2, section 3.3.2).
+
+``ActionSet(llm, retriever, ...).functions()`` returns the callables a planner program may use:
+
+    Retrieval(query, topk=5) -> list[str]
+    RewriteQuery(query, instruction) -> list[str]
+    DecomposeQuery(query) -> list[str]
+    RefineDoc(query, doc, instruction) -> str
+    GenerateAnswer(query, docs, additional_instruction=None) -> str
+
+Together they cover the 15 correction sub-actions of Table 12: the ``instruction`` argument
+selects expand / refine / summarize / clarify for a query and explain / refine / correct /
+delete / exemplify / summarize for a passage; supplementary retrieval is ``docs + Retrieval(...)``
+and replacement retrieval is ``Retrieval(...)`` alone. They use the same retriever and generator
+as standard RAG, and :meth:`ActionSet.generate_answer` builds its prompt with
+:func:`ragcritic_lib.rag.build_rag_messages` and reads the answer with
+:func:`ragcritic_lib.rag.extract_answer`, so corrected answers are comparable with standard RAG.
+
+The embedded generator is a 135M model, so every LLM-based action is grounded: its output is
+checked against the query or passage it came from and replaced by a rule-based result when it is
+empty or unrelated (keywords for a rewrite, a pattern split for a decomposition, the passage
+itself for a refinement). Passage deletion, refinement and summarization are extractive and cost
+no LLM call. Every call is logged in :attr:`ActionSet.events` with its fallback, if any.
+
+Prefetching: correction programs call the generator one action at a time. To batch those calls
+across samples, the workflow first runs all programs in *prefetch* mode, where an LLM call that
+is not yet known returns a marker instead of generating, and any action fed a marker returns a
+marker; the prompts collected that way do not depend on unknown outputs, so they are generated
+in one batched call (:meth:`ActionSet.flush_prefetch`) and memoized. Repeating until nothing is
+pending makes the final, real run read every generation from the memo.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from ragcritic_lib.llm import GenParams
+from ragcritic_lib.rag import build_rag_messages, extract_answer
+
+ACTION_NAMES: tuple[str, ...] = ("Retrieval", "RewriteQuery", "DecomposeQuery", "RefineDoc", "GenerateAnswer")
+
+REWRITE_INSTRUCTIONS: dict[str, str] = {
+    "expand": "Add related terms and context so that a search engine finds more relevant pages.",
+    "refine": "Make the query tighter: keep the words that matter for search, drop the rest.",
+    "summarize": "Shorten the query to its key terms.",
+    "clarify": "Make the query explicit and unambiguous about what is asked.",
+}
+REFINE_INSTRUCTIONS: dict[str, str] = {
+    "explain": "Explain in one sentence what the passage says that matters for the question.",
+    "refine": "Keep only the sentences of the passage that relate to the question.",
+    "correct": "Restate the facts of the passage that answer the question, leaving out anything else.",
+    "delete": "Remove the passage if it has nothing to do with the question.",
+    "exemplify": "Give one concrete example from the passage that relates to the question.",
+    "summarize": "Summarize the passage in at most two sentences relevant to the question.",
+}
+# Refinements that ask the generator; the others are extractive and free.
+LLM_REFINE_MODES = frozenset({"explain", "correct", "exemplify"})
+
+FUNCTION_SIGNATURES = """\
+Retrieval(query: str, topk: int = 5) -> list[str]  # search the corpus, best passages first
+RewriteQuery(query: str, instruction: str) -> list[str]  # instruction: "expand" | "refine" | "summarize" | "clarify"
+DecomposeQuery(query: str) -> list[str]  # simpler sub-questions
+RefineDoc(query: str, doc: str, instruction: str) -> str  # instruction: "explain" | "refine" | "correct" | "delete" | "exemplify" | "summarize"; "delete" returns "" for an unrelated passage
+GenerateAnswer(query: str, docs: list[str], additional_instruction: str | None = None) -> str  # the short answer"""
+
+PENDING = "\u2063pending\u2063"
+"""Marker returned by actions in prefetch mode in place of a not-yet-generated output."""
+
+_STOPWORDS = frozenset(
+    """a an the of in on at to for by with from and or but nor is are was were be been being am
+    what which who whom whose when where why how did does do done doing this that these those it its
+    as than then there their theirs his her hers him they them he she we us you your i me my our
+    has have had having not no yes into about after before during over under between most more
+    many much some any each every all both either neither can could would should will shall may
+    might must also only just so such very too s t ll ve d re m name named called one
+    tell give find list please question answer""".split()
+)
+_WORD_RE = re.compile(r"[a-z0-9]+")
+_SENT_RE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
+_BULLET_RE = re.compile(r"^\s*(?:[-*\u2022]+|\(?\d{1,2}[.):]|[a-z][.)])\s*")
+_LABEL_RE = re.compile(
+    r"^\s*(?:rewritten|refined|expanded|clarified|summarized|new|search|sub[- ]?)?\s*"
+    r"(?:query|queries|question|questions|sub-questions?)\s*(?:\d+)?\s*[:\-]\s*",
+    re.IGNORECASE,
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Small text helpers (grounding checks and rule-based fallbacks)
+# --------------------------------------------------------------------------------------------
+def _stem(word: str) -> str:
+    # Crude plural folding so "films"/"film" match; enough for overlap tests.
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+        return word[:-1]
+    return word
+
+
+def content_words(text: str) -> list[str]:
+    """Lower-cased content words of ``text`` in order (stopwords dropped, plurals folded)."""
+    return [_stem(w) for w in _WORD_RE.findall(str(text).lower()) if w not in _STOPWORDS]
+
+
+def keyword_query(query: str) -> str:
+    """The query reduced to its content words (original spelling, first occurrence order)."""
+    seen: set[str] = set()
+    kept: list[str] = []
+    for token in re.findall(r"[A-Za-z0-9][A-Za-z0-9'\-]*", str(query)):
+        key = _stem(token.lower())
+        if token.lower() in _STOPWORDS or key in seen:
+            continue
+        seen.add(key)
+        kept.append(token)
+    return " ".join(kept) if kept else str(query).strip()
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of a passage body (a simple punctuation split)."""
+    return [s.strip() for s in _SENT_RE.split(str(text).strip()) if s.strip()]
+
+
+def split_title(doc: str) -> tuple[str, str]:
+    """(title, body) of a FlashRAG ``"Title\\ntext"`` passage; title is "" without a newline."""
+    title, sep, body = str(doc).partition("\n")
+    return (title.strip(), body.strip()) if sep else ("", title.strip())
+
+
+def _join_title(title: str, body: str) -> str:
+    return f"{title}\n{body}" if title else body
+
+
+def truncate_words(text: str, max_words: int | None) -> str:
+    """Cut the body of a passage to ``max_words`` words (title kept); None or 0 keeps all."""
+    if not max_words:
+        return str(text)
+    title, body = split_title(text)
+    words = body.split()
+    if len(words) <= max_words:
+        return str(text)
+    return _join_title(title, " ".join(words[:max_words]))
+
+
+def overlap(a: Iterable[str], b: Iterable[str]) -> int:
+    """Number of distinct content words shared by two word lists."""
+    return len(set(a) & set(b))
+
+
+def _clean_line(line: str) -> str:
+    line = _BULLET_RE.sub("", line.strip())
+    line = _LABEL_RE.sub("", line)
+    return line.strip().strip("\"'`*").strip()
+
+
+def _candidate_lines(text: str) -> list[str]:
+    return [c for c in (_clean_line(x) for x in str(text).splitlines()) if c]
+
+
+# Comparison and conjunction patterns for the rule-based decomposition.
+_CHOICE_RE = re.compile(r"^(?P<head>.+?),\s*(?P<a>[^,]+?)\s+or\s+(?P<b>[^,?]+?)\s*\??$", re.IGNORECASE)
+_BOTH_RE = re.compile(
+    r"^(?:are|were|is|was|do|did|does|have|has)\s+(?P<a>.+?)\s+and\s+(?P<b>.+?)\s+both\s+(?P<rest>.+?)\s*\??$",
+    re.IGNORECASE,
+)
+_THAN_RE = re.compile(
+    r"^(?:is|was|are|were|did|does|do)\s+(?P<a>.+?)\s+(?P<rel>(?:more|less)\s+\w+|\w+er)\s+than\s+(?P<b>.+?)\s*\??$",
+    re.IGNORECASE,
+)
+_NESTED_RE = re.compile(r"\b(?:of|for|by)\s+(?P<inner>(?:the|a|an)\s+\w+(?:\s+\w+)?\s+(?:of|for|by)\s+.+?)\s*\??$", re.IGNORECASE)
+_RELATIVE_RE = re.compile(r"^(?P<outer>.+?\b(?:the|a|an)\s+\w+(?:\s+\w+)?)\s+(?:where|which|that|who|whose)\s+(?P<inner>.+?)\s*\??$", re.IGNORECASE)
+_AND_RE = re.compile(r"^(?P<a>.+?)\s+and\s+(?P<b>(?:what|who|when|where|which|how|why|is|was|did)\b.+?)\s*\??$", re.IGNORECASE)
+
+
+def rule_decompose(question: str) -> list[str]:
+    """Split a question into sub-queries with surface patterns; [] when none applies.
+
+    Handles choices ("Which came first, A or B?"), "Are A and B both X?", comparatives
+    ("Is A older than B?"), nested relations ("the spouse of the director of film F"), relative
+    clauses ("the city where X was born") and two questions joined by "and".
+    """
+    q = " ".join(str(question).split())
+    m = _CHOICE_RE.match(q)
+    if m:
+        head = keyword_query(m.group("head"))
+        return [f"{m.group('a').strip()} {head}".strip(), f"{m.group('b').strip()} {head}".strip()]
+    m = _BOTH_RE.match(q)
+    if m:
+        rest = m.group("rest").strip()
+        return [f"{m.group('a').strip()} {rest}", f"{m.group('b').strip()} {rest}"]
+    m = _THAN_RE.match(q)
+    if m:
+        rel = m.group("rel").strip()
+        return [f"{m.group('a').strip()} {rel}", f"{m.group('b').strip()} {rel}"]
+    m = _NESTED_RE.search(q)
+    if m:
+        return [m.group("inner").strip(), q]
+    m = _RELATIVE_RE.match(q)
+    if m and len(m.group("inner").split()) >= 2:
+        return [m.group("inner").strip(), q]
+    m = _AND_RE.match(q)
+    if m and len(m.group("a").split()) >= 2 and len(m.group("b").split()) >= 2:
+        return [m.group("a").strip(), m.group("b").strip()]
+    return []
+
+
+def _has_marker(value: Any) -> bool:
+    if isinstance(value, str):
+        return PENDING in value
+    if isinstance(value, (list, tuple)):
+        return any(_has_marker(v) for v in value)
+    return False
+
+
+def _flatten_docs(docs: Any) -> list[str]:
+    """Docs as a flat list of non-empty strings (one level of nesting, as from a comprehension
+    over Retrieval calls, is flattened; exact duplicates are dropped, order kept)."""
+    if isinstance(docs, str):
+        docs = [docs]
+    out: list[str] = []
+    for item in docs or []:
+        items = item if isinstance(item, (list, tuple)) else [item]
+        for d in items:
+            text = str(d).strip() if d is not None else ""
+            if text and text not in out:
+                out.append(text)
+    return out
+
+
+def _as_query(query: Any) -> str:
+    if isinstance(query, (list, tuple)):
+        query = next((q for q in query if str(q).strip()), "")
+    return " ".join(str(query if query is not None else "").split())
+
+
+# --------------------------------------------------------------------------------------------
+# The action set
+# --------------------------------------------------------------------------------------------
+class ActionSet:
+    """The five action functions bound to one generator and one retriever.
+
+    Args:
+        llm: generator backend (``ragcritic_lib.llm.LLM``), the same as standard RAG's.
+        retriever: ``ragcritic_lib.retrieval.Retriever`` (``search(queries, k)``).
+        gen_params: decoding parameters of GenerateAnswer (use standard RAG's). The query and
+            passage actions derive shorter budgets from it (``aux_max_new_tokens``, greedy).
+        topk: default ``topk`` of Retrieval.
+        max_doc_words: passage body word budget in prompts (standard RAG's
+            ``max_passage_words``), also the cut applied to retrieved passages.
+        reranker: optional ``CrossEncoderReranker``; Retrieval then reranks ``rerank_depth``
+            candidates down to ``topk``.
+        rag_variant: prompt variant of :func:`ragcritic_lib.rag.build_rag_messages`.
+        max_topk: upper bound on a program's ``topk``.
+        max_docs: at most this many passages go into GenerateAnswer.
+        aux_max_new_tokens: generation budget of RewriteQuery, DecomposeQuery and RefineDoc.
+    """
+
+    def __init__(
+        self,
+        llm: Any,
+        retriever: Any,
+        *,
+        gen_params: GenParams,
+        topk: int = 5,
+        max_doc_words: int = 80,
+        reranker: Any | None = None,
+        rerank_depth: int = 20,
+        rag_variant: str = "default",
+        max_topk: int = 20,
+        max_docs: int = 10,
+        aux_max_new_tokens: int = 40,
+    ) -> None:
+        if not isinstance(gen_params, GenParams):
+            raise TypeError(f"gen_params must be a GenParams, got {type(gen_params).__name__}")
+        if topk < 1 or max_topk < topk:
+            raise ValueError(f"need 1 <= topk <= max_topk, got topk={topk}, max_topk={max_topk}")
+        self.llm = llm
+        self.retriever = retriever
+        self.reranker = reranker
+        self.rerank_depth = rerank_depth
+        self.gen_params = gen_params
+        self.aux_params = dataclasses.replace(
+            gen_params, max_new_tokens=aux_max_new_tokens, temperature=0.0, stop=("\n\n",)
+        )
+        self.topk = topk
+        self.max_topk = max_topk
+        self.max_doc_words = max_doc_words
+        self.max_docs = max_docs
+        self.rag_variant = rag_variant
+        self.events: list[dict[str, Any]] = []
+        self.counts: Counter[str] = Counter()
+        self._memo: dict[str, Any] = {}
+        self._search_memo: dict[tuple[str, int], list[str]] = {}
+        self._prefetching = False
+        self._pending: dict[str, tuple[Any, GenParams]] = {}
+
+    # -- the program-facing functions ----------------------------------------------------------
+    def functions(self) -> dict[str, Callable[..., Any]]:
+        """Name -> callable for the executor, with the exact signatures of the contract."""
+        default_topk = self.topk
+
+        def Retrieval(query: str, topk: int = default_topk) -> list[str]:
+            return self.retrieval(query, topk)
+
+        def RewriteQuery(query: str, instruction: str) -> list[str]:
+            return self.rewrite_query(query, instruction)
+
+        def DecomposeQuery(query: str) -> list[str]:
+            return self.decompose_query(query)
+
+        def RefineDoc(query: str, doc: str, instruction: str) -> str:
+            return self.refine_doc(query, doc, instruction)
+
+        def GenerateAnswer(query: str, docs: list[str], additional_instruction: str | None = None) -> str:
+            return self.generate_answer(query, docs, additional_instruction)
+
+        return {
+            "Retrieval": Retrieval,
+            "RewriteQuery": RewriteQuery,
+            "DecomposeQuery": DecomposeQuery,
+            "RefineDoc": RefineDoc,
+            "GenerateAnswer": GenerateAnswer,
+        }
+
+    # -- bookkeeping -----------------------------------------------------------------------------
+    def drain_events(self) -> list[dict[str, Any]]:
+        """Return and clear the call log (one dict per action call)."""
+        out, self.events = self.events, []
+        return out
+
+    def _log(self, action: str, **detail: Any) -> None:
+        if self._prefetching:
+            return
+        self.counts[action] += 1
+        if detail.get("fallback"):
+            self.counts[f"{action}.fallback"] += 1
+        self.events.append({"action": action, **detail})
+
+    def _generate(self, prompt: Any, params: GenParams) -> str:
+        """One generation through the memo; in prefetch mode an unknown prompt returns PENDING."""
+        key = json.dumps([prompt, params.cache_dict()], sort_keys=True, ensure_ascii=False)
+        gen = self._memo.get(key)
+        if gen is None:
+            if self._prefetching:
+                self._pending.setdefault(key, (prompt, params))
+                return PENDING
+            gen = self.llm.generate([prompt], params)[0]
+            self._memo[key] = gen
+        if not self._prefetching:
+            self.counts["llm_calls"] += 1
+            self.counts["prompt_tokens"] += int(getattr(gen, "prompt_tokens", 0))
+            self.counts["completion_tokens"] += int(getattr(gen, "completion_tokens", 0))
+        return str(gen.text)
+
+    # -- prefetch ----------------------------------------------------------------------------------
+    def begin_prefetch(self) -> None:
+        """Enter prefetch mode (see the module docstring); nothing is logged or counted."""
+        self._prefetching = True
+
+    def end_prefetch(self) -> None:
+        self._prefetching = False
+        self._pending.clear()
+
+    @property
+    def prefetching(self) -> bool:
+        return self._prefetching
+
+    def flush_prefetch(self, desc: str | None = None) -> int:
+        """Generate every pending prompt, batched per decoding setting; returns how many."""
+        groups: dict[GenParams, list[tuple[str, Any]]] = {}
+        for key, (prompt, params) in self._pending.items():
+            groups.setdefault(params, []).append((key, prompt))
+        n = 0
+        for params, items in groups.items():
+            gens = self.llm.generate([p for _, p in items], params, desc=desc)
+            for (key, _), gen in zip(items, gens):
+                self._memo[key] = gen
+            n += len(items)
+        self._pending.clear()
+        return n
+
+    # -- Retrieval -------------------------------------------------------------------------------
+    def retrieval(self, query: str, topk: int | None = None) -> list[str]:
+        """Top-``topk`` passages for ``query`` (reranked when a reranker is set)."""
+        query = _as_query(query)
+        if _has_marker(query):
+            return [PENDING]
+        try:
+            k = int(topk) if topk is not None else self.topk
+        except (TypeError, ValueError):
+            k = self.topk
+        k = min(max(k, 1), self.max_topk)
+        if not query:
+            self._log("Retrieval", query=query, topk=k, n=0, fallback="empty_query")
+            return []
+        docs = self._search_memo.get((query, k))
+        if docs is None:
+            if self.reranker is not None:
+                cands = self.retriever.search([query], max(k, self.rerank_depth))
+                hits = self.reranker.rerank([query], cands, k)[0]
+            else:
+                hits = self.retriever.search([query], k)[0]
+            docs = [truncate_words(h.contents, self.max_doc_words) for h in hits]
+            self._search_memo[(query, k)] = docs
+        self._log("Retrieval", query=query, topk=k, n=len(docs))
+        return list(docs)
+
+    # -- RewriteQuery ------------------------------------------------------------------------------
+    def rewrite_messages(self, query: str, instruction: str) -> list[dict[str, str]]:
+        task = REWRITE_INSTRUCTIONS.get(instruction, instruction)
+        return [
+            {"role": "system", "content": "You rewrite search queries. Reply with the new query on one line."},
+            {"role": "user", "content": f"Task: {task}\nQuery: {query}"},
+        ]
+
+    def rewrite_query(self, query: str, instruction: str) -> list[str]:
+        """Rewritten queries (model output that shares a content word with the query), else the
+        keyword form of the query; the keyword query is always the last element."""
+        query = _as_query(query)
+        mode = _normalize_mode(instruction, REWRITE_INSTRUCTIONS, default="clarify")
+        if _has_marker(query) or _has_marker(instruction):
+            return [PENDING]
+        keywords = keyword_query(query)
+        if not query:
+            self._log("RewriteQuery", instruction=mode, output=[], fallback="empty_query")
+            return [keywords] if keywords else []
+        text = self._generate(self.rewrite_messages(query, mode), self.aux_params)
+        if text == PENDING:
+            return [PENDING]
+        q_words = set(content_words(query))
+        seen = {query.lower(), keywords.lower()}
+        rewrites: list[str] = []
+        for line in _candidate_lines(text):
+            words = line.split()
+            if not 2 <= len(words) <= 40 or line.lower() in seen:
+                continue
+            if q_words and not overlap(content_words(line), q_words):
+                continue  # unrelated to the question: a hallucinated query
+            seen.add(line.lower())
+            rewrites.append(line)
+            if len(rewrites) == 3:
+                break
+        out = rewrites + [keywords]
+        self._log("RewriteQuery", instruction=mode, output=out, raw=text,
+                  fallback=None if rewrites else "keywords")
+        return out
+
+    # -- DecomposeQuery ------------------------------------------------------------------------------
+    def decompose_messages(self, query: str) -> list[dict[str, str]]:
+        return [
+            {"role": "system", "content": "You split a question into simpler questions, one per line."},
+            {"role": "user", "content": f"Question: {query}\nWrite two short sub-questions that together answer it."},
+        ]
+
+    def decompose_query(self, query: str) -> list[str]:
+        """Two to four sub-questions from the model when they are about the question; otherwise a
+        pattern split (choices, comparisons, nested relations); otherwise ``[query]``."""
+        query = _as_query(query)
+        if _has_marker(query):
+            return [PENDING]
+        if not query:
+            self._log("DecomposeQuery", output=[], fallback="empty_query")
+            return []
+        text = self._generate(self.decompose_messages(query), self.aux_params)
+        if text == PENDING:
+            return [PENDING]
+        q_words = set(content_words(query))
+        subs: list[str] = []
+        for line in _candidate_lines(text):
+            if len(line.split()) < 2 or line.lower() == query.lower() or line in subs:
+                continue
+            if q_words and not overlap(content_words(line), q_words):
+                continue
+            subs.append(line)
+            if len(subs) == 4:
+                break
+        fallback = None
+        if len(subs) < 2:
+            subs = rule_decompose(query)
+            fallback = "pattern_split" if subs else "original_query"
+            subs = subs or [query]
+        self._log("DecomposeQuery", output=subs, raw=text, fallback=fallback)
+        return subs
+
+    # -- RefineDoc ---------------------------------------------------------------------------------
+    def refine_messages(self, query: str, doc: str, mode: str) -> list[dict[str, str]]:
+        title, body = split_title(truncate_words(doc, self.max_doc_words))
+        shown = f"{title}: {body}" if title else body
+        return [
+            {"role": "system", "content": "You help answer a question from one passage. Be brief and stick to the passage."},
+            {"role": "user", "content": f"Question: {query}\nPassage: {shown}\nTask: {REFINE_INSTRUCTIONS[mode]}"},
+        ]
+
+    def refine_doc(self, query: str, doc: str, instruction: str) -> str:
+        """Refine one passage for the question (see REFINE_INSTRUCTIONS for the modes)."""
+        query = _as_query(query)
+        doc = "\n".join(_flatten_docs(doc)) if isinstance(doc, (list, tuple)) else str(doc or "")
+        mode = _normalize_mode(instruction, REFINE_INSTRUCTIONS, default="refine")
+        if _has_marker(query) or _has_marker(doc) or _has_marker(instruction):
+            return PENDING
+        q_words = set(content_words(query))
+        title, body = split_title(doc)
+        if mode == "delete":
+            keep = not q_words or bool(overlap(content_words(doc), q_words))
+            self._log("RefineDoc", instruction=mode, kept=keep)
+            return doc if keep else ""
+        if mode in ("refine", "summarize"):
+            out = _join_title(title, self._extract(body, q_words, mode))
+            self._log("RefineDoc", instruction=mode, output=out)
+            return out
+        text = self._generate(self.refine_messages(query, doc, mode), self.aux_params)
+        if text == PENDING:
+            return PENDING
+        note = " ".join(text.split()[:60])
+        doc_words = set(content_words(doc))
+        note_words = content_words(note)
+        grounded = len(note.split()) >= 3 and bool(overlap(note_words, doc_words))
+        if mode == "correct":
+            # A rewrite of the facts must come from the passage: most of its words are in it.
+            grounded = grounded and sum(w in doc_words for w in note_words) >= 0.5 * len(note_words)
+            out = _join_title(title, note) if grounded else _join_title(title, self._extract(body, q_words, "refine"))
+        else:
+            label = "Explanation" if mode == "explain" else "Example"
+            base = truncate_words(doc, self.max_doc_words)
+            out = f"{base}\n{label}: {note}" if grounded else doc
+        self._log("RefineDoc", instruction=mode, output=out, raw=text,
+                  fallback=None if grounded else ("extractive" if mode == "correct" else "unchanged"))
+        return out
+
+    @staticmethod
+    def _extract(body: str, q_words: set[str], mode: str) -> str:
+        """Extractive refinement: sentences sharing words with the question, in text order.
+
+        ``refine`` keeps every such sentence, ``summarize`` the two with the most overlap; both
+        keep the first sentence when none matches, so a passage never becomes empty.
+        """
+        sents = split_sentences(body)
+        if not sents:
+            return body
+        scores = [overlap(content_words(s), q_words) for s in sents]
+        if mode == "summarize":
+            ranked = sorted(range(len(sents)), key=lambda i: (-scores[i], i))[:2]
+            chosen = sorted(i for i in ranked if scores[i] > 0)
+        else:
+            chosen = [i for i, s in enumerate(scores) if s > 0]
+        return " ".join(sents[i] for i in (chosen or [0]))
+
+    # -- GenerateAnswer -------------------------------------------------------------------------------
+    def answer_messages(self, query: str, docs: Sequence[str], additional_instruction: str | None) -> list[dict[str, str]]:
+        return build_rag_messages(
+            query, list(docs), variant=self.rag_variant, max_passage_words=self.max_doc_words,
+            additional_instruction=additional_instruction or None,
+        )
+
+    def generate_answer(self, query: str, docs: list[str], additional_instruction: str | None = None) -> str:
+        """The standard-RAG prompt over ``docs`` (flattened, de-duplicated, empty ones dropped,
+        at most ``max_docs``), plus the instruction; returns the extracted short answer."""
+        query = _as_query(query)
+        instruction = " ".join(str(additional_instruction).split()) if additional_instruction else None
+        if _has_marker(query) or _has_marker(docs) or _has_marker(instruction or ""):
+            return PENDING
+        used = _flatten_docs(docs)[: self.max_docs]
+        text = self._generate(self.answer_messages(query, used, instruction), self.gen_params)
+        if text == PENDING:
+            return PENDING
+        answer, followed = extract_answer(text, prefilled=self.rag_variant == "prefill")
+        self._log("GenerateAnswer", docs=used, instruction=instruction, raw=text, answer=answer,
+                  followed_prefix=followed)
+        return answer
+
+
+def _normalize_mode(instruction: Any, modes: Mapping[str, str], *, default: str) -> str:
+    """Map a free-form instruction onto a known mode ("Summarize the query" -> "summarize")."""
+    text = str(instruction or "").lower()
+    if text.strip() in modes:
+        return text.strip()
+    for word in _WORD_RE.findall(text):
+        for mode in modes:
+            if word.startswith(mode[:5]):  # explain/explanation, clarify/clarification, ...
+                return mode
+    if "remove" in text or "drop" in text or "irrelevant" in text:
+        return "delete" if "delete" in modes else default
+    if "example" in text:
+        return "exemplify" if "exemplify" in modes else default
+    return default
+
+
+def action_stubs() -> dict[str, Callable[..., Any]]:
+    """Functions with the five actions' exact signatures that do nothing.
+
+    For static checks (``executor.validate_program``) of programs when no generator or
+    retriever is at hand, e.g. validating the error-action table.
+    """
+
+    def Retrieval(query: str, topk: int = 5) -> list[str]:
+        return []
+
+    def RewriteQuery(query: str, instruction: str) -> list[str]:
+        return [query]
+
+    def DecomposeQuery(query: str) -> list[str]:
+        return [query]
+
+    def RefineDoc(query: str, doc: str, instruction: str) -> str:
+        return doc
+
+    def GenerateAnswer(query: str, docs: list[str], additional_instruction: str | None = None) -> str:
+        return ""
+
+    return {
+        "Retrieval": Retrieval,
+        "RewriteQuery": RewriteQuery,
+        "DecomposeQuery": DecomposeQuery,
+        "RefineDoc": RefineDoc,
+        "GenerateAnswer": GenerateAnswer,
+    }

@@ -1,0 +1,400 @@
+"""CRAG: a lightweight retrieval evaluator that triggers corrective knowledge actions.
+
+Reproduces Corrective RAG (Yan et al.) in our harness:
+
+- **Retrieval evaluator.** CRAG fine-tunes T5-large on (question, passage) relevance. Ours is a
+  logistic regression over features every pipeline here already computes: the cross-encoder
+  reranker's score, the passage's retrieval rank, and lexical overlap with the question. Labels
+  come from our data: a passage is relevant when it is a supporting passage (testbed) or
+  contains a gold answer (trivia). Scores are mapped to [-1, 1] (``2 p - 1``), the scale on which
+  the paper reports its thresholds (PopQA: upper 0.59, lower -0.99).
+- **Action trigger.** Any passage scoring >= upper -> Correct; else any >= lower -> Ambiguous;
+  else Incorrect. Both thresholds are tuned on dev by grid search maximising action accuracy
+  against the oracle (Correct when a relevant passage was retrieved, Incorrect otherwise;
+  Ambiguous earns partial credit).
+- **Correct -> knowledge refinement** (decompose-then-recompose): split the passages into
+  sentence strips, score each strip with the same evaluator, keep the top strips, recompose
+  them in document order.
+- **Incorrect -> search elsewhere.** There is no web here. The stand-in for web search is a
+  second retriever named in params (default: BM25 over the same corpus, the keyword engine that
+  the primary hybrid + rerank retriever is not), queried with a keyword rewrite of the question
+  (rule-based by default: its content words; optionally the LLM writes the keywords).
+- **Ambiguous -> both**, internal knowledge first.
+
+Generation then uses the standard RAG prompt of :mod:`ragcritic_lib.rag` on the new knowledge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ragcritic_lib.baselines import (
+    content_words,
+    contains_answer,
+    overlap_fraction,
+    split_sentences,
+    split_title,
+    tokens,
+)
+
+ACTIONS = ("Correct", "Ambiguous", "Incorrect")
+FEATURES = ("ce_score", "rank_reciprocal", "overlap", "bigram_overlap", "title_overlap")
+PAPER_POPQA_THRESHOLDS = (0.59, -0.99)  # (upper, lower) on the +-1 scale
+
+CEScorer = Callable[[Sequence[tuple[str, str]]], list[float]]
+
+
+# ------------------------------------------------------------------------- labels, features
+def relevance_label(record: Mapping[str, Any], passage: Mapping[str, Any]) -> int:
+    """1 when ``passage`` is a supporting passage of the question (testbed) or, for questions
+    without supporting ids, contains a gold answer (trivia); else 0. Unanswerable -> 0."""
+    meta = record.get("metadata") or {}
+    supporting = {str(x) for x in (meta.get("supporting_ids") or [])}
+    if supporting:
+        return int(str(passage.get("id")) in supporting)
+    if meta.get("answerable") is False or meta.get("type") == "unanswerable":
+        return 0
+    return int(contains_answer(str(passage.get("contents", "")), list(record.get("golden_answers") or [])))
+
+
+def _bigrams(text: str) -> set[tuple[str, str]]:
+    toks = tokens(text)
+    return set(zip(toks, toks[1:]))
+
+
+def pair_features(question: str, text: str, *, ce_score: float, rank: int, title: str = "") -> list[float]:
+    """Feature vector (order = :data:`FEATURES`) of one (question, passage-or-strip) pair.
+
+    Args:
+        ce_score: cross-encoder logit of the pair (0.0 when no reranker is configured).
+        rank: 0-based rank of the passage (of the strip's parent passage) in the retrieved list.
+        title: the passage title, when known.
+    """
+    qb = _bigrams(question)
+    bigram = len(qb & _bigrams(text)) / len(qb) if qb else 0.0
+    return [float(ce_score), 1.0 / (1.0 + rank), overlap_fraction(question, text), bigram,
+            overlap_fraction(question, title) if title else 0.0]
+
+
+def make_ce_scorer(reranker: Any | None) -> CEScorer:
+    """Wrap a ``retrieval.CrossEncoderReranker`` as ``fn([(query, text)]) -> [logit]``.
+
+    ``None`` gives a scorer of zeros, which leaves the evaluator with lexical features only.
+    """
+    if reranker is None:
+        return lambda pairs: [0.0] * len(pairs)
+
+    def score(pairs: Sequence[tuple[str, str]]) -> list[float]:
+        if not pairs:
+            return []
+        scores = reranker.score_pairs([q for q, _ in pairs], [t for _, t in pairs])
+        return [float(x) for x in scores]
+
+    return score
+
+
+def featurize_records(
+    records: Sequence[Mapping[str, Any]], ce_scorer: CEScorer, *, max_passages: int | None = None
+) -> tuple[list[list[list[float]]], list[list[int]]]:
+    """Features and relevance labels of every (question, retrieved passage) pair.
+
+    Returns:
+        (features, labels), each a list per record of a list per passage.
+    """
+    pairs, where = [], []
+    for i, rec in enumerate(records):
+        for j, p in enumerate((rec.get("passages") or [])[:max_passages]):
+            pairs.append((str(rec["question"]), str(p.get("contents", ""))))
+            where.append((i, j))
+    ce = ce_scorer(pairs) if pairs else []
+    feats: list[list[list[float]]] = [[] for _ in records]
+    labels: list[list[int]] = [[] for _ in records]
+    for (i, j), score in zip(where, ce):
+        rec, p = records[i], records[i]["passages"][j]
+        title, _ = split_title(str(p.get("contents", "")))
+        feats[i].append(pair_features(rec["question"], str(p.get("contents", "")), ce_score=score, rank=j, title=title))
+        labels[i].append(relevance_label(rec, p))
+    return feats, labels
+
+
+# ---------------------------------------------------------------------------- evaluator
+@dataclass
+class RetrievalEvaluator:
+    """Relevance scorer on the +-1 scale; ``model`` is a fitted sklearn pipeline, or None for the
+    lexical fallback used when training data had a single class."""
+
+    model: Any = None
+    train_size: int = 0
+    positive_rate: float = 0.0
+
+    def score(self, features: Sequence[Sequence[float]]) -> list[float]:
+        if not features:
+            return []
+        if self.model is None:
+            return [2.0 * f[FEATURES.index("overlap")] - 1.0 for f in features]
+        import numpy as np
+
+        p = self.model.predict_proba(np.asarray(features, dtype=float))[:, 1]
+        return [float(2.0 * x - 1.0) for x in p]
+
+
+def train_evaluator(
+    features: Sequence[Sequence[float]], labels: Sequence[int], *, c: float = 1.0, seed: int = 0
+) -> RetrievalEvaluator:
+    """Fit the evaluator (standardised features -> class-balanced logistic regression)."""
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    y = np.asarray(list(labels), dtype=int)
+    n, pos = int(y.size), float(y.mean()) if y.size else 0.0
+    if n == 0 or len(set(y.tolist())) < 2:
+        return RetrievalEvaluator(None, n, pos)
+    model = make_pipeline(StandardScaler(), LogisticRegression(C=c, class_weight="balanced", max_iter=1000,
+                                                               random_state=seed))
+    model.fit(np.asarray(features, dtype=float), y)
+    return RetrievalEvaluator(model, n, pos)
+
+
+# ------------------------------------------------------------------------ action trigger
+def retrieval_action(scores: Sequence[float], upper: float, lower: float) -> str:
+    """CRAG's confidence: Correct if any score >= upper, else Ambiguous if any >= lower, else
+    Incorrect (also for an empty list)."""
+    if any(s >= upper for s in scores):
+        return "Correct"
+    if any(s >= lower for s in scores):
+        return "Ambiguous"
+    return "Incorrect"
+
+
+def default_threshold_grid() -> list[float]:
+    """-1.0, -0.9, ..., 1.0 plus the paper's PopQA values."""
+    grid = {round(-1.0 + 0.1 * i, 2) for i in range(21)} | set(PAPER_POPQA_THRESHOLDS)
+    return sorted(grid)
+
+
+def action_credit(action: str, relevant: bool, ambiguous_credit: float = 0.5) -> float:
+    """Credit of an action against the oracle (Correct iff some retrieved passage is relevant)."""
+    if action == "Ambiguous":
+        return ambiguous_credit
+    return 1.0 if (action == "Correct") == relevant else 0.0
+
+
+def tune_thresholds(
+    scores: Sequence[Sequence[float]],
+    relevant: Sequence[bool],
+    *,
+    grid: Sequence[float] | None = None,
+    ambiguous_credit: float = 0.5,
+) -> dict[str, Any]:
+    """Grid search of (upper, lower), lower <= upper, maximising mean action credit on dev.
+
+    Ties go to the first pair in grid order (upper ascending, then lower ascending).
+
+    Returns:
+        {"upper", "lower", "action_accuracy", "actions": {action: count}, "n"}.
+    """
+    if len(scores) != len(relevant):
+        raise ValueError(f"scores ({len(scores)}) and relevant ({len(relevant)}) differ in length")
+    grid = sorted(set(grid if grid is not None else default_threshold_grid()))
+    best: dict[str, Any] | None = None
+    for upper in grid:
+        for lower in grid:
+            if lower > upper:
+                break
+            acts = [retrieval_action(s, upper, lower) for s in scores]
+            acc = sum(action_credit(a, bool(r), ambiguous_credit) for a, r in zip(acts, relevant)) / max(1, len(acts))
+            if best is None or acc > best["action_accuracy"] + 1e-12:
+                best = {"upper": upper, "lower": lower, "action_accuracy": acc,
+                        "actions": {a: acts.count(a) for a in ACTIONS}, "n": len(acts)}
+    assert best is not None
+    return best
+
+
+# --------------------------------------------------------------- decompose / recompose
+def split_strips(contents: str, *, min_words: int = 8) -> list[str]:
+    """Decompose one passage into knowledge strips: its sentences, a short sentence (< min_words
+    words) merged into the next one (the last into the previous) so no strip is a fragment."""
+    _, body = split_title(contents)
+    strips: list[str] = []
+    carry = ""
+    for sent in split_sentences(body):
+        sent = f"{carry} {sent}".strip() if carry else sent
+        if len(sent.split()) < min_words:
+            carry = sent
+            continue
+        strips.append(sent)
+        carry = ""
+    if carry:
+        if strips:
+            strips[-1] = f"{strips[-1]} {carry}"
+        else:
+            strips.append(carry)
+    return strips
+
+
+def select_strips(
+    scored: Sequence[tuple[int, int, float]], *, top_strips: int, min_score: float
+) -> list[tuple[int, int]]:
+    """Pick strips to keep from (passage_index, strip_index, score) triples: the ``top_strips``
+    best with score >= min_score (ties: earlier passage, earlier strip), at least the single best
+    one; returned in document order."""
+    if not scored:
+        return []
+    ranked = sorted(scored, key=lambda t: (-t[2], t[0], t[1]))
+    keep = [t for t in ranked if t[2] >= min_score][:top_strips] or ranked[:1]
+    return sorted((p, s) for p, s, _ in keep)
+
+
+def recompose(passages: Sequence[str], strips: Sequence[Sequence[str]], keep: Sequence[tuple[int, int]]) -> list[str]:
+    """Rebuild knowledge as one passage per source passage ("Title\\nkept strips"), in order."""
+    out = []
+    for p in sorted({p for p, _ in keep}):
+        title, _ = split_title(passages[p])
+        body = " ".join(strips[p][s] for q, s in keep if q == p)
+        out.append(f"{title}\n{body}" if title else body)
+    return out
+
+
+def refine_knowledge(
+    questions: Sequence[str],
+    passage_lists: Sequence[Sequence[str]],
+    evaluator: RetrievalEvaluator,
+    ce_scorer: CEScorer,
+    *,
+    top_strips: int = 4,
+    min_score: float = -0.5,
+    min_words: int = 8,
+) -> list[list[str]]:
+    """Decompose-then-recompose for a batch of questions (one cross-encoder call for all strips)."""
+    strips = [[split_strips(p, min_words=min_words) for p in plist] for plist in passage_lists]
+    pairs, where = [], []
+    for qi, q in enumerate(questions):
+        for pi, plist in enumerate(strips[qi]):
+            for si, s in enumerate(plist):
+                pairs.append((q, s))
+                where.append((qi, pi, si))
+    ce = ce_scorer(pairs) if pairs else []
+    feats = []
+    for (qi, pi, si), c in zip(where, ce):
+        title, _ = split_title(passage_lists[qi][pi])
+        feats.append(pair_features(questions[qi], strips[qi][pi][si], ce_score=c, rank=pi, title=title))
+    scores = evaluator.score(feats)
+    per_q: list[list[tuple[int, int, float]]] = [[] for _ in questions]
+    for (qi, pi, si), s in zip(where, scores):
+        per_q[qi].append((pi, si, s))
+    out = []
+    for qi in range(len(questions)):
+        keep = select_strips(per_q[qi], top_strips=top_strips, min_score=min_score)
+        out.append(recompose(passage_lists[qi], strips[qi], keep))
+    return out
+
+
+# --------------------------------------------------------------------- query rewriting
+def keyword_query(question: str, *, max_keywords: int = 8) -> str:
+    """Rule-based keyword rewrite: the question's first ``max_keywords`` content words."""
+    words = content_words(question)[:max_keywords]
+    return " ".join(words) if words else question.strip()
+
+
+def build_rewrite_messages(question: str) -> list[dict[str, str]]:
+    """Prompt for an LLM keyword rewrite of the question (CRAG's query rewriter, our words)."""
+    return [
+        {"role": "system", "content": "You turn questions into short search-engine queries."},
+        {"role": "user", "content": "Write at most six keywords that a search engine needs to find the answer "
+                                    "to this question. Output only the keywords on one line.\n\n"
+                                    "Question: Which river flows through the capital of Hungary?\n"
+                                    "Keywords: river Budapest Hungary capital\n\n"
+                                    f"Question: {question}\nKeywords:"},
+    ]
+
+
+def parse_keywords(text: str, question: str, *, max_keywords: int = 8) -> str:
+    """First non-empty line of the rewriter output, cleaned; the rule-based rewrite if empty."""
+    for line in (text or "").splitlines():
+        line = line.strip().strip("\"'`").removeprefix("Keywords:").strip()
+        words = tokens(line)
+        if words:
+            return " ".join(words[:max_keywords])
+    return keyword_query(question, max_keywords=max_keywords)
+
+
+# ------------------------------------------------------------------------------ pipeline
+def run_crag(
+    llm: Any,
+    records: Sequence[Mapping[str, Any]],
+    *,
+    evaluator: RetrievalEvaluator,
+    ce_scorer: CEScorer,
+    secondary: Any,
+    upper: float,
+    lower: float,
+    gen_params: Any,
+    k_secondary: int = 3,
+    top_strips: int = 4,
+    min_strip_score: float = -0.5,
+    rewriter: str = "keywords",
+    refine_external: bool = True,
+    rag_variant: str = "default",
+) -> list[dict[str, Any]]:
+    """Run CRAG on standard-RAG records (question + retrieved ``passages``).
+
+    Args:
+        secondary: the web-search stand-in, any ``Retriever`` (``.search(queries, k)``).
+        rewriter: "keywords" (rule-based) or "llm" (the generator writes the keywords).
+        refine_external: also decompose-then-recompose the secondary source's passages.
+
+    Returns:
+        copies of the records with prediction, raw_output, followed_prefix, crag_action,
+        crag_scores, crag_query (or None) and knowledge (the passages given to the generator).
+    """
+    from ragcritic_lib.rag import build_rag_messages, extract_answer
+
+    feats, _ = featurize_records(records, ce_scorer)
+    scores = [evaluator.score(f) for f in feats]
+    actions = [retrieval_action(s, upper, lower) for s in scores]
+    passages = [[str(p.get("contents", "")) for p in rec.get("passages") or []] for rec in records]
+    questions = [str(rec["question"]) for rec in records]
+
+    internal: list[list[str]] = [[] for _ in records]
+    idx = [i for i, a in enumerate(actions) if a in ("Correct", "Ambiguous")]
+    for i, ref in zip(idx, refine_knowledge([questions[i] for i in idx], [passages[i] for i in idx], evaluator,
+                                            ce_scorer, top_strips=top_strips, min_score=min_strip_score)):
+        internal[i] = ref
+
+    external: list[list[str]] = [[] for _ in records]
+    queries: list[str | None] = [None] * len(records)
+    idx = [i for i, a in enumerate(actions) if a in ("Incorrect", "Ambiguous")]
+    if idx:
+        if rewriter == "llm":
+            from ragcritic_lib.llm import GenParams
+
+            gens = llm.generate([build_rewrite_messages(questions[i]) for i in idx],
+                                GenParams(max_new_tokens=24, stop=("\n",)), desc="crag rewrite")
+            rewritten = [parse_keywords(g.text, questions[i]) for i, g in zip(idx, gens)]
+        elif rewriter == "keywords":
+            rewritten = [keyword_query(questions[i]) for i in idx]
+        else:
+            raise ValueError(f"crag rewriter must be 'keywords' or 'llm', got {rewriter!r}")
+        hits = secondary.search(rewritten, k_secondary)
+        found = [[h.contents for h in hl] for hl in hits]
+        if refine_external:
+            found = refine_knowledge([questions[i] for i in idx], found, evaluator, ce_scorer,
+                                     top_strips=top_strips, min_score=min_strip_score)
+        for i, q, f in zip(idx, rewritten, found):
+            queries[i], external[i] = q, f
+
+    knowledge = [internal[i] + external[i] for i in range(len(records))]
+    prompts = [build_rag_messages(q, kn, variant=rag_variant) for q, kn in zip(questions, knowledge)]
+    gens = llm.generate(prompts, gen_params, desc="crag generate") if prompts else []
+    out = []
+    for rec, g, a, s, q, kn in zip(records, gens, actions, scores, queries, knowledge):
+        r = dict(rec)
+        answer, followed = extract_answer(g.text)
+        r.update(prediction=answer, raw_output=g.text, followed_prefix=followed, crag_action=a,
+                 crag_scores=[round(x, 4) for x in s], crag_query=q, knowledge=kn)
+        out.append(r)
+    return out

@@ -1,0 +1,645 @@
+"""RAGEC: blame each wrong answer on one pipeline stage, then pick an error type by LLM votes.
+
+Reproduces Leung et al. (RAGEC), section 5 and appendix B, on our four-stage pipeline: passage
+chunking (corpus preparation), first-stage retrieval, cross-encoder reranking, generation.
+
+Stage attribution (rules, no LLM; run only on wrong answers), checked in this order:
+
+1. find the ground-truth chunks (testbed: the question's ``supporting_ids``; trivia: corpus
+   passages that contain a gold answer and share a content word with the question);
+2. no ground-truth chunk -> Generation (likely an unanswerable question: abstention);
+3. more than half of the ground-truth chunks reached the generator -> Generation;
+4. a ground-truth chunk was retrieved by the first stage but dropped by the reranker -> Reranking;
+5. share of query concepts found in the ground-truth chunks below 0.8 -> Chunking;
+6. otherwise -> Retrieval.
+
+The paper extracts concepts and checks their presence with GPT-4o-mini; we use the question's
+content words (stopwords removed, plural "s" folded) and word presence, which a 135M model cannot
+do more reliably. Type classification then asks an LLM K times (K = 10 in the paper) to choose
+one type of the blamed stage, with sampling and a different seed per vote; the modal type and
+its frequency (Table 4) measure self-consistency. Votes naming no type of that stage are counted
+as invalid; when all K are invalid a grounded rule picks the type (``source = "grounded"``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ragcritic_lib.baselines import (
+    content_words,
+    contains_answer,
+    dataset_name,
+    is_wrong,
+    overlap_fraction,
+    question_type,
+    tokens,
+)
+
+STAGES = ("Chunking", "Retrieval", "Reranking", "Generation")
+SIDES = ("retrieval", "response")
+
+
+# ------------------------------------------------------------------------- type table
+@dataclass(frozen=True)
+class ErrorType:
+    """One RAGEC error type (E1-E16)."""
+
+    id: str
+    name: str
+    stage: str
+    definition: str
+    tier1: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.id} {self.name}"
+
+
+@dataclass(frozen=True)
+class RagecTypes:
+    """The E1-E16 table with its stage and tier-1 mappings (``data/taxonomy/ragec_types.yaml``)."""
+
+    types: tuple[ErrorType, ...]
+    stage_side: dict[str, str] = field(default_factory=dict)
+    tier1_side: dict[str, str] = field(default_factory=dict)
+
+    def by_id(self, type_id: str) -> ErrorType:
+        for t in self.types:
+            if t.id == type_id:
+                return t
+        raise KeyError(f"unknown RAGEC type id {type_id!r}")
+
+    def of_stage(self, stage: str) -> list[ErrorType]:
+        if stage not in STAGES:
+            raise KeyError(f"unknown RAGEC stage {stage!r}; expected one of {STAGES}")
+        return [t for t in self.types if t.stage == stage]
+
+    def tier1_of(self, type_id: str) -> str:
+        return self.by_id(type_id).tier1
+
+
+def default_types_path() -> Path:
+    from ragcritic_lib import paths
+
+    return paths.TAXONOMY_DIR / "ragec_types.yaml"
+
+
+def load_ragec_types(path: str | Path | None = None) -> RagecTypes:
+    """Load and validate the RAGEC type table.
+
+    Raises:
+        DataFormatError: naming the file and the offending key or entry.
+    """
+    from ragcritic_lib.io import DataFormatError, read_yaml
+
+    path = Path(path) if path is not None else default_types_path()
+    data = read_yaml(path)
+    if not isinstance(data, dict) or not isinstance(data.get("types"), list):
+        raise DataFormatError(f"{path}: expected a mapping with a 'types' list")
+    out: list[ErrorType] = []
+    for i, entry in enumerate(data["types"]):
+        if not isinstance(entry, dict):
+            raise DataFormatError(f"{path}: types[{i}] is not a mapping")
+        for key in ("id", "name", "stage", "definition", "tier1"):
+            if not isinstance(entry.get(key), str) or not entry[key].strip():
+                raise DataFormatError(f"{path}: types[{i}] lacks a non-empty string '{key}'")
+        if entry["stage"] not in STAGES:
+            raise DataFormatError(f"{path}: types[{i}] ({entry['id']}) has unknown stage {entry['stage']!r}")
+        if not re.fullmatch(r"E\d{1,2}", entry["id"]):
+            raise DataFormatError(f"{path}: types[{i}] has a malformed id {entry['id']!r}")
+        out.append(ErrorType(**{k: entry[k].strip() for k in ("id", "name", "stage", "definition", "tier1")}))
+    ids = [t.id for t in out]
+    if len(set(ids)) != len(ids):
+        raise DataFormatError(f"{path}: duplicate type ids {sorted(i for i in set(ids) if ids.count(i) > 1)}")
+    stage_side = dict(data.get("stage_side") or {})
+    tier1_side = dict(data.get("tier1_side") or {})
+    for stage in STAGES:
+        if stage_side.get(stage) not in SIDES:
+            raise DataFormatError(f"{path}: stage_side.{stage} must be one of {SIDES}")
+    for t in out:
+        if t.tier1 not in tier1_side:
+            raise DataFormatError(f"{path}: {t.id} maps to tier-1 {t.tier1!r}, which tier1_side lacks")
+    return RagecTypes(tuple(out), stage_side, tier1_side)
+
+
+# ---------------------------------------------------------------- ground-truth chunks
+def _stem(word: str) -> str:
+    """Fold a plural/possessive ending so "typhoons" matches "typhoon"."""
+    if word.endswith("ies") and len(word) > 4:
+        return word[:-3] + "y"
+    if word.endswith("s") and not word.endswith("ss") and len(word) > 3:
+        return word[:-1]
+    return word
+
+
+def concept_coverage(question: str, chunks: Sequence[str]) -> float:
+    """Share of the question's concepts (content words) present in at least one chunk.
+
+    A question without content words has nothing to miss: coverage 1.0.
+    """
+    concepts = {_stem(c) for c in content_words(question)}
+    if not concepts:
+        return 1.0
+    present = {_stem(t) for text in chunks for t in tokens(text)}
+    return sum(1 for c in concepts if c in present) / len(concepts)
+
+
+def _is_unanswerable(record: Mapping[str, Any]) -> bool:
+    meta = record.get("metadata") or {}
+    return meta.get("answerable") is False or meta.get("type") == "unanswerable"
+
+
+def _corpus_pairs(corpus: Any) -> tuple[list[str], list[str]]:
+    if corpus is None:
+        return [], []
+    if hasattr(corpus, "ids") and hasattr(corpus, "contents"):
+        return list(corpus.ids), list(corpus.contents)
+    ids, texts = [], []
+    for rec in corpus:
+        ids.append(str(rec["id"]))
+        texts.append(str(rec["contents"]))
+    return ids, texts
+
+
+def make_chunk_gold_fn(
+    corpus: Any = None, *, min_query_overlap: int = 1, max_chunks: int = 20
+) -> Callable[[Mapping[str, Any]], list[dict[str, str]]]:
+    """Build the ground-truth-chunk finder used by :func:`attribute_stage`.
+
+    Args:
+        corpus: a ``retrieval.Corpus`` or an iterable of {"id", "contents"} records; needed for
+            the trivia rule and to fill in texts of supporting ids.
+        min_query_overlap: trivia rule: a gold-containing passage counts only if it shares at
+            least this many content words with the question (a bare "Paris" elsewhere is not
+            evidence for this question).
+        max_chunks: keep at most this many trivia chunks, highest overlap first.
+
+    Returns:
+        ``fn(record) -> [{"id", "contents"}]``: supporting passages when the record's metadata
+        lists ``supporting_ids``; none for unanswerable questions; else the trivia rule.
+    """
+    from ragcritic_lib.metrics import normalize_answer
+
+    ids, texts = _corpus_pairs(corpus)
+    by_id = dict(zip(ids, texts))
+    norm_texts = [f" {normalize_answer(t)} " for t in texts]
+    token_sets = [None] * len(texts)  # filled lazily: only passages that contain a gold
+
+    def fn(record: Mapping[str, Any]) -> list[dict[str, str]]:
+        meta = record.get("metadata") or {}
+        supporting = [str(x) for x in (meta.get("supporting_ids") or [])]
+        if supporting:
+            seen = {str(p.get("id")): str(p.get("contents", "")) for p in record.get("passages") or []}
+            return [{"id": s, "contents": by_id.get(s, seen.get(s, ""))} for s in supporting]
+        if _is_unanswerable(record):
+            return []
+        golds = [g for g in (normalize_answer(x) for x in record.get("golden_answers") or []) if g]
+        if not golds:
+            return []
+        concepts = {_stem(c) for c in content_words(record.get("question", ""))}
+        hits: list[tuple[int, int]] = []
+        for i, nt in enumerate(norm_texts):
+            if not any(f" {g} " in nt for g in golds):
+                continue
+            if token_sets[i] is None:
+                token_sets[i] = {_stem(t) for t in tokens(texts[i])}
+            ov = len(concepts & token_sets[i])
+            if ov >= min_query_overlap:
+                hits.append((-ov, i))
+        hits.sort()
+        return [{"id": ids[i], "contents": texts[i]} for _, i in hits[:max_chunks]]
+
+    return fn
+
+
+def dropped_by_reranker(record: Mapping[str, Any], gold_ids: set[str]) -> bool:
+    """True when a ground-truth chunk is in the first-stage list (``record["retrieved"]``) but
+    not among the passages given to the generator. No ``retrieved`` list: no reranking stage."""
+    retrieved = {str(p.get("id")) for p in record.get("retrieved") or []}
+    passed = {str(p.get("id")) for p in record.get("passages") or []}
+    return any(g in retrieved and g not in passed for g in gold_ids)
+
+
+def attach_first_stage(records: Sequence[Mapping[str, Any]], retriever: Any, depth: int) -> list[dict]:
+    """Copy records adding ``retrieved``: the first-stage (pre-rerank) top-``depth`` hits."""
+    results = retriever.search([r["question"] for r in records], depth)
+    out = []
+    for rec, hits in zip(records, results):
+        r = dict(rec)
+        r["retrieved"] = [{"id": h.doc_id, "contents": h.contents, "score": float(h.score)} for h in hits]
+        out.append(r)
+    return out
+
+
+def attribute_stage(
+    record: Mapping[str, Any],
+    *,
+    chunk_gold_fn: Callable[[Mapping[str, Any]], list[dict[str, str]]],
+    reranker_dropped: Callable[[Mapping[str, Any], set[str]], bool] | bool = dropped_by_reranker,
+    coverage_threshold: float = 0.8,
+) -> dict[str, Any]:
+    """Blame one wrong answer on a pipeline stage with RAGEC's rules (see module docstring).
+
+    Args:
+        record: a RAG result record (question, golden_answers, metadata, passages given to the
+            generator; optionally ``retrieved``, the first-stage list before reranking).
+        chunk_gold_fn: returns the ground-truth chunks of a record (:func:`make_chunk_gold_fn`).
+        reranker_dropped: ``fn(record, gold_ids) -> bool`` (default :func:`dropped_by_reranker`),
+            or a precomputed bool.
+        coverage_threshold: concept-coverage level below which chunking is blamed (0.8).
+
+    Returns:
+        {"stage", "reason", "gold_chunk_ids", "gold_chunks_to_generator", "reranker_dropped",
+        "coverage"}; stage is None (reason "not_an_error") for a record judged correct.
+    """
+    out: dict[str, Any] = {
+        "stage": None, "reason": "", "gold_chunk_ids": [], "gold_chunks_to_generator": 0,
+        "reranker_dropped": None, "coverage": None,
+    }
+    if not is_wrong(record):
+        out["reason"] = "not_an_error"
+        return out
+    gold = chunk_gold_fn(record)
+    gold_ids = [str(c["id"]) for c in gold]
+    passed = {str(p.get("id")) for p in record.get("passages") or []}
+    n_passed = sum(1 for g in gold_ids if g in passed)
+    out["gold_chunk_ids"], out["gold_chunks_to_generator"] = gold_ids, n_passed
+    if not gold_ids:
+        out.update(stage="Generation", reason="no_gold_chunks")
+        return out
+    if 2 * n_passed > len(gold_ids):
+        out.update(stage="Generation", reason="most_gold_chunks_reached_generator")
+        return out
+    dropped = reranker_dropped(record, set(gold_ids)) if callable(reranker_dropped) else bool(reranker_dropped)
+    out["reranker_dropped"] = bool(dropped)
+    if dropped:
+        out.update(stage="Reranking", reason="reranker_dropped_gold_chunk")
+        return out
+    cov = concept_coverage(str(record.get("question", "")), [str(c.get("contents", "")) for c in gold])
+    out["coverage"] = cov
+    if cov < coverage_threshold:
+        out.update(stage="Chunking", reason="low_concept_coverage")
+    else:
+        out.update(stage="Retrieval", reason="gold_chunks_not_retrieved")
+    return out
+
+
+# ------------------------------------------------------------------ type classification
+_STAGE_TASK = {
+    "Chunking": "The corpus was cut into chunks before indexing, and that cutting is to blame. "
+    "Below are the chunks that hold the ground truth.",
+    "Retrieval": "The retriever is to blame: the chunks holding the ground truth were not found. "
+    "Below are the chunks it did return.",
+    "Reranking": "The reranker is to blame: it re-ordered the retrieved chunks and kept only the "
+    "top ones. Below are the chunks it passed on.",
+    "Generation": "The generator is to blame: it saw the chunks below and still answered wrongly.",
+}
+
+_SYSTEM = (
+    "You diagnose failures of a question-answering system that works in four steps: chunking "
+    "documents, retrieving chunks for the question, reranking them, and generating an answer "
+    "from the top chunks."
+)
+
+
+def _clip(text: str, max_chars: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
+
+
+def build_type_messages(
+    record: Mapping[str, Any],
+    stage: str,
+    types: RagecTypes,
+    *,
+    gold_chunks: Sequence[Mapping[str, str]] = (),
+    max_chunks: int = 4,
+    max_chars: int = 300,
+) -> list[dict[str, str]]:
+    """Chat prompt asking for the one error type of ``stage`` that best explains the failure.
+
+    Each stage sees only what matters for it (as in the paper): chunking the ground-truth
+    chunks; retrieval the first-stage list; reranking and generation the generator's passages;
+    only generation sees the wrong answer.
+    """
+    if stage == "Chunking":
+        shown = list(gold_chunks)
+    elif stage == "Retrieval":
+        shown = list(record.get("retrieved") or record.get("passages") or [])
+    else:
+        shown = list(record.get("passages") or [])
+    chunk_lines = [f"[{i + 1}] {_clip(p.get('contents', ''), max_chars)}" for i, p in enumerate(shown[:max_chunks])]
+    options = "\n".join(f"{t.id} {t.name}: {t.definition}" for t in types.of_stage(stage))
+    parts = [
+        _STAGE_TASK[stage],
+        f"Question: {record.get('question', '')}",
+        f"Correct answer: {' / '.join(record.get('golden_answers') or [])}",
+    ]
+    if stage in ("Retrieval", "Reranking") and gold_chunks:
+        parts.append("Ground-truth chunk ids: " + ", ".join(str(c["id"]) for c in gold_chunks[:max_chunks]))
+    if stage == "Generation":
+        parts.append(f"System answer (wrong): {record.get('prediction', '')}")
+    parts.append("Chunks:\n" + ("\n".join(chunk_lines) if chunk_lines else "(none)"))
+    parts.append(f"Which error type fits best?\n{options}")
+    ids = ", ".join(t.id for t in types.of_stage(stage))
+    parts.append(f"Reply with one id only ({ids}).")
+    return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+_ID_RE = re.compile(r"\bE\s*-?\s*(\d{1,2})\b", re.IGNORECASE)
+
+
+def _name_pattern(name: str) -> re.Pattern[str]:
+    words = [re.escape(w) for w in re.split(r"[\s-]+", name.strip()) if w]
+    return re.compile(r"\b" + r"[\s-]*".join(words) + r"\b", re.IGNORECASE)
+
+
+def parse_type_vote(text: str, allowed: Sequence[ErrorType]) -> str | None:
+    """Read one vote: the first type id of the stage (``E7``, ``e 7``, ``E-7``) in ``text``, else
+    the earliest-mentioned type name of the stage; None when neither occurs (an invalid vote).
+
+    Ids of other stages are skipped, not accepted: a chunking vote of "E10" is invalid.
+    """
+    text = text or ""
+    allowed_ids = {t.id for t in allowed}
+    for m in _ID_RE.finditer(text):
+        cand = f"E{int(m.group(1))}"
+        if cand in allowed_ids:
+            return cand
+    best: tuple[int, str] | None = None
+    for t in allowed:
+        m = _name_pattern(t.name).search(text)
+        if m and (best is None or m.start() < best[0]):
+            best = (m.start(), t.id)
+    return best[1] if best else None
+
+
+def aggregate_votes(votes: Sequence[str | None]) -> dict[str, Any]:
+    """Modal type and its frequency over K votes (None = invalid vote).
+
+    Ties break towards the type voted first, so the result does not depend on dict order.
+
+    Returns:
+        {"mode", "mode_freq", "second_mode", "second_freq", "n_valid", "n_invalid", "counts"}.
+    """
+    valid = [v for v in votes if v]
+    counts = Counter(valid)
+    first = {}
+    for i, v in enumerate(valid):
+        first.setdefault(v, i)
+    ranked = sorted(counts, key=lambda t: (-counts[t], first[t]))
+    return {
+        "mode": ranked[0] if ranked else None,
+        "mode_freq": counts[ranked[0]] if ranked else 0,
+        "second_mode": ranked[1] if len(ranked) > 1 else None,
+        "second_freq": counts[ranked[1]] if len(ranked) > 1 else 0,
+        "n_valid": len(valid),
+        "n_invalid": len(votes) - len(valid),
+        "counts": dict(sorted(counts.items(), key=lambda kv: (-kv[1], first[kv[0]]))),
+    }
+
+
+def grounded_type(record: Mapping[str, Any], stage: str, gold_chunks: Sequence[Mapping[str, str]] = ()) -> str:
+    """Type chosen by evidence rules when every LLM vote was invalid (no model involved).
+
+    Chunking: E2 if a ground-truth chunk is long (> 150 words), E1 if all are short (< 25
+    words), else E3. Retrieval: E6 if the best returned chunk covers >= half the query concepts
+    (keyword match without the answer), E5 if it covers >= a quarter, else E4. Reranking: E7 if a
+    ground-truth chunk was dropped, else E8. Generation: E9 unanswerable but answered; E16 a
+    numeric gold and a numeric answer; E15 temporal question; E12 abstained or partly right
+    (token F1 > 0); E13 the answer copies text from the passages; else E10.
+    """
+    if stage == "Chunking":
+        lengths = [len(str(c.get("contents", "")).split()) for c in gold_chunks]
+        if any(n > 150 for n in lengths):
+            return "E2"
+        if lengths and all(n < 25 for n in lengths):
+            return "E1"
+        return "E3"
+    if stage == "Retrieval":
+        shown = record.get("retrieved") or record.get("passages") or []
+        best = max((overlap_fraction(record.get("question", ""), p.get("contents", "")) for p in shown), default=0.0)
+        return "E6" if best >= 0.5 else ("E5" if best >= 0.25 else "E4")
+    if stage == "Reranking":
+        gold_ids = {str(c["id"]) for c in gold_chunks}
+        return "E7" if dropped_by_reranker(record, gold_ids) else "E8"
+    from ragcritic_lib.evidence import is_abstention
+    from ragcritic_lib.metrics import token_f1
+
+    pred = str(record.get("prediction") or "")
+    golds = list(record.get("golden_answers") or [])
+    abstained = not pred.strip() or is_abstention(pred)
+    if _is_unanswerable(record) and not abstained:
+        return "E9"
+    if any(re.search(r"\d", g) for g in golds) and re.search(r"\d", pred):
+        return "E16"
+    if question_type(record) == "temporal":
+        return "E15"
+    if abstained or token_f1(pred, golds) > 0:
+        return "E12"
+    passages = " ".join(str(p.get("contents", "")) for p in record.get("passages") or [])
+    if contains_answer(passages, [pred]):
+        return "E13"
+    return "E10"
+
+
+def classify_types(
+    llm: Any,
+    items: Sequence[Mapping[str, Any]],
+    types: RagecTypes,
+    *,
+    k: int = 10,
+    temperature: float = 0.7,
+    top_p: float = 0.95,
+    max_new_tokens: int = 8,
+    seed: int = 0,
+    max_chunks: int = 4,
+    max_chars: int = 300,
+) -> list[dict[str, Any]]:
+    """Vote K times per item on the error type of its blamed stage.
+
+    Args:
+        items: dicts with "record", "stage" and "gold_chunks" (as built by :func:`run_ragec`).
+        k: votes per item (10 in the paper); 0 skips the LLM and uses :func:`grounded_type`.
+
+    Returns:
+        per item: the :func:`aggregate_votes` fields plus "votes", "raw_votes" and "source"
+        ("llm" or "grounded").
+    """
+    if k > 0:
+        from ragcritic_lib.llm import GenParams
+
+    prompts = [
+        build_type_messages(it["record"], it["stage"], types, gold_chunks=it.get("gold_chunks") or [],
+                            max_chunks=max_chunks, max_chars=max_chars)
+        for it in items
+    ]
+    raw: list[list[str]] = [[] for _ in items]
+    votes: list[list[str | None]] = [[] for _ in items]
+    for i in range(k):
+        params = GenParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed + i)
+        gens = llm.generate(prompts, params, desc=f"ragec vote {i + 1}/{k}") if prompts else []
+        for j, (it, g) in enumerate(zip(items, gens)):
+            raw[j].append(g.text)
+            votes[j].append(parse_type_vote(g.text, types.of_stage(it["stage"])))
+    out = []
+    for it, v, r in zip(items, votes, raw):
+        agg = aggregate_votes(v)
+        agg.update(votes=v, raw_votes=r, source="llm")
+        if agg["n_valid"] == 0:
+            agg.update(mode=grounded_type(it["record"], it["stage"], it.get("gold_chunks") or []),
+                       mode_freq=0, source="grounded")
+        out.append(agg)
+    return out
+
+
+def run_ragec(
+    llm: Any,
+    records: Sequence[Mapping[str, Any]],
+    types: RagecTypes,
+    *,
+    chunk_gold_fn: Callable[[Mapping[str, Any]], list[dict[str, str]]],
+    reranker_dropped: Callable[[Mapping[str, Any], set[str]], bool] | bool = dropped_by_reranker,
+    coverage_threshold: float = 0.8,
+    k: int = 10,
+    temperature: float = 0.7,
+    seed: int = 0,
+    max_new_tokens: int = 8,
+) -> list[dict[str, Any]]:
+    """Stage attribution then type voting for every wrong answer in ``records``.
+
+    Returns:
+        one dict per wrong answer: id, dataset, question_type, stage, reason, coverage,
+        gold_chunk_ids, gold_chunks_to_generator, reranker_dropped, mode, mode_freq, second_mode,
+        second_freq, n_valid, n_invalid, counts, votes, source.
+    """
+    items = []
+    for rec in records:
+        if not is_wrong(rec):
+            continue
+        found: list[list[dict[str, str]]] = []
+
+        def remember(r: Mapping[str, Any]) -> list[dict[str, str]]:
+            found.append(chunk_gold_fn(r))  # the trivia scan is not free: run it once per record
+            return found[-1]
+
+        att = attribute_stage(rec, chunk_gold_fn=remember, reranker_dropped=reranker_dropped,
+                              coverage_threshold=coverage_threshold)
+        items.append({"record": rec, "stage": att["stage"], "gold_chunks": found[0], "attribution": att})
+    # Without an LLM every item falls back to the grounded rules.
+    votes = classify_types(llm, items, types, k=k if llm is not None else 0, temperature=temperature,
+                           seed=seed, max_new_tokens=max_new_tokens)
+    out = []
+    for it, v in zip(items, votes):
+        rec, att = it["record"], it["attribution"]
+        row = {"id": str(rec.get("id")), "dataset": dataset_name(rec), "question_type": question_type(rec)}
+        row.update({k_: att[k_] for k_ in ("stage", "reason", "coverage", "gold_chunk_ids",
+                                            "gold_chunks_to_generator", "reranker_dropped")})
+        row.update({k_: v[k_] for k_ in ("mode", "mode_freq", "second_mode", "second_freq", "n_valid",
+                                          "n_invalid", "counts", "votes", "source")})
+        out.append(row)
+    return out
+
+
+# ----------------------------------------------------------------------------- reports
+def distribution_table(
+    results: Sequence[Mapping[str, Any]], types: RagecTypes, *, group_key: str | None = None
+) -> list[dict[str, Any]]:
+    """Counts of modal and second-modal types with per-stage percentages (the paper's Table 2;
+    with ``group_key`` = "question_type" or "dataset", one extra count column per group, as in
+    its Table 3). Rows: one per type, a "Percentage <stage>" row after each stage, a "Total" row.
+    """
+    groups = sorted({str(r.get(group_key)) for r in results}) if group_key else []
+    mode_c = Counter(r["mode"] for r in results if r.get("mode"))
+    second_c = Counter(r["second_mode"] for r in results if r.get("second_mode"))
+    group_c = {g: Counter(r["mode"] for r in results if r.get("mode") and str(r.get(group_key)) == g) for g in groups}
+    tot_mode, tot_second = sum(mode_c.values()), sum(second_c.values())
+    tot_group = {g: sum(c.values()) for g, c in group_c.items()}
+
+    def pct(num: int, den: int) -> float:
+        return 100.0 * num / den if den else 0.0
+
+    rows: list[dict[str, Any]] = []
+    for stage in STAGES:
+        stage_types = types.of_stage(stage)
+        for t in stage_types:
+            row = {"label": t.label, "stage": stage, "mode": mode_c[t.id], "second_mode": second_c[t.id]}
+            row.update({g: group_c[g][t.id] for g in groups})
+            rows.append(row)
+        ids = [t.id for t in stage_types]
+        row = {"label": f"Percentage {stage}", "stage": stage,
+               "mode": pct(sum(mode_c[i] for i in ids), tot_mode),
+               "second_mode": pct(sum(second_c[i] for i in ids), tot_second)}
+        row.update({g: pct(sum(group_c[g][i] for i in ids), tot_group[g]) for g in groups})
+        rows.append(row)
+    total = {"label": "Total", "stage": "", "mode": tot_mode, "second_mode": tot_second}
+    total.update({g: tot_group[g] for g in groups})
+    rows.append(total)
+    return rows
+
+
+def stage_counts(results: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Number of wrong answers blamed on each stage (all four stages present)."""
+    c = Counter(r.get("stage") for r in results)
+    return {s: int(c[s]) for s in STAGES}
+
+
+def mode_frequency_table(results: Iterable[Mapping[str, Any]], k: int) -> dict[int, int]:
+    """How many LLM-classified errors had a modal type with each frequency 1..k (Table 4)."""
+    c = Counter(int(r["mode_freq"]) for r in results if r.get("source") == "llm")
+    return {f: int(c[f]) for f in range(1, k + 1)}
+
+
+def tier1_agreement(
+    results: Sequence[Mapping[str, Any]],
+    critic_tag1: Mapping[tuple[str, str], Sequence[str] | None],
+    types: RagecTypes,
+    *,
+    canonical: Callable[[str], str | None] | None = None,
+) -> dict[str, Any]:
+    """Agreement of RAGEC with RAG-Critic tier-1 labels on the same wrong answers.
+
+    ``critic_tag1`` maps (dataset, id) to the critic's tag1 list (None or [] when the critic
+    judged the answer correct). Two rates over records where the critic flagged an error:
+
+    - side agreement: the RAGEC stage's side (chunking/retrieval/reranking -> retrieval side,
+      generation -> response side) equals the side of at least one critic tier-1 label;
+    - type agreement: the tier-1 label mapped from the modal E-type is among the critic's.
+
+    Returns:
+        {"n", "n_critic_correct", "n_missing", "side_agreement", "type_agreement", "by_stage":
+        {stage: {tier1: count}}} (rates are NaN when n = 0).
+    """
+    canon = canonical or (lambda s: s)
+    n = agree_side = agree_type = critic_ok = missing = 0
+    by_stage: dict[str, Counter] = {s: Counter() for s in STAGES}
+    for r in results:
+        key = (str(r.get("dataset")), str(r.get("id")))
+        if key not in critic_tag1:
+            missing += 1
+            continue
+        tags = [t for t in (canon(x) for x in (critic_tag1[key] or [])) if t]
+        if not tags:
+            critic_ok += 1
+            continue
+        n += 1
+        stage = r.get("stage")
+        sides = {types.tier1_side.get(t) for t in tags}
+        agree_side += int(types.stage_side.get(stage) in sides)
+        agree_type += int(bool(r.get("mode")) and types.tier1_of(r["mode"]) in tags)
+        for t in tags:
+            by_stage.setdefault(stage, Counter())[t] += 1
+    nan = float("nan")
+    return {
+        "n": n,
+        "n_critic_correct": critic_ok,
+        "n_missing": missing,
+        "side_agreement": agree_side / n if n else nan,
+        "type_agreement": agree_type / n if n else nan,
+        "by_stage": {s: dict(c) for s, c in by_stage.items()},
+    }

@@ -1,0 +1,435 @@
+"""SIM-RAG: self-practice data, an information-sufficiency critic, multi-round RAG.
+
+Reproduces Yang et al. (SIM-RAG, SIGIR 2025) in our harness:
+
+- **Self-practice** (Algorithm 1). For each training question, with an empty context at turn 0:
+  the reasoner writes a short rationale and an answer; the tuple (question, context, answer,
+  rationale) is labelled Accept when the answer matches a gold answer (exact match by default,
+  as the paper's A' = A) and Reject otherwise; then the reasoner writes a search query, the
+  retriever returns documents, and "query + documents" is appended to the context. T turns give
+  T labelled examples per question. The paper's loop also retrieves after the last answer; that
+  retrieval is never used, so we skip it.
+- **Critic training.** Labels are balanced by downsampling the majority class and split by
+  question id. The default critic is a small classifier (TF-IDF of question / context / answer /
+  rationale plus a few grounded features -> logistic regression); the paper fine-tunes Flan-T5,
+  and :func:`train_llm_critic` fine-tunes the packaged model with LoRA through
+  ``ragcritic_lib.training.train_sft`` instead.
+- **Inference.** Answer, ask the critic; stop when it accepts, else query, retrieve, append and
+  answer again, up to T turns (the last answer is returned when the critic never accepts). The
+  oracle critic (accepts exactly the correct answers) gives the ceiling of the paper's Fig. 5.
+
+Batched: every turn is one ``generate`` call over all questions still running.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ragcritic_lib.baselines import contains_answer, dataset_name, overlap_fraction, tokens
+
+LABELS = ("Accept", "Reject")
+
+
+# --------------------------------------------------------------------------- prompts
+def _render_context(context: Sequence[Mapping[str, str]], max_chars: int) -> str:
+    if not context:
+        return "Nothing has been searched yet."
+    lines = []
+    for i, c in enumerate(context, 1):
+        doc = " ".join(str(c.get("doc", "")).split())
+        doc = doc if len(doc) <= max_chars else doc[: max_chars - 3] + "..."
+        lines.append(f"Search {i}: {c.get('query', '')}\nFound: {doc}")
+    return "\n".join(lines)
+
+
+def build_answer_messages(question: str, context: Sequence[Mapping[str, str]], *, max_chars: int = 700) -> list[dict[str, str]]:
+    """Reasoner prompt: a brief rationale, then the answer after the standard answer prefix."""
+    from ragcritic_lib.rag import ANSWER_PREFIX
+
+    return [
+        {"role": "system", "content": "You answer questions using what you know and what has been found by searching."},
+        {"role": "user", "content": f"{_render_context(context, max_chars)}\n\nQuestion: {question}\n\n"
+                                    "Explain your reasoning in one or two sentences, then finish with a line "
+                                    f"'{ANSWER_PREFIX} <short answer>'."},
+    ]
+
+
+def build_query_messages(question: str, context: Sequence[Mapping[str, str]], *, max_chars: int = 700) -> list[dict[str, str]]:
+    """Reasoner prompt for the next search query (what is still missing)."""
+    return [
+        {"role": "system", "content": "You decide what to search for next."},
+        {"role": "user", "content": f"{_render_context(context, max_chars)}\n\nQuestion: {question}\n\n"
+                                    "The information above is not enough to answer. Write one short search query "
+                                    "for what is missing. Output only the query."},
+    ]
+
+
+def parse_answer(text: str) -> tuple[str, str]:
+    """(answer, rationale) from a reasoner output; the rationale is the text before the prefix."""
+    from ragcritic_lib.rag import ANSWER_PREFIX, extract_answer
+
+    answer, _ = extract_answer(text or "")
+    pos = (text or "").find(ANSWER_PREFIX)
+    rationale = (text[:pos] if pos >= 0 else text or "").strip()
+    return answer.strip(), rationale
+
+
+def parse_query(text: str, question: str) -> str:
+    """First non-empty line of the query output without labels or quotes; the question if none."""
+    for line in (text or "").splitlines():
+        line = re.sub(r"^\s*(?:search\s*)?query\s*[:\-]\s*", "", line, flags=re.I).strip().strip("\"'`").strip()
+        if tokens(line):
+            return line
+    return question
+
+
+# ------------------------------------------------------------------------ correctness
+def make_match_fn(metric: str = "em", threshold: float = 1.0) -> Callable[[str, Sequence[str]], bool]:
+    """``fn(answer, golds) -> bool``: metric (em / f1 / acc of ragcritic_lib.metrics) >= threshold."""
+    from ragcritic_lib import metrics
+
+    fns = {"em": metrics.exact_match, "f1": metrics.token_f1, "acc": metrics.accuracy}
+    if metric not in fns:
+        raise ValueError(f"simrag match metric must be one of {sorted(fns)}, got {metric!r}")
+    fn = fns[metric]
+    return lambda answer, golds: fn(answer, list(golds)) >= threshold
+
+
+# --------------------------------------------------------------------- turn machinery
+@dataclass
+class _State:
+    record: Mapping[str, Any]
+    context: list[dict[str, str]] = field(default_factory=list)
+    seen: set[str] = field(default_factory=set)
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _answer_turn(llm: Any, states: Sequence[_State], gen_params: Any, max_chars: int) -> list[tuple[str, str, str]]:
+    prompts = [build_answer_messages(s.record["question"], s.context, max_chars=max_chars) for s in states]
+    gens = llm.generate(prompts, gen_params, desc="simrag answer") if prompts else []
+    return [(*parse_answer(g.text), g.text) for g in gens]
+
+
+def _search_turn(llm: Any, retriever: Any, states: Sequence[_State], query_params: Any, docs_per_turn: int,
+                 max_chars: int) -> None:
+    if not states:
+        return
+    prompts = [build_query_messages(s.record["question"], s.context, max_chars=max_chars) for s in states]
+    gens = llm.generate(prompts, query_params, desc="simrag query")
+    queries = [parse_query(g.text, s.record["question"]) for g, s in zip(gens, states)]
+    # Ask for extra hits so documents already in the context can be skipped.
+    depth = docs_per_turn + max(len(s.seen) for s in states)
+    for s, q, hits in zip(states, queries, retriever.search(queries, depth)):
+        new = [h for h in hits if h.doc_id not in s.seen][:docs_per_turn]
+        s.seen.update(h.doc_id for h in new)
+        s.context.append({"query": q, "doc": "\n".join(h.contents for h in new), "doc_ids": [h.doc_id for h in new]})
+
+
+def _initial_states(records: Sequence[Mapping[str, Any]], retriever: Any, initial_docs: int) -> list[_State]:
+    states = [_State(r) for r in records]
+    if initial_docs > 0 and states:
+        for s, hits in zip(states, retriever.search([r["question"] for r in records], initial_docs)):
+            s.seen.update(h.doc_id for h in hits)
+            s.context.append({"query": s.record["question"], "doc": "\n".join(h.contents for h in hits),
+                              "doc_ids": [h.doc_id for h in hits]})
+    return states
+
+
+def _example(s: _State, turn: int, answer: str, rationale: str) -> dict[str, Any]:
+    r = s.record
+    return {"qid": str(r.get("id")), "dataset": dataset_name(r), "question": r["question"],
+            "golden_answers": list(r.get("golden_answers") or []), "turn": turn,
+            "context": [dict(c) for c in s.context], "answer": answer, "rationale": rationale}
+
+
+# ---------------------------------------------------------------------- self-practice
+def self_practice(
+    llm: Any,
+    retriever: Any,
+    records: Sequence[Mapping[str, Any]],
+    *,
+    max_turns: int,
+    gen_params: Any,
+    query_params: Any,
+    docs_per_turn: int = 2,
+    initial_docs: int = 0,
+    match_fn: Callable[[str, Sequence[str]], bool] | None = None,
+    max_chars: int = 700,
+) -> list[dict[str, Any]]:
+    """SIM-RAG Algorithm 1: T labelled (question, context, answer, rationale) tuples per question.
+
+    Args:
+        max_turns: T, answers per question.
+        docs_per_turn: new documents appended per search (already-seen ids skipped).
+        initial_docs: documents retrieved with the question itself before turn 0 (0 = the
+            paper's empty starting context).
+        match_fn: Accept test, default exact match against any gold answer.
+
+    Returns:
+        examples with qid, dataset, question, golden_answers, turn, context, answer, rationale,
+        label ("Accept"/"Reject"), in question order then turn order.
+    """
+    match = match_fn or make_match_fn("em")
+    states = _initial_states(records, retriever, initial_docs)
+    for turn in range(max_turns):
+        for s, (answer, rationale, _) in zip(states, _answer_turn(llm, states, gen_params, max_chars)):
+            ex = _example(s, turn, answer, rationale)
+            ex["label"] = "Accept" if match(answer, ex["golden_answers"]) else "Reject"
+            s.history.append(ex)
+        if turn < max_turns - 1:
+            _search_turn(llm, retriever, states, query_params, docs_per_turn, max_chars)
+    return [ex for s in states for ex in s.history]
+
+
+def balance_labels(examples: Sequence[Mapping[str, Any]], *, seed: int = 0) -> list[dict[str, Any]]:
+    """Downsample the majority label to the minority count (original order kept).
+
+    With only one label present nothing can be balanced and the examples are returned as is.
+    """
+    by_label: dict[str, list[int]] = {}
+    for i, ex in enumerate(examples):
+        by_label.setdefault(str(ex["label"]), []).append(i)
+    if len(by_label) < 2:
+        return [dict(e) for e in examples]
+    n = min(len(v) for v in by_label.values())
+    rng = random.Random(seed)
+    keep: set[int] = set()
+    for label in sorted(by_label):
+        idx = by_label[label]
+        keep.update(idx if len(idx) == n else rng.sample(idx, n))
+    return [dict(examples[i]) for i in sorted(keep)]
+
+
+def split_by_question(
+    examples: Sequence[Mapping[str, Any]], *, heldout_frac: float = 0.3, seed: int = 0
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Split examples so that all turns of a question land on the same side.
+
+    Returns:
+        (train, heldout); with two or more questions each side gets at least one.
+    """
+    qids = sorted({str(e["qid"]) for e in examples})
+    rng = random.Random(seed)
+    rng.shuffle(qids)
+    n_held = round(len(qids) * heldout_frac)
+    if len(qids) >= 2:
+        n_held = min(max(n_held, 1), len(qids) - 1)
+    held = set(qids[:n_held])
+    train = [dict(e) for e in examples if str(e["qid"]) not in held]
+    heldout = [dict(e) for e in examples if str(e["qid"]) in held]
+    return train, heldout
+
+
+# ----------------------------------------------------------------------------- critics
+def critic_text(ex: Mapping[str, Any]) -> str:
+    """The flat text a classifier critic reads."""
+    ctx = " ".join(f"{c.get('query', '')} {c.get('doc', '')}" for c in ex.get("context") or [])
+    return f"question: {ex['question']} context: {ctx} answer: {ex.get('answer', '')} rationale: {ex.get('rationale', '')}"
+
+
+DENSE_FEATURES = ("answer_in_context", "answer_empty", "abstained", "answer_tokens", "turn", "n_searches",
+                  "question_context_overlap", "answer_question_overlap", "answer_in_rationale")
+
+
+def dense_features(ex: Mapping[str, Any]) -> list[float]:
+    """Grounded features of one example (order = :data:`DENSE_FEATURES`)."""
+    from ragcritic_lib.evidence import is_abstention
+
+    answer = str(ex.get("answer") or "")
+    ctx = " ".join(str(c.get("doc", "")) for c in ex.get("context") or [])
+    return [
+        float(bool(answer.strip()) and contains_answer(ctx, [answer])),
+        float(not answer.strip()),
+        float(is_abstention(answer)),
+        min(len(tokens(answer)), 30) / 30.0,
+        float(ex.get("turn", 0)),
+        float(len(ex.get("context") or [])),
+        overlap_fraction(str(ex["question"]), ctx),
+        overlap_fraction(answer, str(ex["question"])),
+        float(bool(answer.strip()) and contains_answer(str(ex.get("rationale") or ""), [answer])),
+    ]
+
+
+class OracleCritic:
+    """Accepts exactly the answers that match a gold answer (the paper's ceiling)."""
+
+    name = "oracle"
+
+    def __init__(self, match_fn: Callable[[str, Sequence[str]], bool] | None = None) -> None:
+        self.match = match_fn or make_match_fn("em")
+
+    def accept(self, examples: Sequence[Mapping[str, Any]]) -> list[bool]:
+        return [bool(self.match(str(e.get("answer") or ""), e.get("golden_answers") or [])) for e in examples]
+
+
+class ClassifierCritic:
+    """TF-IDF (uni+bigrams) of :func:`critic_text` + :func:`dense_features` -> logistic regression.
+
+    When the training data hold one label only, the critic predicts that label.
+    """
+
+    name = "classifier"
+
+    def __init__(self, *, c: float = 1.0, max_features: int = 5000, seed: int = 0) -> None:
+        self.c, self.max_features, self.seed = c, max_features, seed
+        self.vectorizer: Any = None
+        self.model: Any = None
+        self.constant: bool | None = None
+
+    def _matrix(self, examples: Sequence[Mapping[str, Any]]):
+        import numpy as np
+        from scipy.sparse import csr_matrix, hstack
+
+        text = self.vectorizer.transform([critic_text(e) for e in examples])
+        dense = csr_matrix(np.asarray([dense_features(e) for e in examples], dtype=float))
+        return hstack([text, dense]).tocsr()
+
+    def fit(self, examples: Sequence[Mapping[str, Any]]) -> "ClassifierCritic":
+        from sklearn.feature_extraction.text import TfidfVectorizer
+        from sklearn.linear_model import LogisticRegression
+
+        labels = [str(e["label"]) for e in examples]
+        if len(set(labels)) < 2:
+            self.constant = bool(labels) and labels[0] == "Accept"
+            return self
+        self.vectorizer = TfidfVectorizer(ngram_range=(1, 2), max_features=self.max_features, sublinear_tf=True)
+        self.vectorizer.fit([critic_text(e) for e in examples])
+        self.model = LogisticRegression(C=self.c, class_weight="balanced", max_iter=2000, random_state=self.seed)
+        self.model.fit(self._matrix(examples), [int(x == "Accept") for x in labels])
+        return self
+
+    def accept(self, examples: Sequence[Mapping[str, Any]]) -> list[bool]:
+        if not examples:
+            return []
+        if self.model is None:
+            if self.constant is None:
+                raise RuntimeError("ClassifierCritic.accept called before fit")
+            return [self.constant] * len(examples)
+        return [bool(p) for p in self.model.predict(self._matrix(examples))]
+
+
+def build_critic_messages(ex: Mapping[str, Any], *, max_chars: int = 700) -> list[dict[str, str]]:
+    """Prompt of the LLM sufficiency critic (the gold answer is never shown)."""
+    return [
+        {"role": "system", "content": "You check whether an answer is supported by the information found so far."},
+        {"role": "user", "content": f"{_render_context(ex.get('context') or [], max_chars)}\n\n"
+                                    f"Question: {ex['question']}\nProposed answer: {ex.get('answer', '')}\n"
+                                    f"Reasoning: {ex.get('rationale', '')}\n\n"
+                                    "Is the information enough to trust this answer? Reply Accept or Reject."},
+    ]
+
+
+def parse_verdict(text: str) -> str | None:
+    """First "accept"/"reject" word in the critic output (any case), None when neither occurs."""
+    m = re.search(r"\b(accept|reject)", text or "", flags=re.I)
+    return m.group(1).capitalize() if m else None
+
+
+def critic_sft_examples(examples: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """SFT examples {"messages": prompt + assistant verdict} for :func:`train_llm_critic`."""
+    return [{"messages": build_critic_messages(e) + [{"role": "assistant", "content": str(e["label"])}]} for e in examples]
+
+
+def train_llm_critic(examples: Sequence[Mapping[str, Any]], recipe: Any, output_dir: Any, *, base_model: str) -> Any:
+    """LoRA-tune the packaged model as the critic (``ragcritic_lib.training.train_sft``)."""
+    from ragcritic_lib.training import train_sft
+
+    return train_sft(critic_sft_examples(examples), recipe, output_dir, base_model=base_model)
+
+
+class LLMSufficiencyCritic:
+    """A (fine-tuned) LLM answering Accept/Reject; unparseable outputs count as Reject."""
+
+    name = "llm"
+
+    def __init__(self, llm: Any, *, max_new_tokens: int = 4) -> None:
+        self.llm, self.max_new_tokens = llm, max_new_tokens
+        self.invalid = 0
+
+    def accept(self, examples: Sequence[Mapping[str, Any]]) -> list[bool]:
+        from ragcritic_lib.llm import GenParams
+
+        if not examples:
+            return []
+        gens = self.llm.generate([build_critic_messages(e) for e in examples],
+                                 GenParams(max_new_tokens=self.max_new_tokens), desc="simrag critic")
+        verdicts = [parse_verdict(g.text) for g in gens]
+        self.invalid += sum(v is None for v in verdicts)
+        return [v == "Accept" for v in verdicts]
+
+
+def confusion_matrix(labels: Sequence[str], accepted: Sequence[bool]) -> dict[str, Any]:
+    """Critic confusion on held-out examples, as in the paper's Fig. 3.
+
+    Rows are the true label (Accept = the answer was correct), columns the critic's verdict.
+
+    Returns:
+        {"correct_accept", "correct_reject", "wrong_accept", "wrong_reject", "n", "accuracy",
+        "shares": same four keys as fractions of n}.
+    """
+    if len(labels) != len(accepted):
+        raise ValueError(f"labels ({len(labels)}) and predictions ({len(accepted)}) differ in length")
+    cells = {"correct_accept": 0, "correct_reject": 0, "wrong_accept": 0, "wrong_reject": 0}
+    for y, a in zip(labels, accepted):
+        cells[f"{'correct' if y == 'Accept' else 'wrong'}_{'accept' if a else 'reject'}"] += 1
+    n = len(labels)
+    out: dict[str, Any] = dict(cells)
+    out["n"] = n
+    out["accuracy"] = (cells["correct_accept"] + cells["wrong_reject"]) / n if n else float("nan")
+    out["shares"] = {k: (v / n if n else float("nan")) for k, v in cells.items()}
+    return out
+
+
+# ------------------------------------------------------------------------------ inference
+def simrag_infer(
+    llm: Any,
+    retriever: Any,
+    records: Sequence[Mapping[str, Any]],
+    critic: Any,
+    *,
+    max_turns: int,
+    gen_params: Any,
+    query_params: Any,
+    docs_per_turn: int = 2,
+    initial_docs: int = 0,
+    max_chars: int = 700,
+) -> list[dict[str, Any]]:
+    """Multi-round inference: answer, stop when ``critic.accept`` says so, else search again.
+
+    Returns:
+        copies of the records with prediction, raw_output, simrag_turns (answers produced),
+        simrag_accepted (the critic accepted the returned answer), simrag_context and
+        simrag_history (per turn: answer, rationale, accepted).
+    """
+    states = _initial_states(records, retriever, initial_docs)
+    final: dict[int, dict[str, Any]] = {}
+    active = list(range(len(states)))
+    for turn in range(max_turns):
+        if not active:
+            break
+        cur = [states[i] for i in active]
+        answers = _answer_turn(llm, cur, gen_params, max_chars)
+        exs = [_example(s, turn, a, r) for s, (a, r, _) in zip(cur, answers)]
+        verdicts = critic.accept(exs)
+        still = []
+        for i, s, (a, r, raw), ok in zip(active, cur, answers, verdicts):
+            s.history.append({"turn": turn, "answer": a, "rationale": r, "accepted": bool(ok)})
+            if ok or turn == max_turns - 1:
+                final[i] = {"prediction": a, "raw_output": raw, "simrag_turns": turn + 1, "simrag_accepted": bool(ok)}
+            else:
+                still.append(i)
+        if turn < max_turns - 1:
+            _search_turn(llm, retriever, [states[i] for i in still], query_params, docs_per_turn, max_chars)
+        active = still
+    out = []
+    for i, s in enumerate(states):
+        r = dict(s.record)
+        r.update(final.get(i, {"prediction": "", "raw_output": "", "simrag_turns": 0, "simrag_accepted": False}))
+        r["simrag_context"] = [dict(c) for c in s.context]
+        r["simrag_history"] = s.history
+        out.append(r)
+    return out

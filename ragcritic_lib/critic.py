@@ -1,0 +1,864 @@
+"""The RAG error-critic: prompts, the critique JSON, a tolerant parser and three critics.
+
+A critic reads a question, the retrieved passages and a model's prediction (never the gold
+answer) and writes one JSON object, the critic schema of RAG-Critic section 3.2:
+
+    {"Judgement": "Correct"}
+    {"Judgement": "Error", "tag1": [...], "tag2": [...], "tag3": [...], "Error_analysis": "..."}
+
+Our training targets put the three tag lists before the free-text analysis: key order carries no
+meaning in JSON, and a generation cut off by the token budget then still carries its labels.
+
+Model output is data: :func:`parse_critic_output` extracts the first JSON object with a small
+hand-written scanner that repairs the usual damage (code fences, prose around the object,
+single quotes, trailing commas, Python literals, unquoted keys, truncation) and never evaluates
+anything. Labels go through the taxonomy's ``canonical``; unknown ones are dropped and listed.
+
+Critics:
+- :class:`LLMCritic` prompts any :mod:`ragcritic_lib.llm` backend, batched, with passages cut to
+  a word budget and a short ``max_new_tokens``.
+- :class:`HeuristicCritic` applies grounded rules to question, passages and prediction only (no
+  LLM, no gold answer); it is the floor every trained critic must beat.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from ragcritic_lib.io import DataFormatError
+
+Message = dict[str, str]
+
+CORRECT = "Correct"
+ERROR = "Error"
+TARGET_KEYS = ("Judgement", "tag1", "tag2", "tag3", "Error_analysis")
+
+# Why: long or adversarial generations must not make parsing slow; a critique is a few hundred
+# characters, so anything past this is noise.
+MAX_PARSE_CHARS = 20_000
+MAX_TAG3 = 10
+MAX_TAG3_CHARS = 120
+MAX_ANALYSIS_CHARS = 2_000
+
+
+class TaxonomyLike(Protocol):
+    """What the critic needs from :class:`ragcritic_lib.taxonomy.Taxonomy`."""
+
+    tier1: list[str]
+    tier2: list[str]
+
+    def parent(self, tier2: str) -> str: ...
+
+    def children(self, tier1: str) -> list[str]: ...
+
+    def canonical(self, label: str) -> str | None: ...
+
+
+# --------------------------------------------------------------------------------------------
+# The parsed critique
+# --------------------------------------------------------------------------------------------
+@dataclass
+class CriticParse:
+    """One critique as data.
+
+    Attributes:
+        judgement: "Correct", "Error", or None when no judgement could be recovered.
+        analysis: the free-text error analysis ("" when absent).
+        tag1, tag2: canonical tier-1 / tier-2 labels (unknown ones dropped).
+        tag3: free-text atomic tags.
+        valid_json: the object decoded as strict JSON without any repair.
+        parse_error: None when a judgement was recovered, else a short reason code.
+        repairs: what had to be fixed (e.g. "truncated", "single_quotes", "trailing_comma").
+        unknown_labels: tag1/tag2 entries the taxonomy does not know (dropped).
+        raw: the model text (cut to MAX_PARSE_CHARS).
+    """
+
+    judgement: str | None
+    analysis: str = ""
+    tag1: list[str] = field(default_factory=list)
+    tag2: list[str] = field(default_factory=list)
+    tag3: list[str] = field(default_factory=list)
+    valid_json: bool = False
+    parse_error: str | None = None
+    repairs: list[str] = field(default_factory=list)
+    unknown_labels: list[str] = field(default_factory=list)
+    raw: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """Whether a judgement was recovered."""
+        return self.judgement is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CriticParse:
+        names = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def to_critique(self) -> dict[str, Any]:
+        """The critic-schema dict (what a downstream planner reads)."""
+        if self.judgement == CORRECT:
+            return {"Judgement": CORRECT}
+        return {
+            "Judgement": self.judgement or ERROR,
+            "Error_analysis": self.analysis,
+            "tag1": list(self.tag1),
+            "tag2": list(self.tag2),
+            "tag3": list(self.tag3),
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# Targets
+# --------------------------------------------------------------------------------------------
+def format_critique(critique: Mapping[str, Any], *, max_analysis_words: int | None = None) -> str:
+    """Serialize a critique dict in the training key order (tags before analysis).
+
+    Args:
+        critique: a dict in the critic schema (keys spelled as in the contract; "Error analysis"
+            and lower-case variants are accepted).
+        max_analysis_words: cut the analysis to this many words (short targets train faster).
+    """
+    norm = {_norm_key(k): v for k, v in critique.items()}
+    judgement = _norm_judgement(norm.get("judgement"))
+    if judgement is None:
+        raise DataFormatError(f"critique has no valid 'Judgement': {dict(critique)!r:.200}")
+    if judgement == CORRECT:
+        return json.dumps({"Judgement": CORRECT}, ensure_ascii=False)
+    analysis = " ".join(str(norm.get("analysis") or "").split())
+    if max_analysis_words is not None:
+        words = analysis.split()
+        analysis = " ".join(words[:max_analysis_words])
+    out = {
+        "Judgement": ERROR,
+        "tag1": [str(t) for t in _as_str_list(norm.get("tag1"))],
+        "tag2": [str(t) for t in _as_str_list(norm.get("tag2"))],
+        "tag3": [str(t) for t in _as_str_list(norm.get("tag3"))],
+        "Error_analysis": analysis,
+    }
+    return json.dumps(out, ensure_ascii=False)
+
+
+def critic_target(record: Mapping[str, Any], *, max_analysis_words: int | None = None) -> str:
+    """The critique JSON text a perfect critic would write for one record.
+
+    Reads, in order: ``record["critic_target"]`` (dict or JSON text, from stage 04);
+    ``record["correct"] is True`` -> {"Judgement": "Correct"}; otherwise the record's own
+    ``tag1``/``tag2``/``tag3`` and ``Error_analysis`` (or ``rationale``).
+
+    Raises:
+        DataFormatError: naming the record id when none of these is present.
+    """
+    rid = record.get("id", "?")
+    target = record.get("critic_target")
+    if target is not None:
+        if isinstance(target, str):
+            try:
+                target = json.loads(target)
+            except json.JSONDecodeError:
+                raise DataFormatError(f"record {rid}: 'critic_target' is not valid JSON") from None
+        if not isinstance(target, Mapping):
+            raise DataFormatError(f"record {rid}: 'critic_target' must be an object")
+        return format_critique(target, max_analysis_words=max_analysis_words)
+    if record.get("correct") is True:
+        return json.dumps({"Judgement": CORRECT})
+    if "tag1" in record or "tag2" in record:
+        critique = {
+            "Judgement": ERROR,
+            "tag1": record.get("tag1", []),
+            "tag2": record.get("tag2", []),
+            "tag3": record.get("tag3", []),
+            "Error_analysis": record.get("Error_analysis", record.get("rationale", "")),
+        }
+        return format_critique(critique, max_analysis_words=max_analysis_words)
+    raise DataFormatError(
+        f"record {rid}: no 'critic_target', no 'correct': true and no 'tag1'/'tag2' keys"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Prompts (our own wording of RAG-Critic Prompts D and E)
+# --------------------------------------------------------------------------------------------
+def passage_texts(passages: Sequence[Any]) -> list[str]:
+    """Passage strings from either plain strings or {"contents": ...} records."""
+    out = []
+    for p in passages or []:
+        if isinstance(p, Mapping):
+            out.append(str(p.get("contents", "")))
+        else:
+            out.append(str(p))
+    return out
+
+
+def format_passages(passages: Sequence[Any], *, top_k: int = 3, passage_words: int = 50) -> str:
+    """Number the first ``top_k`` passages, each cut to ``passage_words`` words.
+
+    A passage in the FlashRAG "Title\\ntext" form is shown as "Title: text".
+    """
+    lines = []
+    for i, text in enumerate(passage_texts(passages)[:top_k], start=1):
+        title, _, body = text.partition("\n")
+        words = (body if body else title).split()
+        cut = " ".join(words[:passage_words]) + (" ..." if len(words) > passage_words else "")
+        lines.append(f"[{i}] {title.strip()}: {cut}" if body else f"[{i}] {cut}")
+    return "\n".join(lines) if lines else "(no passages)"
+
+
+def label_menu(taxonomy: TaxonomyLike) -> str:
+    """One line per tier-1 label with its tier-2 labels: the compact label list of our prompts."""
+    return "\n".join(f"- {t1}: " + " | ".join(taxonomy.children(t1)) for t1 in taxonomy.tier1)
+
+
+_TRAINED_SYSTEM = (
+    "You check answers written by a retrieval-augmented question answering system. "
+    "Reply with one JSON object and nothing else."
+)
+
+_TRAINED_USER = """Question: {question}
+Passages:
+{passages}
+Answer to check: {prediction}
+
+Error labels (tier-1: tier-2 choices):
+{labels}
+
+If the answer is right, reply {{"Judgement": "Correct"}}. Otherwise reply {{"Judgement": "Error", "tag1": [tier-1 labels], "tag2": [tier-2 labels], "tag3": [short free-text tags], "Error_analysis": "one or two sentences"}}."""
+
+_ZEROSHOT_SYSTEM = (
+    "You are an error critic for retrieval-augmented generation (RAG). You help improve AI "
+    "assistants by pinpointing exactly what went wrong in their answers."
+)
+
+_ZEROSHOT_USER = """You are given a [Question], the top retrieved [Passages] and the [Model's Prediction] of a RAG system.
+
+Step 1: decide whether the prediction correctly answers the question. If it does, reply exactly:
+{{"Judgement": "Correct"}}
+
+Step 2: if it does not, label the error at three levels, from coarse to fine, and explain it. Every tier-2 label belongs to the tier-1 label written before it:
+{labels}
+tag3 holds your own short, specific tags. Reply with JSON only, in this shape:
+{{"Judgement": "Error", "Error_analysis": "...", "tag1": [...], "tag2": [...], "tag3": [...]}}
+
+Worked example.
+[Question]: Which river flows through the capital of Lumeria?
+[Passages]:
+[1] Lumeria: Lumeria is a coastal country whose largest port is Sandvik ...
+[Model's Prediction]: Sandvik
+Reply: {{"Judgement": "Error", "Error_analysis": "The passages never say which river crosses the capital, and the answer names the port city instead of a river.", "tag1": ["{ex_t1a}", "{ex_t1b}"], "tag2": ["{ex_t2a}", "{ex_t2b}"], "tag3": ["missing evidence about the river", "answered with a city instead of a river"]}}
+
+Now the real case.
+[Question]: {question}
+[Passages]:
+{passages}
+[Model's Prediction]: {prediction}
+Reply:"""
+
+
+def build_critic_messages(
+    question: str,
+    passages: Sequence[Any],
+    prediction: str,
+    *,
+    taxonomy: TaxonomyLike,
+    variant: str = "trained",
+    top_k: int = 3,
+    passage_words: int = 50,
+) -> list[Message]:
+    """The chat prompt of the critic. The gold answer is never part of it.
+
+    Args:
+        question, passages, prediction: the RAG input and output under review; passages may be
+            strings or {"contents": ...} records.
+        taxonomy: supplies the label list shown to the model.
+        variant: "trained" (compact, used for SFT/DPO and the trained critics) or "zeroshot"
+            (the benchmark prompt, RAG-Critic Prompt E in our words, with one worked example).
+        top_k, passage_words: passage budget (the first ``top_k`` passages, each cut to
+            ``passage_words`` words).
+    """
+    ptxt = format_passages(passages, top_k=top_k, passage_words=passage_words)
+    pred = " ".join(str(prediction).split()) or "(empty)"
+    labels = label_menu(taxonomy)
+    if variant == "trained":
+        user = _TRAINED_USER.format(question=question, passages=ptxt, prediction=pred, labels=labels)
+        return [{"role": "system", "content": _TRAINED_SYSTEM}, {"role": "user", "content": user}]
+    if variant == "zeroshot":
+        t1a, t1b = taxonomy.tier1[0], taxonomy.tier1[min(3, len(taxonomy.tier1) - 1)]
+        c_a, c_b = taxonomy.children(t1a), taxonomy.children(t1b)
+        user = _ZEROSHOT_USER.format(
+            labels=labels, question=question, passages=ptxt, prediction=pred,
+            ex_t1a=t1a, ex_t1b=t1b, ex_t2a=c_a[0] if c_a else t1a, ex_t2b=c_b[-1] if c_b else t1b,
+        )
+        return [{"role": "system", "content": _ZEROSHOT_SYSTEM}, {"role": "user", "content": user}]
+    raise ValueError(f"unknown critic prompt variant {variant!r} (expected 'trained' or 'zeroshot')")
+
+
+# --------------------------------------------------------------------------------------------
+# Tolerant parsing
+# --------------------------------------------------------------------------------------------
+def _norm_key(key: Any) -> str:
+    k = re.sub(r"[^a-z0-9]", "", str(key).lower())
+    if k in ("judgement", "judgment", "verdict", "judge"):
+        return "judgement"
+    if k in ("erroranalysis", "analysis", "erroranalyses", "explanation", "rationale"):
+        return "analysis"
+    m = re.fullmatch(r"(?:tag|tier|level)(?:s)?([123])(?:tags|labels|label)?", k)
+    if m:
+        return "tag" + m.group(1)
+    return k
+
+
+def _norm_judgement(value: Any) -> str | None:
+    if not isinstance(value, str):
+        return None
+    v = re.sub(r"[^a-z ]", " ", value.lower()).strip()
+    if not v:
+        return None
+    # "incorrect" must be tested before "correct".
+    if v.startswith(("incorrect", "error", "wrong", "false", "not correct", "err")):
+        return ERROR
+    if v.startswith(("correct", "right", "true", "cor")):
+        return CORRECT
+    return None
+
+
+def _closes_single_quote(s: str, j: int) -> bool:
+    """A ``'`` closes a single-quoted string only when followed by a JSON delimiter."""
+    k = j + 1
+    while k < len(s) and s[k] in " \t\r\n":
+        k += 1
+    return k >= len(s) or s[k] in ",:}]"
+
+
+_LITERALS = {"True": "true", "true": "true", "False": "false", "false": "false",
+             "None": "null", "null": "null", "none": "null"}
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _close(text: str, stack: Sequence[str]) -> str:
+    return text + "".join("}" if c == "{" else "]" for c in reversed(stack))
+
+
+def _repair_json(s: str) -> tuple[list[str], set[str]]:
+    """Rewrite a JSON-like object text into candidate JSON texts, best first.
+
+    The scanner walks ``s`` from its first ``{`` and stops where that object closes. Strings in
+    either quote style become double-quoted JSON strings; Python literals and bare words are
+    translated; trailing commas dropped; a truncated tail is closed, and shorter cuts at earlier
+    commas are offered in case the tail itself is damaged.
+    """
+    out: list[str] = []
+    stack: list[str] = []
+    notes: set[str] = set()
+    cuts: list[tuple[int, tuple[str, ...]]] = []
+    i, n = 0, len(s)
+    done = False
+    while i < n and not done:
+        c = s[i]
+        if c in "\"'":
+            quote, j, buf, closed = c, i + 1, [], False
+            if c == "'":
+                notes.add("single_quotes")
+            while j < n:
+                d = s[j]
+                if d == "\\" and j + 1 < n:
+                    nxt = s[j + 1]
+                    if nxt == "'":
+                        buf.append("'")
+                    elif nxt in "\"\\/bfnrtu":
+                        buf.append(d + nxt)
+                    else:  # an invalid JSON escape: keep the character itself
+                        buf.append(nxt)
+                    j += 2
+                    continue
+                if d == quote and (quote == '"' or _closes_single_quote(s, j)):
+                    closed = True
+                    break
+                if d == '"':
+                    buf.append('\\"')
+                elif d in _ESCAPES:
+                    buf.append(_ESCAPES[d])
+                elif ord(d) < 0x20:
+                    buf.append(" ")
+                else:
+                    buf.append(d)
+                j += 1
+            if not closed:
+                # Drop a dangling backslash so the closing quote we add is not escaped.
+                text = "".join(buf)
+                if text.endswith("\\") and not text.endswith("\\\\"):
+                    text = text[:-1]
+                out.append('"' + text + '"')
+                notes.add("truncated")
+                break
+            out.append('"' + "".join(buf) + '"')
+            i = j + 1
+        elif c in "{[":
+            stack.append(c)
+            out.append(c)
+            i += 1
+        elif c in "}]":
+            while out and out[-1].strip() == "":
+                out.pop()
+            if out and out[-1] == ",":
+                out.pop()
+                notes.add("trailing_comma")
+            if not stack:
+                done = True
+                break
+            opener = stack.pop()
+            if (opener == "{") != (c == "}"):
+                notes.add("mismatched_bracket")
+            out.append("}" if opener == "{" else "]")
+            i += 1
+            if not stack:
+                done = True
+        elif c == ",":
+            cuts.append((len(out), tuple(stack)))
+            out.append(c)
+            i += 1
+        elif c.isalpha() or c == "_":
+            m = re.match(r"[A-Za-z_][A-Za-z0-9_]*", s[i:])
+            word = m.group(0) if m else c
+            rest = s[i + len(word):].lstrip(" \t")
+            if word in _LITERALS and not rest.startswith(":"):
+                out.append(_LITERALS[word])
+                if word[0].isupper():
+                    notes.add("python_literal")
+                i += len(word)
+            elif rest.startswith(":"):
+                out.append(json.dumps(word))
+                notes.add("unquoted_key")
+                i += len(word)
+            else:
+                # A bare value such as {"Judgement": Correct}: quote up to the next delimiter.
+                m2 = re.match(r"[^,}\]\n]*", s[i:])
+                raw = m2.group(0) if m2 else word
+                out.append(json.dumps(raw.strip()))
+                notes.add("unquoted_value")
+                i += len(raw)
+        else:
+            out.append(c)
+            i += 1
+    text = "".join(out)
+    if not stack:
+        return [text], notes
+    notes.add("truncated")
+    tail = text.rstrip()
+    if tail.endswith(","):
+        tail = tail[:-1]
+    if tail.endswith(":"):
+        tail += " null"
+    elif stack[-1] == "{" and re.search(r'[{,]\s*"(?:[^"\\]|\\.)*"\s*$', tail):
+        tail += ": null"  # the cut fell right after a key
+    candidates = [_close(tail, stack)]
+    for pos, st in reversed(cuts[-50:]):
+        candidates.append(_close("".join(out[:pos]), st))
+    return candidates, notes
+
+
+def _object_starts(text: str, limit: int = 8) -> list[int]:
+    return [m.start() for m in re.finditer(r"\{", text)][:limit]
+
+
+def _decode_first_object(text: str) -> tuple[dict[str, Any] | None, bool, set[str]]:
+    """(object, strict, repairs) for the first object that holds a judgement key."""
+    fallback: tuple[dict[str, Any] | None, bool, set[str]] = (None, False, set())
+    decoder = json.JSONDecoder()
+    for start in _object_starts(text):
+        try:
+            obj, _ = decoder.raw_decode(text, start)
+            if isinstance(obj, dict):
+                if _find_judgement_dict(obj) is not None:
+                    return obj, True, set()
+                fallback = fallback if fallback[0] is not None else (obj, True, set())
+                continue
+        except (json.JSONDecodeError, RecursionError):
+            pass
+        candidates, notes = _repair_json(text[start:])
+        for cand in candidates:
+            try:
+                obj = json.loads(cand)
+            except (json.JSONDecodeError, RecursionError):
+                continue
+            if isinstance(obj, dict):
+                if _find_judgement_dict(obj) is not None:
+                    return obj, False, notes
+                if fallback[0] is None:
+                    fallback = (obj, False, notes)
+                break
+    return fallback
+
+
+def _find_judgement_dict(obj: Mapping[str, Any], depth: int = 0) -> Mapping[str, Any] | None:
+    """The dict that holds the judgement: the object itself or one level down."""
+    if any(_norm_key(k) == "judgement" for k in obj):
+        return obj
+    if depth == 0:
+        for v in obj.values():
+            if isinstance(v, Mapping):
+                found = _find_judgement_dict(v, 1)
+                if found is not None:
+                    return found
+    return None
+
+
+def _as_str_list(value: Any) -> list[str]:
+    """A label list from a list, a JSON-ish list in a string, or a delimited string."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        v = value.strip()
+        if not v:
+            return []
+        if v.startswith("["):
+            cands, _ = _repair_json('{"x":' + v + "}")
+            for cand in cands:
+                try:
+                    inner = json.loads(cand).get("x")
+                except (json.JSONDecodeError, AttributeError, RecursionError):
+                    continue
+                if isinstance(inner, list):
+                    return [str(x).strip() for x in inner if isinstance(x, (str, int, float)) and str(x).strip()]
+        return [v]
+    if isinstance(value, (list, tuple)):
+        return [str(x).strip() for x in value if isinstance(x, (str, int, float)) and str(x).strip()]
+    return []
+
+
+def _split_labels(items: list[str]) -> list[str]:
+    out = []
+    for it in items:
+        out.extend(p.strip() for p in re.split(r"[;,|\n]", it) if p.strip())
+    return out
+
+
+def _canonical_labels(
+    items: list[str], taxonomy: TaxonomyLike | None, tier: int, unknown: list[str], repairs: set[str]
+) -> list[str]:
+    if taxonomy is None:
+        return list(dict.fromkeys(i for i in items if i))
+    allowed = set(taxonomy.tier1 if tier == 1 else taxonomy.tier2)
+    other = set(taxonomy.tier2 if tier == 1 else taxonomy.tier1)
+    out: list[str] = []
+    for item in items:
+        canon = taxonomy.canonical(item)
+        if canon is None and re.search(r"[;,|\n]", item):
+            # A string holding several labels ("A, B"): resolve the pieces one by one.
+            out.extend(_canonical_labels(_split_labels([item]), taxonomy, tier, unknown, repairs))
+            continue
+        if canon in allowed:
+            out.append(canon)
+        elif canon in other:
+            repairs.add(f"tier{3 - tier}_label_in_tag{tier}")
+            unknown.append(item)
+        else:
+            unknown.append(item)
+    return list(dict.fromkeys(out))
+
+
+_REGEX_JUDGEMENT = re.compile(r"""judge?ment["'\s]*[:=]\s*["']?\s*([A-Za-z]+)""", re.IGNORECASE)
+_REGEX_BARE = re.compile(r"^\W*(correct|incorrect|error|wrong)\b", re.IGNORECASE)
+
+
+def _regex_tags(text: str, name: str) -> list[str]:
+    m = re.search(name + r"""["'\s]*[:=]\s*\[([^\]]*)\]?""", text, re.IGNORECASE)
+    if not m:
+        return []
+    return [t.strip().strip("'\"").strip() for t in re.split(r"""["']\s*,\s*["']|,(?=\s*["'])""", m.group(1))
+            if t.strip().strip("'\"").strip()]
+
+
+def parse_critic_output(text: str | None, taxonomy: TaxonomyLike | None = None) -> CriticParse:
+    """Parse a critic generation into a :class:`CriticParse`; never raises on model text.
+
+    Args:
+        text: the raw generation.
+        taxonomy: canonicalizes tag1/tag2 labels (None keeps them as written).
+
+    Returns:
+        A CriticParse; ``judgement`` is None and ``parse_error`` names the reason ("empty",
+        "no_json", "no_judgement", "bad_judgement") when no judgement could be recovered.
+    """
+    raw = (text or "")[:MAX_PARSE_CHARS]
+    if not raw.strip():
+        return CriticParse(judgement=None, parse_error="empty", raw=raw)
+    obj, strict, repairs = _decode_first_object(raw)
+    repairs = set(repairs)
+    unknown: list[str] = []
+    if obj is None:
+        # No object at all: fall back to regular expressions over the text.
+        m = _REGEX_JUDGEMENT.search(raw)
+        judgement = _norm_judgement(m.group(1)) if m else None
+        if judgement is None and m is None:
+            bare = _REGEX_BARE.match(raw)
+            judgement = _norm_judgement(bare.group(1)) if bare else None
+            if judgement is not None:
+                repairs.add("bare_word")
+        if judgement is None:
+            return CriticParse(judgement=None, parse_error="no_json" if m is None else "bad_judgement",
+                               raw=raw, repairs=sorted(repairs))
+        repairs.add("regex")
+        tag1 = _canonical_labels(_regex_tags(raw, "tag1"), taxonomy, 1, unknown, repairs)
+        tag2 = _canonical_labels(_regex_tags(raw, "tag2"), taxonomy, 2, unknown, repairs)
+        return CriticParse(judgement=judgement, tag1=tag1, tag2=tag2,
+                           tag3=_clean_tag3(_regex_tags(raw, "tag3")), valid_json=False,
+                           repairs=sorted(repairs), unknown_labels=unknown, raw=raw)
+    holder = _find_judgement_dict(obj) or obj
+    norm: dict[str, Any] = {}
+    for k, v in holder.items():
+        norm.setdefault(_norm_key(k), v)
+    if "judgement" not in norm:
+        return CriticParse(judgement=None, parse_error="no_judgement", valid_json=strict,
+                           repairs=sorted(repairs), raw=raw)
+    judgement = _norm_judgement(norm["judgement"])
+    tag1 = _canonical_labels(_as_str_list(norm.get("tag1")), taxonomy, 1, unknown, repairs)
+    tag2 = _canonical_labels(_as_str_list(norm.get("tag2")), taxonomy, 2, unknown, repairs)
+    tag3 = _clean_tag3(_split_labels(_as_str_list(norm.get("tag3"))) if isinstance(norm.get("tag3"), str)
+                       else _as_str_list(norm.get("tag3")))
+    analysis = norm.get("analysis")
+    analysis = " ".join(str(analysis).split())[:MAX_ANALYSIS_CHARS] if isinstance(analysis, (str, int, float)) else ""
+    return CriticParse(
+        judgement=judgement, analysis=analysis, tag1=tag1, tag2=tag2, tag3=tag3, valid_json=strict,
+        parse_error=None if judgement else "bad_judgement", repairs=sorted(repairs),
+        unknown_labels=unknown, raw=raw,
+    )
+
+
+def _clean_tag3(items: Iterable[str]) -> list[str]:
+    out = [" ".join(t.split())[:MAX_TAG3_CHARS] for t in items if str(t).strip()]
+    return list(dict.fromkeys(out))[:MAX_TAG3]
+
+
+# --------------------------------------------------------------------------------------------
+# Critics
+# --------------------------------------------------------------------------------------------
+def record_input(record: Mapping[str, Any]) -> tuple[str, list[str], str]:
+    """(question, passage texts, prediction): the only fields a critic may read."""
+    for key in ("question", "prediction"):
+        if key not in record:
+            raise DataFormatError(f"record {record.get('id', '?')}: missing key {key!r}")
+    return str(record["question"]), passage_texts(record.get("passages", [])), str(record["prediction"] or "")
+
+
+class LLMCritic:
+    """A critic backed by any :mod:`ragcritic_lib.llm` backend.
+
+    Args:
+        llm: an ``LLM`` (HF with a merged critic, vLLM, OpenAI-compatible, CallableLLM).
+        taxonomy: label set for prompts and canonicalization.
+        variant: "trained" or "zeroshot" prompt (see :func:`build_critic_messages`).
+        max_new_tokens: generation budget (a critique with tags first fits in ~96 tokens).
+        top_k, passage_words: passage budget of the prompt.
+        max_prompt_tokens: if set, passages are shortened (halving ``passage_words``) until the
+            user message fits, using ``llm.count_tokens``.
+        name: label in tables.
+    """
+
+    def __init__(
+        self,
+        llm: Any,
+        taxonomy: TaxonomyLike,
+        variant: str = "trained",
+        *,
+        max_new_tokens: int = 96,
+        top_k: int = 3,
+        passage_words: int = 50,
+        max_prompt_tokens: int | None = None,
+        name: str | None = None,
+    ) -> None:
+        if variant not in ("trained", "zeroshot"):
+            raise ValueError(f"unknown critic prompt variant {variant!r}")
+        self.llm, self.taxonomy, self.variant = llm, taxonomy, variant
+        self.max_new_tokens, self.top_k, self.passage_words = max_new_tokens, top_k, passage_words
+        self.max_prompt_tokens = max_prompt_tokens
+        self.name = name or f"{getattr(llm, 'model', 'llm')}:{variant}"
+        self.last_generations: list[Any] = []
+
+    def messages(self, record: Mapping[str, Any]) -> list[Message]:
+        question, passages, prediction = record_input(record)
+        words = self.passage_words
+        while True:
+            msgs = build_critic_messages(question, passages, prediction, taxonomy=self.taxonomy,
+                                         variant=self.variant, top_k=self.top_k, passage_words=words)
+            if self.max_prompt_tokens is None or words <= 8:
+                return msgs
+            n = sum(self.llm.count_tokens(m["content"]) for m in msgs)
+            if n <= self.max_prompt_tokens:
+                return msgs
+            words //= 2
+
+    def critique(self, records: Sequence[Mapping[str, Any]], *, desc: str | None = None) -> list[CriticParse]:
+        """Critique all records in one batched ``generate`` call (greedy)."""
+        from ragcritic_lib.llm import GenParams
+
+        prompts = [self.messages(r) for r in records]
+        params = GenParams(max_new_tokens=self.max_new_tokens, temperature=0.0)
+        gens = self.llm.generate(prompts, params, desc=desc or f"critic {self.name}")
+        self.last_generations = list(gens)
+        out = []
+        for g in gens:
+            parsed = parse_critic_output(g.text, self.taxonomy)
+            if getattr(g, "finish_reason", "stop") == "length" and "hit_token_limit" not in parsed.repairs:
+                parsed.repairs = sorted([*parsed.repairs, "hit_token_limit"])
+            out.append(parsed)
+        return out
+
+
+_STOP = frozenset(
+    "of in on at to for by with from and or is are was were be been being what which who whom whose "
+    "when where why how did does do this that these those it its as than then there their his her they he she "
+    "has have had not no yes into about after before during over under between most more many much".split()
+)
+
+
+def _content(tokens: Iterable[str]) -> set[str]:
+    return {t for t in tokens if t not in _STOP}
+
+
+def gold_free_features(question: str, passages: Sequence[str], prediction: str) -> dict[str, Any]:
+    """Grounded features that need no gold answer (what a deployed critic could compute).
+
+    Returns keys: prediction_empty, abstained, prediction_tokens, prediction_in_passages,
+    prediction_support (share of the prediction's content words found in the passages),
+    question_coverage (share of the question's content words found in the passages),
+    restates_question, is_title_copy, repetitive.
+    """
+    from ragcritic_lib.evidence import is_abstention, passage_title
+    from ragcritic_lib.metrics import normalize_answer
+
+    pred_norm = normalize_answer(prediction)
+    pred_toks = pred_norm.split()
+    pas_text = " " + " ".join(normalize_answer(p) for p in passages) + " "
+    pas_words = set(pas_text.split())
+    q_content = _content(normalize_answer(question).split())
+    p_content = _content(pred_toks)
+    titles = {normalize_answer(passage_title(p)) for p in passages if "\n" in p}
+    ngrams = [tuple(pred_toks[i:i + 3]) for i in range(max(0, len(pred_toks) - 2))]
+    return {
+        "prediction_empty": not pred_toks,
+        "abstained": is_abstention(prediction),
+        "prediction_tokens": len(pred_toks),
+        "prediction_in_passages": bool(pred_norm) and f" {pred_norm} " in pas_text,
+        "prediction_support": (len(p_content & pas_words) / len(p_content)) if p_content else 0.0,
+        "question_coverage": (len(q_content & pas_words) / len(q_content)) if q_content else 0.0,
+        "restates_question": bool(p_content) and len(p_content - q_content) == 0,
+        "is_title_copy": bool(pred_norm) and pred_norm in titles,
+        "repetitive": len(ngrams) >= 6 and len(set(ngrams)) <= len(ngrams) // 2,
+    }
+
+
+@dataclass(frozen=True)
+class _Rule:
+    tag1: str
+    tag2: str
+    tag3: str
+    analysis: str
+
+
+class HeuristicCritic:
+    """A grounded, rule-based critic: no LLM and no gold answer.
+
+    It reads question, passages and prediction only (plus the generator's own ``truncated``
+    flag when a record carries it) and applies, in order: empty answer; abstention; looping
+    or overlong answer; an answer that only restates the question; an answer not supported by
+    the passages (split by whether the passages cover the question at all). Anything else is
+    judged Correct. The labels come from the taxonomy and are checked when it is built.
+
+    Args:
+        taxonomy: resolves the rule labels to canonical names.
+        verbose_tokens: answers longer than this are "overly verbose".
+        coverage_threshold: below this share of question words in the passages, retrieval is
+            blamed rather than generation.
+        support_threshold: an answer whose content words are found in the passages at least
+            this often counts as grounded.
+    """
+
+    name = "heuristic"
+
+    RULES: dict[str, _Rule] = {
+        "empty": _Rule("Incomplete or Missing Response", "Omission of Key Information",
+                       "empty answer", "The response gives no answer at all."),
+        "abstain_no_evidence": _Rule(
+            "Incomplete Information", "Insufficient or Incomplete Information Retrieval",
+            "declined to answer", "The response declines to answer and the passages barely touch the question, "
+            "so the needed evidence was probably not retrieved."),
+        "abstain_with_evidence": _Rule(
+            "Incomplete or Missing Response", "Omission of Key Information", "declined to answer",
+            "The response declines to answer although the passages discuss the question."),
+        "verbose": _Rule("Overly Verbose Response", "Overly Complex and Redundant Response",
+                         "overlong answer", "The response is far longer than a short answer and buries or loses it."),
+        "repetitive": _Rule("Irrelevant or Off-Topic Response", "Off-Topic and Redundant Responses",
+                            "repetitive answer", "The response repeats itself instead of answering."),
+        "restates": _Rule("Incomplete or Missing Response", "Lack of Practicality",
+                          "restates the question", "The response only repeats words of the question."),
+        "unsupported_offtopic_passages": _Rule(
+            "Irrelevant Information", "Irrelevant Information Retrieval", "passages off topic",
+            "The passages do not cover the question and the answer is not supported by them."),
+        "unsupported": _Rule("Inaccurate or Misunderstood Response", "Factual Inaccuracies",
+                             "answer not supported by passages",
+                             "The answer is not stated in the retrieved passages, so it is likely invented."),
+    }
+
+    def __init__(
+        self,
+        taxonomy: TaxonomyLike,
+        *,
+        verbose_tokens: int = 40,
+        coverage_threshold: float = 0.5,
+        support_threshold: float = 0.5,
+    ) -> None:
+        self.taxonomy = taxonomy
+        self.verbose_tokens = verbose_tokens
+        self.coverage_threshold = coverage_threshold
+        self.support_threshold = support_threshold
+        self._labels: dict[str, tuple[str, str]] = {}
+        for key, rule in self.RULES.items():
+            t1, t2 = taxonomy.canonical(rule.tag1), taxonomy.canonical(rule.tag2)
+            if t1 not in taxonomy.tier1 or t2 not in taxonomy.tier2:
+                raise ValueError(f"HeuristicCritic rule {key!r}: labels {rule.tag1!r}/{rule.tag2!r} not in taxonomy")
+            self._labels[key] = (t1, t2)
+
+    def rule_for(self, record: Mapping[str, Any]) -> str | None:
+        """The name of the first rule that fires, or None (judged Correct)."""
+        question, passages, prediction = record_input(record)
+        f = gold_free_features(question, passages, prediction)
+        covered = f["question_coverage"] >= self.coverage_threshold
+        if f["prediction_empty"]:
+            return "empty"
+        if f["abstained"]:
+            return "abstain_with_evidence" if covered else "abstain_no_evidence"
+        if f["repetitive"]:
+            return "repetitive"
+        if record.get("truncated") is True or f["prediction_tokens"] > self.verbose_tokens:
+            return "verbose"
+        if f["restates_question"]:
+            return "restates"
+        if not f["prediction_in_passages"] and f["prediction_support"] < self.support_threshold:
+            return "unsupported" if covered else "unsupported_offtopic_passages"
+        return None
+
+    def critique(self, records: Sequence[Mapping[str, Any]]) -> list[CriticParse]:
+        out = []
+        for r in records:
+            key = self.rule_for(r)
+            if key is None:
+                out.append(CriticParse(judgement=CORRECT, valid_json=True))
+                continue
+            rule = self.RULES[key]
+            t1, t2 = self._labels[key]
+            out.append(CriticParse(judgement=ERROR, analysis=rule.analysis, tag1=[t1], tag2=[t2],
+                                   tag3=[rule.tag3], valid_json=True))
+        return out
+
+
+def critiques_to_records(parses: Sequence[CriticParse], records: Sequence[Mapping[str, Any]],
+                         critic: str) -> list[dict[str, Any]]:
+    """Rows for a JSONL file: record id, critic name and the parse (for case studies)."""
+    return [{"id": r.get("id"), "critic": critic, **p.to_dict()} for p, r in zip(parses, records)]
+

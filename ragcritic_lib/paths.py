@@ -1,0 +1,47 @@
+"""Every path the project uses, in one place.
+
+All paths are absolute and derived from the repository root, which is found from this file's
+location, or from the ``RAGCRITIC_ROOT`` environment variable when set (the smoke test runs a
+copy of the repository elsewhere). The persistent LLM-call and index caches live outside the
+DVC-managed outputs so that ``dvc repro`` deleting a stage's outputs never loses them; their
+location can be moved with ``RAGCRITIC_CACHE_DIR``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT = Path(os.environ.get("RAGCRITIC_ROOT", Path(__file__).resolve().parent.parent)).resolve()
+
+PARAMS_FILE = ROOT / "params.yaml"
+DVC_FILE = ROOT / "dvc.yaml"
+NOTEBOOKS_DIR = ROOT / "notebooks"
+CONFIGS_DIR = ROOT / "configs"
+REPORTS_DIR = ROOT / "reports"
+EXECUTED_NOTEBOOKS_DIR = REPORTS_DIR / "notebooks"
+METRICS_DIR = REPORTS_DIR / "metrics"
+FIGURES_DIR = REPORTS_DIR / "figures"
+TABLES_DIR = REPORTS_DIR / "tables"
+
+DATA_DIR = ROOT / "data"
+ASSETS_DIR = DATA_DIR / "assets"
+MODELS_DIR = ASSETS_DIR / "models"
+TAXONOMY_DIR = DATA_DIR / "taxonomy"
+TESTBED_DIR = DATA_DIR / "testbed"
+
+CACHE_DIR = Path(os.environ.get("RAGCRITIC_CACHE_DIR", ROOT / ".cache")).resolve()
+LLM_CACHE_DIR = CACHE_DIR / "llm"
+INDEX_CACHE_DIR = CACHE_DIR / "indexes"
+WHEELS_DIR = CACHE_DIR / "wheels"
+
+
+def resolve(path: str | os.PathLike[str]) -> Path:
+    """Resolve a path from params.yaml: relative paths are relative to the repository root."""
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else (ROOT / p)
+
+
+def stage_dir(name: str) -> Path:
+    """Output folder of one pipeline stage under ``data/``."""
+    return DATA_DIR / name

@@ -1,0 +1,1127 @@
+"""Teachers for error mining: rationales (Stage 1), open-set tags (Stage 2) and cluster names.
+
+RAG-Critic uses a strong LLM (Qwen2.5-72B, GPT-4o) for three roles. We keep one interface,
+:class:`Teacher`, with two implementations for every role:
+
+* :class:`LLMTeacher` prompts any backend of :mod:`ragcritic_lib.llm` (our own prompts following
+  the paper's Prompt B and Prompt C structure, with rotating few-shot examples), parses its
+  output tolerantly and counts every parse failure by reason; nothing is ever eval'ed.
+* :class:`GroundedTeacher` writes rationales and atomic tags from the grounded evidence
+  (:mod:`ragcritic_lib.evidence`) and, on the testbed, from the causes known by construction. It
+  varies its wording (synonym pools, templates, case and punctuation variants, all seeded per
+  record) so that normalization and clustering see realistic open-set labels.
+
+:func:`teacher_agreement` compares the two on the same records.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ragcritic_lib.evidence import compute_evidence, error_causes
+
+MAX_PARSE_CHARS = 20_000  # longer outputs are cut before parsing (adversarial or runaway text)
+MAX_TAGS_PER_OUTPUT = 10
+
+
+# ============================================================================================
+# Tolerant JSON parsing (model output is data, never code)
+# ============================================================================================
+
+_FENCE = re.compile(r"```(?:json|JSON|javascript)?\s*\n?(.*?)(?:```|$)", re.S)
+_LITERALS = {"True": "true", "False": "false", "None": "null"}
+
+
+def _strip_fences(text: str) -> str:
+    match = _FENCE.search(text)
+    return match.group(1) if match and match.group(1).strip() else text
+
+
+def _repair(fragment: str) -> str:
+    """Rewrite near-JSON into JSON: single quotes, Python literals, trailing commas, truncation.
+
+    A single pass over the characters tracks string state, so quotes and brackets inside strings
+    are left alone. An apostrophe between two letters inside a single-quoted string is kept as an
+    apostrophe ("model's"), which is what LLMs mean by it.
+    """
+    out: list[str] = []
+    stack: list[str] = []
+    quote: str | None = None  # the quote char of the string we are in
+    i, n = 0, len(fragment)
+    while i < n:
+        ch = fragment[i]
+        if quote is not None:
+            if ch == "\\" and i + 1 < n:
+                nxt = fragment[i + 1]
+                if quote == "'" and nxt == "'":
+                    out.append("'")
+                else:
+                    out.append(ch + nxt)
+                i += 2
+                continue
+            if ch == quote:
+                prev_alpha = i > 0 and fragment[i - 1].isalpha()
+                next_alpha = i + 1 < n and fragment[i + 1].isalpha()
+                if quote == "'" and prev_alpha and next_alpha:
+                    out.append("'")
+                else:
+                    out.append('"')
+                    quote = None
+            elif ch == '"' and quote == "'":
+                out.append('\\"')
+            elif ch == "\n":
+                out.append("\\n")
+            else:
+                out.append(ch)
+            i += 1
+            continue
+        if ch in "\"'":
+            quote = ch
+            out.append('"')
+        elif ch in "{[":
+            stack.append("}" if ch == "{" else "]")
+            out.append(ch)
+        elif ch in "}]":
+            # Drop a trailing comma before a closer.
+            while out and out[-1].isspace():
+                out.pop()
+            if out and out[-1] == ",":
+                out.pop()
+            if stack:
+                stack.pop()
+            out.append(ch)
+            if not stack:
+                break  # the first complete value is what we want; prose after it is ignored
+        elif ch.isalpha():
+            j = i
+            while j < n and (fragment[j].isalnum() or fragment[j] == "_"):
+                j += 1
+            word = fragment[i:j]
+            out.append(_LITERALS.get(word, word))
+            i = j
+            continue
+        else:
+            out.append(ch)
+        i += 1
+    if quote is not None:
+        out.append('"')
+    # Close what truncation left open: drop a dangling comma/colon/key first.
+    text = "".join(out).rstrip()
+    while stack:
+        text = text.rstrip()
+        if text.endswith(","):
+            text = text[:-1]
+        elif text.endswith(":"):
+            text += " null"
+        elif stack[-1] == "}" and re.search(r'[{,]\s*"(?:[^"\\]|\\.)*"$', text):
+            text = re.sub(r',?\s*"(?:[^"\\]|\\.)*"$', "", text)  # a key without a value
+        text += stack.pop()
+    return text
+
+
+def loads_lenient(text: Any) -> tuple[Any, str | None]:
+    """Parse the first JSON value in model output, tolerating common defects.
+
+    Handles code fences, prose before/after, single quotes, Python literals (True/None), trailing
+    commas and truncated output (open strings and brackets are closed). Never evaluates code.
+
+    Returns:
+        (value, None) on success, or (None, reason) with reason one of ``empty``, ``no_json``,
+        ``invalid_json``, ``too_deep``.
+    """
+    if not isinstance(text, str) or not text.strip():
+        return None, "empty"
+    body = _strip_fences(text[:MAX_PARSE_CHARS])
+    starts = [i for i in (body.find("{"), body.find("[")) if i >= 0]
+    if not starts:
+        return None, "no_json"
+    start = min(starts)
+    decoder = json.JSONDecoder()
+    try:
+        try:
+            return decoder.raw_decode(body, start)[0], None
+        except json.JSONDecodeError:
+            pass
+        try:
+            return decoder.raw_decode(_repair(body[start:]))[0], None
+        except json.JSONDecodeError:
+            return None, "invalid_json"
+    except RecursionError:
+        return None, "too_deep"
+
+
+def _all_objects(text: str) -> list[Any]:
+    """Every top-level JSON value in the text, in order (for outputs like ``{..}\\n{..}``)."""
+    body = _strip_fences(text[:MAX_PARSE_CHARS])
+    out: list[Any] = []
+    pos = 0
+    while len(out) < MAX_TAGS_PER_OUTPUT:
+        starts = [i for i in (body.find("{", pos), body.find("[", pos)) if i >= 0]
+        if not starts:
+            break
+        start = min(starts)
+        value, err = loads_lenient(body[start:])
+        if err is not None:
+            break
+        out.append(value)
+        # Advance past this value: find its end by re-serializing is unreliable, so scan brackets.
+        pos = _value_end(body, start)
+        if pos <= start:
+            break
+    return out
+
+
+def _value_end(text: str, start: int) -> int:
+    depth, quote, i = 0, None, start
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == "\\":
+                i += 2
+                continue
+            if ch == quote:
+                quote = None
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return len(text)
+
+
+# ============================================================================================
+# Results of the three roles
+# ============================================================================================
+
+
+@dataclass
+class Rationale:
+    """Stage-1 output: a judgement and an error analysis."""
+
+    judgement: str | None  # "Error" | "Correct" | None (unparseable)
+    analysis: str
+    valid: bool
+    error: str | None = None
+    raw: str = ""
+
+
+@dataclass
+class TagOutput:
+    """Stage-2 output: open-set tags with explanations."""
+
+    tags: list[dict[str, str]]
+    valid: bool
+    error: str | None = None
+    raw: str = ""
+
+    def tag_names(self) -> list[str] | None:
+        """Tag strings, or None for a malformed output (what :func:`normalize_tags` expects)."""
+        return [t["tag"] for t in self.tags] if self.valid else None
+
+
+@dataclass
+class ClusterName:
+    name: str
+    valid: bool
+    error: str | None = None
+    raw: str = ""
+
+
+_JUDGEMENTS = {
+    "error": "Error", "incorrect": "Error", "wrong": "Error", "false": "Error", "no": "Error",
+    "correct": "Correct", "right": "Correct", "true": "Correct", "yes": "Correct",
+}
+_ANALYSIS_KEYS = ("Error_analysis", "Error analysis", "error_analysis", "error analysis", "analysis",
+                  "Analysis", "explanation", "Explanation", "rationale", "reason")
+_TAG_KEYS = ("tag", "Tag", "title", "Title", "name", "label", "error_tag", "error_type", "type")
+_EXPL_KEYS = ("explanation", "Explanation", "description", "reason", "detail", "details")
+
+
+def parse_rationale(text: str) -> Rationale:
+    """Parse a Stage-1 teacher output into a :class:`Rationale` (never raises)."""
+    obj, err = loads_lenient(text)
+    if err is not None:
+        return Rationale(None, "", False, err, text or "")
+    if isinstance(obj, list) and obj and isinstance(obj[0], Mapping):
+        obj = obj[0]
+    if not isinstance(obj, Mapping):
+        return Rationale(None, "", False, "wrong_shape", text)
+    raw_j = next((obj[k] for k in ("Judgement", "judgement", "Judgment", "judgment", "verdict") if k in obj), None)
+    judgement = _JUDGEMENTS.get(str(raw_j).strip().lower()) if raw_j is not None else None
+    analysis = next((obj[k] for k in _ANALYSIS_KEYS if k in obj), "")
+    analysis = " ".join(str(analysis).split()) if isinstance(analysis, (str, int, float)) else ""
+    if judgement is None:
+        return Rationale(None, analysis, False, "bad_judgement", text)
+    if judgement == "Error" and (not analysis or analysis.lower() in ("none", "null", "n/a")):
+        return Rationale(judgement, "", False, "missing_analysis", text)
+    if judgement == "Correct":
+        analysis = ""
+    return Rationale(judgement, analysis, True, None, text)
+
+
+def _tag_item(item: Any) -> dict[str, str] | None:
+    if isinstance(item, str):
+        tag, expl = item, ""
+    elif isinstance(item, Mapping):
+        tag = next((item[k] for k in _TAG_KEYS if isinstance(item.get(k), str)), None)
+        if tag is None and len(item) == 1:  # {"Missing evidence": "explanation"}
+            (k, v), = item.items()
+            tag, expl = str(k), v if isinstance(v, str) else ""
+        else:
+            expl = next((item[k] for k in _EXPL_KEYS if isinstance(item.get(k), str)), "")
+    else:
+        return None
+    if not isinstance(tag, str) or not tag.strip():
+        return None
+    return {"tag": " ".join(tag.split()), "explanation": " ".join(str(expl).split())}
+
+
+def parse_tag_output(text: str) -> TagOutput:
+    """Parse a Stage-2 teacher output (a JSON list of ``{"tag","explanation"}``), never raising.
+
+    Accepted shapes: a list of objects or strings; a single object; an object wrapping the list
+    (``{"tags": [...]}``); several objects one after another. Failure reasons: ``empty``,
+    ``no_json``, ``invalid_json``, ``too_deep``, ``wrong_shape``, ``empty_list``, ``no_valid_tags``.
+    """
+    obj, err = loads_lenient(text)
+    if err is not None:
+        return TagOutput([], False, err, text or "")
+    items: Any
+    if isinstance(obj, list):
+        items = obj
+    elif isinstance(obj, Mapping):
+        wrapped = next((obj[k] for k in ("tags", "Tags", "error_tags", "labels", "errors") if isinstance(obj.get(k), list)), None)
+        if wrapped is not None:
+            items = wrapped
+        elif any(isinstance(obj.get(k), str) for k in _TAG_KEYS):
+            items = [o for o in _all_objects(text) if isinstance(o, Mapping)] or [obj]
+        elif len(obj) == 1 and isinstance(next(iter(obj.values())), str):
+            items = [obj]  # {"Missing evidence": "why"}
+        else:
+            return TagOutput([], False, "wrong_shape", text)
+    else:
+        return TagOutput([], False, "wrong_shape", text)
+    if not items:
+        return TagOutput([], False, "empty_list", text)
+    tags: list[dict[str, str]] = []
+    seen: set[str] = set()
+    for item in items[:MAX_TAGS_PER_OUTPUT]:
+        parsed = _tag_item(item)
+        if parsed is not None and parsed["tag"].lower() not in seen:
+            seen.add(parsed["tag"].lower())
+            tags.append(parsed)
+    if not tags:
+        return TagOutput([], False, "no_valid_tags", text)
+    return TagOutput(tags, True, None, text)
+
+
+def parse_cluster_name(text: str, max_words: int = 12) -> ClusterName:
+    """Parse ``{"name": ...}``; a bare short line is accepted too (counted as ``plain_text``)."""
+    obj, err = loads_lenient(text)
+    if err is None:
+        if isinstance(obj, Mapping):
+            name = next((obj[k] for k in ("name", "Name", "title", "label", "category") if isinstance(obj.get(k), str)), None)
+        elif isinstance(obj, list) and obj and isinstance(obj[0], str):
+            name = obj[0]
+        else:
+            name = None
+        if name and name.strip() and len(name.split()) <= max_words:
+            return ClusterName(" ".join(name.split()).strip(" .\"'"), True, None, text)
+        return ClusterName("", False, "wrong_shape", text)
+    line = (text or "").strip().splitlines()[0].strip(" .\"'*#:") if (text or "").strip() else ""
+    if line and len(line.split()) <= max_words and "{" not in line:
+        return ClusterName(line, False, "plain_text", text)
+    return ClusterName("", False, err, text or "")
+
+
+# ============================================================================================
+# The interface
+# ============================================================================================
+
+
+@dataclass
+class _RoleStats:
+    calls: int = 0
+    failures: Counter = field(default_factory=Counter)
+
+    def report(self) -> dict[str, Any]:
+        n_fail = sum(self.failures.values())
+        return {
+            "calls": self.calls,
+            "failures": n_fail,
+            "failure_rate": round(n_fail / self.calls, 4) if self.calls else None,
+            "by_reason": dict(sorted(self.failures.items())),
+        }
+
+
+class Teacher(ABC):
+    """One teacher for all three roles; each role is batched over records."""
+
+    name: str = "teacher"
+
+    def __init__(self) -> None:
+        self._stats = {role: _RoleStats() for role in ("rationale", "tags", "cluster_name")}
+
+    def _count(self, role: str, error: str | None) -> None:
+        st = self._stats[role]
+        st.calls += 1
+        if error is not None:
+            st.failures[error] += 1
+
+    def parse_report(self) -> dict[str, dict[str, Any]]:
+        """Per role: calls, failures, failure_rate and failures by reason."""
+        return {role: st.report() for role, st in self._stats.items()}
+
+    @abstractmethod
+    def rationales(self, records: Sequence[Mapping[str, Any]]) -> list[Rationale]:
+        """Stage 1: judgement and error analysis per record (the teacher sees the gold answer)."""
+
+    @abstractmethod
+    def tags(self, records: Sequence[Mapping[str, Any]]) -> list[TagOutput]:
+        """Stage 2: open-set error tags per error record (from ``record["rationale"]``)."""
+
+    @abstractmethod
+    def name_clusters(self, member_tags: Sequence[Sequence[str]]) -> list[ClusterName]:
+        """Step 3: a short name per cluster from its sampled member tags."""
+
+
+# ============================================================================================
+# LLM teacher
+# ============================================================================================
+
+RATIONALE_SYSTEM = (
+    "You check answers written by a retrieval-augmented question answering system and explain "
+    "precisely why a wrong answer is wrong."
+)
+RATIONALE_TASK = (
+    "You get a question, the passages retrieved for it, the answer a model gave and the reference "
+    "answer.\n\n{body}\n\n"
+    "Decide whether the model answer is correct. Reply with one JSON object and nothing else.\n"
+    'If it is wrong: {{"Judgement": "Error", "Error_analysis": "<why it is wrong: what the passages '
+    'say, what the model did, what it should have done>"}}\n'
+    'If it is correct: {{"Judgement": "Correct", "Error_analysis": ""}}'
+)
+TAG_SYSTEM = (
+    "You label the errors of retrieval-augmented question answering systems with short, specific "
+    "error tags, to help improve such systems."
+)
+TAG_TASK = (
+    "Read the error analysis below and name each distinct kind of error it describes.\n\n"
+    "Error analysis: {analysis}\n\n"
+    "Give 2 to 4 error tags in your own words, a few words each, with one sentence of explanation "
+    'each. Reply with a JSON list only: [{{"tag": "...", "explanation": "..."}}]'
+)
+NAME_SYSTEM = "You summarize groups of error tags into one category name."
+NAME_TASK = (
+    "These error tags were grouped together by clustering. They describe wrong answers of a "
+    "retrieval-augmented question answering system.\n\n{tags}\n\n"
+    "Write one short name (3 to 8 words) for the kind of error they share. "
+    'Reply with JSON only: {{"name": "..."}}'
+)
+
+# Worked examples (our own). They rotate per record so a weak model cannot copy one fixed set.
+RATIONALE_EXAMPLES: tuple[tuple[str, str], ...] = (
+    (
+        "Question: Which river flows through the city of Porto?\n"
+        "Passages:\n[1] Porto\nPorto is a coastal city in northwest Portugal on the estuary of the Douro river.\n"
+        "[2] Lisbon\nLisbon lies on the Tagus estuary.\n"
+        "Model answer: Tagus\nReference answer: Douro",
+        '{"Judgement": "Error", "Error_analysis": "Passage [1] states that Porto lies on the Douro, '
+        'but the model took the river of Lisbon from passage [2], mixing up the two cities."}',
+    ),
+    (
+        "Question: In which year did the Harlow Bridge open?\n"
+        "Passages:\n[1] Harlow Town\nHarlow Town is a market town known for its Saturday market.\n"
+        "Model answer: 1931\nReference answer: 1874",
+        '{"Judgement": "Error", "Error_analysis": "No retrieved passage mentions the bridge, so the '
+        'evidence was missing; the model still guessed a year instead of saying the information is '
+        'insufficient."}',
+    ),
+    (
+        "Question: Who composed the opera Carmen?\n"
+        "Passages:\n[1] Carmen\nCarmen is an opera in four acts by the French composer Georges Bizet.\n"
+        "Model answer: Georges Bizet\nReference answer: Bizet",
+        '{"Judgement": "Correct", "Error_analysis": ""}',
+    ),
+)
+TAG_EXAMPLES: tuple[tuple[str, str], ...] = (
+    (
+        "The passage states that Porto lies on the Douro, but the model took the river of Lisbon "
+        "from another passage, mixing up the two cities.",
+        '[{"tag": "Confused two cities", "explanation": "The answer belongs to Lisbon, not Porto."}, '
+        '{"tag": "Ignored the relevant passage", "explanation": "The passage naming the Douro was retrieved but not used."}]',
+    ),
+    (
+        "No retrieved passage mentions the bridge, so the evidence was missing; the model still "
+        "guessed a year instead of saying the information is insufficient.",
+        '[{"tag": "Key document not retrieved", "explanation": "None of the passages is about the bridge."}, '
+        '{"tag": "Guessed without evidence", "explanation": "The year is not supported by any passage."}]',
+    ),
+    (
+        "The response repeats the question several times and stops at the length limit without "
+        "ever stating a final answer.",
+        '[{"tag": "Repetitive output", "explanation": "The same sentence is repeated."}, '
+        '{"tag": "No final answer given", "explanation": "The response never commits to an answer."}]',
+    ),
+    (
+        "The question asks for the total revenue of both divisions, but the answer gives only the "
+        "figure of the first division found in passage [2].",
+        '[{"tag": "Partial numeric answer", "explanation": "Only one of the two figures was used."}, '
+        '{"tag": "Missed part of the question", "explanation": "The question asked for a sum."}]',
+    ),
+)
+
+
+def _stable_index(key: str, n: int) -> int:
+    # Python's str hash is salted per process; use a seeded RNG on the key instead.
+    return random.Random(key).randrange(n)
+
+
+def format_passages(passages: Sequence[Mapping[str, Any]], max_chars: int = 400) -> str:
+    """Numbered passages for teacher prompts, each cut to ``max_chars`` characters."""
+    lines = []
+    for i, p in enumerate(passages, start=1):
+        text = str(p.get("contents", "")).strip()
+        if len(text) > max_chars:
+            text = text[:max_chars].rstrip() + " ..."
+        lines.append(f"[{i}] {text}")
+    return "\n".join(lines) if lines else "(no passages)"
+
+
+class LLMTeacher(Teacher):
+    """A teacher backed by any :class:`ragcritic_lib.llm.LLM`.
+
+    Args:
+        llm: the backend.
+        few_shot: worked examples per prompt (0-3), rotated per record.
+        max_new_tokens: generation cap for rationales and tags (names use 32).
+        max_passage_chars: passages are cut to this length in Stage-1 prompts.
+    """
+
+    name = "llm"
+
+    def __init__(self, llm: Any, *, few_shot: int = 2, max_new_tokens: int = 160, max_passage_chars: int = 400):
+        super().__init__()
+        self.llm = llm
+        self.few_shot = few_shot
+        self.max_new_tokens = max_new_tokens
+        self.max_passage_chars = max_passage_chars
+
+    def _params(self, max_new_tokens: int) -> Any:
+        from ragcritic_lib.llm import GenParams
+
+        return GenParams(max_new_tokens=max_new_tokens, temperature=0.0)
+
+    def _shots(self, examples: Sequence[tuple[str, str]], key: str, wrap: str) -> list[dict[str, str]]:
+        msgs: list[dict[str, str]] = []
+        if self.few_shot <= 0:
+            return msgs
+        start = _stable_index(key, len(examples))
+        for j in range(min(self.few_shot, len(examples))):
+            user, assistant = examples[(start + j) % len(examples)]
+            msgs.append({"role": "user", "content": wrap.format(body=user, analysis=user)})
+            msgs.append({"role": "assistant", "content": assistant})
+        return msgs
+
+    def rationale_messages(self, record: Mapping[str, Any]) -> list[dict[str, str]]:
+        body = (
+            f"Question: {record['question']}\nPassages:\n"
+            f"{format_passages(record.get('passages') or [], self.max_passage_chars)}\n"
+            f"Model answer: {record.get('prediction', '')}\n"
+            f"Reference answer: {' | '.join(record.get('golden_answers') or [])}"
+        )
+        key = f"{record.get('id')}|{record.get('pool_member', '')}"
+        return (
+            [{"role": "system", "content": RATIONALE_SYSTEM}]
+            + self._shots(RATIONALE_EXAMPLES, key, RATIONALE_TASK)
+            + [{"role": "user", "content": RATIONALE_TASK.format(body=body)}]
+        )
+
+    def tag_messages(self, record: Mapping[str, Any]) -> list[dict[str, str]]:
+        key = f"{record.get('id')}|{record.get('pool_member', '')}"
+        return (
+            [{"role": "system", "content": TAG_SYSTEM}]
+            + self._shots(TAG_EXAMPLES, key, TAG_TASK)
+            + [{"role": "user", "content": TAG_TASK.format(analysis=record.get("rationale", ""))}]
+        )
+
+    def name_messages(self, tags: Sequence[str]) -> list[dict[str, str]]:
+        listing = "\n".join(f"- {t}" for t in tags)
+        return [{"role": "system", "content": NAME_SYSTEM},
+                {"role": "user", "content": NAME_TASK.format(tags=listing)}]
+
+    def rationales(self, records: Sequence[Mapping[str, Any]]) -> list[Rationale]:
+        gens = self.llm.generate([self.rationale_messages(r) for r in records],
+                                 self._params(self.max_new_tokens), desc="teacher: rationales")
+        out = []
+        for g in gens:
+            parsed = parse_rationale(g.text)
+            self._count("rationale", parsed.error)
+            out.append(parsed)
+        return out
+
+    def tags(self, records: Sequence[Mapping[str, Any]]) -> list[TagOutput]:
+        gens = self.llm.generate([self.tag_messages(r) for r in records],
+                                 self._params(self.max_new_tokens), desc="teacher: tags")
+        out = []
+        for g in gens:
+            parsed = parse_tag_output(g.text)
+            self._count("tags", parsed.error)
+            out.append(parsed)
+        return out
+
+    def name_clusters(self, member_tags: Sequence[Sequence[str]]) -> list[ClusterName]:
+        gens = self.llm.generate([self.name_messages(t) for t in member_tags], self._params(32),
+                                 desc="teacher: cluster names")
+        out = []
+        for g, tags in zip(gens, member_tags):
+            parsed = parse_cluster_name(g.text)
+            self._count("cluster_name", parsed.error)
+            if not parsed.name:  # fall back to the most common member so every cluster has a name
+                parsed.name = _fallback_name(tags)
+            out.append(parsed)
+        return out
+
+
+def _fallback_name(tags: Sequence[str]) -> str:
+    return Counter(t.lower() for t in tags).most_common(1)[0][0].capitalize() if tags else "Unnamed cluster"
+
+
+# ============================================================================================
+# Grounded teacher: vocabulary
+# ============================================================================================
+
+# Atomic phrasings per cause. Families overlap in meaning on purpose (as LLM tags do), so the
+# clustering has to find the structure.
+TAG_VOCABULARY: dict[str, tuple[str, ...]] = {
+    "supporting_not_retrieved": (
+        "answer not supported by retrieved passages", "missing supporting evidence",
+        "retrieval missed key document", "key passage not retrieved", "relevant document absent",
+        "supporting passage missing from context", "evidence not in retrieved context",
+        "retriever failed to find source", "no retrieved passage contains the answer",
+        "insufficient retrieval coverage", "required fact absent from passages",
+        "retrieval recall failure",
+    ),
+    "gold_not_retrieved": (
+        "gold answer absent from passages", "retrieved documents lack the answer",
+        "information missing in retrieved text", "context does not contain answer",
+        "retrieval did not surface the answer", "answer-bearing passage not found",
+        "knowledge gap in retrieved context", "search returned unhelpful passages",
+        "retrieved context insufficient", "no evidence for correct answer",
+    ),
+    "partial_support": (
+        "incomplete evidence for multi-hop question", "missing bridge passage",
+        "only part of the evidence retrieved", "second hop not retrieved",
+        "partial retrieval of required facts", "reasoning chain broken by missing passage",
+        "one supporting document missing", "multi-step evidence incomplete",
+        "partially supported answer", "missing intermediate fact",
+    ),
+    "split_fact": (
+        "fact split across passages", "answer spans two chunks", "chunk boundary cut the fact",
+        "half of the statement retrieved", "fragmented evidence", "incomplete statement in passage",
+        "context chunk truncated key fact", "split evidence not reassembled",
+        "answer fragment only", "passage chunking lost information",
+    ),
+    "distractor_entity": (
+        "confused similar entity names", "entity confusion", "answered about wrong entity",
+        "near-duplicate entity mix-up", "distractor passage misled the model",
+        "value taken from similarly named entity", "mistook one entity for another",
+        "name ambiguity error", "wrong entity attribute reported", "lookalike entity confusion",
+        "mixed up two similar records",
+    ),
+    "entity_mismatch": (
+        "similar entity in context", "irrelevant entity passage retrieved",
+        "retrieved passage about different entity", "off-target entity retrieval",
+        "distracting document retrieved", "noise from related entity",
+        "retrieval returned a namesake", "wrong subject in retrieved passage",
+    ),
+    "outdated_statement": (
+        "outdated information used", "relied on superseded value", "stale fact in answer",
+        "ignored more recent update", "used old figure instead of current one",
+        "temporal inconsistency in sources", "conflicting statements resolved wrongly",
+        "obsolete data reported", "picked earlier version of fact", "outdated passage trusted",
+    ),
+    "unanswerable_answered": (
+        "hallucinated answer to unanswerable question", "failed to say information is insufficient",
+        "answered despite missing information", "fabricated answer", "overconfident guess",
+        "should have abstained", "invented fact not in context", "no abstention on unknown",
+        "speculative answer without evidence", "made up an answer",
+    ),
+    "unsupported_answer": (
+        "unsupported claim", "answer not grounded in context", "hallucination",
+        "answer contradicts passages", "factual error", "prediction not found in passages",
+        "ungrounded prediction", "incorrect fact stated", "answer invented by model",
+        "claim lacks textual support",
+    ),
+    "abstained_when_answerable": (
+        "unnecessary refusal", "claimed insufficient information wrongly", "missed available answer",
+        "declined to answer answerable question", "overly cautious response",
+        "failed to use provided evidence", "false abstention", "gave up despite evidence",
+        "said unknown although answer present",
+    ),
+    "answer_not_extracted": (
+        "missing final answer prefix", "no clear final answer", "answer format not followed",
+        "final answer not stated", "did not commit to an answer", "response lacks explicit answer",
+        "instruction format ignored", "answer buried in text", "no extractable answer",
+        "format noncompliance",
+    ),
+    "verbose_or_truncated": (
+        "overly verbose response", "response truncated", "rambling answer", "repetitive output",
+        "answer cut off at length limit", "excessive explanation", "redundant repetition",
+        "long-winded response", "looping generation", "too much irrelevant detail",
+        "unfinished response",
+    ),
+    "wrong_span_from_context": (
+        "extracted wrong span", "misread the passage", "picked wrong answer from context",
+        "misattributed statement", "wrong detail selected from passage",
+        "context misunderstanding", "ignored correct sentence in passage",
+        "answer from wrong part of document", "reading comprehension error",
+        "misinterpreted retrieved text",
+    ),
+    "title_copy": (
+        "copied passage title", "answered with document title", "title instead of answer",
+        "restated retrieved heading", "non-answer copied from context", "generic title response",
+        "heading copied as answer", "irrelevant title given",
+    ),
+    "empty_answer": (
+        "empty response", "no answer produced", "blank output", "missing response",
+        "response contains nothing",
+    ),
+    "numeric_error": (
+        "wrong number", "numerical inaccuracy", "calculation error", "wrong arithmetic",
+        "incorrect figure reported", "numeric value mismatch", "wrong unit or magnitude",
+        "miscounted quantity", "imprecise number",
+    ),
+    "temporal_error": (
+        "wrong date", "temporal ordering error", "confused sequence of events", "wrong year reported",
+        "chronology mistake", "mixed up time periods", "incorrect time reference",
+        "earlier and later events swapped",
+    ),
+    "comparison_error": (
+        "wrong comparison result", "compared wrong attributes", "picked the smaller instead of larger",
+        "comparison direction reversed", "misjudged which is greater",
+        "misread the comparison question", "incorrect ranking", "wrong side of comparison",
+    ),
+    "incomplete_summary": (
+        "missing key points", "incomplete summary", "omitted important details",
+        "partial coverage of the topic", "summary lacks main facts", "key information omitted",
+        "only some aspects covered", "shallow summary",
+    ),
+    "off_topic_answer": (
+        "off-topic answer", "topic drift", "irrelevant response content", "answer unrelated to question",
+        "drifted to other subject", "response ignores the question", "misaligned with the context",
+        "content not relevant",
+    ),
+    "wrong_answer": (
+        "incorrect answer", "wrong final answer", "answer does not match reference",
+        "misunderstood the question", "inaccurate response", "answered a different question",
+        "golden answer mismatch", "incorrect conclusion",
+    ),
+}
+
+# One display name per cause, used when the grounded teacher names a cluster.
+CAUSE_NAMES: dict[str, str] = {
+    "supporting_not_retrieved": "Supporting document not retrieved",
+    "gold_not_retrieved": "Answer missing from retrieved passages",
+    "partial_support": "Incomplete multi-hop evidence",
+    "split_fact": "Fact split across passage chunks",
+    "distractor_entity": "Confusion with a similar entity",
+    "entity_mismatch": "Passages about a different entity",
+    "outdated_statement": "Outdated or conflicting information used",
+    "unanswerable_answered": "Hallucinated answer to unanswerable question",
+    "unsupported_answer": "Unsupported or invented claim",
+    "abstained_when_answerable": "Unnecessary refusal to answer",
+    "answer_not_extracted": "No clear final answer",
+    "verbose_or_truncated": "Verbose, repetitive or truncated response",
+    "wrong_span_from_context": "Wrong span read from context",
+    "title_copy": "Copied title instead of answer",
+    "empty_answer": "Empty response",
+    "numeric_error": "Numerical inaccuracy",
+    "temporal_error": "Temporal ordering mistake",
+    "comparison_error": "Wrong comparison",
+    "incomplete_summary": "Incomplete coverage of key points",
+    "off_topic_answer": "Off-topic response",
+    "wrong_answer": "Incorrect final answer",
+}
+
+_EXPLANATIONS: dict[str, tuple[str, ...]] = {
+    "supporting_not_retrieved": ("None of the retrieved passages is the source of the answer.",
+                                 "The document that states the answer was not retrieved."),
+    "gold_not_retrieved": ("The expected answer appears in none of the passages.",
+                           "Retrieval did not bring back text containing the answer."),
+    "partial_support": ("Only some of the passages needed for the reasoning were retrieved.",
+                        "One step of the multi-hop chain has no evidence."),
+    "split_fact": ("The fact is divided between passages and only a part was available.",
+                   "A chunk boundary separated the pieces of the fact."),
+    "distractor_entity": ("The answer belongs to a similarly named entity.",
+                          "A lookalike entity's passage was used instead of the right one."),
+    "entity_mismatch": ("A passage about another, similar entity was retrieved.",
+                        "Retrieved context mixes in a different subject."),
+    "outdated_statement": ("The answer repeats a value that a newer statement replaced.",
+                           "Conflicting statements were resolved in favour of the old one."),
+    "unanswerable_answered": ("The passages cannot answer the question, yet an answer was given.",
+                              "The model should have said the information is insufficient."),
+    "unsupported_answer": ("The stated answer is not backed by any passage.",
+                           "The claim does not appear in the provided context."),
+    "abstained_when_answerable": ("The model refused although the answer was available.",
+                                  "The evidence was there but the model claimed it was not."),
+    "answer_not_extracted": ("The response has no clearly marked final answer.",
+                             "The required answer format was not followed."),
+    "verbose_or_truncated": ("The response is much longer than needed or cut off.",
+                             "Repetition and length hide the answer."),
+    "wrong_span_from_context": ("The answer was taken from the wrong part of a passage.",
+                                "The correct sentence was present but misread."),
+    "title_copy": ("The response only repeats a passage title.",
+                   "A heading from the context was given instead of an answer."),
+    "empty_answer": ("Nothing usable was produced.", "The response is blank."),
+    "numeric_error": ("The number in the answer is not the correct one.",
+                      "The figure was computed or copied wrongly."),
+    "temporal_error": ("Dates or the order of events are wrong.",
+                       "The answer mixes up when things happened."),
+    "comparison_error": ("The comparison was decided the wrong way.",
+                         "The attributes compared were misjudged."),
+    "incomplete_summary": ("Important points expected in the answer are missing.",
+                           "Only part of the requested content is covered."),
+    "off_topic_answer": ("The response talks about something other than the question.",
+                         "The content drifts away from what was asked."),
+    "wrong_answer": ("The final answer does not match the reference.",
+                     "The response is simply incorrect."),
+}
+
+_OPENINGS = (
+    'The model answered "{pred}", but the expected answer is "{gold}".',
+    'The prediction "{pred}" does not match the reference answer "{gold}".',
+    'The answer "{pred}" is incorrect; the correct answer is "{gold}".',
+    '"{pred}" is wrong: the question asks for "{gold}".',
+    'The response gives "{pred}" whereas the reference says "{gold}".',
+)
+_OPENINGS_EMPTY = (
+    'The model gave no usable answer; the expected answer is "{gold}".',
+    'No answer can be read from the response, while the reference is "{gold}".',
+)
+_OPENINGS_UNANSWERABLE = (
+    'The question cannot be answered from the passages, yet the model answered "{pred}".',
+    'The correct response is that the information is insufficient, but the model said "{pred}".',
+)
+_CAUSE_SENTENCES: dict[str, tuple[str, ...]] = {
+    "supporting_not_retrieved": (
+        "None of the {k} retrieved passages is the document that states the answer, so the model had nothing to ground it on.",
+        "The retriever missed the passage containing the answer; the retrieved documents are about other things.",
+        "The supporting passage was not among the retrieved results, which left the answer without evidence.",
+    ),
+    "gold_not_retrieved": (
+        'The string "{gold}" occurs in none of the {k} retrieved passages, so retrieval did not supply the needed evidence.',
+        "The retrieved context does not contain the answer at all.",
+        "Retrieval failed: no passage mentions the expected answer.",
+    ),
+    "partial_support": (
+        "Only {found} of the {total} passages needed for this multi-step question were retrieved, so one link of the reasoning is missing.",
+        "Part of the required evidence was retrieved, but the passage for the other hop is absent.",
+    ),
+    "split_fact": (
+        "The fact is split across neighbouring passages and only part of it was retrieved, so the answer was built from an incomplete statement.",
+        "A chunk boundary divides the relevant statement and the missing half was not retrieved.",
+    ),
+    "distractor_entity": (
+        'A passage about a similarly named entity was retrieved and the model took "{pred}" from it instead of the entity asked about.',
+        "The model confused the entity in the question with a near-duplicate one and reported the other entity's value.",
+    ),
+    "entity_mismatch": (
+        "The retrieved passages include a different but similar entity, which adds confusing noise.",
+        "One of the passages concerns another entity with a similar name.",
+    ),
+    "outdated_statement": (
+        'The model repeated an outdated value ("{pred}") that a newer statement supersedes.',
+        "The passages contain conflicting versions of the fact and the model chose the superseded one.",
+    ),
+    "unanswerable_answered": (
+        "Nothing in the passages answers the question, but the model invented an answer instead of saying the information is insufficient.",
+        "The model should have abstained because the evidence is missing; it guessed instead.",
+    ),
+    "unsupported_answer": (
+        '"{pred}" is not stated in any retrieved passage; the model produced it without support.',
+        "The answer is not grounded in the provided context.",
+        "No passage backs the claim made in the answer.",
+    ),
+    "abstained_when_answerable": (
+        'The model declined to answer although {where} states "{gold}".',
+        "The response claims the information is missing, but the answer was available.",
+    ),
+    "answer_not_extracted": (
+        "The response never states a final answer after the required prefix, so no clear answer can be read from it.",
+        "The answer format was not followed and the final answer is not marked.",
+    ),
+    "verbose_or_truncated": (
+        "The response is long and rambling{trunc}, burying the short answer.",
+        "Much of the output is repetition{trunc}, and the actual answer gets lost.",
+    ),
+    "wrong_span_from_context": (
+        'The correct answer is in passage [{rank}], but the model extracted a different span, "{pred}".',
+        "The model read the right context but picked the wrong detail from it.",
+    ),
+    "title_copy": (
+        'The model just copied the title of a retrieved passage ("{pred}") rather than answering.',
+        "The output repeats a document heading instead of answering the question.",
+    ),
+    "empty_answer": ("The response is empty.", "Nothing was generated as an answer."),
+    "numeric_error": (
+        "The number is wrong: the evidence supports {gold}, not {pred}.",
+        "The numerical value was calculated or copied incorrectly.",
+    ),
+    "temporal_error": (
+        "The model got the dates or the order of events wrong.",
+        "The question depends on when things happened and the answer mixes up the time line.",
+    ),
+    "comparison_error": (
+        "The comparison was resolved the wrong way.",
+        "The model compared the two items incorrectly.",
+    ),
+    "incomplete_summary": (
+        "The answer covers only {cov} of the key points that the question requires.",
+        "Several key points expected in the answer are missing.",
+    ),
+    "off_topic_answer": (
+        "The answer drifts away from the question to unrelated content.",
+        "Most of the response is unrelated to what was asked.",
+    ),
+    "wrong_answer": (
+        "The answer is simply incorrect for the question.",
+        "The final answer does not match what the question asks for.",
+    ),
+}
+_CLOSINGS = ("", 'A correct response should state "{gold}".', 'It should have answered "{gold}".',
+             "The model should have relied on the evidence instead.", "")
+
+
+def _restyle(tag: str, rng: random.Random, noise: float) -> str:
+    """Surface variants an LLM would produce: Title Case, Sentence case, a trailing period."""
+    if rng.random() >= noise:
+        return tag
+    style = rng.randrange(3)
+    if style == 0:
+        tag = " ".join(w[:1].upper() + w[1:] for w in tag.split())
+    elif style == 1:
+        tag = tag[:1].upper() + tag[1:]
+    else:
+        tag = tag + "."
+    return tag
+
+
+class _SafeDict(dict):
+    def __missing__(self, key: str) -> str:
+        return ""
+
+
+class GroundedTeacher(Teacher):
+    """Rationales, tags and cluster names from grounded evidence, without an LLM.
+
+    Wording is drawn from synonym pools and templates with an RNG seeded by
+    (seed, record id, pool member, role), so the same input always gives the same output and
+    different records get different phrasings.
+
+    Args:
+        seed: base seed.
+        min_tags / max_tags: atomic tags per error record.
+        surface_noise: probability that a tag gets a case/punctuation variant.
+    """
+
+    name = "grounded"
+
+    def __init__(self, seed: int = 0, *, min_tags: int = 2, max_tags: int = 4, surface_noise: float = 0.2):
+        super().__init__()
+        if not 1 <= min_tags <= max_tags:
+            raise ValueError("need 1 <= min_tags <= max_tags")
+        self.seed = seed
+        self.min_tags = min_tags
+        self.max_tags = max_tags
+        self.surface_noise = surface_noise
+        self._tag_to_cause = {t: c for c, ts in TAG_VOCABULARY.items() for t in ts}
+
+    def _rng(self, record: Mapping[str, Any], role: str) -> random.Random:
+        return random.Random(f"{self.seed}|{record.get('dataset', '')}|{record.get('id')}|{record.get('pool_member', '')}|{role}")
+
+    @staticmethod
+    def _evidence(record: Mapping[str, Any]) -> dict[str, Any]:
+        ev = record.get("evidence")
+        return dict(ev) if isinstance(ev, Mapping) else compute_evidence(record)
+
+    def causes(self, record: Mapping[str, Any]) -> list[str]:
+        return error_causes(record, self._evidence(record))
+
+    def rationales(self, records: Sequence[Mapping[str, Any]]) -> list[Rationale]:
+        out = []
+        for rec in records:
+            if rec.get("correct") is True:
+                r = Rationale("Correct", "", True)
+            else:
+                r = Rationale("Error", self._write_rationale(rec), True)
+            self._count("rationale", None)
+            out.append(r)
+        return out
+
+    def _write_rationale(self, rec: Mapping[str, Any]) -> str:
+        rng = self._rng(rec, "rationale")
+        ev = self._evidence(rec)
+        causes = error_causes(rec, ev)
+        golds = [str(g) for g in rec.get("golden_answers") or []]
+        pred = " ".join(str(rec.get("prediction") or "").split())
+        if len(pred) > 120:
+            pred = pred[:117].rstrip() + "..."
+        ranks = ev.get("gold_passage_ranks") or []
+        supporting = (rec.get("metadata") or {}).get("supporting_ids") or []
+        recall = ev.get("supporting_recall")
+        slots = _SafeDict(
+            pred=pred, gold=golds[0] if golds else "", k=len(rec.get("passages") or []),
+            rank=ranks[0] + 1 if ranks else "?",
+            where=f"passage [{ranks[0] + 1}]" if ranks else "the knowledge source",
+            total=len(supporting), found=round((recall or 0) * len(supporting)),
+            trunc=" and was cut off at the length limit" if ev.get("truncated") else "",
+            cov=f"{round(100 * (ev.get('key_point_coverage') or 0))}%",
+        )
+        if "unanswerable_answered" in causes:
+            opening = rng.choice(_OPENINGS_UNANSWERABLE)
+        elif ev.get("prediction_empty"):
+            opening = rng.choice(_OPENINGS_EMPTY)
+        else:
+            opening = rng.choice(_OPENINGS)
+        parts = [opening.format_map(slots)]
+        for cause in causes[:3]:
+            parts.append(rng.choice(_CAUSE_SENTENCES[cause]).format_map(slots))
+        closing = rng.choice(_CLOSINGS).format_map(slots)
+        if closing and "unanswerable_answered" not in causes:
+            parts.append(closing)
+        return " ".join(parts)
+
+    def tags(self, records: Sequence[Mapping[str, Any]]) -> list[TagOutput]:
+        out = []
+        for rec in records:
+            out.append(self._write_tags(rec))
+            self._count("tags", None)
+        return out
+
+    def _write_tags(self, rec: Mapping[str, Any]) -> TagOutput:
+        rng = self._rng(rec, "tags")
+        causes = self.causes(rec)
+        n = rng.randint(self.min_tags, self.max_tags)
+        # Round-robin over causes so the main cause gets most tags but every cause is named.
+        picks: list[tuple[str, str]] = []
+        pools = {c: list(TAG_VOCABULARY[c]) for c in causes}
+        for pool in pools.values():
+            rng.shuffle(pool)
+        i = 0
+        while len(picks) < n and any(pools.values()):
+            cause = causes[i % len(causes)]
+            if pools[cause]:
+                picks.append((cause, pools[cause].pop()))
+            i += 1
+        tags = [{"tag": _restyle(tag, rng, self.surface_noise),
+                 "explanation": rng.choice(_EXPLANATIONS[cause])} for cause, tag in picks]
+        return TagOutput(tags, True, None, json.dumps(tags))
+
+    def name_clusters(self, member_tags: Sequence[Sequence[str]]) -> list[ClusterName]:
+        out = []
+        for tags in member_tags:
+            votes = Counter(self._tag_to_cause.get(_plain(t)) for t in tags)
+            votes.pop(None, None)
+            if votes:
+                cause = sorted(votes.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+                out.append(ClusterName(CAUSE_NAMES[cause], True))
+            else:
+                out.append(ClusterName(_fallback_name(tags), True))
+            self._count("cluster_name", None)
+        return out
+
+
+def _plain(tag: str) -> str:
+    return " ".join(str(tag).lower().strip(" .").split())
+
+
+def vocabulary_size() -> int:
+    """Distinct atomic phrasings of the grounded teacher."""
+    return len({t for ts in TAG_VOCABULARY.values() for t in ts})
+
+
+# ============================================================================================
+# Agreement between teachers
+# ============================================================================================
+
+_STOP = frozenset("a an the of to in on for and or by with from is was not no as at be it its than".split())
+
+
+def _content_words(tags: Sequence[str]) -> set[str]:
+    from ragcritic_lib.tagging import tag_key
+
+    return {w for t in tags for w in tag_key(t).split() if w not in _STOP}
+
+
+def _jaccard(a: set[str], b: set[str]) -> float:
+    return len(a & b) / len(a | b) if (a or b) else 1.0
+
+
+def teacher_agreement(
+    judged: Sequence[Mapping[str, Any]],
+    llm_rationales: Sequence[Rationale],
+    llm_tags: Sequence[TagOutput | None],
+    grounded_tags: Sequence[TagOutput | None],
+) -> dict[str, Any]:
+    """How far the LLM teacher agrees with the gold-based judgement and the grounded tags.
+
+    Args:
+        judged: the records (with ``correct``), aligned with the other lists.
+        llm_rationales: Stage-1 outputs of the LLM teacher.
+        llm_tags / grounded_tags: Stage-2 outputs per record (None where not tagged, e.g.
+            correct records).
+
+    Returns:
+        judgement agreement (overall, on errors, on correct answers), rationale and tag parse
+        failure rates, and tag overlap after normalization: exact-tag Jaccard and content-word
+        Jaccard, averaged over records both teachers tagged successfully.
+    """
+    from ragcritic_lib.tagging import tag_key
+
+    n = len(judged)
+    agree = {"all": [], "error": [], "correct": []}
+    for rec, rat in zip(judged, llm_rationales):
+        expected = "Correct" if rec.get("correct") else "Error"
+        hit = float(rat.judgement == expected)
+        agree["all"].append(hit)
+        agree["correct" if rec.get("correct") else "error"].append(hit)
+    exact, words = [], []
+    tagged = failed = 0
+    for lt, gt in zip(llm_tags, grounded_tags):
+        if lt is None or gt is None:
+            continue
+        tagged += 1
+        if not lt.valid:
+            failed += 1
+            continue
+        la, ga = [t["tag"] for t in lt.tags], [t["tag"] for t in gt.tags]
+        exact.append(_jaccard({tag_key(t) for t in la}, {tag_key(t) for t in ga}))
+        words.append(_jaccard(_content_words(la), _content_words(ga)))
+
+    def mean(xs: list[float]) -> float | None:
+        return round(sum(xs) / len(xs), 4) if xs else None
+
+    return {
+        "records": n,
+        "judgement_agreement": mean(agree["all"]),
+        "judgement_agreement_on_errors": mean(agree["error"]),
+        "judgement_agreement_on_correct": mean(agree["correct"]),
+        "rationale_parse_failure_rate": mean([float(not r.valid) for r in llm_rationales]),
+        "tagged_records": tagged,
+        "tag_parse_failure_rate": round(failed / tagged, 4) if tagged else None,
+        "tag_exact_jaccard": mean(exact),
+        "tag_word_jaccard": mean(words),
+    }
+

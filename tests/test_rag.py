@@ -1,0 +1,59 @@
+import pytest
+
+from ragcritic_lib.rag import ANSWER_PREFIX, build_rag_messages, extract_answer, format_passages
+
+
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        ("Passage [2] says so. So the final answer is: Paris", ("Paris", True)),
+        ("so the final answer is: **Paris**.", ("Paris", True)),
+        ("The final answer is Leonardo da Vinci. It was painted in 1503.", ("Leonardo da Vinci", True)),
+        ("Final answer: 1,642 metres.\nQuestion: next", ("1,642 metres", True)),
+        ("First guess. So the final answer is: Rome. Then: So the final answer is: Milan", ("Milan", True)),
+        ("The answer is Mount Everest.", ("Mount Everest", False)),
+        ("Mount Everest", ("Mount Everest", False)),
+        ("", ("", False)),
+        ("So the final answer is:", ("", False)),
+        ("\n\n  Tokyo\nmore text", ("Tokyo", False)),
+        ("So the final answer is: U.S. Army", ("U.S. Army", True)),
+        ("So the final answer is: insufficient information<|im_end|>", ("insufficient information", True)),
+    ],
+)
+def test_extract_answer(raw, expected):
+    assert extract_answer(raw) == expected
+
+
+def test_extract_answer_prefilled_and_word_cap():
+    assert extract_answer(" Lake Baikal.", prefilled=True) == ("Lake Baikal", True)
+    long = "So the final answer is: " + " ".join(f"w{i}" for i in range(40))
+    ans, ok = extract_answer(long, max_words=5)
+    assert ok and ans == "w0 w1 w2 w3 w4"
+
+
+def test_extract_answer_survives_adversarial_text():
+    for raw in ["\x00\x01", "}{][", "So the final answer is: " + "ha" * 5000, None]:
+        ans, _ = extract_answer(raw)
+        assert isinstance(ans, str) and len(ans.split()) <= 16
+
+
+def test_messages_variants():
+    msgs = build_rag_messages("Who?", ["T1\nbody one", "T2\nbody two"])
+    assert msgs[0]["role"] == "system" and ANSWER_PREFIX in msgs[0]["content"]
+    assert msgs[-1]["role"] == "user" and "[1] T1: body one" in msgs[-1]["content"]
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"]
+    pre = build_rag_messages("Who?", ["T\nb"], variant="prefill")
+    assert pre[-1] == {"role": "assistant", "content": ANSWER_PREFIX}
+    terse = build_rag_messages("Who?", ["T\nb"], variant="terse")
+    assert [m["role"] for m in terse] == ["system", "user"]
+    closed = build_rag_messages("Who?", ["T\nb"], variant="closed_book")
+    assert "Passages" not in closed[-1]["content"]
+    extra = build_rag_messages("Who?", ["T\nb"], additional_instruction="Be precise.")
+    assert extra[-1]["content"].endswith("Instruction: Be precise.")
+    with pytest.raises(ValueError, match="unknown RAG prompt variant"):
+        build_rag_messages("Who?", [], variant="nope")
+
+
+def test_format_passages_truncates():
+    text = format_passages(["Title\n" + " ".join(["w"] * 100)], max_words=10)
+    assert text == "[1] Title: " + " ".join(["w"] * 10) + " ..."
