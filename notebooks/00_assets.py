@@ -24,6 +24,7 @@ seed = 13
 dev_fraction = 0.1
 test_fraction = 0.1
 model_dtype = "float32"
+corpus_articles = 0
 
 # %%
 from ragcritic_lib import assets, paths
@@ -36,6 +37,7 @@ stats = assets.build_assets(
     dev_fraction=dev_fraction,
     test_fraction=test_fraction,
     model_dtype=model_dtype,
+    corpus_articles=corpus_articles,
 )
 {k: v for k, v in stats.items() if k != "wheels"}
 

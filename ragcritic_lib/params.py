@@ -26,18 +26,8 @@ class ParamsError(ValueError):
     """params.yaml does not match the schema; the message lists every problem."""
 
 
-# The nested sections that are not notebook parameters, with the types of their keys.
-GENERATOR_KEYS: dict[str, tuple[type, ...]] = {
-    "backend": (str,), "model": (str,), "adapter": (str, type(None)), "dtype": (str,),
-    "device": (str,), "batch_size": (int,), "max_input_tokens": (int,), "urls": (str, list),
-    "api_key_env": (str, type(None)), "max_in_flight": (int,), "timeout_s": (int, float),
-    "cache": (bool,), "repetition_penalty": (int, float), "no_repeat_ngram_size": (int,),
-}
-RETRIEVER_KEYS: dict[str, tuple[type, ...]] = {
-    "kind": (str,), "encoder": (str,), "encoder_type": (str,), "index": (str,), "rerank": (bool,),
-    "reranker": (str,), "rerank_depth": (int,), "rrf_k": (int,), "batch_size": (int,),
-    "device": (str,), "nlist": (int,), "nprobe": (int,), "hnsw_m": (int,), "query_prefix": (str,),
-}
+# The nested sections of `common` are checked by the modules that consume them
+# (ragcritic_lib.llm and ragcritic_lib.retrieval), so there is one definition of each schema.
 COMMON_KEYS: dict[str, tuple[type, ...]] = {
     "seed": (int,), "generator": (dict,), "retriever": (dict,), "datasets": (dict,),
 }
@@ -103,6 +93,22 @@ def _check_keys(where: str, section: Mapping[str, Any], schema: Mapping[str, tup
                 problems.append(f"{where}.{key}: missing")
 
 
+def _generator_problems(cfg: Mapping[str, Any]) -> list[str]:
+    from .llm import _BACKEND_KEYS, _COMMON_KEYS
+
+    known = _COMMON_KEYS.union(*_BACKEND_KEYS.values())
+    out = [f"common.generator.{k}: unknown key (allowed: {', '.join(sorted(known))})"
+           for k in cfg if k not in known]
+    if cfg.get("backend") not in _BACKEND_KEYS:
+        out.append(f"common.generator.backend: must be one of {sorted(_BACKEND_KEYS)}, got {cfg.get('backend')!r}")
+    if not isinstance(cfg.get("model"), str) or not cfg.get("model"):
+        out.append("common.generator.model: must be a non-empty string")
+    for key in ("batch_size", "max_input_tokens", "max_in_flight", "no_repeat_ngram_size"):
+        if key in cfg and (not isinstance(cfg[key], int) or isinstance(cfg[key], bool)):
+            out.append(f"common.generator.{key}: expected int, got {type(cfg[key]).__name__} ({cfg[key]!r})")
+    return out
+
+
 def validate_params(params: Mapping[str, Any], notebooks: Mapping[str, Path] | None = None,
                     *, source: str = "params.yaml") -> None:
     """Check a params mapping against the common schema and every notebook's parameters cell.
@@ -120,9 +126,14 @@ def validate_params(params: Mapping[str, Any], notebooks: Mapping[str, Path] | N
     else:
         _check_keys("common", common, COMMON_KEYS, problems, required=True)
         if isinstance(common.get("generator"), Mapping):
-            _check_keys("common.generator", common["generator"], GENERATOR_KEYS, problems, required=False)
+            problems += _generator_problems(common["generator"])
         if isinstance(common.get("retriever"), Mapping):
-            _check_keys("common.retriever", common["retriever"], RETRIEVER_KEYS, problems, required=False)
+            from .retrieval import validate_retriever_cfg
+
+            try:
+                validate_retriever_cfg(common["retriever"])
+            except (ValueError, TypeError) as exc:
+                problems.append(f"common.retriever: {exc}")
         if isinstance(common.get("datasets"), Mapping):
             for name, entry in common["datasets"].items():
                 if not isinstance(entry, Mapping):

@@ -33,7 +33,7 @@ TESTBED_DIR = DATA_DIR / "testbed"
 CACHE_DIR = Path(os.environ.get("RAGCRITIC_CACHE_DIR", ROOT / ".cache")).resolve()
 LLM_CACHE_DIR = CACHE_DIR / "llm"
 INDEX_CACHE_DIR = CACHE_DIR / "indexes"
-WHEELS_DIR = CACHE_DIR / "wheels"
+WHEELS_DIR = Path(os.environ.get("RAGCRITIC_WHEELS_DIR", CACHE_DIR / "wheels")).resolve()
 
 
 def resolve(path: str | os.PathLike[str]) -> Path:

@@ -396,6 +396,24 @@ def cluster_tags(tags: Iterable[str], encode: Encode, n_clusters: int) -> TagClu
     return TagClusters(unique, labels, emb, link, k)
 
 
+def dendrogram_leaf_labels(clusters: TagClusters, names: Sequence[str], max_chars: int = 32) -> Callable[[int], str]:
+    """A ``leaf_label_func`` for scipy's truncated dendrogram: "id: name (n tags)" per leaf.
+
+    With ``truncate_mode="lastp", p=K`` the K leaves are the K Ward clusters; each leaf node is
+    matched to our cluster id by the majority label of the tags under it.
+    """
+    from scipy.cluster.hierarchy import to_tree
+
+    _, nodes = to_tree(clusters.linkage, rd=True)
+
+    def label(node_id: int) -> str:
+        leaves = nodes[node_id].pre_order()
+        cid = Counter(clusters.labels[i] for i in leaves).most_common(1)[0][0]
+        return f"{cid}: {names[cid][:max_chars]} ({len(leaves)})"
+
+    return label
+
+
 def sample_cluster_tags(
     clusters: TagClusters, *, max_tags: int = 50, seed: int = 0
 ) -> list[list[str]]:

@@ -245,6 +245,8 @@ _JUDGEMENTS = {
 _ANALYSIS_KEYS = ("Error_analysis", "Error analysis", "error_analysis", "error analysis", "analysis",
                   "Analysis", "explanation", "Explanation", "rationale", "reason")
 _TAG_KEYS = ("tag", "Tag", "title", "Title", "name", "label", "error_tag", "error_type", "type")
+_RESERVED_KEYS = frozenset({"judgement", "judgment", "verdict", "error_analysis", "error analysis", "analysis",
+                            "explanation", "rationale", "answer", "result", "status", "error"})
 _EXPL_KEYS = ("explanation", "Explanation", "description", "reason", "detail", "details")
 
 
@@ -275,7 +277,7 @@ def _tag_item(item: Any) -> dict[str, str] | None:
         tag, expl = item, ""
     elif isinstance(item, Mapping):
         tag = next((item[k] for k in _TAG_KEYS if isinstance(item.get(k), str)), None)
-        if tag is None and len(item) == 1:  # {"Missing evidence": "explanation"}
+        if tag is None and len(item) == 1 and str(next(iter(item))).lower() not in _RESERVED_KEYS:
             (k, v), = item.items()
             tag, expl = str(k), v if isinstance(v, str) else ""
         else:
@@ -306,7 +308,8 @@ def parse_tag_output(text: str) -> TagOutput:
             items = wrapped
         elif any(isinstance(obj.get(k), str) for k in _TAG_KEYS):
             items = [o for o in _all_objects(text) if isinstance(o, Mapping)] or [obj]
-        elif len(obj) == 1 and isinstance(next(iter(obj.values())), str):
+        elif (len(obj) == 1 and isinstance(next(iter(obj.values())), str)
+              and str(next(iter(obj))).lower() not in _RESERVED_KEYS):
             items = [obj]  # {"Missing evidence": "why"}
         else:
             return TagOutput([], False, "wrong_shape", text)
@@ -1125,3 +1128,55 @@ def teacher_agreement(
         "tag_word_jaccard": mean(words),
     }
 
+
+
+# ============================================================================================
+# Construction from params
+# ============================================================================================
+
+TEACHER_CHOICES = ("grounded", "llm")
+
+
+def teacher_llm(params: Mapping[str, Any], teacher_config: str = "") -> Any:
+    """The LLM behind :class:`LLMTeacher`: ``common.generator`` when ``teacher_config`` is empty,
+    else the :func:`ragcritic_lib.llm.load_llm` config in that YAML file (e.g. a capable model
+    behind an OpenAI-compatible server)."""
+    from ragcritic_lib import paths, runtime
+    from ragcritic_lib.io import DataFormatError, read_yaml
+    from ragcritic_lib.mining import shared_llm
+
+    if not teacher_config:
+        return runtime.load_generator(params)
+    path = paths.resolve(teacher_config)
+    cfg = read_yaml(path)
+    if not isinstance(cfg, Mapping):
+        raise DataFormatError(f"{path}: expected a mapping with an LLM config (backend, model, ...)")
+    cfg = dict(cfg)
+    if cfg.get("backend", "hf") != "openai" and isinstance(cfg.get("model"), str) and paths.resolve(cfg["model"]).exists():
+        cfg["model"] = str(paths.resolve(cfg["model"]))
+    return shared_llm(cfg)
+
+
+def build_teachers(
+    params: Mapping[str, Any],
+    *,
+    teacher: str,
+    teacher_config: str = "",
+    llm_subset: int = 0,
+    few_shot: int = 2,
+    max_new_tokens: int = 160,
+    **grounded_options: Any,
+) -> tuple[Teacher, GroundedTeacher, LLMTeacher | None]:
+    """(primary teacher, grounded teacher, LLM teacher or None) for a notebook.
+
+    The LLM is loaded only when it is the primary teacher or ``llm_subset > 0``;
+    ``grounded_options`` go to :class:`GroundedTeacher` (min_tags, max_tags, surface_noise).
+    """
+    if teacher not in TEACHER_CHOICES:
+        raise ValueError(f"teacher must be one of {TEACHER_CHOICES}, got {teacher!r}")
+    grounded = GroundedTeacher(seed=int(params["common"]["seed"]), **grounded_options)
+    llm_t = None
+    if teacher == "llm" or llm_subset > 0:
+        llm_t = LLMTeacher(teacher_llm(params, teacher_config), few_shot=few_shot, max_new_tokens=max_new_tokens)
+    primary: Teacher = llm_t if teacher == "llm" and llm_t is not None else grounded
+    return primary, grounded, llm_t

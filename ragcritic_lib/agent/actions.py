@@ -58,6 +58,14 @@ REFINE_INSTRUCTIONS: dict[str, str] = {
     "exemplify": "Give one concrete example from the passage that relates to the question.",
     "summarize": "Summarize the passage in at most two sentences relevant to the question.",
 }
+# One-shot examples (our own) so a small model writes a query rather than an answer.
+_EXAMPLE_QUERY = "Where was the painter of The Night Watch born?"
+_REWRITE_EXAMPLES: dict[str, str] = {
+    "expand": "birthplace of the painter of The Night Watch, Dutch artist, city of birth",
+    "refine": "painter of The Night Watch birthplace",
+    "summarize": "Night Watch painter birthplace",
+    "clarify": "In which city was the artist who painted The Night Watch born?",
+}
 # Refinements that ask the generator; the others are extractive and free.
 LLM_REFINE_MODES = frozenset({"explain", "correct", "exemplify"})
 
@@ -67,6 +75,14 @@ RewriteQuery(query: str, instruction: str) -> list[str]  # instruction: "expand"
 DecomposeQuery(query: str) -> list[str]  # simpler sub-questions
 RefineDoc(query: str, doc: str, instruction: str) -> str  # instruction: "explain" | "refine" | "correct" | "delete" | "exemplify" | "summarize"; "delete" returns "" for an unrelated passage
 GenerateAnswer(query: str, docs: list[str], additional_instruction: str | None = None) -> str  # the short answer"""
+
+COMPACT_SIGNATURES = (
+    "Retrieval(query, topk) -> list[str]; RewriteQuery(query, instruction) -> list[str] with instruction "
+    "expand|refine|summarize|clarify; DecomposeQuery(query) -> list[str]; RefineDoc(query, doc, instruction) -> str "
+    "with instruction explain|refine|correct|delete|exemplify|summarize; "
+    "GenerateAnswer(query, docs, additional_instruction) -> str"
+)
+"""The same five functions in one line, for prompts of small planners."""
 
 PENDING = "\u2063pending\u2063"
 """Marker returned by actions in prefetch mode in place of a not-yet-generated output."""
@@ -208,6 +224,16 @@ def rule_decompose(question: str) -> list[str]:
     return []
 
 
+def _looks_invented(line: str, query: str) -> bool:
+    """A rewrite must not add numbers the query lacks (the small model tends to answer instead
+    of rewriting, inventing dates) nor loop (a word repeated three or more times)."""
+    q_numbers = set(re.findall(r"\d+", query))
+    if any(n not in q_numbers for n in re.findall(r"\d+", line)):
+        return True
+    counts = Counter(w for w in _WORD_RE.findall(line.lower()) if w not in _STOPWORDS)
+    return bool(counts) and max(counts.values()) >= 3
+
+
 def _has_marker(value: Any) -> bool:
     if isinstance(value, str):
         return PENDING in value
@@ -250,7 +276,7 @@ class ActionSet:
             passage actions derive shorter budgets from it (``aux_max_new_tokens``, greedy).
         topk: default ``topk`` of Retrieval.
         max_doc_words: passage body word budget in prompts (standard RAG's
-            ``max_passage_words``), also the cut applied to retrieved passages.
+            ``max_passage_words``).
         reranker: optional ``CrossEncoderReranker``; Retrieval then reranks ``rerank_depth``
             candidates down to ``topk``.
         rag_variant: prompt variant of :func:`ragcritic_lib.rag.build_rag_messages`.
@@ -404,7 +430,9 @@ class ActionSet:
                 hits = self.reranker.rerank([query], cands, k)[0]
             else:
                 hits = self.retriever.search([query], k)[0]
-            docs = [truncate_words(h.contents, self.max_doc_words) for h in hits]
+            # Full passages, as standard RAG's `docs` hold them, so duplicates are recognized;
+            # prompts cut them to max_doc_words.
+            docs = [h.contents for h in hits]
             self._search_memo[(query, k)] = docs
         self._log("Retrieval", query=query, topk=k, n=len(docs))
         return list(docs)
@@ -412,8 +440,12 @@ class ActionSet:
     # -- RewriteQuery ------------------------------------------------------------------------------
     def rewrite_messages(self, query: str, instruction: str) -> list[dict[str, str]]:
         task = REWRITE_INSTRUCTIONS.get(instruction, instruction)
+        example = _REWRITE_EXAMPLES.get(instruction, _REWRITE_EXAMPLES["clarify"])
         return [
-            {"role": "system", "content": "You rewrite search queries. Reply with the new query on one line."},
+            {"role": "system", "content": "You rewrite search queries. Reply with the new query on one line. "
+                                          "Never answer the question."},
+            {"role": "user", "content": f"Task: {task}\nQuery: {_EXAMPLE_QUERY}"},
+            {"role": "assistant", "content": example},
             {"role": "user", "content": f"Task: {task}\nQuery: {query}"},
         ]
 
@@ -436,7 +468,7 @@ class ActionSet:
         rewrites: list[str] = []
         for line in _candidate_lines(text):
             words = line.split()
-            if not 2 <= len(words) <= 40 or line.lower() in seen:
+            if not 2 <= len(words) <= 40 or line.lower() in seen or _looks_invented(line, query):
                 continue
             if q_words and not overlap(content_words(line), q_words):
                 continue  # unrelated to the question: a hallucinated query
@@ -451,9 +483,12 @@ class ActionSet:
 
     # -- DecomposeQuery ------------------------------------------------------------------------------
     def decompose_messages(self, query: str) -> list[dict[str, str]]:
+        ask = "Write two short sub-questions that together answer it."
         return [
             {"role": "system", "content": "You split a question into simpler questions, one per line."},
-            {"role": "user", "content": f"Question: {query}\nWrite two short sub-questions that together answer it."},
+            {"role": "user", "content": f"Question: Which city is older, Lyon or Porto?\n{ask}"},
+            {"role": "assistant", "content": "When was Lyon founded?\nWhen was Porto founded?"},
+            {"role": "user", "content": f"Question: {query}\n{ask}"},
         ]
 
     def decompose_query(self, query: str) -> list[str]:
@@ -471,7 +506,7 @@ class ActionSet:
         q_words = set(content_words(query))
         subs: list[str] = []
         for line in _candidate_lines(text):
-            if len(line.split()) < 2 or line.lower() == query.lower() or line in subs:
+            if len(line.split()) < 2 or line.lower() == query.lower() or line in subs or _looks_invented(line, query):
                 continue
             if q_words and not overlap(content_words(line), q_words):
                 continue

@@ -26,7 +26,16 @@ Allowed syntax (anything else is rejected with one of :data:`REASON_CODES`):
 * inside comprehension filters only: comparisons, ``and``/``or``/``not``.
 
 A program must assign ``final_answer``. Names must be defined before they are read: given
-variables, names assigned by an earlier statement, or comprehension targets.
+variables, names assigned by an earlier statement, or comprehension targets. Functions are values
+nowhere: an action or builtin name may only appear as the callee of a direct call, so aliasing
+(``r = Retrieval``), passing a function as an argument and rebinding a function name are all
+rejected; with no ``def``/``lambda`` either, a program cannot recurse or reach any other callable.
+Dict and set displays are rejected too (the actions take and return strings and lists).
+
+The builtins ``len``, ``str``, ``int``, ``min`` and ``max`` take positional arguments only and work
+on the safe value types; action calls are counted (``max_calls``) but builtin calls are not.
+Runtime values are limited to str, int, float, bool, None and lists/tuples of these, with bounds
+on string length, list length, nesting and total size; action results are checked the same way.
 
 Statically detected problems raise :class:`UnsafeProgramError` before any action runs; so do the
 runtime limits (number of action calls, wall clock, value sizes). Errors that come from the values
@@ -47,6 +56,7 @@ import textwrap
 import time
 import types
 import typing
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -125,7 +135,11 @@ TRACE_LIST_LIMIT = 10
 _EXTRACT_MAX_CHARS = 50_000
 _EXTRACT_MAX_TRIMS = 40
 
-_SCALARS = (str, int, float, bool, type(None))
+_SOURCE_NAME = "<planner-program>"
+# The parser warns about things like invalid escape sequences in model text; the program is data,
+# so those warnings would only flood the logs of a run over thousands of samples.
+for _category in (SyntaxWarning, DeprecationWarning):
+    warnings.filterwarnings("ignore", category=_category, module=re.escape(_SOURCE_NAME))
 _SEQUENCES = (list, tuple)
 
 
@@ -198,6 +212,7 @@ class _Limits:
     max_nodes: int
     max_depth: int
     max_total_chars: int
+    max_source_len: int
 
 
 # --------------------------------------------------------------------------------------------
@@ -282,10 +297,10 @@ def _signature_of(fn: Callable[..., Any]) -> inspect.Signature | None:
 def _parse(source: str, limits: _Limits) -> ast.Module:
     if not isinstance(source, str):
         raise TypeError(f"program source must be str, got {type(source).__name__}")
-    if len(source) > limits.max_str_len:
-        raise _reject("size", f"program has {len(source)} characters, limit {limits.max_str_len}")
+    if len(source) > limits.max_source_len:
+        raise _reject("size", f"program has {len(source)} characters, limit {limits.max_source_len}")
     try:
-        return ast.parse(source)
+        return ast.parse(source, filename=_SOURCE_NAME)
     except SyntaxError as exc:
         raise UnsafeProgramError("syntax", f"{exc.msg}", exc.lineno) from None
     except ValueError as exc:  # null bytes on some Python versions
@@ -312,22 +327,35 @@ def _check_shape(tree: ast.Module, limits: _Limits) -> None:
                 stack.append((child, depth + 1))
 
 
+def _dunder_in(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Attribute) and _is_dunder(node.attr):
+        return f"attribute '.{node.attr}'"
+    if isinstance(node, ast.Name) and _is_dunder(node.id):
+        return f"name '{node.id}'"
+    if isinstance(node, ast.keyword) and _is_dunder(node.arg):
+        return f"keyword '{node.arg}'"
+    return None
+
+
 def _scan_banned(tree: ast.Module) -> None:
-    """First pass: banned node kinds and dunder identifiers anywhere, outermost first."""
+    """First pass: dunder identifiers anywhere, then banned node kinds, outermost first.
+
+    Dunders are looked for first because they mark attempts to reach interpreter internals
+    (``().__class__.__bases__``, ``__import__``), which the rejection counts should show as such
+    even when an outer construct (an attribute, a lambda) would be rejected too.
+    """
+    for node in ast.walk(tree):
+        found = _dunder_in(node)
+        if found is not None:
+            raise _reject("dunder", f"{found} is not allowed", node)
     for node in ast.walk(tree):
         code = _BANNED_NODES.get(type(node))
         if code is not None:
             raise _reject(code, f"{type(node).__name__} is not allowed", node)
         if isinstance(node, ast.Attribute):
-            code = "dunder" if _is_dunder(node.attr) else "attribute"
-            raise _reject(code, f"attribute access '.{node.attr}' is not allowed", node)
-        if isinstance(node, ast.Name) and _is_dunder(node.id):
-            raise _reject("dunder", f"name '{node.id}' is not allowed", node)
-        if isinstance(node, ast.keyword):
-            if node.arg is None:
-                raise _reject("starred", "**kwargs unpacking is not allowed", node)
-            if _is_dunder(node.arg):
-                raise _reject("dunder", f"keyword '{node.arg}' is not allowed", node)
+            raise _reject("attribute", f"attribute access '.{node.attr}' is not allowed", node)
+        if isinstance(node, ast.keyword) and node.arg is None:
+            raise _reject("starred", "**kwargs unpacking is not allowed", node)
         if isinstance(node, ast.Dict) and any(key is None for key in node.keys):
             raise _reject("starred", "{**mapping} unpacking is not allowed", node)
         if isinstance(node, ast.comprehension) and node.is_async:
@@ -612,6 +640,7 @@ def _make_limits(
     max_nodes: int = 400,
     max_depth: int = 12,
     max_total_chars: int = 200_000,
+    max_source_len: int = 20_000,
 ) -> _Limits:
     ints = {
         "max_calls": max_calls,
@@ -620,15 +649,18 @@ def _make_limits(
         "max_nodes": max_nodes,
         "max_depth": max_depth,
         "max_total_chars": max_total_chars,
+        "max_source_len": max_source_len,
     }
     for key, value in ints.items():
         if type(value) is not int or value < (0 if key == "max_calls" else 1):
-            raise ValueError(f"{key} must be a positive int, got {value!r}")
+            raise ValueError(f"{key} must be a {'non-negative' if key == 'max_calls' else 'positive'} int, got {value!r}")
     if max_depth > MAX_DEPTH_LIMIT:
         raise ValueError(f"max_depth must be at most {MAX_DEPTH_LIMIT}, got {max_depth}")
     if not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
         raise ValueError(f"timeout_s must be a positive number, got {timeout_s!r}")
-    return _Limits(max_calls, float(timeout_s), max_str_len, max_list_len, max_nodes, max_depth, max_total_chars)
+    return _Limits(
+        max_calls, float(timeout_s), max_str_len, max_list_len, max_nodes, max_depth, max_total_chars, max_source_len
+    )
 
 
 def _check_function_names(names: Iterable[str], what: str) -> None:
@@ -661,6 +693,7 @@ def validate_program(
     max_list_len: int = 64,
     max_nodes: int = 400,
     max_depth: int = 12,
+    max_source_len: int = 20_000,
 ) -> ast.Module:
     """Statically check a program without running anything.
 
@@ -671,10 +704,11 @@ def validate_program(
             :data:`ALLOWED_BUILTINS` are always allowed in addition.
         variables: Names the program may read without assigning them (e.g. question, docs).
         max_calls: Limit on action calls outside comprehensions (a lower bound on calls made).
-        max_str_len: Limit on the source length and on each string literal.
+        max_str_len: Limit on each string literal.
         max_list_len: Limit on list/tuple display length.
         max_nodes: Limit on syntax nodes.
         max_depth: Limit on syntax tree depth.
+        max_source_len: Limit on the program text, checked before parsing.
 
     Returns:
         The parsed and checked module.
@@ -682,7 +716,9 @@ def validate_program(
     Raises:
         UnsafeProgramError: With the first violation's reason code and line.
     """
-    limits = _make_limits(max_calls, 30.0, max_str_len, max_list_len, max_nodes, max_depth)
+    limits = _make_limits(
+        max_calls, 30.0, max_str_len, max_list_len, max_nodes, max_depth, max_source_len=max_source_len
+    )
     if isinstance(allowed_calls, Mapping):
         signatures = {name: _signature_of(fn) for name, fn in allowed_calls.items()}
     else:
@@ -1166,6 +1202,7 @@ def run_program(
     max_nodes: int = 400,
     max_depth: int = 12,
     max_total_chars: int = 200_000,
+    max_source_len: int = 20_000,
 ) -> ExecutionResult:
     """Validate and run a planner program with the given actions.
 
@@ -1177,11 +1214,12 @@ def run_program(
         max_calls: Limit on action calls, counting calls inside comprehensions.
         timeout_s: Wall-clock limit; checked between node evaluations and after each action
             returns (an action itself is not interrupted).
-        max_str_len: Limit on the source length, string literals and every string value.
+        max_str_len: Limit on string literals and every string value.
         max_list_len: Limit on list length and on comprehension iterables.
         max_nodes: Limit on syntax nodes.
         max_depth: Limit on syntax tree depth (at most 100).
         max_total_chars: Limit on a single value's total size (characters plus items).
+        max_source_len: Limit on the program text, checked before parsing.
 
     Returns:
         The final answer, assigned variables, a trace of action calls, the call count and time.
@@ -1192,7 +1230,9 @@ def run_program(
         ValueError: Bad limits, action names or input variables (a caller bug, not the plan's).
     """
     started = time.monotonic()
-    limits = _make_limits(max_calls, timeout_s, max_str_len, max_list_len, max_nodes, max_depth, max_total_chars)
+    limits = _make_limits(
+        max_calls, timeout_s, max_str_len, max_list_len, max_nodes, max_depth, max_total_chars, max_source_len
+    )
     _check_function_names(actions, "action")
     for name, fn in actions.items():
         if name in _BUILTIN_SIGNATURES:
@@ -1247,7 +1287,7 @@ _CODE_START_RE = re.compile(r"^\s*(?:[A-Za-z_]\w*\s*(?:,\s*[A-Za-z_]\w*\s*)*(?:\
 
 def _try_parse(text: str) -> ast.Module | None:
     try:
-        return ast.parse(text)
+        return ast.parse(text, filename=_SOURCE_NAME)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
 

@@ -116,37 +116,89 @@ def dataset_name(record: Mapping[str, Any]) -> str:
 
 
 # ----------------------------------------------------------------------------------- cost
-_COST_KEYS = ("calls", "cached_calls", "prompt_tokens", "completion_tokens", "seconds")
+class MeteredLLM:
+    """Wrap an LLM to count what a method costs: every logical call (cache hits included, so the
+    numbers are those of a cold run and do not depend on the cache), its prompt and completion
+    tokens, and the backend's generation time. Everything else is passed through."""
+
+    def __init__(self, llm: Any) -> None:
+        self.llm = llm
+        self.calls = self.prompt_tokens = self.completion_tokens = self.cached_calls = 0
+        self.seconds = 0.0
+
+    def generate(self, prompts: Sequence[Any], params: Any = None, *, desc: str | None = None) -> list[Any]:
+        t0 = time.perf_counter()
+        gens = self.llm.generate(prompts, params, desc=desc) if params is not None else self.llm.generate(prompts, desc=desc)
+        self.seconds += time.perf_counter() - t0
+        for g in gens:
+            self.calls += 1
+            self.cached_calls += int(bool(getattr(g, "cached", False)))
+            self.prompt_tokens += int(getattr(g, "prompt_tokens", 0))
+            self.completion_tokens += int(getattr(g, "completion_tokens", 0))
+        return gens
+
+    def cost(self) -> dict[str, float]:
+        """{"calls", "prompt_tokens", "completion_tokens", "cached_calls", "llm_seconds"}."""
+        return {"calls": self.calls, "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "cached_calls": self.cached_calls, "llm_seconds": round(self.seconds, 3)}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.llm, name)
 
 
-def _snapshot(llm: Any) -> dict[str, float]:
-    stats = getattr(llm, "stats", None)
-    snap = stats.snapshot() if stats is not None and hasattr(stats, "snapshot") else {}
-    return {k: float(snap.get(k, 0) or 0) for k in _COST_KEYS}
+def add_costs(*costs: Mapping[str, float]) -> dict[str, float]:
+    """Key-wise sum of cost dicts (a method whose parts ran on several metered models)."""
+    out: dict[str, float] = {}
+    for c in costs:
+        for k, v in c.items():
+            out[k] = out.get(k, 0) + v
+    return out
+
+
+def records_cost(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Cost of one generation per record from the token counts stored in result records."""
+    return {"calls": len(records), "prompt_tokens": sum(int(r.get("prompt_tokens", 0) or 0) for r in records),
+            "completion_tokens": sum(int(r.get("completion_tokens", 0) or 0) for r in records)}
 
 
 @contextmanager
-def track_cost(llms: Sequence[Any] | Any, into: dict[str, Any]):
-    """Accumulate the LLM usage and wall time of a block into ``into``.
-
-    ``into`` gets calls, cached_calls, prompt_tokens, completion_tokens, llm_seconds and
-    wall_seconds, added to any values already there (so a method run in parts sums up).
-    """
-    group = list(llms) if isinstance(llms, (list, tuple)) else [llms]
-    # Several names may point at one backend object: count each once.
-    unique = list({id(x): x for x in group if x is not None}.values())
-    before = [_snapshot(x) for x in unique]
+def stopwatch():
+    """``with stopwatch() as t: ...`` then ``t["seconds"]`` is the block's wall time."""
+    box = {"seconds": 0.0}
     t0 = time.perf_counter()
     try:
-        yield into
+        yield box
     finally:
-        wall = time.perf_counter() - t0
-        for llm, b in zip(unique, before):
-            a = _snapshot(llm)
-            for k in _COST_KEYS:
-                key = "llm_seconds" if k == "seconds" else k
-                into[key] = into.get(key, 0) + (a[k] - b[k])
-        into["wall_seconds"] = into.get("wall_seconds", 0.0) + wall
+        box["seconds"] = time.perf_counter() - t0
+
+
+# ---------------------------------------------------------------------- prior results
+def load_method_results(
+    path: Any, *, ids: Iterable[str] | None = None, pred_key: str = "prediction"
+) -> list[dict] | None:
+    """Result records of another stage (e.g. RAG-Critic's from notebook 08), rescored.
+
+    Args:
+        path: a JSONL file; None is returned when it does not exist (the caller reports it).
+        ids: keep only these question ids, in this order (those present).
+        pred_key: the field holding the method's answer (``final_prediction`` for the
+            correction workflow); copied to ``prediction`` before scoring.
+    """
+    from pathlib import Path
+
+    from ragcritic_lib.io import read_jsonl
+
+    path = Path(path)
+    if not path.exists():
+        return None
+    rows = read_jsonl(path)
+    for r in rows:
+        if pred_key != "prediction" and pred_key in r:
+            r["prediction"] = r[pred_key]
+    if ids is not None:
+        by_id = {str(r.get("id")): r for r in rows}
+        rows = [by_id[i] for i in (str(x) for x in ids) if i in by_id]
+    return score_records(rows)
 
 
 # ------------------------------------------------------------------------- comparison
@@ -224,6 +276,17 @@ def comparison_table(
     return rows
 
 
+def jsonable(obj: Any, *, digits: int = 4) -> Any:
+    """Metrics-ready copy: floats rounded, NaN/inf replaced by None (strict JSON), tuples as lists."""
+    if isinstance(obj, float):
+        return None if obj != obj or obj in (float("inf"), float("-inf")) else round(obj, digits)
+    if isinstance(obj, Mapping):
+        return {str(k): jsonable(v, digits=digits) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v, digits=digits) for v in obj]
+    return obj
+
+
 def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], *, digits: int = 3) -> str:
     """Render rows as a GitHub Markdown table (floats rounded), without extra dependencies."""
 
@@ -239,6 +302,7 @@ def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], *,
 
 __all__ = [
     "STOPWORDS", "tokens", "content_words", "overlap_fraction", "split_sentences", "split_title",
-    "contains_answer", "is_wrong", "score_records", "question_type", "dataset_name", "track_cost",
+    "contains_answer", "is_wrong", "score_records", "question_type", "dataset_name", "MeteredLLM", "add_costs",
+    "records_cost", "stopwatch", "load_method_results", "jsonable",
     "comparison_table", "markdown_table", "METRICS",
 ]

@@ -159,6 +159,39 @@ def train_evaluator(
     return RetrievalEvaluator(model, n, pos)
 
 
+def attach_passages(records: Sequence[Mapping[str, Any]], retriever: Any, k: int) -> list[dict[str, Any]]:
+    """Copy dataset records adding the retriever's top-``k`` ``passages`` (for evaluator data)."""
+    hits = retriever.search([str(r["question"]) for r in records], k) if records else []
+    out = []
+    for rec, hl in zip(records, hits):
+        r = dict(rec)
+        r["passages"] = [{"id": h.doc_id, "contents": h.contents, "score": float(h.score)} for h in hl]
+        out.append(r)
+    return out
+
+
+def fit_evaluator(records: Sequence[Mapping[str, Any]], ce_scorer: CEScorer, *, seed: int = 0) -> RetrievalEvaluator:
+    """Train the evaluator on every (question, retrieved passage) pair of ``records``."""
+    feats, labels = featurize_records(records, ce_scorer)
+    return train_evaluator([f for fs in feats for f in fs], [y for ys in labels for y in ys], seed=seed)
+
+
+def tune_on_dev(
+    records: Sequence[Mapping[str, Any]],
+    evaluator: RetrievalEvaluator,
+    ce_scorer: CEScorer,
+    *,
+    grid: Sequence[float] | None = None,
+    ambiguous_credit: float = 0.5,
+) -> dict[str, Any]:
+    """:func:`tune_thresholds` on dev records (oracle: some retrieved passage is relevant)."""
+    feats, labels = featurize_records(records, ce_scorer)
+    scores = [evaluator.score(f) for f in feats]
+    best = tune_thresholds(scores, [any(ys) for ys in labels], grid=grid, ambiguous_credit=ambiguous_credit)
+    best["positive_rate"] = sum(any(ys) for ys in labels) / max(1, len(labels))
+    return best
+
+
 # ------------------------------------------------------------------------ action trigger
 def retrieval_action(scores: Sequence[float], upper: float, lower: float) -> str:
     """CRAG's confidence: Correct if any score >= upper, else Ambiguous if any >= lower, else
@@ -252,9 +285,10 @@ def select_strips(
 def recompose(passages: Sequence[str], strips: Sequence[Sequence[str]], keep: Sequence[tuple[int, int]]) -> list[str]:
     """Rebuild knowledge as one passage per source passage ("Title\\nkept strips"), in order."""
     out = []
-    for p in sorted({p for p, _ in keep}):
+    ordered = sorted(keep)
+    for p in sorted({p for p, _ in ordered}):
         title, _ = split_title(passages[p])
-        body = " ".join(strips[p][s] for q, s in keep if q == p)
+        body = " ".join(strips[p][s] for q, s in ordered if q == p)
         out.append(f"{title}\n{body}" if title else body)
     return out
 
@@ -339,6 +373,7 @@ def run_crag(
     rewriter: str = "keywords",
     refine_external: bool = True,
     rag_variant: str = "default",
+    max_passage_words: int = 80,
 ) -> list[dict[str, Any]]:
     """Run CRAG on standard-RAG records (question + retrieved ``passages``).
 
@@ -388,13 +423,15 @@ def run_crag(
             queries[i], external[i] = q, f
 
     knowledge = [internal[i] + external[i] for i in range(len(records))]
-    prompts = [build_rag_messages(q, kn, variant=rag_variant) for q, kn in zip(questions, knowledge)]
+    prompts = [build_rag_messages(q, kn, variant=rag_variant, max_passage_words=max_passage_words)
+               for q, kn in zip(questions, knowledge)]
     gens = llm.generate(prompts, gen_params, desc="crag generate") if prompts else []
     out = []
     for rec, g, a, s, q, kn in zip(records, gens, actions, scores, queries, knowledge):
         r = dict(rec)
-        answer, followed = extract_answer(g.text)
-        r.update(prediction=answer, raw_output=g.text, followed_prefix=followed, crag_action=a,
+        answer, followed = extract_answer(g.text, prefilled=rag_variant == "prefill")
+        r.update(prediction=answer, raw_output=g.text, followed_prefix=followed, prompt_tokens=g.prompt_tokens,
+                 completion_tokens=g.completion_tokens, crag_action=a,
                  crag_scores=[round(x, 4) for x in s], crag_query=q, knowledge=kn)
         out.append(r)
     return out

@@ -3,6 +3,9 @@
 Reproduces Leung et al. (RAGEC), section 5 and appendix B, on our four-stage pipeline: passage
 chunking (corpus preparation), first-stage retrieval, cross-encoder reranking, generation.
 
+Which answers are wrong: the paper asks GPT-4o to compare answer and ground truth; we use the
+record's judged ``correct`` flag when present, else exact match (``baselines.is_wrong``).
+
 Stage attribution (rules, no LLM; run only on wrong answers), checked in this order:
 
 1. find the ground-truth chunks (testbed: the question's ``supporting_ids``; trivia: corpus
@@ -593,6 +596,31 @@ def mode_frequency_table(results: Iterable[Mapping[str, Any]], k: int) -> dict[i
     """How many LLM-classified errors had a modal type with each frequency 1..k (Table 4)."""
     c = Counter(int(r["mode_freq"]) for r in results if r.get("source") == "llm")
     return {f: int(c[f]) for f in range(1, k + 1)}
+
+
+def critic_tier1_labels(
+    records: Sequence[Mapping[str, Any]], critiques: Sequence[Any]
+) -> dict[tuple[str, str], list[str] | None]:
+    """(dataset, id) -> the critic's tag1 list, or None when it did not flag an error.
+
+    ``critiques`` are ``critic.CriticParse`` objects or their dicts (as stored per step by the
+    correction workflow), aligned with ``records``.
+    """
+    out: dict[tuple[str, str], list[str] | None] = {}
+    for rec, c in zip(records, critiques):
+        d = c.to_dict() if hasattr(c, "to_dict") else dict(c or {})
+        judgement = d.get("judgement", d.get("Judgement"))
+        out[(dataset_name(rec), str(rec.get("id")))] = list(d.get("tag1") or []) if judgement == "Error" else None
+    return out
+
+
+def first_round_critiques(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The critique each correction-workflow result got in its first round ({} when none)."""
+    out = []
+    for r in results:
+        steps = r.get("steps") or []
+        out.append(dict(steps[0].get("critic") or {}) if steps else {})
+    return out
 
 
 def tier1_agreement(

@@ -67,14 +67,14 @@ def build_refine_messages(
 
 
 def feedback_is_ok(text: str) -> bool:
-    """Whether feedback declares the answer fine: it starts with the OK marker, or it uses an
-    approving phrase and no wording that points at a problem. Empty feedback is not approval."""
+    """Whether feedback declares the answer fine: it starts with the OK marker or uses an
+    approving phrase, and has no wording that points at a problem ("no issues, but it is
+    missing ..." is not approval). Empty feedback is not approval."""
     t = (text or "").strip()
     if not t:
         return False
-    if t.upper().lstrip("'\"*` ").startswith(OK_MARKER):
-        return True
-    return bool(_OK_RE.search(t)) and not _PROBLEM_RE.search(t)
+    approves = t.upper().lstrip("'\"*` ").startswith(OK_MARKER) or bool(_OK_RE.search(t))
+    return approves and not _PROBLEM_RE.search(t)
 
 
 def extract_refined_answer(text: str, previous: str) -> tuple[str, str]:

@@ -334,11 +334,12 @@ def critic_sft_examples(examples: Sequence[Mapping[str, Any]]) -> list[dict[str,
     return [{"messages": build_critic_messages(e) + [{"role": "assistant", "content": str(e["label"])}]} for e in examples]
 
 
-def train_llm_critic(examples: Sequence[Mapping[str, Any]], recipe: Any, output_dir: Any, *, base_model: str) -> Any:
+def train_llm_critic(examples: Sequence[Mapping[str, Any]], recipe: Any, output_dir: Any, *, base_model: str,
+                     overrides: Mapping[str, Any] | None = None) -> Any:
     """LoRA-tune the packaged model as the critic (``ragcritic_lib.training.train_sft``)."""
     from ragcritic_lib.training import train_sft
 
-    return train_sft(critic_sft_examples(examples), recipe, output_dir, base_model=base_model)
+    return train_sft(critic_sft_examples(examples), recipe, output_dir, base_model=base_model, overrides=overrides)
 
 
 class LLMSufficiencyCritic:

@@ -1,0 +1,168 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 02 · Error response sampling and judging
+# A pool of LLM configurations answers the training questions of both datasets with retrieval;
+# each answer is judged against the gold answers, given grounded evidence and an error rationale,
+# and split into the error pool D_error and the correct pool. This reproduces RAG-Critic §3.1.1
+# (Step 1: error response sampling) and the Stage-1 rationale of §3.1.2.
+
+# %% tags=["parameters"]
+pool_file = "configs/pools/embedded.yaml"
+split = "train"
+questions_per_dataset = 96
+chunk_size = 32
+judge_metric = "f1"
+judge_threshold = 0.5
+teacher = "grounded"
+teacher_config = ""
+llm_teacher_subset = 24
+teacher_few_shot = 2
+teacher_max_new_tokens = 160
+
+# %%
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from ragcritic_lib import mining, paths, runtime
+from ragcritic_lib.data import dataset_paths, load_corpus_records
+from ragcritic_lib.io import atomic_write_text, write_json, write_jsonl
+from ragcritic_lib.params import load_params
+from ragcritic_lib.teachers import build_teachers, teacher_agreement
+
+params = load_params()
+seed = params["common"]["seed"]
+datasets = runtime.dataset_names(params)
+out_dir = paths.stage_dir("error_sampling")
+pool = mining.load_pool(pool_file, base_llm=runtime.generator_config(params),
+                        base_retriever=params["common"]["retriever"])
+pd.DataFrame([m.describe() for m in pool])
+
+# %% [markdown]
+# ## Sampling
+# Every pool member answers the same questions. The log under `samples/` is append-only and
+# resumable: an interrupted run continues where it stopped (and the LLM cache makes repeated
+# prompts free).
+
+# %%
+samples = []
+for ds in datasets:
+    records = runtime.load_split(params, ds, split, limit=questions_per_dataset)
+    samples += mining.sample_error_responses(
+        records, pool, lambda m, ds=ds: runtime.load_retriever(params, ds, **m.retriever),
+        out_path=out_dir / "samples" / f"{ds}.jsonl", chunk_size=chunk_size, progress=True)
+print(f"{len(samples)} sampled answers from {len(pool)} pool members on {datasets}")
+pd.DataFrame(samples)[["dataset", "pool_member", "question", "prediction", "golden_answers", "f1"]].head(8)
+
+# %% [markdown]
+# ## Judging and grounded evidence
+# Correct means `judge_metric >= judge_threshold` against the gold answers (an abstention on an
+# unanswerable testbed question counts as correct). Evidence is computed without any LLM.
+
+# %%
+judged = []
+for ds in datasets:
+    corpus_file = dataset_paths(params["common"]["datasets"], ds)["corpus"]
+    judged += mining.judge_records([s for s in samples if s["dataset"] == ds], metric=judge_metric,
+                                   threshold=judge_threshold, passage_meta=mining.passage_metadata(load_corpus_records(corpus_file)))
+by_member = mining.pool_summary(judged)
+pd.DataFrame(by_member).T
+
+# %% [markdown]
+# Table-1-style source statistics: questions, sampled answers and errors per dataset and type.
+
+# %%
+source_stats = pd.DataFrame(mining.source_statistics(judged))
+paths.TABLES_DIR.mkdir(parents=True, exist_ok=True)
+source_stats.to_csv(paths.TABLES_DIR / "02_source_statistics.csv", index=False)
+atomic_write_text(paths.TABLES_DIR / "02_source_statistics.md", source_stats.to_markdown(index=False) + "\n")
+source_stats
+
+# %%
+rates = pd.DataFrame({ds: {m: v["error_rate"] for m, v in mining.pool_summary(
+    [r for r in judged if r["dataset"] == ds]).items()} for ds in datasets})
+ax = rates.plot.bar(figsize=(7, 3.5), rot=20, ylim=(0, 1), ylabel="error rate", title="Error rate per pool member")
+ax.figure.tight_layout()
+paths.FIGURES_DIR.mkdir(parents=True, exist_ok=True)
+ax.figure.savefig(paths.FIGURES_DIR / "02_error_rate_by_member.png", dpi=120)
+ax.figure.savefig(paths.FIGURES_DIR / "02_error_rate_by_member.svg")
+
+# %% [markdown]
+# ## Error rationales (Stage 1)
+# The grounded teacher writes a rationale for every wrong answer from the evidence (and, on the
+# testbed, the causes known by construction). With `teacher = "llm"` the LLM teacher writes them
+# and the grounded teacher backs up every output that does not parse.
+
+# %%
+primary, grounded, llm_teacher = build_teachers(
+    params, teacher=teacher, teacher_config=teacher_config, llm_subset=llm_teacher_subset,
+    few_shot=teacher_few_shot, max_new_tokens=teacher_max_new_tokens)
+judged, rationale_report = mining.attach_rationales(judged, primary, fallback=grounded)
+errors, correct = mining.split_pools(judged)
+print(f"D_error: {len(errors)}  correct pool: {len(correct)}  rationale sources: {rationale_report}")
+print(errors[0]["question"], "|", errors[0]["prediction"], "|", errors[0]["golden_answers"])
+print(errors[0]["rationale"])
+
+# %% [markdown]
+# ## The LLM teacher on a small subset
+# The packaged 135M model is exercised as a Stage-1 judge on a stratified subset (half wrong,
+# half correct answers) and compared with the gold-based judgement.
+
+# %%
+subset = mining.stratified_subset(judged, llm_teacher_subset, seed=seed)
+llm_rationales = llm_teacher.rationales(subset) if (llm_teacher and subset) else []
+agreement = teacher_agreement(subset, llm_rationales, [], []) if llm_rationales else {}
+write_jsonl(out_dir / "llm_teacher_subset.jsonl", [
+    {"dataset": r["dataset"], "id": r["id"], "pool_member": r["pool_member"], "correct": r["correct"],
+     "llm_judgement": x.judgement, "llm_analysis": x.analysis, "valid": x.valid, "error": x.error, "raw": x.raw}
+    for r, x in zip(subset, llm_rationales)])
+agreement
+
+# %%
+keys = ["judgement_agreement_on_errors", "judgement_agreement_on_correct", "rationale_parse_failure_rate"]
+fig, ax = plt.subplots(figsize=(6, 3))
+ax.bar(["agree on wrong", "agree on correct", "parse failures"], [agreement.get(k) or 0 for k in keys])
+ax.set(ylim=(0, 1), title=f"LLM teacher (Stage 1) vs gold judgement, n={agreement.get('records', 0)}")
+fig.tight_layout()
+fig.savefig(paths.FIGURES_DIR / "02_llm_teacher_agreement.png", dpi=120)
+fig.savefig(paths.FIGURES_DIR / "02_llm_teacher_agreement.svg")
+for r, x in list(zip(subset, llm_rationales))[:2]:
+    print(f"{r['prediction']!r} (correct={r['correct']}) -> {x.raw[:240]!r}")
+
+# %% [markdown]
+# ## Outputs
+
+# %%
+write_jsonl(out_dir / "d_error.jsonl", errors)
+write_jsonl(out_dir / "correct.jsonl", correct)
+metrics = {
+    "pool_size": len(pool),
+    "pool_members": [m.describe() for m in pool],
+    "samples": len(judged),
+    "errors": len(errors),
+    "correct": len(correct),
+    "error_rate": round(len(errors) / max(1, len(judged)), 4),
+    "judge": {"metric": judge_metric, "threshold": judge_threshold},
+    "error_rate_by_member": {m: v["error_rate"] for m, v in by_member.items()},
+    "by_member": by_member,
+    "by_dataset": mining.pool_summary(judged, by="dataset"),
+    "source_statistics": mining.source_statistics(judged),
+    "rationale_sources": rationale_report,
+    "teacher": teacher,
+    "teacher_parse": {"primary": primary.parse_report()["rationale"],
+                      "llm_subset": llm_teacher.parse_report()["rationale"] if llm_teacher else None},
+    "llm_teacher_agreement": agreement,
+}
+write_json(paths.METRICS_DIR / "02_error_sampling.json", metrics)
+{k: metrics[k] for k in ("pool_size", "samples", "errors", "error_rate", "error_rate_by_member")}

@@ -1,0 +1,147 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 05 · Error-critic SFT
+# D_Error^QA is balanced with an equal number of correct answers, split by question into
+# train / dev / test, and the base model is fine-tuned (LoRA by default) to write the critic JSON
+# from question, passages and prediction alone, never the gold answer. This reproduces the
+# supervised stage of RAG-Critic §3.2; the held-out test questions feed the benchmark (notebook 07).
+
+# %% tags=["parameters"]
+critic_dataset = "data/taxonomy/build/error_qa.jsonl"
+correct_pool = "data/error_sampling/correct.jsonl"
+dev_fraction = 0.1
+test_fraction = 0.3
+max_train_samples = 160
+top_k = 3
+passage_words = 30
+label_list = True
+max_analysis_words = 20
+max_tag3 = 3
+recipe = "configs/train/critic_sft.yaml"
+max_steps = 40
+launcher = "inprocess"
+accelerate_config = "configs/accelerate/deepspeed_zero3.yaml"
+num_processes = 0
+merge_dtype = "bfloat16"
+preview_samples = 4
+
+# %%
+import json
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from ragcritic_lib import paths, runtime
+from ragcritic_lib.critic import LLMCritic
+from ragcritic_lib.critic_data import (
+    balance_correct, check_no_leakage, label_counts, make_samples, sft_examples, split_by_question,
+)
+from ragcritic_lib.io import read_jsonl, write_json, write_jsonl
+from ragcritic_lib.params import load_params
+from ragcritic_lib.taxonomy import load_taxonomy
+from ragcritic_lib.training import merge_adapter, run_training, write_loss_curve
+
+params = load_params()
+seed = params["common"]["seed"]
+base_model = runtime.generator_config(params)["model"]
+taxonomy = load_taxonomy()
+out_dir = paths.stage_dir("critic_sft")
+prompt = {"variant": "trained", "top_k": top_k, "passage_words": passage_words, "label_list": label_list}
+base_model
+
+# %% [markdown]
+# ## Critic samples and question-level splits
+# Each sample holds only what the critic may read (question, passages, prediction) and its target
+# critique. All answers to one question (from every pool member) land in the same split.
+
+# %%
+samples = make_samples(read_jsonl(paths.resolve(critic_dataset)), read_jsonl(paths.resolve(correct_pool)),
+                       max_analysis_words=max_analysis_words, max_tag3=max_tag3)
+splits = split_by_question(samples, dev_fraction=dev_fraction, test_fraction=test_fraction, seed=seed)
+check_no_leakage(splits)
+for name, rows in splits.items():
+    write_jsonl(out_dir / "splits" / f"{name}.jsonl", rows)
+split_table = pd.DataFrame([{"split": name, "questions": len({s["qkey"] for s in rows}), "samples": len(rows),
+                             "errors": sum(s["judgement"] == "Error" for s in rows),
+                             "correct": sum(s["judgement"] == "Correct" for s in rows)} for name, rows in splits.items()])
+split_table
+
+# %%
+pd.DataFrame({name: pd.Series(label_counts(rows, 2)) for name, rows in splits.items()}).fillna(0).astype(int)
+
+# %% [markdown]
+# ## SFT set: errors balanced with correct answers
+# As in §3.2, as many correct samples as error samples (cut to `max_train_samples` for the CPU
+# budget). One training example, as the model sees it:
+
+# %%
+train_samples, balance = balance_correct(splits["train"], seed=seed, max_samples=max_train_samples)
+examples = sft_examples(train_samples, taxonomy, top_k=top_k, passage_words=passage_words, label_list=label_list)
+write_jsonl(out_dir / "sft_train.jsonl", examples)
+write_json(out_dir / "critic_prompt.json", prompt)
+print(json.dumps(balance))
+for m in examples[0]["messages"]:
+    print(f"--- {m['role']}\n{m['content']}")
+
+# %% [markdown]
+# ## Training
+# TRL's SFTTrainer with the recipe's LoRA settings; the loss covers the critique only. With
+# `launcher = "accelerate"` the same step runs under `accelerate launch` (multi-GPU, DeepSpeed
+# ZeRO-3) from `accelerate_config`.
+
+# %%
+overrides = {"max_steps": max_steps} if max_steps > 0 else {}
+result = run_training("sft", examples, recipe, out_dir / "adapter", base_model=base_model, overrides=overrides,
+                      launcher=launcher, accelerate_config=accelerate_config, num_processes=num_processes)
+write_loss_curve(result.log_history, out_dir / "loss.json")
+write_json(out_dir / "train_result.json", {k: v for k, v in result.to_dict().items() if k != "log_history"})
+{"steps": result.steps, "seconds": result.seconds, "s_per_step": round(result.seconds_per_step, 2),
+ "examples": result.examples, "dropped_too_long": result.dropped_too_long, "device": result.device}
+
+# %%
+curve = pd.DataFrame(json.loads((out_dir / "loss.json").read_text()))
+fig, ax = plt.subplots(figsize=(6, 3.2))
+ax.plot(curve["step"], curve["loss"], marker=".")
+ax.set(xlabel="optimizer step", ylabel="SFT loss (critique tokens)", title="Critic SFT")
+ax.grid(alpha=0.3)
+fig.tight_layout()
+paths.FIGURES_DIR.mkdir(parents=True, exist_ok=True)
+fig.savefig(paths.FIGURES_DIR / "05_critic_sft_loss.png", dpi=120)
+fig.savefig(paths.FIGURES_DIR / "05_critic_sft_loss.svg")
+
+# %% [markdown]
+# ## Merged checkpoint and a first look at its critiques
+# The adapter is folded into the base weights (bf16) so inference needs no peft; a few dev
+# samples show what the critic writes now.
+
+# %%
+merged = merge_adapter(base_model, out_dir / "adapter", out_dir / "merged", dtype=merge_dtype)
+critic = LLMCritic(runtime.load_generator(params, model=str(merged)), taxonomy, "trained", top_k=top_k,
+                   passage_words=passage_words, label_list=label_list, name="sft")
+preview = splits["dev"][:preview_samples]
+parses = critic.critique(preview)
+pd.DataFrame([{"gold": s["target"], "critic": g.text, "judgement": p.judgement, "parse_error": p.parse_error}
+              for s, g, p in zip(preview, critic.last_generations, parses)])
+
+# %%
+losses = curve["loss"].tolist()
+write_json(paths.METRICS_DIR / "05_critic_sft.json", {
+    "splits": split_table.set_index("split").to_dict(orient="index"),
+    "balance": balance,
+    # Wall times live in data/critic_sft/train_result.json: metrics stay identical across runs.
+    "train": {"steps": result.steps, "examples": result.examples, "dropped_too_long": result.dropped_too_long, "device": result.device,
+              "first_loss": round(losses[0], 4) if losses else None, "last_loss": round(losses[-1], 4) if losses else None},
+    "preview_parse_failures": sum(not p.ok for p in parses),
+})

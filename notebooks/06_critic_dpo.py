@@ -1,0 +1,128 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 06 · Coarse-to-fine DPO of the error-critic
+# For every training sample the true critique is preferred over critiques drawn from the correct
+# pool (coarse: wrong judgement) and from error records with other labels (fine: wrong tags), and
+# the SFT critic is aligned on these pairs with DPO (sigmoid loss, the SFT model as the frozen
+# reference). This reproduces the preference stage of RAG-Critic §3.2.
+
+# %% tags=["parameters"]
+k_coarse = 1
+k_fine = 1
+max_train_samples = 80
+max_pairs = 60
+recipe = "configs/train/critic_dpo.yaml"
+max_steps = 15
+launcher = "inprocess"
+accelerate_config = "configs/accelerate/deepspeed_zero3.yaml"
+num_processes = 0
+merge_dtype = "bfloat16"
+
+# %%
+import json
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from ragcritic_lib import paths, runtime
+from ragcritic_lib.critic_data import balance_correct, dpo_pairs
+from ragcritic_lib.io import read_json, read_jsonl, write_json, write_jsonl
+from ragcritic_lib.params import load_params
+from ragcritic_lib.taxonomy import load_taxonomy
+from ragcritic_lib.training import load_recipe, merge_adapter, run_training, write_loss_curve
+
+params = load_params()
+seed = params["common"]["seed"]
+base_model = runtime.generator_config(params)["model"]
+taxonomy = load_taxonomy()
+sft_dir = paths.stage_dir("critic_sft")
+out_dir = paths.stage_dir("critic_dpo")
+prompt = read_json(sft_dir / "critic_prompt.json")  # the SFT critic's prompt settings
+train = read_jsonl(sft_dir / "splits" / "train.jsonl")
+prompt
+
+# %% [markdown]
+# ## Preference pairs
+# An error sample gets one coarse pair (its critique vs {"Judgement": "Correct"}, which is the
+# same text for every correct sample) and `k_fine` fine pairs; a correct sample gets `k_coarse`
+# coarse pairs against distinct error critiques. Pairs are cut to `max_pairs` for the CPU budget.
+
+# %%
+samples, balance = balance_correct(train, seed=seed + 1, max_samples=max_train_samples)
+pairs, counts = dpo_pairs(samples, taxonomy, k_coarse=k_coarse, k_fine=k_fine, seed=seed, max_pairs=max_pairs,
+                          top_k=prompt["top_k"], passage_words=prompt["passage_words"], label_list=prompt["label_list"])
+write_jsonl(out_dir / "pairs.jsonl", pairs)
+pd.Series(counts, name="pairs").to_frame()
+
+# %%
+for kind in ("coarse", "fine"):
+    p = next(p for p in pairs if p["kind"] == kind)
+    print(f"[{kind}]\n  chosen:   {p['chosen']}\n  rejected: {p['rejected']}\n")
+
+# %% [markdown]
+# ## DPO training
+# The policy continues the SFT LoRA adapter; TRL keeps a frozen copy of it as the reference
+# model, so the reference is the SFT critic as in the paper. beta and the loss come from the recipe.
+
+# %%
+overrides = {"max_steps": max_steps} if max_steps > 0 else {}
+beta = load_recipe(recipe, "dpo", overrides)["beta"]
+result = run_training("dpo", pairs, recipe, out_dir / "adapter", base_model=base_model,
+                      init_adapter=str(sft_dir / "adapter"), overrides=overrides, launcher=launcher,
+                      accelerate_config=accelerate_config, num_processes=num_processes)
+write_loss_curve(result.log_history, out_dir / "loss.json")
+write_json(out_dir / "train_result.json", {k: v for k, v in result.to_dict().items() if k != "log_history"})
+{"beta": beta, "steps": result.steps, "seconds": result.seconds, "s_per_step": round(result.seconds_per_step, 2),
+ "pairs": result.examples, "dropped_too_long": result.dropped_too_long, "device": result.device}
+
+# %%
+curve = pd.DataFrame(json.loads((out_dir / "loss.json").read_text()))
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.2))
+axes[0].plot(curve["step"], curve["loss"], marker=".")
+axes[0].set(xlabel="optimizer step", ylabel="DPO loss", title="Critic DPO loss")
+for col in ("rewards_chosen", "rewards_rejected", "rewards_margins"):
+    if col in curve:
+        axes[1].plot(curve["step"], curve[col], marker=".", label=col.replace("rewards_", ""))
+axes[1].set(xlabel="optimizer step", ylabel="implicit reward", title="Rewards")
+axes[1].legend()
+for ax in axes:
+    ax.grid(alpha=0.3)
+fig.tight_layout()
+paths.FIGURES_DIR.mkdir(parents=True, exist_ok=True)
+fig.savefig(paths.FIGURES_DIR / "06_critic_dpo_loss.png", dpi=120)
+fig.savefig(paths.FIGURES_DIR / "06_critic_dpo_loss.svg")
+
+# %% [markdown]
+# ## Merged checkpoint for fast inference (used by the benchmark)
+
+# %%
+merged = merge_adapter(base_model, out_dir / "adapter", out_dir / "merged", dtype=merge_dtype)
+sorted(p.name for p in merged.iterdir())
+
+# %%
+def last(col: str) -> float | None:
+    return round(float(curve[col].iloc[-1]), 4) if col in curve and len(curve) else None
+
+
+write_json(paths.METRICS_DIR / "06_critic_dpo.json", {
+    "pairs": counts,
+    "balance": balance,
+    # Wall times live in data/critic_dpo/train_result.json: metrics stay identical across runs.
+    "train": {"beta": beta, "steps": result.steps, "pairs_used": result.examples,
+              "dropped_too_long": result.dropped_too_long, "device": result.device,
+              "first_loss": round(float(curve["loss"].iloc[0]), 4) if len(curve) else None,
+              "last_loss": last("loss"), "last_reward_margin": last("rewards_margins"),
+              "last_reward_accuracy": last("rewards_accuracies")},
+})

@@ -1,0 +1,391 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 09 · The other methods in the same harness: Self-Refine, CRAG, SIM-RAG, RePAIR, RAGEC
+# Every method answers the same test questions of both datasets with the same generator,
+# retriever, prompt and metrics as standard RAG (notebook 01) and RAG-Critic (notebook 08), and one
+# table compares them with paired bootstrap intervals and their cost (RAG-Critic Table 3, RePAIR
+# Table 2). RAGEC does not answer questions: it diagnoses standard RAG's wrong answers by pipeline
+# stage and error type (RAGEC Tables 2 and 4) and is compared with RAG-Critic's tier-1 labels.
+
+# %% tags=["parameters"]
+max_test_questions = 20
+n_boot = 1000
+ci_alpha = 0.05
+rag_critic_results = "data/correction/{dataset}/rag_critic_test.jsonl"
+rag_critic_pred_key = "final_prediction"
+self_refine_rounds = 2
+crag_train_questions = 60
+crag_dev_questions = 40
+crag_use_reranker = True
+crag_secondary = "bm25"
+crag_k_secondary = 3
+crag_top_strips = 4
+crag_min_strip_score = -0.5
+crag_rewriter = "keywords"
+crag_ambiguous_credit = 0.5
+simrag_train_questions = 20
+simrag_max_turns = 3
+simrag_docs_per_turn = 2
+simrag_initial_docs = 0
+simrag_match = "em"
+simrag_critic = "classifier"
+simrag_critic_recipe = "configs/train/critic_sft.yaml"
+simrag_critic_steps = 30
+simrag_heldout_frac = 0.3
+ragec_votes = 5
+ragec_temperature = 0.7
+ragec_coverage_threshold = 0.8
+ragec_first_stage_depth = 20
+repair_train_questions = 8
+repair_grammar_plans = 4
+repair_sampled_plans = 2
+repair_temperature = 0.8
+repair_margin = 0.0
+repair_max_pairs = 4
+repair_dpo_recipe = "configs/train/critic_dpo.yaml"
+repair_dpo_beta = 0.1
+repair_offpolicy_steps = 4
+repair_onpolicy_steps = 2
+repair_init_adapter = "data/correction/planner_adapter"
+
+# %%
+import dataclasses
+from collections import Counter
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from ragcritic_lib import paths, runtime
+from ragcritic_lib.agent.actions import ActionSet
+from ragcritic_lib.baselines import (
+    MeteredLLM, add_costs, comparison_table, crag, is_wrong, jsonable, load_method_results, markdown_table, ragec,
+    records_cost, repair, score_records, self_refine, simrag, stopwatch,
+)
+from ragcritic_lib.critic import HeuristicCritic
+from ragcritic_lib.rag import run_standard_rag
+from ragcritic_lib.io import read_jsonl, write_json, write_jsonl
+from ragcritic_lib.llm import GenParams
+from ragcritic_lib.params import load_params
+from ragcritic_lib.taxonomy import load_taxonomy
+
+params = load_params()
+seed = params["common"]["seed"]
+rr = params["retrieval_rag"]  # standard RAG's settings: every method reuses them
+datasets = runtime.dataset_names(params)
+gen = GenParams(max_new_tokens=rr["max_new_tokens"], stop=("\nQuestion:", "<|im_end|>"))
+short = dataclasses.replace(gen, max_new_tokens=24, stop=("\n",))
+base_model = str(paths.resolve(params["common"]["generator"]["model"]))
+out_dir = paths.stage_dir("baselines")
+llm = runtime.load_generator(params)
+taxonomy = load_taxonomy()
+results, costs, metrics = {}, {}, {}
+retrievers = {ds: runtime.load_retriever(params, ds) for ds in datasets}
+{"datasets": datasets, "generator": base_model, "retriever": runtime.retriever_config(params)["kind"]}
+
+# %% [markdown]
+# ## The shared test questions: standard RAG (notebook 01) and RAG-Critic (notebook 08)
+# The first `max_test_questions` test answers of each dataset from notebook 01 are the questions
+# every method answers. RAG-Critic's answers on them come from notebook 08.
+
+# %%
+test = {ds: read_jsonl(paths.stage_dir("retrieval_rag") / ds / "test.jsonl")[:max_test_questions] for ds in datasets}
+all_test = [r for ds in datasets for r in test[ds]]
+results["standard_rag"] = score_records(all_test)
+costs["standard_rag"] = records_cost(all_test)
+critic_runs = {ds: load_method_results(rag_critic_results.format(dataset=ds), ids=[r["id"] for r in test[ds]],
+                                       pred_key=rag_critic_pred_key) for ds in datasets}
+if all(v is not None for v in critic_runs.values()):
+    results["rag_critic"] = [r for ds in datasets for r in critic_runs[ds]]
+{ds: {"questions": len(test[ds]), "rag_critic": None if critic_runs[ds] is None else len(critic_runs[ds])}
+ for ds in datasets}
+
+# %% [markdown]
+# ## Self-Refine
+# The generator reviews its own answer against the same passages and rewrites it, up to
+# `self_refine_rounds` times, stopping when its feedback finds no problem.
+
+# %%
+m = MeteredLLM(llm)
+with stopwatch() as t:
+    results["self_refine"] = score_records(self_refine.self_refine(m, all_test, rounds=self_refine_rounds, gen_params=gen))
+costs["self_refine"] = {**m.cost(), "wall_seconds": t["seconds"]}
+pd.DataFrame([{"rounds_used": r["self_refine_rounds"], "stopped_by_feedback": r["self_refine_stopped"]}
+              for r in results["self_refine"]]).value_counts().rename("questions").to_frame()
+
+# %% [markdown]
+# ## CRAG
+# A logistic-regression retrieval evaluator on (question, passage) pairs of the train split
+# (cross-encoder score, rank, lexical overlap; label = supporting passage or contains a gold
+# answer), thresholds tuned on dev, then Correct / Ambiguous / Incorrect actions on test. The
+# stand-in for web search is the `crag_secondary` retriever over the same corpus.
+
+# %%
+reranker = None
+if crag_use_reranker:
+    from ragcritic_lib.retrieval import CrossEncoderReranker
+
+    reranker = CrossEncoderReranker(runtime.retriever_config(params)["reranker"])
+ce = crag.make_ce_scorer(reranker)
+m, crag_out, crag_info = MeteredLLM(llm), [], {}
+with stopwatch() as t:
+    for ds in datasets:
+        train = crag.attach_passages(runtime.load_split(params, ds, "train", limit=crag_train_questions), retrievers[ds], rr["top_k"])
+        dev = crag.attach_passages(runtime.load_split(params, ds, "dev", limit=crag_dev_questions), retrievers[ds], rr["top_k"])
+        evaluator = crag.fit_evaluator(train, ce, seed=seed)
+        best = crag.tune_on_dev(dev, evaluator, ce, ambiguous_credit=crag_ambiguous_credit)
+        secondary = runtime.load_retriever(params, ds, kind=crag_secondary, rerank=False)
+        out_ds = crag.run_crag(m, test[ds], evaluator=evaluator, ce_scorer=ce, secondary=secondary,
+                               upper=best["upper"], lower=best["lower"], gen_params=gen, k_secondary=crag_k_secondary,
+                               top_strips=crag_top_strips, min_strip_score=crag_min_strip_score, rewriter=crag_rewriter,
+                               rag_variant=rr["prompt_variant"], max_passage_words=rr["max_passage_words"])
+        crag_out += out_ds
+        crag_info[ds] = {**best, "train_pairs": evaluator.train_size, "train_positive_rate": evaluator.positive_rate,
+                         "test_actions": dict(Counter(r["crag_action"] for r in out_ds))}
+results["crag"] = score_records(crag_out)
+costs["crag"] = {**m.cost(), "wall_seconds": t["seconds"]}
+pd.DataFrame(crag_info).T[["upper", "lower", "action_accuracy", "positive_rate", "train_pairs", "test_actions"]]
+
+# %% [markdown]
+# ## SIM-RAG
+# Self-practice on train questions (Algorithm 1: answer + rationale, Accept/Reject against the
+# gold answer, then search and append, for `simrag_max_turns` turns), label balancing, a split by
+# question id, a sufficiency critic, and multi-round inference on test with that critic and with
+# the oracle critic (the ceiling).
+
+# %%
+m = MeteredLLM(llm)
+with stopwatch() as t_practice:
+    practice = [ex for ds in datasets for ex in simrag.self_practice(
+        m, retrievers[ds], runtime.load_split(params, ds, "train", limit=simrag_train_questions),
+        max_turns=simrag_max_turns, gen_params=gen, query_params=short, docs_per_turn=simrag_docs_per_turn,
+        initial_docs=simrag_initial_docs, match_fn=simrag.make_match_fn(simrag_match))]
+train_ex, heldout_ex = simrag.split_by_question(practice, heldout_frac=simrag_heldout_frac, seed=seed)
+balanced = simrag.balance_labels(train_ex, seed=seed)
+practice_cost = m.cost()
+pd.DataFrame([{"examples": len(practice), "accept_rate": sum(e["label"] == "Accept" for e in practice) / max(1, len(practice)),
+               "train_balanced": len(balanced), "heldout": len(heldout_ex)}])
+
+# %%
+if simrag_critic == "llm":
+    res = simrag.train_llm_critic(balanced, simrag_critic_recipe, out_dir / "simrag_critic", base_model=base_model,
+                                  overrides={"max_steps": simrag_critic_steps})
+    critic_llm = MeteredLLM(runtime.load_generator(params, adapter=str(res.adapter_dir)))
+    sufficiency = simrag.LLMSufficiencyCritic(critic_llm)
+else:
+    critic_llm, sufficiency = None, simrag.ClassifierCritic(seed=seed).fit(balanced)
+confusion = simrag.confusion_matrix([e["label"] for e in heldout_ex], sufficiency.accept(heldout_ex))
+pd.DataFrame([[confusion["shares"]["correct_accept"], confusion["shares"]["correct_reject"]],
+              [confusion["shares"]["wrong_accept"], confusion["shares"]["wrong_reject"]]],
+             index=["answer correct", "answer wrong"], columns=["critic: Accept", "critic: Reject"]).round(3)
+
+# %%
+m = MeteredLLM(llm)
+with stopwatch() as t:
+    results["simrag"] = score_records([r for ds in datasets for r in simrag.simrag_infer(
+        m, retrievers[ds], test[ds], sufficiency, max_turns=simrag_max_turns, gen_params=gen, query_params=short,
+        docs_per_turn=simrag_docs_per_turn, initial_docs=simrag_initial_docs)])
+costs["simrag"] = {**add_costs(m.cost(), critic_llm.cost() if critic_llm else {}),
+                   "wall_seconds": t["seconds"], "training_calls": practice_cost["calls"]}
+oracle_m = MeteredLLM(llm)
+results["simrag_oracle_critic"] = score_records([r for ds in datasets for r in simrag.simrag_infer(
+    oracle_m, retrievers[ds], test[ds], simrag.OracleCritic(simrag.make_match_fn(simrag_match)), max_turns=simrag_max_turns,
+    gen_params=gen, query_params=short, docs_per_turn=simrag_docs_per_turn, initial_docs=simrag_initial_docs)])
+costs["simrag_oracle_critic"] = oracle_m.cost()
+pd.Series([r["simrag_turns"] for r in results["simrag"]]).value_counts().sort_index().rename("questions by turns used")
+
+# %% [markdown]
+# ## RePAIR
+# Failed train answers get candidate plans (the first `repair_grammar_plans` of a small action
+# grammar plus samples from the planner), executed by the same restricted executor and actions as
+# RAG-Critic; reward = token F1; preference pairs by reward; DPO first off-policy (state with the
+# oracle correctness and the failed reasoning), then on-policy (state with a judge's estimate,
+# candidates sampled from the current planner). The judge is the grounded heuristic critic.
+
+# %%
+judge = HeuristicCritic(taxonomy)
+judge_flags = lambda recs: [p.judgement == "Correct" for p in judge.critique(recs)]  # noqa: E731
+gen_m = MeteredLLM(llm)
+actions = {ds: ActionSet(gen_m, retrievers[ds], gen_params=gen, topk=rr["top_k"], max_doc_words=rr["max_passage_words"],
+                         rag_variant=rr["prompt_variant"]) for ds in datasets}
+init_path = paths.resolve(repair_init_adapter) if repair_init_adapter else None
+init_adapter = str(init_path) if init_path is not None and init_path.exists() else None
+planner = MeteredLLM(runtime.load_generator(params, adapter=init_adapter) if init_adapter else llm)
+with stopwatch() as t_train:
+    repair_train = {ds: run_standard_rag(gen_m, runtime.load_split(params, ds, "train", limit=repair_train_questions),
+                                         retriever=retrievers[ds], k=rr["top_k"], variant=rr["prompt_variant"], gen_params=gen,
+                                         max_passage_words=rr["max_passage_words"]) for ds in datasets}
+    off = [repair.collect_preferences(repair_train[ds], actions[ds], phase="off", planner=planner,
+                                      n_grammar=repair_grammar_plans, n_sampled=repair_sampled_plans,
+                                      temperature=repair_temperature, margin=repair_margin, max_pairs=repair_max_pairs,
+                                      seed=seed, topk=rr["top_k"]) for ds in datasets]
+off_pairs, off_log = [p for ps, _ in off for p in ps], [c for _, cs in off for c in cs]
+{"planner_start": init_adapter or "base model", "failed_train_answers": len({(c["dataset"], c["qid"]) for c in off_log}),
+ "candidates": len(off_log), "pairs": len(off_pairs), "mean_reward": round(sum(c["reward"] for c in off_log) / max(1, len(off_log)), 3)}
+
+# %% [markdown]
+# Off-policy DPO, then on-policy candidates sampled from the off-policy planner with only the
+# judge's estimate in the state, and a second DPO round from the off-policy adapter.
+
+# %%
+dpo = {"beta": repair_dpo_beta, "max_length": 1024}
+with stopwatch() as t_dpo:
+    res_off = repair.train_planner(off_pairs, repair_dpo_recipe, out_dir / "repair_planner_off", base_model=base_model,
+                                   init_adapter=init_adapter, overrides={**dpo, "max_steps": repair_offpolicy_steps})
+    adapter_off = str(res_off.adapter_dir) if res_off else init_adapter
+    planner_off = MeteredLLM(runtime.load_generator(params, adapter=adapter_off)) if adapter_off else planner
+    on = [repair.collect_preferences(repair_train[ds], actions[ds], phase="on", judged_correct=judge_flags(repair_train[ds]),
+                                     planner=planner_off, n_grammar=0, n_sampled=repair_sampled_plans,
+                                     temperature=repair_temperature, margin=repair_margin, max_pairs=repair_max_pairs,
+                                     seed=seed + 1, topk=rr["top_k"]) for ds in datasets]
+    on_pairs, on_log = [p for ps, _ in on for p in ps], [c for _, cs in on for c in cs]
+    res_on = repair.train_planner(on_pairs, repair_dpo_recipe, out_dir / "repair_planner", base_model=base_model,
+                                  init_adapter=adapter_off, overrides={**dpo, "max_steps": repair_onpolicy_steps})
+adapter_final = str(res_on.adapter_dir) if res_on else adapter_off
+training_cost = add_costs(gen_m.cost(), planner.cost(), planner_off.cost() if planner_off is not planner else {})
+pd.DataFrame([{"phase": "off-policy", "candidates": len(off_log), "pairs": len(off_pairs), "dpo_steps": res_off.steps if res_off else 0,
+               "s_per_step": round(res_off.seconds_per_step, 1) if res_off else None},
+              {"phase": "on-policy", "candidates": len(on_log), "pairs": len(on_pairs), "dpo_steps": res_on.steps if res_on else 0,
+               "s_per_step": round(res_on.seconds_per_step, 1) if res_on else None}])
+
+# %% [markdown]
+# Inference: the final planner writes one plan per test answer (greedy) from the reduced state;
+# a rejected or failing plan keeps the standard RAG answer.
+
+# %%
+final_planner = MeteredLLM(runtime.load_generator(params, adapter=adapter_final) if adapter_final else llm)
+gen_m_test = MeteredLLM(llm)
+test_actions = {ds: ActionSet(gen_m_test, retrievers[ds], gen_params=gen, topk=rr["top_k"],
+                              max_doc_words=rr["max_passage_words"], rag_variant=rr["prompt_variant"]) for ds in datasets}
+with stopwatch() as t:
+    repair_out = [r for ds in datasets for r in repair.repair_infer(final_planner, test[ds], test_actions[ds],
+                                                                      judged_correct=judge_flags(test[ds]))]
+results["repair"] = score_records(repair_out)
+costs["repair"] = {**add_costs(final_planner.cost(), gen_m_test.cost()), "wall_seconds": t["seconds"],
+                   "training_calls": training_cost["calls"], "training_seconds": t_train["seconds"] + t_dpo["seconds"]}
+pd.Series([r["repair_error"] or "ok" for r in repair_out]).value_counts().rename("plans by outcome")
+
+# %% [markdown]
+# Action usage of the executed plans, excluding the final GenerateAnswer (RePAIR Table 3): the
+# RAG-Critic planner's programs (with error categories) against RePAIR's (without).
+
+# %%
+rc_programs = [s.get("program") or "" for r in (results.get("rag_critic") or []) for s in r.get("steps", [])]
+usage = repair.action_usage_table(repair.count_actions(rc_programs),
+                                  repair.count_actions([r["repair_plan"] for r in repair_out if r["repair_ok"]]))
+pd.DataFrame(usage)
+
+# %% [markdown]
+# ## RAGEC on standard RAG's wrong answers
+# Stage attribution by rules (ground-truth chunks, more-than-half, reranker drop, concept coverage
+# 0.8), then `ragec_votes` LLM votes per error among the blamed stage's types (K = 10 in the
+# paper). The reranking stage exists only when `common.retriever.rerank` is on: then the
+# first-stage list is the retriever without the reranker at `ragec_first_stage_depth`.
+
+# %%
+types = ragec.load_ragec_types()
+m = MeteredLLM(llm)
+rerank_on = bool(runtime.retriever_config(params).get("rerank"))
+with stopwatch() as t:
+    ragec_out = []
+    for ds in datasets:
+        recs = test[ds]
+        if rerank_on:
+            recs = ragec.attach_first_stage(recs, runtime.load_retriever(params, ds, rerank=False), ragec_first_stage_depth)
+        ragec_out += ragec.run_ragec(m, recs, types, chunk_gold_fn=ragec.make_chunk_gold_fn(runtime.load_corpus(params, ds)),
+                                     coverage_threshold=ragec_coverage_threshold, k=ragec_votes,
+                                     temperature=ragec_temperature, seed=seed)
+costs["ragec (diagnosis)"] = {**m.cost(), "wall_seconds": t["seconds"]}
+ragec_table = pd.DataFrame(ragec.distribution_table(ragec_out, types, group_key="dataset"))
+ragec_table
+
+# %%
+mode_freq = ragec.mode_frequency_table(ragec_out, ragec_votes)
+print("mode frequency (Table 4):", mode_freq, "| stages:", ragec.stage_counts(ragec_out))
+pd.DataFrame(ragec.distribution_table(ragec_out, types, group_key="question_type")).drop(columns=["stage"])
+
+# %% [markdown]
+# Agreement with RAG-Critic's tier-1 labels on the same wrong answers (the critic's first-round
+# critique in notebook 08; the grounded heuristic critic when notebook 08's results are absent).
+# Side agreement: RAGEC's stage and the critic's labels blame the same side (retrieval vs
+# response); type agreement: the tier-1 label mapped from the modal E-type is among the critic's.
+
+# %%
+wrong = [r for r in all_test if is_wrong(r)]
+if "rag_critic" in results:
+    critic_source, critiques = "notebook 08 critic", ragec.first_round_critiques(results["rag_critic"])
+    labels = ragec.critic_tier1_labels(results["rag_critic"], critiques)
+else:
+    critic_source = "heuristic critic (notebook 08 results absent)"
+    labels = ragec.critic_tier1_labels(wrong, judge.critique(wrong))
+agreement = ragec.tier1_agreement(ragec_out, labels, types, canonical=taxonomy.canonical)
+{"critic": critic_source, **{k: v for k, v in agreement.items() if k != "by_stage"}}
+
+# %% [markdown]
+# ## One comparison table
+# EM / F1 / acc per method and dataset (then per question type), the F1 change against standard
+# RAG with a paired bootstrap interval over questions, and the cost of each method on the test
+# questions (logical LLM calls and tokens, cache hits included; wall time of this run).
+
+# %%
+rows = comparison_table(results, n_boot=n_boot, alpha=ci_alpha, seed=seed, costs=costs)
+table = pd.DataFrame(rows)
+table[table.type == "all"][["dataset", "method", "n", "em", "f1", "acc", "d_f1", "d_f1_low", "d_f1_high", "calls"]].round(3)
+
+# %%
+fig, axes = plt.subplots(1, len(datasets), figsize=(5.5 * len(datasets), 3.4), squeeze=False)
+for ax, ds in zip(axes[0], datasets):
+    sub = table[(table.type == "all") & (table.dataset == ds) & (table.method != "standard_rag")]
+    ax.errorbar(sub.d_f1, range(len(sub)), xerr=[sub.d_f1 - sub.d_f1_low, sub.d_f1_high - sub.d_f1], fmt="o", capsize=3)
+    ax.axvline(0, color="grey", lw=0.8)
+    ax.set(yticks=range(len(sub)), yticklabels=sub.method, xlabel="F1 change vs standard RAG", title=ds)
+fig.tight_layout()
+paths.FIGURES_DIR.mkdir(parents=True, exist_ok=True)
+fig.savefig(paths.FIGURES_DIR / "09_delta_f1.png", dpi=120)
+fig.savefig(paths.FIGURES_DIR / "09_delta_f1.svg")
+
+# %%
+cost_table = pd.DataFrame(costs).T.fillna(0).round(2)
+cost_table
+
+# %%
+for name, recs in results.items():
+    write_jsonl(out_dir / f"{name}_test.jsonl", recs)
+write_jsonl(out_dir / "ragec_test.jsonl", ragec_out)
+write_jsonl(out_dir / "simrag_practice.jsonl", practice)
+write_jsonl(out_dir / "repair_pairs.jsonl", off_pairs + on_pairs)
+write_jsonl(out_dir / "repair_candidates.jsonl", off_log + on_log)
+paths.TABLES_DIR.mkdir(parents=True, exist_ok=True)
+cols = ["dataset", "type", "method", "n", "em", "f1", "acc", "d_f1", "d_f1_low", "d_f1_high", "d_em", "calls", "prompt_tokens",
+        "completion_tokens", "wall_seconds"]
+table.to_csv(paths.TABLES_DIR / "09_comparison.csv", index=False)
+(paths.TABLES_DIR / "09_comparison.md").write_text(markdown_table(rows, cols))
+ragec_table.to_csv(paths.TABLES_DIR / "09_ragec_types.csv", index=False)
+cost_table.to_csv(paths.TABLES_DIR / "09_costs.csv")
+pd.DataFrame(usage).to_csv(paths.TABLES_DIR / "09_repair_action_usage.csv", index=False)
+deterministic = ("calls", "prompt_tokens", "completion_tokens", "training_calls")
+metrics = {
+    "comparison": [{k: v for k, v in r.items() if k != "wall_seconds"} for r in rows],
+    "cost": {k: {c: v for c, v in d.items() if c in deterministic} for k, d in costs.items()},
+    "crag": crag_info,
+    "simrag": {"practice_examples": len(practice), "balanced_train": len(balanced), "heldout_confusion": confusion},
+    "repair": {"offpolicy_pairs": len(off_pairs), "onpolicy_pairs": len(on_pairs), "action_usage": usage,
+               "dpo_steps": [res_off.steps if res_off else 0, res_on.steps if res_on else 0],
+               "planner_start": "adapter" if init_adapter else "base model"},
+    "ragec": {"errors": len(ragec_out), "stages": ragec.stage_counts(ragec_out), "mode_frequency": mode_freq,
+              "invalid_votes": sum(r["n_invalid"] for r in ragec_out),
+              "grounded_fallbacks": sum(r["source"] == "grounded" for r in ragec_out),
+              "agreement": agreement, "critic_source": critic_source, "reranking_stage": rerank_on},
+}
+write_json(paths.METRICS_DIR / "09_baselines.json", jsonable(metrics))
+sorted(metrics)

@@ -1,0 +1,451 @@
+"""RePAIR: a taxonomy-free response-to-action planner trained with DPO from execution rewards.
+
+Reproduces Zhang, Peng and Weng (RePAIR) in our harness. A *plan* is a short program over the
+same five actions RAG-Critic uses (Retrieval, RewriteQuery, DecomposeQuery, RefineDoc,
+GenerateAnswer), run by the same restricted executor
+(:func:`ragcritic_lib.agent.executor.run_program` with
+:class:`ragcritic_lib.agent.actions.ActionSet`). No error taxonomy is involved:
+
+- **State.** Off-policy: question, passages, previous answer, the *oracle* correctness c of that
+  answer and its (failed) reasoning r0. On-policy and at inference: question, passages,
+  previous answer and a judge's coarse correctness estimate only.
+- **Candidates.** Off-policy: plans enumerated from a small action grammar (the "teacher"),
+  optionally plus plans sampled from the planner. On-policy: plans sampled from the current
+  planner (optionally plus the grammar).
+- **Reward.** Token F1 of the revised answer against the gold answers; a plan the executor
+  rejects or that fails keeps the previous answer, so it earns that answer's F1.
+- **Preferences.** Within one state, plan a is preferred to plan b when R(a) - R(b) >= margin
+  and R(a) > R(b) (margin 0 is the paper's plain "higher F1 wins").
+- **Training.** DPO (``ragcritic_lib.training.train_dpo``) first on off-policy pairs, then on
+  on-policy pairs starting from the off-policy adapter. Paper setting: beta 0.1, lr 5e-6, one
+  epoch; ours takes its recipe from params.
+- **Inference.** The planner writes a plan for each test answer (greedy); the plan is executed;
+  a rejected or failed plan keeps the standard RAG answer.
+
+Action usage (the paper's Table 3) is counted from the executed programs, excluding the final
+GenerateAnswer.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ragcritic_lib.baselines import dataset_name, is_wrong
+
+AUX_ACTIONS = ("Retrieval", "RewriteQuery", "DecomposeQuery", "RefineDoc")
+_CALL_RE = re.compile(r"\b(Retrieval|RewriteQuery|DecomposeQuery|RefineDoc|GenerateAnswer)\s*\(")
+
+
+# ----------------------------------------------------------------------------- grammar
+def plan_grammar(*, topk: int = 5, supplement_k: int = 3) -> list[tuple[str, str]]:
+    """The enumerated candidate plans, (name, program), in a fixed order that covers every action
+    early (so taking the first N still varies the actions)."""
+    gen = "final_answer = GenerateAnswer(query=question, docs=new_docs)"
+    return [
+        ("regenerate", "final_answer = GenerateAnswer(query=question, docs=docs)"),
+        ("retrieve", f"new_docs = Retrieval(query=question, topk={topk})\n{gen}"),
+        ("clarify_retrieve", f"queries = RewriteQuery(query=question, instruction=\"clarify\")\n"
+                             f"new_docs = Retrieval(query=queries[0], topk={topk})\n{gen}"),
+        ("refine_docs", "new_docs = [RefineDoc(query=question, doc=d, instruction=\"refine\") for d in docs]\n" + gen),
+        ("decompose_retrieve", f"subs = DecomposeQuery(query=question)\n"
+                               f"new_docs = Retrieval(query=subs[0], topk={supplement_k}) + "
+                               f"Retrieval(query=subs[-1], topk={supplement_k})\n{gen}"),
+        ("short_answer", "final_answer = GenerateAnswer(query=question, docs=docs, "
+                         "additional_instruction=\"Reply with the exact name, number or date from the passages.\")"),
+        ("expand_supplement", f"queries = RewriteQuery(query=question, instruction=\"expand\")\n"
+                              f"new_docs = docs + Retrieval(query=queries[0], topk={supplement_k})\n{gen}"),
+        ("summarize_docs", "new_docs = [RefineDoc(query=question, doc=d, instruction=\"summarize\") for d in docs]\n" + gen),
+    ]
+
+
+# ------------------------------------------------------------------------------- state
+def planner_variables(record: Mapping[str, Any], *, max_docs: int = 5, doc_words: int = 80) -> dict[str, Any]:
+    """The variables a plan may read: question, docs (passage texts), prediction (the previous
+    answer); the same names RAG-Critic's planner programs use (``ragcritic_lib.agent.workflow``)."""
+    docs = []
+    for p in (record.get("passages") or [])[:max_docs]:
+        words = str(p.get("contents", "")).split(" ")
+        docs.append(" ".join(words[:doc_words]))
+    return {"question": str(record["question"]), "docs": docs, "prediction": str(record.get("prediction") or "")}
+
+
+_SYSTEM = (
+    "You improve the output of a question-answering system that retrieves passages and then answers. "
+    "You write a short Python-style program that calls these functions:\n{signatures}\n"
+    "The variables question, docs and prediction (the previous answer) are given. Use as few calls as needed. "
+    "The last line must be: final_answer = GenerateAnswer(...). Output only the program."
+)
+_EXAMPLE_USER = (
+    'question = "Which river flows through Vienna?"\n'
+    'docs = ["Salzburg: Salzburg is a city in Austria on the Salzach river."]\n'
+    'prediction = "Salzach"\n'
+    "Check: the previous answer is wrong."
+)
+_EXAMPLE_PLAN = (
+    'queries = RewriteQuery(query=question, instruction="clarify")\n'
+    "new_docs = Retrieval(query=queries[0], topk=5)\n"
+    "final_answer = GenerateAnswer(query=question, docs=new_docs)"
+)
+
+
+def _doc_preview(docs: Sequence[str], words: int) -> str:
+    shown = []
+    for d in docs:
+        w = " ".join(str(d).split())
+        parts = w.split(" ")
+        shown.append(" ".join(parts[:words]) + (" ..." if len(parts) > words else ""))
+    return "[" + ", ".join(repr(s) for s in shown) + "]"
+
+
+def build_planner_messages(
+    record: Mapping[str, Any],
+    *,
+    correct: bool | None,
+    reasoning: str | None = None,
+    oracle: bool = False,
+    max_docs: int = 5,
+    doc_words: int = 15,
+    reasoning_chars: int = 200,
+) -> list[dict[str, str]]:
+    """Planner prompt for one state (about 600 tokens with five passages shown by their first
+    ``doc_words`` words, so a prompt plus a plan fits a 768-token DPO budget).
+
+    Args:
+        correct: correctness of the previous answer (oracle c off-policy, the judge's estimate
+            on-policy); None leaves the line out.
+        reasoning: the failed reasoning r0 (off-policy only).
+        oracle: word the correctness as an oracle check rather than a judge's estimate.
+    """
+    from ragcritic_lib.agent.actions import FUNCTION_SIGNATURES
+
+    v = planner_variables(record, max_docs=max_docs, doc_words=10_000)
+    lines = [f"question = {v['question']!r}", f"docs = {_doc_preview(v['docs'], doc_words)}",
+             f"prediction = {v['prediction']!r}"]
+    if correct is not None:
+        verdict = "right" if correct else "wrong"
+        lines.append(f"Check: the previous answer is {verdict}." if oracle
+                     else f"A judge thinks the previous answer is probably {verdict}.")
+    if reasoning:
+        lines.append("Reasoning behind the previous answer: " + " ".join(str(reasoning).split())[:reasoning_chars])
+    return [
+        {"role": "system", "content": _SYSTEM.format(signatures=FUNCTION_SIGNATURES)},
+        {"role": "user", "content": _EXAMPLE_USER},
+        {"role": "assistant", "content": _EXAMPLE_PLAN},
+        {"role": "user", "content": "\n".join(lines)},
+    ]
+
+
+# ------------------------------------------------------------------------------ execution
+def execute_plans(
+    jobs: Sequence[tuple[str, Mapping[str, Any]]],
+    action_set: Any,
+    *,
+    max_calls: int = 12,
+    timeout_s: float = 60.0,
+    prefetch_rounds: int = 6,
+) -> list[dict[str, Any]]:
+    """Run (program, variables) jobs with one ActionSet, batching LLM calls across jobs.
+
+    First every program runs in the ActionSet's prefetch mode, repeatedly, so the generations
+    they need are produced in batched calls; then each program runs for real, reading them from
+    the memo. Rejected or failing programs are reported, never raised.
+
+    Returns:
+        per job: {"answer" (str or None), "ok", "error" (reason code or None), "n_calls", "trace"}.
+    """
+    from ragcritic_lib.agent.executor import ProgramError, run_program
+
+    fns = action_set.functions()
+    if hasattr(action_set, "begin_prefetch"):
+        action_set.begin_prefetch()
+        try:
+            for r in range(prefetch_rounds):
+                for src, variables in jobs:
+                    try:
+                        run_program(src, fns, variables=variables, max_calls=max_calls, timeout_s=timeout_s)
+                    except Exception:  # noqa: BLE001 - markers make programs fail in many ways; the real run reports
+                        pass
+                if action_set.flush_prefetch(desc=f"repair plans (prefetch {r + 1})") == 0:
+                    break
+        finally:
+            action_set.end_prefetch()
+    out = []
+    for src, variables in jobs:
+        try:
+            res = run_program(src, fns, variables=variables, max_calls=max_calls, timeout_s=timeout_s)
+            answer = res.final_answer
+            out.append({"answer": answer, "ok": answer is not None, "error": None if answer is not None else "none_answer",
+                        "n_calls": res.n_calls, "trace": res.trace})
+        except ProgramError as err:
+            out.append({"answer": None, "ok": False, "error": err.reason_code,
+                        "n_calls": getattr(err, "n_calls", 0), "trace": getattr(err, "trace", [])})
+    return out
+
+
+def plan_reward(answer: str | None, record: Mapping[str, Any]) -> float:
+    """Token F1 of the revised answer; a failed plan keeps the previous answer and its F1."""
+    from ragcritic_lib.metrics import token_f1
+
+    final = answer if answer is not None else str(record.get("prediction") or "")
+    return token_f1(final, list(record.get("golden_answers") or []))
+
+
+# ---------------------------------------------------------------------------- preferences
+def _norm_plan(plan: str) -> str:
+    return "\n".join(" ".join(line.split()) for line in plan.strip().splitlines() if line.strip())
+
+
+def build_preference_pairs(
+    candidates: Sequence[Mapping[str, Any]], *, margin: float = 0.0, max_pairs: int = 4
+) -> list[tuple[int, int]]:
+    """Preference pairs (chosen index, rejected index) among one state's scored candidates.
+
+    Identical programs (up to whitespace) count once (the first). Candidates are ranked by
+    reward (ties keep input order); the best is paired with every sufficiently worse one, worst
+    first, then the second best, and so on, until ``max_pairs``. A pair needs
+    reward_chosen - reward_rejected >= margin and reward_chosen > reward_rejected.
+    """
+    seen: set[str] = set()
+    uniq = []
+    for i, c in enumerate(candidates):
+        key = _norm_plan(str(c["plan"]))
+        if key in seen:
+            continue
+        seen.add(key)
+        uniq.append(i)
+    ranked = sorted(uniq, key=lambda i: (-float(candidates[i]["reward"]), i))
+    pairs: list[tuple[int, int]] = []
+    for a_pos, a in enumerate(ranked):
+        ra = float(candidates[a]["reward"])
+        for b in reversed(ranked[a_pos + 1:]):
+            rb = float(candidates[b]["reward"])
+            if ra > rb and ra - rb >= margin - 1e-12:
+                pairs.append((a, b))
+                if len(pairs) >= max_pairs:
+                    return pairs
+    return pairs
+
+
+def sample_plans(
+    planner: Any,
+    prompts: Sequence[Any],
+    *,
+    n: int,
+    temperature: float = 0.8,
+    top_p: float = 0.95,
+    max_new_tokens: int = 96,
+    seed: int = 0,
+) -> tuple[list[list[str]], int]:
+    """Draw ``n`` plans per prompt (greedy when temperature is 0: then one draw).
+
+    Returns:
+        (programs per prompt, with outputs holding no program dropped; number dropped).
+    """
+    from ragcritic_lib.agent.executor import extract_program
+    from ragcritic_lib.llm import GenParams
+
+    draws = 1 if temperature == 0 else n
+    out: list[list[str]] = [[] for _ in prompts]
+    dropped = 0
+    for j in range(draws if prompts else 0):
+        params = GenParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed + j)
+        for i, g in enumerate(planner.generate(list(prompts), params, desc=f"repair sample {j + 1}/{draws}")):
+            prog = extract_program(g.text)
+            if prog:
+                out[i].append(prog)
+            else:
+                dropped += 1
+    return out, dropped
+
+
+def collect_preferences(
+    records: Sequence[Mapping[str, Any]],
+    action_set: Any,
+    *,
+    phase: str,
+    judged_correct: Sequence[bool] | None = None,
+    planner: Any | None = None,
+    n_grammar: int = 4,
+    n_sampled: int = 0,
+    margin: float = 0.0,
+    max_pairs: int = 4,
+    temperature: float = 0.8,
+    max_new_tokens: int = 96,
+    seed: int = 0,
+    topk: int = 5,
+    max_calls: int = 12,
+    timeout_s: float = 60.0,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Candidate plans, rewards and DPO pairs for one training phase.
+
+    Args:
+        phase: "off" (state has the oracle correctness and the reasoning; only failed records
+            are used) or "on" (state has ``judged_correct``; every record is used).
+        planner: the current planner LLM, needed when ``n_sampled`` > 0.
+        n_grammar: how many grammar plans per state (first N of :func:`plan_grammar`).
+
+    Returns:
+        (pairs for ``train_dpo``: {"prompt", "chosen", "rejected", "qid", "dataset", "phase",
+        "chosen_reward", "rejected_reward"}, candidates: one dict per executed plan).
+    """
+    if phase not in ("off", "on"):
+        raise ValueError(f"phase must be 'off' or 'on', got {phase!r}")
+    if phase == "on" and (judged_correct is None or len(judged_correct) != len(records)):
+        raise ValueError("the on-policy phase needs one judged_correct flag per record")
+    if phase == "off":
+        chosen_idx = [i for i, r in enumerate(records) if is_wrong(r)]
+    else:
+        chosen_idx = list(range(len(records)))
+    states = []
+    for i in chosen_idx:
+        rec = records[i]
+        if phase == "off":
+            msgs = build_planner_messages(rec, correct=False, reasoning=str(rec.get("raw_output") or ""), oracle=True)
+        else:
+            msgs = build_planner_messages(rec, correct=bool(judged_correct[i]))
+        states.append((rec, msgs))
+    grammar = plan_grammar(topk=topk)[:n_grammar]
+    sampled: list[list[str]] = [[] for _ in states]
+    if n_sampled > 0 and planner is not None:
+        sampled, _ = sample_plans(planner, [m for _, m in states], n=n_sampled, temperature=temperature,
+                                  max_new_tokens=max_new_tokens, seed=seed)
+    per_state: list[list[dict[str, Any]]] = []
+    jobs: list[tuple[str, Mapping[str, Any]]] = []
+    for (rec, _), samples in zip(states, sampled):
+        variables = planner_variables(rec)
+        cands, seen = [], set()
+        for name, src in grammar:
+            cands.append({"plan": src, "source": f"grammar:{name}"})
+            seen.add(_norm_plan(src))
+        for src in samples:
+            if _norm_plan(src) not in seen:
+                seen.add(_norm_plan(src))
+                cands.append({"plan": src, "source": "sampled"})
+        for c in cands:
+            jobs.append((c["plan"], variables))
+        per_state.append(cands)
+    results = execute_plans(jobs, action_set, max_calls=max_calls, timeout_s=timeout_s)
+    pairs: list[dict[str, Any]] = []
+    log: list[dict[str, Any]] = []
+    pos = 0
+    for (rec, msgs), cands in zip(states, per_state):
+        for c in cands:
+            res = results[pos]
+            pos += 1
+            c.update(answer=res["answer"], ok=res["ok"], error=res["error"], n_calls=res["n_calls"],
+                     reward=plan_reward(res["answer"], rec))
+            log.append({"qid": str(rec.get("id")), "dataset": dataset_name(rec), "phase": phase,
+                        **{k: c[k] for k in ("source", "plan", "answer", "ok", "error", "n_calls", "reward")}})
+        for a, b in build_preference_pairs(cands, margin=margin, max_pairs=max_pairs):
+            pairs.append({"prompt": msgs, "chosen": cands[a]["plan"], "rejected": cands[b]["plan"],
+                          "qid": str(rec.get("id")), "dataset": dataset_name(rec), "phase": phase,
+                          "chosen_reward": cands[a]["reward"], "rejected_reward": cands[b]["reward"]})
+    return pairs, log
+
+
+def dpo_rows(pairs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Only the keys ``train_dpo`` reads (prompt messages, chosen and rejected programs)."""
+    return [{"prompt": list(p["prompt"]), "chosen": str(p["chosen"]), "rejected": str(p["rejected"])} for p in pairs]
+
+
+def train_planner(
+    pairs: Sequence[Mapping[str, Any]],
+    recipe: Any,
+    output_dir: Any,
+    *,
+    base_model: str,
+    init_adapter: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Any:
+    """One DPO phase on the planner (``ragcritic_lib.training.train_dpo``).
+
+    ``overrides`` replace recipe keys (e.g. RePAIR's beta 0.1 and a step budget). Returns None,
+    leaving the planner as it was, when there are no pairs or none fits the recipe's
+    ``max_length`` (logged): a phase without data is a result to report, not a crash.
+    """
+    if not pairs:
+        return None
+    from ragcritic_lib.training import train_dpo
+
+    try:
+        return train_dpo(dpo_rows(pairs), recipe, output_dir, base_model=base_model, init_adapter=init_adapter,
+                         overrides=overrides)
+    except ValueError as exc:
+        if "no DPO pair fits" not in str(exc):
+            raise
+        logging.getLogger(__name__).warning("RePAIR DPO phase skipped: %s", exc)
+        return None
+
+
+# ------------------------------------------------------------------------------- inference
+def repair_infer(
+    planner: Any,
+    records: Sequence[Mapping[str, Any]],
+    action_set: Any,
+    *,
+    judged_correct: Sequence[bool],
+    max_new_tokens: int = 96,
+    skip_judged_correct: bool = False,
+    max_calls: int = 12,
+    timeout_s: float = 60.0,
+) -> list[dict[str, Any]]:
+    """Plan (greedy) and execute one correction per record; failures keep the previous answer.
+
+    Returns:
+        copies of the records with prediction, repair_plan, repair_ok, repair_error,
+        repair_n_calls and repair_judged_correct.
+    """
+    if len(judged_correct) != len(records):
+        raise ValueError(f"{len(judged_correct)} judge flags for {len(records)} records")
+    todo = [i for i in range(len(records)) if not (skip_judged_correct and judged_correct[i])]
+    prompts = [build_planner_messages(records[i], correct=bool(judged_correct[i])) for i in todo]
+    plans, _ = sample_plans(planner, prompts, n=1, temperature=0.0, max_new_tokens=max_new_tokens)
+    jobs = [(p[0] if p else "", planner_variables(records[i])) for i, p in zip(todo, plans)]
+    runnable = [j for j, (src, _) in enumerate(jobs) if src]
+    results = execute_plans([jobs[j] for j in runnable], action_set, max_calls=max_calls, timeout_s=timeout_s)
+    by_job = dict(zip(runnable, results))
+    out = [dict(r, repair_plan="", repair_ok=False, repair_error="skipped", repair_n_calls=0,
+                repair_judged_correct=bool(jc)) for r, jc in zip(records, judged_correct)]
+    for j, i in enumerate(todo):
+        res = by_job.get(j, {"answer": None, "ok": False, "error": "no_program", "n_calls": 0})
+        row = out[i]
+        row.update(repair_plan=jobs[j][0], repair_ok=res["ok"], repair_error=res["error"], repair_n_calls=res["n_calls"])
+        if res["ok"] and res["answer"] is not None:
+            row["prediction"] = res["answer"]
+    return out
+
+
+# ---------------------------------------------------------------------------- action usage
+def count_actions(programs: Sequence[str], *, include_generate: bool = False) -> dict[str, int]:
+    """Calls per action written in the programs (the paper's Table 3 excludes GenerateAnswer).
+
+    A call inside a list comprehension counts once per program text, not per element.
+    """
+    names = AUX_ACTIONS + (("GenerateAnswer",) if include_generate else ())
+    c = Counter(m.group(1) for p in programs for m in _CALL_RE.finditer(p or ""))
+    return {a: int(c[a]) for a in names}
+
+
+def action_usage_table(
+    with_categories: Mapping[str, int], without: Mapping[str, int]
+) -> list[dict[str, Any]]:
+    """Rows like RePAIR Table 3: action, count with error categories (RAG-Critic's planner),
+    count without (RePAIR) and the relative change in percent (None when the first is 0)."""
+    rows = []
+    for a in AUX_ACTIONS:
+        w, wo = int(with_categories.get(a, 0)), int(without.get(a, 0))
+        rows.append({"action": a, "with_error_categories": w, "repair": wo,
+                     "change_pct": round(100.0 * (wo - w) / w, 1) if w else None})
+    return rows
+
+
+def oracle_correct_flags(records: Sequence[Mapping[str, Any]]) -> list[bool]:
+    """Gold correctness of each record's current answer (for ablations only)."""
+    return [not is_wrong(r) for r in records]
+
+
+JudgeFn = Callable[[Sequence[Mapping[str, Any]]], list[bool]]

@@ -1,0 +1,509 @@
+"""Critic (and planner) training with TRL: SFT, DPO, recipes, adapter merging and a launch CLI.
+
+A recipe is a flat YAML file (``configs/train/*.yaml``). Its keys are either fields of TRL's own
+``SFTConfig`` / ``DPOConfig`` (hence of ``transformers.TrainingArguments``) or one of the few keys
+this module adds:
+
+    peft (bool, default true)    LoRA through peft; false = full fine-tuning
+    lora_r, lora_alpha, lora_dropout, lora_target_modules   -> peft.LoraConfig
+    model_dtype ("float32" | "bfloat16" | "auto")           -> dtype the model is loaded in
+
+Anything else is one clear error naming the key and the file. Device handling: without a GPU
+the run is forced onto the CPU (``use_cpu=True``, ``bf16=False``, ``fp16=False``: TRL's bf16
+default raises there); with GPUs the recipe applies as written. Multi-GPU and DeepSpeed ZeRO-3
+runs go through ``accelerate launch`` and the CLI of this module::
+
+    accelerate launch --config_file configs/accelerate/deepspeed_zero3.yaml \\
+        -m ragcritic_lib.training sft --recipe configs/train/critic_sft_paper.yaml \\
+        --data data/05_critic_sft/sft_train.jsonl --out data/05_critic_sft/adapter \\
+        --base-model data/assets/models/smollm2-135m-instruct
+
+:func:`run_training` runs the same thing in-process or through that launcher, so a notebook
+stage switches between CPU and a GPU cluster with one parameter.
+
+Reference model in DPO (section 3.2: the SFT model, fixed): with ``init_adapter`` (the SFT
+LoRA) TRL copies the adapter into a frozen "ref" adapter and trains the other copy; with a
+merged SFT checkpoint as ``base_model`` and a fresh LoRA, the reference is that checkpoint with
+the adapter disabled. Either way the reference is the SFT model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ragcritic_lib import paths
+from ragcritic_lib.io import read_jsonl, read_yaml, write_json, write_jsonl
+
+OUR_KEYS = {
+    "peft": True,
+    "lora_r": 16,
+    "lora_alpha": 32,
+    "lora_dropout": 0.05,
+    "lora_target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
+    "model_dtype": "float32",
+}
+
+
+@dataclass
+class TrainResult:
+    """What a training run produced.
+
+    Attributes:
+        adapter_dir: the saved LoRA adapter (or the full model for ``peft: false``).
+        is_adapter: whether ``adapter_dir`` is a peft adapter.
+        base_model: the model the adapter applies to.
+        steps, seconds: optimizer steps done and wall time of ``trainer.train()``.
+        log_history: the trainer's log rows (loss curves).
+        examples, dropped_too_long: training rows used / left out for exceeding ``max_length``.
+        device: "cpu", "cuda" (or "cuda x N" under a launcher).
+        recipe: the resolved recipe (after overrides and device handling).
+    """
+
+    adapter_dir: str
+    is_adapter: bool
+    base_model: str
+    steps: int
+    seconds: float
+    log_history: list[dict[str, Any]] = field(default_factory=list)
+    examples: int = 0
+    dropped_too_long: int = 0
+    device: str = "cpu"
+    recipe: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def seconds_per_step(self) -> float:
+        return self.seconds / self.steps if self.steps else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["seconds_per_step"] = round(self.seconds_per_step, 3)
+        return d
+
+
+# --------------------------------------------------------------------------------------------
+# Recipes
+# --------------------------------------------------------------------------------------------
+def _config_class(kind: str) -> type:
+    if kind == "sft":
+        from trl import SFTConfig
+
+        return SFTConfig
+    if kind == "dpo":
+        from trl import DPOConfig
+
+        return DPOConfig
+    raise ValueError(f"unknown training kind {kind!r} (expected 'sft' or 'dpo')")
+
+
+def load_recipe(recipe: str | os.PathLike[str] | Mapping[str, Any], kind: str,
+                overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Read a flat recipe and check every key; ``overrides`` win over the file.
+
+    Raises:
+        ValueError: naming the first unknown key and the recipe it came from.
+    """
+    if isinstance(recipe, Mapping):
+        raw, source = dict(recipe), "<dict>"
+    else:
+        source = str(recipe)
+        raw = read_yaml(paths.resolve(recipe)) or {}
+        if not isinstance(raw, Mapping):
+            raise ValueError(f"{source}: a recipe must be a flat mapping of keys to values")
+    merged = {**raw, **dict(overrides or {})}
+    cls = _config_class(kind)
+    allowed = {f.name for f in dataclasses.fields(cls)} | set(OUR_KEYS)
+    for key in merged:
+        if key not in allowed:
+            raise ValueError(
+                f"{source}: unknown recipe key {key!r} (not a field of {cls.__name__} nor one of {sorted(OUR_KEYS)})"
+            )
+    for key in ("output_dir",):
+        if key in merged:
+            raise ValueError(f"{source}: {key!r} is set by the caller, not the recipe")
+    return merged
+
+
+def has_gpu() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def build_configs(recipe: Mapping[str, Any], kind: str, output_dir: str | os.PathLike[str]) -> tuple[Any, Any, dict]:
+    """(TRL config, LoraConfig or None, resolved recipe) with the device rules applied."""
+    resolved = {**OUR_KEYS, **dict(recipe)}
+    trl_kwargs = {k: v for k, v in resolved.items() if k not in OUR_KEYS}
+    trl_kwargs.setdefault("report_to", "none")
+    if not has_gpu():
+        # TRL defaults bf16 to True, which raises on a CPU; mixed precision is a GPU matter.
+        trl_kwargs.update(use_cpu=True, bf16=False, fp16=False)
+        trl_kwargs.setdefault("dataloader_pin_memory", False)
+        if str(resolved.get("model_dtype")) == "bfloat16":
+            resolved["model_dtype"] = "float32"
+    dtype = resolved.get("model_dtype", "float32")
+    init_kwargs = dict(trl_kwargs.pop("model_init_kwargs", None) or {})
+    init_kwargs.setdefault("dtype", dtype)
+    trl_kwargs["model_init_kwargs"] = init_kwargs
+    cls = _config_class(kind)
+    cfg = cls(output_dir=str(output_dir), **trl_kwargs)
+    lora = None
+    if resolved.get("peft", True):
+        from peft import LoraConfig
+
+        lora = LoraConfig(
+            r=int(resolved["lora_r"]), lora_alpha=int(resolved["lora_alpha"]),
+            lora_dropout=float(resolved["lora_dropout"]),
+            target_modules=list(resolved["lora_target_modules"]), task_type="CAUSAL_LM",
+        )
+    resolved.update({k: v for k, v in trl_kwargs.items() if k != "model_init_kwargs"})
+    return cfg, lora, resolved
+
+
+# --------------------------------------------------------------------------------------------
+# Data helpers
+# --------------------------------------------------------------------------------------------
+def _load_tokenizer(base_model: str) -> Any:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(base_model)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def _chat_len(tok: Any, messages: list[dict[str, str]]) -> int:
+    ids = tok.apply_chat_template(messages, tokenize=True)
+    if isinstance(ids, Mapping) or hasattr(ids, "keys"):
+        ids = ids["input_ids"]
+    return len(ids)
+
+
+def to_prompt_completion(examples: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``{"messages": [..., assistant]}`` -> ``{"prompt": [...], "completion": [assistant]}``.
+
+    Prompt-completion rows make TRL compute the loss on the critique only.
+    """
+    rows = []
+    for i, ex in enumerate(examples):
+        msgs = ex.get("messages")
+        if not isinstance(msgs, list) or not msgs or msgs[-1].get("role") != "assistant":
+            raise ValueError(f"SFT example {i}: 'messages' must be a list ending with an assistant message")
+        rows.append({"prompt": [dict(m) for m in msgs[:-1]], "completion": [dict(msgs[-1])]})
+    return rows
+
+
+def to_dpo_rows(pairs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Conversational DPO rows: prompt messages, chosen/rejected as one assistant message each."""
+    rows = []
+    for i, p in enumerate(pairs):
+        for key in ("prompt", "chosen", "rejected"):
+            if key not in p:
+                raise ValueError(f"DPO pair {i}: missing key {key!r}")
+        prompt = p["prompt"]
+        if isinstance(prompt, str):
+            prompt = [{"role": "user", "content": prompt}]
+
+        def wrap(x: Any) -> list[dict[str, str]]:
+            return [{"role": "assistant", "content": x}] if isinstance(x, str) else [dict(m) for m in x]
+
+        rows.append({"prompt": [dict(m) for m in prompt], "chosen": wrap(p["chosen"]), "rejected": wrap(p["rejected"])})
+    return rows
+
+
+def _fit(rows: list[dict[str, Any]], tok: Any, max_length: int | None, keys: Sequence[str]) -> tuple[list, int]:
+    """Drop rows whose prompt + longest completion exceeds ``max_length`` tokens.
+
+    TRL truncates from the end, which would cut the critique itself: better to leave the row out
+    and count it.
+    """
+    if not max_length:
+        return rows, 0
+    kept = [r for r in rows if max(_chat_len(tok, r["prompt"] + r[k]) for k in keys) <= max_length]
+    return kept, len(rows) - len(kept)
+
+
+# --------------------------------------------------------------------------------------------
+# Training
+# --------------------------------------------------------------------------------------------
+def _finish(trainer: Any, tok: Any, output_dir: Path, is_adapter: bool, base_model: str, seconds: float,
+            examples: int, dropped: int, resolved: dict) -> TrainResult:
+    trainer.save_model(str(output_dir))
+    if trainer.is_world_process_zero():
+        tok.save_pretrained(str(output_dir))
+    import torch
+
+    n_gpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    device = "cpu" if not n_gpu else (f"cuda x {world}" if world > 1 else "cuda")
+    return TrainResult(
+        adapter_dir=str(output_dir), is_adapter=is_adapter, base_model=str(base_model),
+        steps=int(trainer.state.global_step), seconds=round(seconds, 2),
+        log_history=[dict(r) for r in trainer.state.log_history], examples=examples,
+        dropped_too_long=dropped, device=device, recipe=_jsonable(resolved),
+    )
+
+
+def _jsonable(d: Mapping[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(dict(d), default=str))
+
+
+def train_sft(
+    examples: Sequence[Mapping[str, Any]],
+    recipe: str | os.PathLike[str] | Mapping[str, Any],
+    output_dir: str | os.PathLike[str],
+    *,
+    base_model: str,
+    overrides: Mapping[str, Any] | None = None,
+) -> TrainResult:
+    """Supervised fine-tuning (loss on the assistant turn only) with TRL's SFTTrainer.
+
+    Args:
+        examples: ``{"messages": [system, user, assistant]}`` rows.
+        recipe: recipe file or dict (see module docstring); ``overrides`` win over it.
+        output_dir: where the adapter (or full model) and tokenizer are saved.
+        base_model: local model folder.
+    """
+    import datasets
+    from trl import SFTTrainer
+
+    recipe_d = load_recipe(recipe, "sft", overrides)
+    output_dir = Path(output_dir)
+    cfg, lora, resolved = build_configs(recipe_d, "sft", output_dir)
+    tok = _load_tokenizer(base_model)
+    rows, dropped = _fit(to_prompt_completion(examples), tok, cfg.max_length, ["completion"])
+    if not rows:
+        raise ValueError(f"no SFT example fits max_length={cfg.max_length} ({dropped} too long)")
+    # Passing the path (not a loaded model) lets DeepSpeed ZeRO-3 shard the weights at load time.
+    trainer = SFTTrainer(model=str(base_model), args=cfg, train_dataset=datasets.Dataset.from_list(rows),
+                         processing_class=tok, peft_config=lora)
+    t0 = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - t0
+    return _finish(trainer, tok, output_dir, lora is not None, base_model, seconds, len(rows), dropped, resolved)
+
+
+def train_dpo(
+    pairs: Sequence[Mapping[str, Any]],
+    recipe: str | os.PathLike[str] | Mapping[str, Any],
+    output_dir: str | os.PathLike[str],
+    *,
+    base_model: str,
+    init_adapter: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> TrainResult:
+    """Direct preference optimization (sigmoid loss, ``beta`` from the recipe) with DPOTrainer.
+
+    Args:
+        pairs: ``{"prompt": [messages], "chosen": str, "rejected": str}`` rows.
+        base_model: the model the policy starts from (with ``init_adapter``: the base of that
+            adapter; otherwise e.g. a merged SFT checkpoint).
+        init_adapter: a LoRA adapter (the SFT critic) to continue from; it is also the frozen
+            reference. With ``peft: false`` it is merged into the base first.
+    """
+    import datasets
+    from trl import DPOTrainer
+
+    recipe_d = load_recipe(recipe, "dpo", overrides)
+    output_dir = Path(output_dir)
+    cfg, lora, resolved = build_configs(recipe_d, "dpo", output_dir)
+    tok = _load_tokenizer(base_model)
+    rows, dropped = _fit(to_dpo_rows(pairs), tok, cfg.max_length, ["chosen", "rejected"])
+    if not rows:
+        raise ValueError(f"no DPO pair fits max_length={cfg.max_length} ({dropped} too long)")
+    model: Any = str(base_model)
+    if init_adapter and lora is not None:
+        import torch
+        from peft import PeftModel
+        from transformers import AutoModelForCausalLM
+
+        init_kwargs = dict(cfg.model_init_kwargs or {})
+        if isinstance(init_kwargs.get("dtype"), str) and init_kwargs["dtype"] != "auto":
+            init_kwargs["dtype"] = getattr(torch, init_kwargs["dtype"])
+        base = AutoModelForCausalLM.from_pretrained(str(base_model), **init_kwargs)
+        model = PeftModel.from_pretrained(base, str(init_adapter), is_trainable=True)
+        lora = None  # continue the SFT adapter; TRL keeps a frozen copy as the reference
+    elif init_adapter:
+        model = str(merge_adapter(base_model, init_adapter, output_dir / "_init_merged", dtype="float32"))
+    trainer = DPOTrainer(model=model, args=cfg, train_dataset=datasets.Dataset.from_list(rows),
+                         processing_class=tok, peft_config=lora)
+    t0 = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - t0
+    is_adapter = bool(init_adapter and resolved.get("peft", True)) or lora is not None
+    result = _finish(trainer, tok, output_dir, is_adapter, base_model, seconds, len(rows), dropped, resolved)
+    if is_adapter and init_adapter:
+        _drop_ref_adapter(output_dir)
+    shutil.rmtree(output_dir / "_init_merged", ignore_errors=True)
+    return result
+
+
+def _drop_ref_adapter(output_dir: Path) -> None:
+    """``save_model`` also writes the frozen "ref" copy as a sub-folder; it is not an output."""
+    shutil.rmtree(output_dir / "ref", ignore_errors=True)
+
+
+def merge_adapter(
+    base: str | os.PathLike[str],
+    adapter_dir: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    *,
+    dtype: str = "bfloat16",
+) -> Path:
+    """Fold a LoRA adapter into its base model and save a plain checkpoint for fast inference.
+
+    The merge is computed in float32, then the weights are cast to ``dtype``. The tokenizer
+    (with its chat template) is copied from the adapter folder when present, else from the base.
+    """
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out_dir = Path(out_dir)
+    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
+    merged = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
+    merged = merged.to(getattr(torch, dtype))
+    # The base config may still describe the GGUF file it was converted from; the merged
+    # checkpoint is plain safetensors.
+    if getattr(merged.config, "quantization_config", None) is not None:
+        merged.config.quantization_config = None
+        try:
+            delattr(merged.config, "quantization_config")
+        except AttributeError:
+            pass
+    merged.config.dtype = dtype
+    merged.save_pretrained(str(out_dir), safe_serialization=True)
+    tok_src = adapter_dir if (Path(adapter_dir) / "tokenizer_config.json").exists() else base
+    AutoTokenizer.from_pretrained(str(tok_src)).save_pretrained(str(out_dir))
+    return out_dir
+
+
+# --------------------------------------------------------------------------------------------
+# Loss curves
+# --------------------------------------------------------------------------------------------
+def loss_curve(log_history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Training rows of a log history (those with a ``loss``) as flat dicts with ``step`` first."""
+    rows = []
+    for r in log_history:
+        if "loss" not in r:
+            continue
+        row = {"step": int(r.get("step", len(rows) + 1))}
+        row.update({k.replace("/", "_"): v for k, v in r.items() if k != "step" and isinstance(v, (int, float))})
+        rows.append(row)
+    return rows
+
+
+def write_loss_curve(log_history: Sequence[Mapping[str, Any]], path: str | os.PathLike[str]) -> Path:
+    """Write the loss curve as JSON (a list of rows, readable by ``dvc plots``) or TSV by suffix."""
+    from ragcritic_lib.io import atomic_write_text
+
+    rows = loss_curve(log_history)
+    path = Path(path)
+    if path.suffix == ".tsv":
+        cols = list(dict.fromkeys(k for r in rows for k in r))
+        lines = ["\t".join(cols)] + ["\t".join(str(r.get(c, "")) for c in cols) for r in rows]
+        return atomic_write_text(path, "\n".join(lines) + "\n")
+    write_json(path, rows)
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# Launching: in-process or through `accelerate launch`
+# --------------------------------------------------------------------------------------------
+def run_training(
+    kind: str,
+    data: Sequence[Mapping[str, Any]],
+    recipe: str | os.PathLike[str],
+    output_dir: str | os.PathLike[str],
+    *,
+    base_model: str,
+    init_adapter: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    launcher: str = "inprocess",
+    accelerate_config: str | None = None,
+    num_processes: int = 0,
+) -> TrainResult:
+    """Run one training stage in this process or under ``accelerate launch``.
+
+    Args:
+        kind: "sft" (data = SFT examples) or "dpo" (data = preference pairs).
+        launcher: "inprocess" (CPU or one GPU) or "accelerate" (the data are written next to
+            the output and the CLI below runs under ``accelerate launch --config_file
+            accelerate_config``; ``num_processes`` > 0 overrides the config's process count).
+    """
+    output_dir = Path(output_dir)
+    if launcher == "inprocess":
+        if kind == "sft":
+            return train_sft(data, recipe, output_dir, base_model=base_model, overrides=overrides)
+        return train_dpo(data, recipe, output_dir, base_model=base_model, init_adapter=init_adapter,
+                         overrides=overrides)
+    if launcher != "accelerate":
+        raise ValueError(f"unknown launcher {launcher!r} (expected 'inprocess' or 'accelerate')")
+    if not accelerate_config:
+        raise ValueError("launcher 'accelerate' needs accelerate_config")
+    data_file = output_dir.parent / f"{output_dir.name}.{kind}_data.jsonl"
+    write_jsonl(data_file, data)
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(paths.resolve(accelerate_config))]
+    if num_processes > 0:
+        cmd += ["--num_processes", str(num_processes)]
+    cmd += ["-m", "ragcritic_lib.training", kind, "--recipe", str(recipe), "--data", str(data_file),
+            "--out", str(output_dir), "--base-model", str(base_model)]
+    if init_adapter:
+        cmd += ["--init-adapter", str(init_adapter)]
+    for k, v in (overrides or {}).items():
+        cmd += ["--set", f"{k}={json.dumps(v)}"]
+    subprocess.run(cmd, check=True, cwd=str(paths.ROOT))
+    d = json.loads((output_dir / "train_result.json").read_text(encoding="utf-8"))
+    d.pop("seconds_per_step", None)
+    return TrainResult(**d)
+
+
+def _parse_set(items: Sequence[str]) -> dict[str, Any]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--set expects key=value, got {item!r}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI: ``python -m ragcritic_lib.training sft|dpo --recipe R --data D --out O --base-model M``."""
+    ap = argparse.ArgumentParser(prog="python -m ragcritic_lib.training", description=main.__doc__)
+    ap.add_argument("kind", choices=["sft", "dpo"])
+    ap.add_argument("--recipe", required=True)
+    ap.add_argument("--data", required=True, help="JSONL of SFT examples or DPO pairs")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--base-model", required=True)
+    ap.add_argument("--init-adapter", default=None)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="recipe override")
+    args = ap.parse_args(argv)
+    data = read_jsonl(args.data)
+    overrides = _parse_set(args.set)
+    if args.kind == "sft":
+        result = train_sft(data, args.recipe, args.out, base_model=args.base_model, overrides=overrides)
+    else:
+        result = train_dpo(data, args.recipe, args.out, base_model=args.base_model,
+                           init_adapter=args.init_adapter, overrides=overrides)
+    if int(os.environ.get("RANK", "0")) == 0:
+        write_json(Path(args.out) / "train_result.json", result.to_dict())
+        write_loss_curve(result.log_history, Path(args.out) / "loss_curve.json")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

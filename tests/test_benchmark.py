@@ -1,0 +1,124 @@
+"""RAG-Error benchmark: balanced construction and the scorer on hand-made critiques."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ragcritic_lib.benchmark import benchmark_table, build_benchmark, plot_per_label, score_critic, score_known_causes
+from ragcritic_lib.critic import parse_critic_output
+from ragcritic_lib.taxonomy import load_taxonomy
+
+A1, A2 = "Incomplete Information", "Insufficient or Incomplete Information Retrieval"
+B1, B2 = "Irrelevant Information", "Irrelevant Information Retrieval"
+C1, C2 = "Overly Verbose Response", "Overly Complex and Redundant Response"
+
+
+@pytest.fixture(scope="module")
+def tx():
+    return load_taxonomy()
+
+
+def _gold_err(t1: list[str], t2: list[str]) -> str:
+    return json.dumps({"Judgement": "Error", "tag1": t1, "tag2": t2, "tag3": [], "Error_analysis": ""})
+
+
+GOLDS = ['{"Judgement": "Correct"}'] * 4 + [
+    _gold_err([A1], [A2]), _gold_err([A1, B1], [A2, B2]), _gold_err([B1], [B2]), _gold_err([C1], [C2])]
+PRED_TEXTS = [
+    '{"Judgement": "Correct"}',                                        # right
+    '```json\n{"Judgement": "Error", "tag1": ["%s"]}\n```' % A1,       # wrong
+    "",                                                                # parse failure
+    "{'Judgement': 'Correct',}",                                       # right after repair
+    '{"Judgement": "Error", "tag1": ["%s"], "tag2": ["%s", "%s"]}' % (A1, A2, B2),
+    '{"Judgement": "Error", "tag1": ["%s"], "tag2": ["%s"], "tag3": ["x"], "Error_analysis": "cut' % (A1, A2),
+    '{"Judgement": "Correct", "tag1": ["%s"]}' % B1,                   # misses the error; tags ignored
+    'garbage {"Judgement": "Error", "tag1": ["Nope", "%s"], "tag2": ["%s"]' % (C1, B2),
+]
+
+
+def test_scorer_exact_numbers(tx) -> None:
+    preds = [parse_critic_output(t, tx) for t in PRED_TEXTS]
+    r = score_critic(preds, GOLDS, tx)
+    assert (r["n"], r["n_correct_gold"], r["n_error_gold"]) == (8, 4, 4)
+    assert r["identification"] == {"acc_correct": 0.5, "acc_error": 0.75, "acc_avg": 0.625}
+    assert r["predicted_judgements"] == {"Correct": 3, "Error": 4, "none": 1}
+    t1, t2 = r["tag1"], r["tag2"]
+    assert t1["micro"] == {"precision": 1.0, "recall": 0.6, "f1": 0.75}
+    assert t1["macro"] == {"precision": 0.6667, "recall": 0.6667, "f1": 0.6667}
+    assert t1["official_sample_recall"] == 0.625 and t1["sample_f1"] == 0.6667
+    assert t1["per_label"][B1] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 2, "predicted": 0}
+    assert t1["per_label"][A1] == {"precision": 1.0, "recall": 1.0, "f1": 1.0, "support": 2, "predicted": 2}
+    assert t1["per_label"]["Erroneous Information"]["support"] == 0
+    assert t2["micro"] == {"precision": 0.5, "recall": 0.4, "f1": 0.4444}
+    assert t2["macro"] == {"precision": 0.3333, "recall": 0.3333, "f1": 0.3333}
+    assert t2["official_sample_recall"] == 0.375 and t2["sample_f1"] == 0.3333
+    assert t2["per_label"][B2] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 2, "predicted": 2}
+    assert r["classification"] == {"tag1_f1": 0.75, "tag2_f1": 0.4444, "avg_f1": 0.5972,
+                                   "official_avg_sample_recall": 0.5}
+    assert (r["parse_failure_rate"], r["valid_json_rate"], r["unknown_labels_per_critique"]) == (0.125, 0.5, 0.125)
+
+
+def test_scorer_accepts_dicts_and_rejects_bad_input(tx) -> None:
+    preds = [parse_critic_output(t, tx).to_dict() for t in PRED_TEXTS]
+    assert score_critic(preds, [json.loads(g) for g in GOLDS], tx)["identification"]["acc_avg"] == 0.625
+    with pytest.raises(ValueError, match="8 predictions but 7 gold"):
+        score_critic(preds, GOLDS[:7], tx)
+    with pytest.raises(ValueError, match="without a valid Judgement"):
+        score_critic(preds[:1], ['{"Judgement": "Maybe"}'], tx)
+
+
+def test_perfect_and_empty_critics(tx) -> None:
+    perfect = [parse_critic_output(g, tx) for g in GOLDS]
+    r = score_critic(perfect, GOLDS, tx)
+    assert r["identification"]["acc_avg"] == 1.0 and r["classification"]["avg_f1"] == 1.0
+    silent = score_critic([parse_critic_output("", tx)] * 8, GOLDS, tx)
+    assert silent["identification"]["acc_avg"] == 0.0 and silent["tag2"]["micro"]["f1"] == 0.0
+    assert silent["parse_failure_rate"] == 1.0
+
+
+def _sample(i: int, t2: list[str], tx, judgement: str = "Error") -> dict:
+    return {"qkey": f"d::{i}", "id": str(i), "judgement": judgement, "tag2": t2,
+            "tag1": list(dict.fromkeys(tx.parent(t) for t in t2)), "target": "{}"}
+
+
+def test_benchmark_balanced_over_tier2_and_correctness(tx) -> None:
+    errs = [_sample(i, [A2], tx) for i in range(6)] + [_sample(10 + i, [B2], tx) for i in range(2)]
+    errs += [_sample(20, [C2, A2], tx)]
+    cors = [_sample(100 + i, [], tx, "Correct") for i in range(20)]
+    bench, rep = build_benchmark(errs + cors, tx, per_label=3, seed=0)
+    assert rep["available"][A2] == 7 and rep["available"][B2] == 2 and rep["available"][C2] == 1
+    assert rep["selected"][C2] == 1 and rep["selected"][B2] == 2 and rep["selected"][A2] == 3
+    # the C2 sample also carries A2, so two more A2 samples complete N = 3
+    assert rep["n_error"] == 5 and rep["n_correct"] == 5 and len(bench) == 10
+    assert B2 in rep["labels_below_n"] and A2 not in rep["labels_below_n"]
+    assert len(rep["labels_below_n"]) == len(tx.tier2) - 1
+    assert build_benchmark(errs + cors, tx, per_label=3, seed=0)[0] == bench
+
+
+def test_known_causes_scored_on_tier1(tx) -> None:
+    known = {"supporting_not_retrieved": {"tier1": [A1], "tier2": [A2]}, "verbose_or_truncated": {"tier1": [C1], "tier2": []}}
+    samples = [{"judgement": "Error", "known_causes": ["supporting_not_retrieved"]},
+               {"judgement": "Error", "known_causes": ["supporting_not_retrieved", "verbose_or_truncated"]},
+               {"judgement": "Error", "known_causes": []},
+               {"judgement": "Correct", "known_causes": ["verbose_or_truncated"]}]
+    preds = [parse_critic_output(t, tx) for t in [
+        '{"Judgement": "Error", "tag1": ["%s"], "tag2": ["%s"]}' % (A1, A2),
+        '{"Judgement": "Correct", "tag1": ["%s"]}' % C1,
+        '{"Judgement": "Error", "tag1": ["%s"]}' % A1,
+        '{"Judgement": "Error", "tag1": ["%s"]}' % C1]]
+    r = score_known_causes(preds, samples, known)
+    assert (r["pairs"], r["records"], r["tier1_hit_rate"], r["tier2_hit_rate"]) == (3, 2, 0.3333, 0.5)
+    assert r["per_cause"]["supporting_not_retrieved"]["tier1_hits"] == 1
+
+
+def test_table_and_figure(tx, tmp_path: Path) -> None:
+    r = score_critic([parse_critic_output(t, tx) for t in PRED_TEXTS], GOLDS, tx)
+    rows = benchmark_table({"sft": r})
+    assert rows == [{"critic": "sft", "correct": 50.0, "error": 75.0, "ident_avg": 62.5, "tag1_f1": 75.0,
+                     "tag2_f1": 44.4, "cls_avg": 59.7, "tag1_macro_f1": 66.7, "tag2_macro_f1": 33.3,
+                     "official_recall_avg": 50.0, "parse_fail": 12.5}]
+    out = plot_per_label({"sft": r, "other": r}, tx, tmp_path / "fig.png")
+    assert out.exists() and out.stat().st_size > 1000

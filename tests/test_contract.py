@@ -1,0 +1,100 @@
+"""Contract between notebooks, params.yaml and dvc.yaml."""
+
+import copy
+import re
+
+import pytest
+import yaml
+
+from ragcritic_lib import paths
+from ragcritic_lib.notebooks import out_of_sync
+from ragcritic_lib.params import (
+    ParamsError, apply_profile, load_params, notebook_parameters, notebook_paths, validate_params,
+)
+from ragcritic_lib.stage import stage_name
+
+
+@pytest.fixture(scope="module")
+def params():
+    return load_params()
+
+
+@pytest.fixture(scope="module")
+def dvc():
+    return yaml.safe_load(paths.DVC_FILE.read_text())
+
+
+def test_every_notebook_has_a_stage_and_vice_versa(dvc):
+    notebooks = notebook_paths()
+    stages = dvc["stages"]
+    assert set(stages) == set(notebooks)
+    for name, stage in stages.items():
+        nb = notebooks[name].relative_to(paths.ROOT).as_posix()
+        assert stage["cmd"] == f"python -m ragcritic_lib.stage {nb}"
+        assert nb in stage["deps"], f"stage {name} must depend on its notebook source"
+        assert not any(str(d).endswith(".ipynb") for d in stage["deps"]), "never depend on an executed notebook"
+        assert f"reports/notebooks/{notebooks[name].stem}.ipynb" in [
+            o if isinstance(o, str) else next(iter(o)) for o in stage["outs"]]
+
+
+def test_notebook_parameters_equal_params_sections(params):
+    for name, nb in notebook_paths().items():
+        assert set(notebook_parameters(nb)) == set(params[name]), nb.name
+    assert stage_name(paths.NOTEBOOKS_DIR / "01_retrieval_rag.py") == "retrieval_rag"
+
+
+def test_stage_params_declared_in_dvc(dvc):
+    for name, stage in dvc["stages"].items():
+        declared = [p if isinstance(p, str) else next(iter(p)) for p in stage.get("params", [])]
+        assert name in declared, f"stage {name} must declare its own params section"
+
+
+def test_notebooks_follow_the_reading_order():
+    for name, nb in notebook_paths().items():
+        text = nb.read_text()
+        cells = re.split(r"^# %%", text, flags=re.MULTILINE)[1:]
+        assert cells[0].startswith(" [markdown]") and "\n# # " in cells[0], f"{nb.name}: title cell first"
+        assert "tags=[\"parameters\"]" in cells[1].splitlines()[0], f"{nb.name}: parameters cell second"
+        assert "os.chdir" not in text
+        assert not re.search(r"^def .*\n(?:    .*\n){12,}", text, flags=re.MULTILINE), f"{nb.name}: long function"
+
+
+def test_ipynb_twins_in_sync_and_stripped():
+    assert out_of_sync() == []
+
+
+def test_unknown_key_and_wrong_type_rejected_together(params):
+    bad = copy.deepcopy(params)
+    bad["retrieval_rag"]["top_kk"] = 5
+    bad["retrieval_rag"]["eval_questions"] = "many"
+    bad["common"]["generator"]["batchsize"] = 4
+    bad["nonsense"] = {}
+    bad["common"]["retriever"]["kindd"] = "x"
+    with pytest.raises(ParamsError) as err:
+        validate_params(bad)
+    msg = str(err.value)
+    for needle in ("retrieval_rag.top_kk: unknown key", "retrieval_rag.eval_questions: expected int",
+                   "common.generator.batchsize: unknown key", "common.retriever: retriever config: unknown key", "nonsense: unknown section"):
+        assert needle in msg
+    missing = copy.deepcopy(params)
+    del missing["retrieval_rag"]["top_k"]
+    with pytest.raises(ParamsError, match="retrieval_rag.top_k: missing"):
+        validate_params(missing)
+
+
+def test_profiles_validate(tmp_path, params):
+    for prof in sorted((paths.CONFIGS_DIR / "profiles").glob("*.yaml")):
+        target = tmp_path / "params.yaml"
+        target.write_text(yaml.safe_dump(params))
+        merged = apply_profile(prof.stem, params_path=target)
+        assert yaml.safe_load(target.read_text()) == merged
+
+
+def test_parameters_cell_rules(tmp_path):
+    nb = tmp_path / "05_x.py"
+    nb.write_text('# %% [markdown]\n# # T\n# %% tags=["parameters"]\na = [1, 2]\n')
+    with pytest.raises(ParamsError, match="scalar literal"):
+        notebook_parameters(nb)
+    nb.write_text('# %% tags=["parameters"]\na = 1\n# %% tags=["parameters"]\nb = 2\n')
+    with pytest.raises(ParamsError, match="exactly one cell"):
+        notebook_parameters(nb)

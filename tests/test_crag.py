@@ -1,0 +1,142 @@
+"""CRAG: relevance labels, features, thresholds and actions, strips, the pipeline end to end."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragcritic_lib.baselines import crag
+from ragcritic_lib.llm import CallableLLM, GenParams
+from ragcritic_lib.retrieval import Hit
+
+Q = "Which river flows through Vienna?"
+
+
+def test_relevance_label():
+    tb = {"metadata": {"supporting_ids": ["d1"]}, "golden_answers": ["Danube"]}
+    assert crag.relevance_label(tb, {"id": "d1", "contents": "nothing"}) == 1
+    assert crag.relevance_label(tb, {"id": "d2", "contents": "the Danube"}) == 0
+    trivia = {"metadata": {"type": "trivia"}, "golden_answers": ["Danube"]}
+    assert crag.relevance_label(trivia, {"id": "x", "contents": "The Danube flows."}) == 1
+    assert crag.relevance_label(trivia, {"id": "x", "contents": "The Danubes flow."}) == 0
+    unans = {"metadata": {"answerable": False}, "golden_answers": ["Danube"]}
+    assert crag.relevance_label(unans, {"id": "x", "contents": "The Danube flows."}) == 0
+
+
+def test_pair_features_exact():
+    f = crag.pair_features(Q, "The Danube flows through Vienna.", ce_score=2.0, rank=1, title="Danube")
+    # overlap: flows, vienna of {river, flows, vienna}; bigrams: 2 of 4 question bigrams.
+    assert f == [2.0, 0.5, pytest.approx(2 / 3), 0.5, 0.0]
+    assert len(f) == len(crag.FEATURES)
+
+
+@pytest.mark.parametrize("scores, action", [
+    ([0.59], "Correct"), ([0.589], "Ambiguous"), ([-0.99], "Ambiguous"), ([-0.991], "Incorrect"),
+    ([], "Incorrect"), ([-1.0, 0.6], "Correct"), ([-1.0, -0.5], "Ambiguous"),
+])
+def test_action_thresholds_at_the_boundaries(scores, action):
+    assert crag.retrieval_action(scores, 0.59, -0.99) == action
+
+
+def test_tune_thresholds_grid():
+    scores = [[0.9], [0.2], [-0.5]]
+    relevant = [True, True, False]
+    best = crag.tune_thresholds(scores, relevant, grid=[-1.0, 0.0, 0.5, 1.0])
+    # upper 0.0 / lower 0.0 calls the first two Correct and the third Incorrect: all right.
+    assert (best["upper"], best["lower"], best["action_accuracy"]) == (0.0, 0.0, 1.0)
+    assert best["actions"] == {"Correct": 2, "Ambiguous": 0, "Incorrect": 1}
+    # On a coarse grid three settings tie at 2/3 and the first in grid order wins; a larger
+    # credit for Ambiguous makes the hedging setting (upper 0.5, lower -0.5) the best.
+    tie = crag.tune_thresholds(scores, relevant, grid=[-0.5, 0.5])
+    assert (tie["upper"], tie["lower"], tie["action_accuracy"]) == (-0.5, -0.5, pytest.approx(2 / 3))
+    hedge = crag.tune_thresholds(scores, relevant, grid=[-0.5, 0.5], ambiguous_credit=0.9)
+    assert (hedge["upper"], hedge["lower"]) == (0.5, -0.5)
+    assert hedge["action_accuracy"] == pytest.approx((1 + 0.9 + 0.9) / 3)
+    assert -0.99 in crag.default_threshold_grid() and 0.59 in crag.default_threshold_grid()
+    with pytest.raises(ValueError, match="differ in length"):
+        crag.tune_thresholds([[0.1]], [])
+
+
+def test_split_strips_merges_short_sentences():
+    text = "Title\nShort one. This is a longer sentence with words. Tiny end."
+    assert crag.split_strips(text, min_words=4) == [
+        "Short one. This is a longer sentence with words. Tiny end."]
+    assert crag.split_strips(text, min_words=2) == ["Short one.", "This is a longer sentence with words.", "Tiny end."]
+    assert crag.split_strips("T\nFirst long sentence here. Second long sentence here. x.", min_words=3) == [
+        "First long sentence here.", "Second long sentence here. x."]
+
+
+def test_select_and_recompose():
+    scored = [(0, 0, 0.2), (0, 1, 0.9), (1, 0, 0.9), (1, 1, -0.8)]
+    assert crag.select_strips(scored, top_strips=2, min_score=0.0) == [(0, 1), (1, 0)]
+    assert crag.select_strips(scored, top_strips=5, min_score=0.0) == [(0, 0), (0, 1), (1, 0)]
+    assert crag.select_strips([(0, 0, -0.9), (1, 0, -0.7)], top_strips=3, min_score=0.0) == [(1, 0)]
+    assert crag.select_strips([], top_strips=3, min_score=0.0) == []
+    out = crag.recompose(["A\nx", "B\ny"], [["a1.", "a2."], ["b1."]], [(0, 1), (1, 0), (0, 0)])
+    assert out == ["A\na1. a2.", "B\nb1."]
+
+
+def test_refine_knowledge_keeps_relevant_strips():
+    lexical = crag.RetrievalEvaluator(None)  # 2 * overlap - 1
+    zero = crag.make_ce_scorer(None)
+    passages = ["Vienna\nVienna is a city of music and coffee. The Danube river flows through Vienna today."]
+    (out,) = crag.refine_knowledge([Q], [passages], lexical, zero, top_strips=1, min_score=-0.5, min_words=5)
+    assert out == ["Vienna\nThe Danube river flows through Vienna today."]
+    # With the default 8-word minimum the 7-word last sentence joins the first: one strip.
+    (whole,) = crag.refine_knowledge([Q], [passages], lexical, zero, top_strips=1, min_score=-0.5)
+    assert whole == passages
+
+
+def test_keyword_rewrites():
+    assert crag.keyword_query("Which river flows through the capital of Austria?") == "river flows capital austria"
+    assert crag.keyword_query("Which of them?") == "Which of them?"
+    assert crag.parse_keywords("\n Keywords: Danube, Vienna river\nmore", Q) == "danube vienna river"
+    assert crag.parse_keywords("!!!", Q) == "river flows vienna"
+
+
+def test_train_evaluator_orders_and_falls_back():
+    X = [[3.0, 1.0, 1.0, 0.5, 0.0], [2.5, 0.5, 0.8, 0.3, 0.0], [-3.0, 0.3, 0.0, 0.0, 0.0], [-2.0, 0.2, 0.1, 0.0, 0.0]]
+    ev = crag.train_evaluator(X, [1, 1, 0, 0])
+    s = ev.score(X)
+    assert min(s[:2]) > max(s[2:]) and all(-1 <= v <= 1 for v in s)
+    one = crag.train_evaluator(X, [0, 0, 0, 0])
+    assert one.model is None and one.score([[0, 0, 0.5, 0, 0]]) == [0.0]
+
+
+class FakeRetriever:
+    name = "fake"
+
+    def __init__(self, hits):
+        self.hits, self.queries = hits, []
+
+    def search(self, queries, k):
+        self.queries.extend(queries)
+        return [self.hits[:k] for _ in queries]
+
+
+def test_run_crag_actions_end_to_end():
+    good = {"id": "d1", "contents": "Danube\nThe Danube river flows through Vienna and Budapest."}
+    bad = {"id": "d2", "contents": "Paris\nParis is the capital of France."}
+    recs = [
+        {"id": "1", "question": Q, "golden_answers": ["Danube"], "metadata": {}, "passages": [good, bad]},
+        {"id": "2", "question": Q, "golden_answers": ["Danube"], "metadata": {}, "passages": [bad]},
+    ]
+    secondary = FakeRetriever([Hit("w1", 1.0, "Web\nVienna sits on the Danube river, which flows east.")])
+
+    def fn(prompt, params):
+        last = prompt[-1]["content"]
+        return "So the final answer is: Danube" if "Danube" in last else "So the final answer is: Seine"
+
+    out = crag.run_crag(CallableLLM(fn), recs, evaluator=crag.RetrievalEvaluator(None),
+                        ce_scorer=crag.make_ce_scorer(None), secondary=secondary, upper=0.3, lower=-0.5,
+                        gen_params=GenParams(max_new_tokens=16), k_secondary=1, top_strips=2)
+    # Lexical scores: good passage covers all 3 concepts (+1.0); bad covers none (-1.0).
+    assert [r["crag_action"] for r in out] == ["Correct", "Incorrect"]
+    assert out[0]["crag_scores"] == [1.0, -1.0] and out[0]["crag_query"] is None
+    assert out[0]["knowledge"] == ["Danube\nThe Danube river flows through Vienna and Budapest."]
+    assert out[1]["crag_query"] == "river flows vienna" and secondary.queries == ["river flows vienna"]
+    assert out[1]["knowledge"] == ["Web\nVienna sits on the Danube river, which flows east."]
+    assert [r["prediction"] for r in out] == ["Danube", "Danube"]
+    amb = crag.run_crag(CallableLLM(fn), recs[:1], evaluator=crag.RetrievalEvaluator(None),
+                        ce_scorer=crag.make_ce_scorer(None), secondary=secondary, upper=1.1, lower=0.0,
+                        gen_params=GenParams(max_new_tokens=16), k_secondary=1)
+    assert amb[0]["crag_action"] == "Ambiguous" and len(amb[0]["knowledge"]) == 2

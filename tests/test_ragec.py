@@ -1,0 +1,234 @@
+"""RAGEC: type table, stage-attribution rules, vote parsing and aggregation, reports."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragcritic_lib.baselines import ragec
+from ragcritic_lib.io import DataFormatError
+from ragcritic_lib.llm import CallableLLM
+
+CORPUS = [
+    {"id": "p1", "contents": "Vienna\nVienna is the capital of Austria. The Danube flows through Vienna."},
+    {"id": "p2", "contents": "Danube\nThe Danube is a river in Europe."},
+    {"id": "p3", "contents": "Paris\nParis is the capital of France."},
+    {"id": "p4", "contents": "Budapest\nThe Danube also flows through Budapest."},
+]
+TEXT = {c["id"]: c["contents"] for c in CORPUS}
+
+
+def passages(*ids):
+    return [{"id": i, "contents": TEXT[i], "score": 1.0} for i in ids]
+
+
+def record(question, *, supporting=None, passed=(), retrieved=None, golds=("Danube",), em=0.0, **meta):
+    md = {"dataset": "testbed", "type": "factual", **meta}
+    if supporting is not None:
+        md["supporting_ids"] = list(supporting)
+    r = {"id": "q", "question": question, "golden_answers": list(golds), "metadata": md,
+         "passages": passages(*passed), "prediction": "Rhine", "em": em}
+    if retrieved is not None:
+        r["retrieved"] = passages(*retrieved)
+    return r
+
+
+@pytest.fixture(scope="module")
+def types():
+    return ragec.load_ragec_types()
+
+
+@pytest.fixture(scope="module")
+def gold_fn():
+    return ragec.make_chunk_gold_fn(CORPUS)
+
+
+def test_type_table(types):
+    assert [t.id for t in types.types] == [f"E{i}" for i in range(1, 17)]
+    assert {s: len(types.of_stage(s)) for s in ragec.STAGES} == {
+        "Chunking": 3, "Retrieval": 3, "Reranking": 2, "Generation": 8}
+    assert types.by_id("E7").name == "Low Recall" and types.by_id("E13").stage == "Generation"
+    assert types.stage_side == {"Chunking": "retrieval", "Retrieval": "retrieval", "Reranking": "retrieval",
+                                "Generation": "response"}
+
+
+def test_tier1_mapping_uses_taxonomy_names(types):
+    from ragcritic_lib.taxonomy import load_taxonomy
+
+    tax = load_taxonomy()
+    assert set(types.tier1_side) == set(tax.tier1)
+    assert all(tax.canonical(t.tier1) == t.tier1 for t in types.types)
+
+
+def test_bad_type_table_names_the_key(tmp_path):
+    bad = tmp_path / "t.yaml"
+    bad.write_text("types:\n  - {id: E1, name: Overchunking, definition: x, tier1: y}\n")
+    with pytest.raises(DataFormatError, match=r"types\[0\] lacks a non-empty string 'stage'"):
+        ragec.load_ragec_types(bad)
+
+
+def test_concept_coverage():
+    # concepts: river, flow(s), capital, austria
+    q = "Which river flows through the capital of Austria?"
+    assert ragec.concept_coverage(q, [TEXT["p2"]]) == 0.25
+    assert ragec.concept_coverage(q, [TEXT["p1"], TEXT["p2"]]) == 1.0
+    assert ragec.concept_coverage("Which of them?", ["anything"]) == 1.0
+
+
+def test_gold_chunks_supporting_unanswerable_and_trivia(gold_fn):
+    assert [c["id"] for c in gold_fn(record("q?", supporting=["p2", "p1"]))] == ["p2", "p1"]
+    assert gold_fn(record("q?", type="unanswerable")) == []
+    trivia = record("Which river flows through Vienna?", type="trivia")
+    # p1 shares "flows" and "Vienna", p2 "river", p4 "flows"; ties keep corpus order.
+    assert [c["id"] for c in gold_fn(trivia)] == ["p1", "p2", "p4"]
+    strict = ragec.make_chunk_gold_fn(CORPUS, min_query_overlap=2)
+    assert [c["id"] for c in strict(trivia)] == ["p1"]
+    assert [c["id"] for c in ragec.make_chunk_gold_fn(CORPUS, max_chunks=1)(trivia)] == ["p1"]
+
+
+def test_stage_rules_every_branch(gold_fn):
+    attr = lambda r, **kw: ragec.attribute_stage(r, chunk_gold_fn=gold_fn, **kw)  # noqa: E731
+    q = "Which river flows through the capital of Austria?"
+
+    out = attr(record(q, type="unanswerable", passed=["p3"]))
+    assert (out["stage"], out["reason"]) == ("Generation", "no_gold_chunks")
+
+    out = attr(record(q, supporting=["p1", "p2"], passed=["p1", "p2", "p3"]))
+    assert (out["stage"], out["gold_chunks_to_generator"]) == ("Generation", 2)
+
+    # Exactly half is not "more than half": the rules go on to the reranker.
+    out = attr(record(q, supporting=["p1", "p2"], passed=["p1"], retrieved=["p3", "p1", "p2"]))
+    assert (out["stage"], out["reason"], out["reranker_dropped"]) == ("Reranking", "reranker_dropped_gold_chunk", True)
+
+    out = attr(record(q, supporting=["p2"], passed=["p3"], retrieved=["p3"]))
+    assert (out["stage"], out["coverage"]) == ("Chunking", 0.25)
+
+    out = attr(record("What flows through Vienna?", supporting=["p1"], passed=["p3"]))
+    assert (out["stage"], out["coverage"], out["reranker_dropped"]) == ("Retrieval", 1.0, False)
+
+    ok = attr(record(q, supporting=["p1"], em=1.0))
+    assert (ok["stage"], ok["reason"]) == (None, "not_an_error")
+
+
+def test_coverage_threshold_boundary(gold_fn):
+    # concepts: danube, europe, river, vienna, austria; p2 holds 3 of 5 = 0.6.
+    r = record("Danube Europe river Vienna Austria", supporting=["p2"], passed=["p3"])
+    assert ragec.attribute_stage(r, chunk_gold_fn=gold_fn, coverage_threshold=0.6)["stage"] == "Retrieval"
+    assert ragec.attribute_stage(r, chunk_gold_fn=gold_fn, coverage_threshold=0.61)["stage"] == "Chunking"
+    assert ragec.attribute_stage(r, chunk_gold_fn=gold_fn, reranker_dropped=True)["stage"] == "Reranking"
+
+
+def test_parse_type_vote(types):
+    rer, gen, chunk = types.of_stage("Reranking"), types.of_stage("Generation"), types.of_stage("Chunking")
+    assert ragec.parse_type_vote("E7", rer) == "E7"
+    assert ragec.parse_type_vote("answer: e-8.", rer) == "E8"
+    assert ragec.parse_type_vote("I think E4", rer) is None  # a retrieval type is not a reranking vote
+    assert ragec.parse_type_vote("E4? no, E 7", rer) == "E7"
+    assert ragec.parse_type_vote("Low precision, clearly", rer) == "E8"
+    assert ragec.parse_type_vote("context mismatch, or overchunking", chunk) == "E3"
+    assert ragec.parse_type_vote("E10", gen) == "E10" and ragec.parse_type_vote("E10", chunk) is None
+    assert ragec.parse_type_vote("", gen) is None and ragec.parse_type_vote("E99 E0", gen) is None
+
+
+def test_aggregate_votes():
+    agg = ragec.aggregate_votes(["E5", "E4", None, "E4", "E5", "E6"])
+    assert (agg["mode"], agg["mode_freq"], agg["second_mode"], agg["second_freq"]) == ("E5", 2, "E4", 2)
+    assert (agg["n_valid"], agg["n_invalid"], agg["counts"]) == (5, 1, {"E5": 2, "E4": 2, "E6": 1})
+    none = ragec.aggregate_votes([None, None])
+    assert (none["mode"], none["mode_freq"], none["n_invalid"]) == (None, 0, 2)
+
+
+def test_classify_types_votes_with_seeds_and_fallback(types, gold_fn):
+    seen = []
+
+    def fn(prompt, params):
+        seen.append((params.seed, params.temperature))
+        return ["E7", "Low Recall", "no idea", "E8", "E7"][params.seed - 10]
+
+    llm = CallableLLM(fn)
+    r = record("Which river flows through the capital of Austria?", supporting=["p1", "p2"], passed=["p1"],
+               retrieved=["p1", "p2"])
+    item = {"record": r, "stage": "Reranking", "gold_chunks": gold_fn(r)}
+    (out,) = ragec.classify_types(llm, [item], types, k=5, temperature=0.7, seed=10)
+    assert sorted(seen) == [(10, 0.7), (11, 0.7), (12, 0.7), (13, 0.7), (14, 0.7)]
+    assert (out["mode"], out["mode_freq"], out["n_invalid"], out["source"]) == ("E7", 3, 1, "llm")
+    assert out["votes"] == ["E7", "E7", None, "E8", "E7"]
+
+    silent = CallableLLM(lambda p, g: "I cannot tell.")
+    (fb,) = ragec.classify_types(silent, [item], types, k=3, seed=0)
+    assert (fb["mode"], fb["mode_freq"], fb["n_invalid"], fb["source"]) == ("E7", 0, 3, "grounded")
+
+
+def test_prompt_shows_only_stage_relevant_context(types, gold_fn):
+    r = record("Which river flows through Vienna?", supporting=["p1"], passed=["p3"])
+    gen = ragec.build_type_messages(r, "Generation", types)[1]["content"]
+    chunk = ragec.build_type_messages(r, "Chunking", types, gold_chunks=gold_fn(r))[1]["content"]
+    assert "System answer (wrong): Rhine" in gen and "Paris" in gen and "E13 Misinterpretation" in gen
+    assert "Rhine" not in chunk and "Vienna is the capital" in chunk and "E16" not in chunk
+
+
+def test_grounded_generation_types():
+    g = lambda **kw: ragec.grounded_type(dict(record("q?", passed=["p1"]), **kw), "Generation")  # noqa: E731
+    assert g(metadata={"type": "unanswerable"}, golden_answers=["insufficient information"]) == "E9"
+    assert g(golden_answers=["1642"], prediction="1,500 metres") == "E16"
+    assert g(metadata={"type": "temporal"}) == "E15"
+    assert g(prediction="insufficient information") == "E12"
+    assert g(golden_answers=["river Danube"], prediction="Danube") == "E12"
+    assert g(prediction="Austria") == "E13"
+    assert g(prediction="Rhine") == "E10"
+
+
+def test_run_ragec_and_reports(types, gold_fn):
+    q = "Which river flows through the capital of Austria?"
+    recs = [
+        dict(record(q, supporting=["p1", "p2"], passed=["p1", "p2"]), id="a"),
+        dict(record(q, supporting=["p1", "p2"], passed=["p1"], retrieved=["p1", "p2"]), id="b"),
+        dict(record(q, supporting=["p2"], passed=["p3"]), id="c"),
+        dict(record(q, supporting=["p1"], em=1.0), id="d"),
+    ]
+    answers = {"Generation": "E13", "Reranking": "E7", "Chunking": "E3"}
+
+    def fn(prompt, params):
+        text = prompt[-1]["content"]
+        stage = next(s for s in answers if ragec._STAGE_TASK[s][:40] in text)
+        return answers[stage]
+
+    res = ragec.run_ragec(CallableLLM(fn), recs, types, chunk_gold_fn=gold_fn, k=2, seed=0)
+    assert [(r["id"], r["stage"], r["mode"], r["mode_freq"]) for r in res] == [
+        ("a", "Generation", "E13", 2), ("b", "Reranking", "E7", 2), ("c", "Chunking", "E3", 2)]
+    assert ragec.stage_counts(res) == {"Chunking": 1, "Retrieval": 0, "Reranking": 1, "Generation": 1}
+    assert ragec.mode_frequency_table(res, 2) == {1: 0, 2: 3}
+
+    table = ragec.distribution_table(res, types)
+    by_label = {row["label"]: row for row in table}
+    assert by_label["E3 Context Mismatch"]["mode"] == 1 and by_label["E4 Missed Retrieval"]["mode"] == 0
+    assert by_label["Percentage Generation"]["mode"] == pytest.approx(100 / 3)
+    assert by_label["Total"]["mode"] == 3 and len(table) == 16 + 4 + 1
+    grouped = ragec.distribution_table(res, types, group_key="question_type")
+    assert grouped[-1]["factual"] == 3
+
+    tags = {("testbed", "a"): ["Inaccurate or Misunderstood Response"],
+            ("testbed", "b"): ["Irrelevant Information"],
+            ("testbed", "c"): None}
+    agr = ragec.tier1_agreement(res, tags, types)
+    # a: side and type agree; b: side agrees (retrieval), type does not (E7 -> Incomplete Information).
+    assert (agr["n"], agr["n_critic_correct"], agr["n_missing"]) == (2, 1, 0)
+    assert (agr["side_agreement"], agr["type_agreement"]) == (1.0, 0.5)
+    assert agr["by_stage"]["Reranking"] == {"Irrelevant Information": 1}
+
+
+def test_run_ragec_without_llm_uses_grounded_rules(types, gold_fn):
+    r = record("Which river flows through the capital of Austria?", supporting=["p1", "p2"], passed=["p1"],
+               retrieved=["p1", "p2"])
+    (res,) = ragec.run_ragec(None, [r], types, chunk_gold_fn=gold_fn, k=5)
+    assert (res["stage"], res["mode"], res["source"], res["votes"]) == ("Reranking", "E7", "grounded", [])
+
+
+def test_critic_tier1_labels_from_parses_and_workflow_steps():
+    from ragcritic_lib.critic import CriticParse
+
+    recs = [{"id": "a", "dataset": "tb"}, {"id": "b", "dataset": "tb"}, {"id": "c", "dataset": "tb"}]
+    parses = [CriticParse("Error", tag1=["Irrelevant Information"]), CriticParse("Correct"), {"Judgement": None}]
+    assert ragec.critic_tier1_labels(recs, parses) == {
+        ("tb", "a"): ["Irrelevant Information"], ("tb", "b"): None, ("tb", "c"): None}
+    results = [{"steps": [{"critic": {"judgement": "Error", "tag1": ["X"]}}, {"critic": {}}]}, {"steps": []}]
+    assert ragec.first_round_critiques(results) == [{"judgement": "Error", "tag1": ["X"]}, {}]

@@ -1,0 +1,129 @@
+"""RePAIR: plan grammar, execution with the restricted executor, rewards, pairs, inference."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragcritic_lib.agent.actions import ActionSet, action_stubs
+from ragcritic_lib.agent.executor import validate_program
+from ragcritic_lib.baselines import repair
+from ragcritic_lib.llm import CallableLLM, GenParams
+from ragcritic_lib.retrieval import Hit
+
+REC = {"id": "q1", "question": "Which river flows through Vienna?", "golden_answers": ["Danube"],
+       "metadata": {"dataset": "testbed"},
+       "passages": [{"id": "p", "contents": "Paris\nParis lies on the Seine.", "score": 1.0}],
+       "prediction": "Rhine", "raw_output": "I think Rhine.\nSo the final answer is: Rhine", "em": 0.0}
+GOOD_PLAN = "found = Retrieval(query=question, topk=1)\nfinal_answer = GenerateAnswer(query=question, docs=found)"
+
+
+class FakeRetriever:
+    def search(self, queries, k):
+        return [[Hit("d1", 1.0, "Vienna\nThe Danube flows through Vienna.")][:k] for _ in queries]
+
+
+def model(prompt, params):
+    system, last = prompt[0]["content"], prompt[-1]["content"]
+    if system.startswith("You improve the output"):
+        if "probably right" in last:
+            return "no plan today"
+        return f"```python\n{GOOD_PLAN}\n```\nDone."
+    if system.startswith("You rewrite"):
+        return "river Vienna Austria"
+    if system.startswith("You split"):
+        return "What river is in Vienna?\nWhich river is in Austria?"
+    return "So the final answer is: Danube" if "Danube" in last else "So the final answer is: Rhine"
+
+
+@pytest.fixture()
+def llm():
+    return CallableLLM(model)
+
+
+@pytest.fixture()
+def actions(llm):
+    return ActionSet(llm, FakeRetriever(), gen_params=GenParams(max_new_tokens=16), topk=1)
+
+
+def test_grammar_plans_are_valid_programs():
+    grammar = repair.plan_grammar()
+    assert [n for n, _ in grammar][:4] == ["regenerate", "retrieve", "clarify_retrieve", "refine_docs"]
+    for _, src in grammar:
+        validate_program(src, action_stubs(), variables=["question", "docs", "prediction"])
+    used = repair.count_actions([src for _, src in grammar])
+    assert all(used[a] > 0 for a in repair.AUX_ACTIONS)
+
+
+def test_preference_pairs_by_reward_and_margin():
+    c = [{"plan": "a", "reward": 0.2}, {"plan": "b", "reward": 1.0}, {"plan": "c", "reward": 0.0},
+         {"plan": " b ", "reward": 1.0}]
+    # The duplicate of "b" is dropped; best first, paired with the worst first.
+    assert repair.build_preference_pairs(c, margin=0.5) == [(1, 2), (1, 0)]
+    assert repair.build_preference_pairs(c, margin=0.0) == [(1, 2), (1, 0), (0, 2)]
+    assert repair.build_preference_pairs(c, margin=0.2) == [(1, 2), (1, 0), (0, 2)]  # 0.2 - 0.0 >= 0.2
+    assert repair.build_preference_pairs(c, margin=0.0, max_pairs=1) == [(1, 2)]
+    ties = [{"plan": "x", "reward": 0.5}, {"plan": "y", "reward": 0.5}]
+    assert repair.build_preference_pairs(ties) == []
+
+
+def test_execute_plans_and_rewards(actions):
+    variables = repair.planner_variables(REC)
+    assert variables == {"question": REC["question"], "docs": ["Paris\nParis lies on the Seine."],
+                         "prediction": "Rhine"}
+    jobs = [(src, variables) for _, src in repair.plan_grammar(topk=1)[:2]] + [("import os\nfinal_answer = 'x'", variables)]
+    res = repair.execute_plans(jobs, actions)
+    assert [(r["answer"], r["ok"], r["error"]) for r in res] == [
+        ("Rhine", True, None), ("Danube", True, None), (None, False, "import")]
+    assert res[1]["n_calls"] == 2 and [t["call"] for t in res[1]["trace"]] == ["Retrieval", "GenerateAnswer"]
+    assert [repair.plan_reward(r["answer"], REC) for r in res] == [0.0, 1.0, 0.0]
+    assert repair.plan_reward(None, dict(REC, prediction="the Danube")) == 1.0
+
+
+def test_off_policy_preferences(actions, llm):
+    correct = dict(REC, id="q2", em=1.0, prediction="Danube")
+    pairs, log = repair.collect_preferences([REC, correct], actions, phase="off", n_grammar=2, planner=llm,
+                                            n_sampled=1, temperature=0.7)
+    # Only the failed record is a training state; the sampled plan equals no grammar plan.
+    assert {row["qid"] for row in log} == {"q1"}
+    assert [(row["source"], row["reward"]) for row in log] == [
+        ("grammar:regenerate", 0.0), ("grammar:retrieve", 1.0), ("sampled", 1.0)]
+    # Both retrieving plans beat regenerating; the tie between them gives no pair.
+    assert [(p["chosen_reward"], p["rejected_reward"]) for p in pairs] == [(1.0, 0.0), (1.0, 0.0)]
+    assert "Retrieval(query=question, topk=5)" in pairs[0]["chosen"] and pairs[1]["chosen"] == GOOD_PLAN
+    assert pairs[0]["rejected"] == pairs[1]["rejected"] == repair.plan_grammar()[0][1]
+    user = pairs[0]["prompt"][-1]["content"]
+    assert "Check: the previous answer is wrong." in user and "Reasoning behind the previous answer: I think Rhine." in user
+    assert repair.dpo_rows(pairs[:1]) == [{"prompt": pairs[0]["prompt"], "chosen": pairs[0]["chosen"],
+                                           "rejected": pairs[0]["rejected"]}]
+
+
+def test_on_policy_state_has_only_the_judge(actions, llm):
+    with pytest.raises(ValueError, match="judged_correct"):
+        repair.collect_preferences([REC], actions, phase="on")
+    pairs, log = repair.collect_preferences([REC], actions, phase="on", judged_correct=[False], planner=llm,
+                                            n_grammar=0, n_sampled=2, temperature=0.7)
+    assert [row["source"] for row in log] == ["sampled"] and pairs == []  # one distinct plan: no pair
+    msgs = repair.build_planner_messages(REC, correct=False)
+    assert "A judge thinks the previous answer is probably wrong." in msgs[-1]["content"]
+    assert "Reasoning" not in msgs[-1]["content"] and "Danube" not in msgs[-1]["content"]
+
+
+def test_inference_executes_plan_or_keeps_answer(actions, llm):
+    out = repair.repair_infer(llm, [REC, dict(REC, id="q3")], actions, judged_correct=[False, True])
+    assert (out[0]["prediction"], out[0]["repair_ok"], out[0]["repair_plan"]) == ("Danube", True, GOOD_PLAN)
+    # The planner writes no program for the second state: the previous answer stays.
+    assert (out[1]["prediction"], out[1]["repair_ok"], out[1]["repair_error"]) == ("Rhine", False, "no_program")
+    skipped = repair.repair_infer(llm, [REC], actions, judged_correct=[True], skip_judged_correct=True)
+    assert (skipped[0]["prediction"], skipped[0]["repair_error"]) == ("Rhine", "skipped")
+
+
+def test_action_usage_table():
+    progs = [GOOD_PLAN, "q = RewriteQuery(query=question, instruction='clarify')\n"
+                        "d2 = [RefineDoc(query=question, doc=d, instruction='refine') for d in Retrieval(query=q[0])]\n"
+                        "final_answer = GenerateAnswer(query=question, docs=d2)"]
+    counts = repair.count_actions(progs)
+    assert counts == {"Retrieval": 2, "RewriteQuery": 1, "DecomposeQuery": 0, "RefineDoc": 1}
+    assert repair.count_actions(progs, include_generate=True)["GenerateAnswer"] == 2
+    rows = repair.action_usage_table({"Retrieval": 4, "RewriteQuery": 2}, counts)
+    assert rows[0] == {"action": "Retrieval", "with_error_categories": 4, "repair": 2, "change_pct": -50.0}
+    assert rows[2] == {"action": "DecomposeQuery", "with_error_categories": 0, "repair": 0, "change_pct": None}

@@ -1,0 +1,148 @@
+"""SIM-RAG: self-practice loop, balancing, question split, critics, inference loop."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragcritic_lib.baselines import simrag
+from ragcritic_lib.llm import CallableLLM, GenParams
+from ragcritic_lib.retrieval import Hit
+
+Q = {"id": "q1", "question": "Which river flows through Vienna?", "golden_answers": ["Danube"],
+     "metadata": {"dataset": "testbed"}}
+HITS = [Hit("d1", 2.0, "Vienna\nThe Danube flows through Vienna."), Hit("d2", 1.0, "Rhine\nThe Rhine is long.")]
+GEN, QRY = GenParams(max_new_tokens=32), GenParams(max_new_tokens=12)
+
+
+class FakeRetriever:
+    def __init__(self):
+        self.calls = []
+
+    def search(self, queries, k):
+        self.calls.append((list(queries), k))
+        return [HITS[:k] for _ in queries]
+
+
+def reasoner(prompt, params):
+    user = prompt[-1]["content"]
+    if "Write one short search query" in user:
+        return 'Query: "danube vienna"\nextra'
+    if "The Danube flows" in user:
+        return "Passage says Danube.\nSo the final answer is: Danube"
+    return "I guess.\nSo the final answer is: Rhine"
+
+
+def test_parsers():
+    assert simrag.parse_answer("Because X.\nSo the final answer is: Danube.") == ("Danube", "Because X.")
+    assert simrag.parse_answer("") == ("", "")
+    assert simrag.parse_query('  \nSearch query: "river Vienna"\n', "q?") == "river Vienna"
+    assert simrag.parse_query("???", "fallback question") == "fallback question"
+
+
+def test_self_practice_algorithm_1():
+    llm, ret = CallableLLM(reasoner), FakeRetriever()
+    exs = simrag.self_practice(llm, ret, [Q], max_turns=3, gen_params=GEN, query_params=QRY, docs_per_turn=1)
+    assert [(e["turn"], e["label"], e["answer"], len(e["context"])) for e in exs] == [
+        (0, "Reject", "Rhine", 0), (1, "Accept", "Danube", 1), (2, "Accept", "Danube", 2)]
+    # Seen documents are skipped: the second search adds d2, not d1 again.
+    assert [c["doc_ids"] for c in exs[2]["context"]] == [["d1"], ["d2"]]
+    assert exs[1]["context"][0]["query"] == "danube vienna" and exs[1]["rationale"] == "Passage says Danube."
+    # T answers and T - 1 searches (the unused search after the last answer is skipped).
+    assert llm.stats.calls == 5 and len(ret.calls) == 2
+
+
+def test_initial_docs_and_match_metric():
+    exs = simrag.self_practice(CallableLLM(reasoner), FakeRetriever(), [Q], max_turns=1, gen_params=GEN,
+                               query_params=QRY, initial_docs=1, match_fn=simrag.make_match_fn("f1", 0.5))
+    assert [(e["label"], len(e["context"])) for e in exs] == [("Accept", 1)]
+    with pytest.raises(ValueError, match="match metric"):
+        simrag.make_match_fn("bleu")
+
+
+def _ex(qid, label, turn=0):
+    return {"qid": qid, "label": label, "turn": turn}
+
+
+def test_balance_labels():
+    exs = [_ex("a", "Accept"), _ex("b", "Reject"), _ex("c", "Reject"), _ex("d", "Reject"), _ex("e", "Accept")]
+    out = simrag.balance_labels(exs, seed=0)
+    assert [e["label"] for e in out].count("Accept") == 2 and [e["label"] for e in out].count("Reject") == 2
+    assert {"a", "e"} <= {e["qid"] for e in out}
+    assert [e["qid"] for e in out] == sorted(e["qid"] for e in out)  # original order kept
+    assert out == simrag.balance_labels(exs, seed=0)
+    even = [_ex("a", "Accept"), _ex("b", "Reject")]
+    assert simrag.balance_labels(even) == even
+    assert simrag.balance_labels([_ex("a", "Reject")]) == [_ex("a", "Reject")]
+
+
+def test_split_by_question_keeps_turns_together():
+    exs = [_ex(q, "Accept", t) for q in "abcdefghij" for t in range(3)]
+    train, held = simrag.split_by_question(exs, heldout_frac=0.3, seed=1)
+    tq, hq = {e["qid"] for e in train}, {e["qid"] for e in held}
+    assert not tq & hq and len(hq) == 3 and len(tq) == 7 and len(train) == 21
+    assert simrag.split_by_question(exs, heldout_frac=0.3, seed=1) == (train, held)
+    t2, h2 = simrag.split_by_question([_ex("a", "Accept"), _ex("b", "Reject")], heldout_frac=0.0)
+    assert len(t2) == 1 and len(h2) == 1
+
+
+def test_confusion_matrix():
+    cm = simrag.confusion_matrix(["Accept", "Accept", "Reject", "Reject", "Reject"], [True, False, True, False, False])
+    assert {k: cm[k] for k in ("correct_accept", "correct_reject", "wrong_accept", "wrong_reject", "n")} == {
+        "correct_accept": 1, "correct_reject": 1, "wrong_accept": 1, "wrong_reject": 2, "n": 5}
+    assert cm["accuracy"] == 0.6 and cm["shares"]["wrong_reject"] == 0.4
+    with pytest.raises(ValueError):
+        simrag.confusion_matrix(["Accept"], [])
+
+
+def _labelled(answer, ctx_doc, label, qid):
+    return {"qid": qid, "question": Q["question"], "golden_answers": ["Danube"], "turn": 0,
+            "context": [{"query": "q", "doc": ctx_doc}] if ctx_doc else [], "answer": answer, "rationale": "",
+            "label": label}
+
+
+def test_classifier_critic_learns_grounding():
+    train = []
+    for i in range(6):
+        train.append(_labelled("Danube", "The Danube flows through Vienna.", "Accept", f"a{i}"))
+        train.append(_labelled(f"Guess{i}", "", "Reject", f"r{i}"))
+    critic = simrag.ClassifierCritic().fit(train)
+    assert critic.accept(train) == [x["label"] == "Accept" for x in train]
+    const = simrag.ClassifierCritic().fit([_labelled("x", "", "Reject", "1")])
+    assert const.accept(train[:2]) == [False, False]
+    with pytest.raises(RuntimeError):
+        simrag.ClassifierCritic().accept(train[:1])
+
+
+def test_llm_critic_parsing():
+    assert simrag.parse_verdict(" accept.") == "Accept" and simrag.parse_verdict("REJECTED") == "Reject"
+    assert simrag.parse_verdict("maybe") is None
+    critic = simrag.LLMSufficiencyCritic(CallableLLM(lambda p, g: "Accept" if "Danube" in p[-1]["content"] else "hmm"))
+    exs = [_labelled("Danube", "", "Accept", "1"), _labelled("Rhine", "", "Reject", "2")]
+    assert critic.accept(exs) == [True, False] and critic.invalid == 1
+    sft = simrag.critic_sft_examples(exs)
+    assert sft[0]["messages"][-1] == {"role": "assistant", "content": "Accept"}
+    assert "Danube" not in sft[1]["messages"][1]["content"].split("Proposed answer:")[0]  # no gold shown
+
+
+class Always:
+    def __init__(self, value):
+        self.value = value
+
+    def accept(self, examples):
+        return [self.value] * len(examples)
+
+
+def test_inference_loop_stops_when_critic_accepts():
+    oracle = simrag.simrag_infer(CallableLLM(reasoner), FakeRetriever(), [Q], simrag.OracleCritic(), max_turns=3,
+                                 gen_params=GEN, query_params=QRY, docs_per_turn=1)[0]
+    assert (oracle["prediction"], oracle["simrag_turns"], oracle["simrag_accepted"]) == ("Danube", 2, True)
+    assert [h["accepted"] for h in oracle["simrag_history"]] == [False, True]
+
+    never = simrag.simrag_infer(CallableLLM(reasoner), FakeRetriever(), [Q], Always(False), max_turns=3,
+                                gen_params=GEN, query_params=QRY, docs_per_turn=1)[0]
+    assert (never["prediction"], never["simrag_turns"], never["simrag_accepted"]) == ("Danube", 3, False)
+    assert len(never["simrag_context"]) == 2
+
+    first = simrag.simrag_infer(CallableLLM(reasoner), FakeRetriever(), [Q], Always(True), max_turns=3,
+                                gen_params=GEN, query_params=QRY)[0]
+    assert (first["prediction"], first["simrag_turns"], first["simrag_context"]) == ("Rhine", 1, [])

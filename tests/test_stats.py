@@ -1,0 +1,120 @@
+"""Bootstrap intervals (ragcritic_lib.stats) and the comparison table built on them."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from ragcritic_lib.baselines import MeteredLLM, add_costs, comparison_table, jsonable, markdown_table, records_cost
+from ragcritic_lib.llm import CallableLLM, GenParams
+from ragcritic_lib.stats import bootstrap_ci, paired_bootstrap_diff
+
+
+def test_exact_enumeration_two_values():
+    # n = 2: the four ordered resamples have means 0, .5, .5, 1.
+    ci = bootstrap_ci([0.0, 1.0], n_boot=1000, alpha=0.5, seed=123)
+    assert ci["exact"] is True
+    assert (ci["mean"], ci["low"], ci["high"], ci["n"]) == (0.5, 0.0, 0.5, 2)
+
+
+def test_exact_enumeration_three_values():
+    # 27 resamples of {1,2,3}; sums 3..9 occur 1,3,6,7,6,3,1 times. With alpha = 0.1 the
+    # 5% point is the 2nd smallest mean (4/3) and the 95% point the 26th (8/3).
+    ci = bootstrap_ci([1, 2, 3], n_boot=1000, alpha=0.1, seed=0)
+    assert ci["mean"] == 2.0
+    assert ci["low"] == pytest.approx(4 / 3)
+    assert ci["high"] == pytest.approx(8 / 3)
+    # Exact means seed-independent.
+    assert bootstrap_ci([1, 2, 3], n_boot=1000, alpha=0.1, seed=99) == ci
+
+
+def test_sampled_is_seeded_and_sane():
+    values = [0.0] * 30 + [1.0] * 20
+    a = bootstrap_ci(values, n_boot=500, alpha=0.05, seed=7)
+    b = bootstrap_ci(values, n_boot=500, alpha=0.05, seed=7)
+    c = bootstrap_ci(values, n_boot=500, alpha=0.05, seed=8)
+    assert a == b
+    assert a["exact"] is False and a["mean"] == 0.4
+    assert a["low"] < 0.4 < a["high"]
+    assert (a["low"], a["high"]) != (c["low"], c["high"])
+
+
+def test_constant_values_give_degenerate_interval():
+    ci = bootstrap_ci([0.25] * 40, n_boot=200, seed=1)
+    assert ci["low"] == ci["high"] == ci["mean"] == 0.25
+
+
+def test_paired_diff_exact():
+    # Differences [1, 0, 0]: resampled mean difference is k/3 with k ~ Binomial(3, 1/3):
+    # 8, 12, 6, 1 of the 27 resamples for k = 0..3.
+    d = paired_bootstrap_diff([1, 1, 0], [0, 1, 0], n_boot=1000, alpha=0.1, seed=0)
+    assert d["diff"] == pytest.approx(1 / 3)
+    assert d["low"] == 0.0
+    assert d["high"] == pytest.approx(2 / 3)
+    assert d["p_value"] == pytest.approx(16 / 27)
+    assert d["exact"] is True
+
+
+def test_paired_diff_identical_methods_is_zero():
+    a = [0.0, 0.5, 1.0, 0.2, 0.9, 0.1]
+    d = paired_bootstrap_diff(a, a, n_boot=300, seed=3)
+    assert (d["diff"], d["low"], d["high"], d["p_value"]) == (0.0, 0.0, 0.0, 1.0)
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="differ in length"):
+        paired_bootstrap_diff([1, 2], [1])
+    with pytest.raises(ValueError, match="NaN"):
+        bootstrap_ci([1.0, float("nan")])
+    with pytest.raises(ValueError, match="alpha"):
+        bootstrap_ci([1.0], alpha=1.5)
+    empty = bootstrap_ci([])
+    assert empty["n"] == 0 and math.isnan(empty["mean"])
+
+
+def _rec(qid, ds, qtype, f1, em=None):
+    return {"id": qid, "dataset": ds, "metadata": {"type": qtype}, "f1": f1, "em": f1 if em is None else em, "acc": f1}
+
+
+def test_comparison_table_rows_and_paired_deltas():
+    base = [_rec("1", "tb", "factual", 0.0), _rec("2", "tb", "factual", 1.0), _rec("3", "tb", "numerical", 0.0)]
+    better = [_rec("1", "tb", "factual", 1.0), _rec("2", "tb", "factual", 1.0), _rec("3", "tb", "numerical", 0.0)]
+    rows = comparison_table({"standard_rag": base, "new": better}, n_boot=1000, alpha=0.1, seed=0,
+                            costs={"new": {"calls": 7, "wall_seconds": 1.5}})
+    keys = [(r["type"], r["method"]) for r in rows]
+    assert keys == [("all", "standard_rag"), ("all", "new"), ("factual", "standard_rag"), ("factual", "new"),
+                    ("numerical", "standard_rag"), ("numerical", "new")]
+    all_new = rows[1]
+    assert all_new["n"] == 3 and all_new["f1"] == pytest.approx(2 / 3)
+    # Differences [1, 0, 0] again: the exact paired interval of the previous test.
+    assert all_new["d_f1"] == pytest.approx(1 / 3)
+    assert (all_new["d_f1_low"], all_new["d_f1_high"]) == (0.0, pytest.approx(2 / 3))
+    assert all_new["calls"] == 7 and "calls" not in rows[3]
+    assert rows[0]["d_f1"] == 0.0
+    md = markdown_table(rows[:2], ["method", "n", "f1"])
+    assert md.splitlines()[0] == "| method | n | f1 |"
+    assert md.splitlines()[3] == "| new | 3 | 0.667 |"
+    with pytest.raises(KeyError, match="baseline"):
+        comparison_table({"new": better})
+
+
+def test_metered_llm_counts_logical_calls():
+    inner = CallableLLM(lambda p, g: "two words")
+    m = MeteredLLM(inner)
+    m.generate(["a b c", "a b c", "d"], GenParams(max_new_tokens=4))
+    c = m.cost()
+    # Three logical calls (one a duplicate served without generating), tokens of all three.
+    assert (c["calls"], c["cached_calls"], c["prompt_tokens"], c["completion_tokens"]) == (3, 1, 7, 6)
+    assert inner.stats.calls == 2 and m.model == "callable"
+    assert add_costs({"calls": 1, "x": 2}, {"calls": 3}) == {"calls": 4, "x": 2}
+    assert records_cost([{"prompt_tokens": 5, "completion_tokens": 2}, {}]) == {
+        "calls": 2, "prompt_tokens": 5, "completion_tokens": 2}
+
+
+def test_jsonable_is_strict_json():
+    import json
+
+    obj = {"a": float("nan"), "b": (1.234567, float("inf")), 3: {"c": [0.5]}}
+    assert jsonable(obj) == {"a": None, "b": [1.2346, None], "3": {"c": [0.5]}}
+    json.dumps(jsonable(obj), allow_nan=False)

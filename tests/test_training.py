@@ -1,0 +1,182 @@
+"""Training: recipes, the one-step SFT / DPO runs on a tiny random model, adapter merging, configs.
+
+The tiny model (hidden 32, 2 layers) is built here from a config, with the packaged SmolLM2
+tokenizer when the assets exist and otherwise a small byte-level BPE trained in the test, so
+nothing is downloaded and each run takes seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from ragcritic_lib import paths
+from ragcritic_lib.critic_data import dpo_pairs, make_samples, sft_examples
+from ragcritic_lib.io import read_yaml
+from ragcritic_lib.taxonomy import load_taxonomy
+from ragcritic_lib.training import build_configs, load_recipe, loss_curve, merge_adapter, train_dpo, train_sft, write_loss_curve
+
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def _tiny_tokenizer(out: Path, smollm_dir: Path | None) -> None:
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    if smollm_dir is not None:
+        AutoTokenizer.from_pretrained(str(smollm_dir)).save_pretrained(str(out))
+        return
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    corpus = ["Question: who wrote the report? Passages: the report was written by Ada.",
+              '{"Judgement": "Error", "tag1": ["Incomplete Information"], "Error_analysis": "missing"}',
+              "system user assistant Correct Error Retrieval Response Information"] * 20
+    tok.train_from_iterator(corpus, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|im_start|>", eos_token="<|im_end|>",
+                                   pad_token="<|im_end|>", unk_token="<|endoftext|>")
+    fast.chat_template = CHATML
+    fast.save_pretrained(str(out))
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("tiny_llama")
+    try:
+        smollm = request.getfixturevalue("smollm_dir")
+    except (pytest.FixtureLookupError, pytest.skip.Exception):
+        smollm = None
+    _tiny_tokenizer(out, smollm)
+    tok = AutoTokenizer.from_pretrained(str(out))
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                      tie_word_embeddings=True)
+    LlamaForCausalLM(cfg).save_pretrained(str(out))
+    return out
+
+
+@pytest.fixture(scope="module")
+def taxonomy():
+    return load_taxonomy()
+
+
+def _samples(taxonomy):
+    errs = [
+        {"id": f"e{i}", "dataset": "t", "question": f"Who wrote report {i}?", "prediction": "Bob",
+         "passages": [{"id": "p", "contents": f"Report {i}\nThe report was written by Ada."}],
+         "critic_target": {"Judgement": "Error", "Error_analysis": "Wrong author.",
+                           "tag1": [taxonomy.tier1[i % 2 * 4]], "tag2": [taxonomy.children(taxonomy.tier1[i % 2 * 4])[0]],
+                           "tag3": ["wrong author"]}}
+        for i in range(2)
+    ]
+    cors = [{"id": "c0", "dataset": "t", "question": "Who wrote report 9?", "prediction": "Ada",
+             "passages": [{"id": "p", "contents": "Report 9\nThe report was written by Ada."}], "correct": True}]
+    return make_samples(errs, cors)
+
+
+TINY_SFT = {"max_steps": 1, "per_device_train_batch_size": 2, "max_length": 4096, "warmup_steps": 0,
+            "lora_r": 4, "lora_alpha": 8}
+
+
+def test_recipe_rejects_unknown_key_with_its_name() -> None:
+    with pytest.raises(ValueError, match="'max_seq_length'"):
+        load_recipe({"max_seq_length": 512}, "sft")
+    with pytest.raises(ValueError, match="'max_prompt_length'"):
+        load_recipe({"max_prompt_length": 512}, "dpo")
+    with pytest.raises(ValueError, match="'output_dir'"):
+        load_recipe({"output_dir": "x"}, "sft")
+
+
+@pytest.mark.parametrize("name", ["critic_sft", "critic_dpo", "planner_sft", "critic_sft_paper",
+                                  "critic_dpo_paper", "planner_sft_paper"])
+def test_every_recipe_parses_into_trl_config(name: str, tmp_path: Path) -> None:
+    kind = "dpo" if "dpo" in name else "sft"
+    recipe = load_recipe(paths.CONFIGS_DIR / "train" / f"{name}.yaml", kind)
+    cfg, lora, resolved = build_configs(recipe, kind, tmp_path)
+    assert type(cfg).__name__ == ("DPOConfig" if kind == "dpo" else "SFTConfig")
+    assert (lora is None) == (recipe.get("peft") is False)
+    if kind == "dpo":
+        assert cfg.beta == 0.3 and cfg.loss_type == ["sigmoid"]
+    if name.endswith("_paper"):
+        assert cfg.learning_rate == (5e-7 if kind == "dpo" else 7e-6)
+        assert cfg.max_length == (4096 if kind == "dpo" else 2048)
+    import torch
+
+    if not torch.cuda.is_available():
+        assert cfg.use_cpu is True and cfg.bf16 is False and resolved["model_dtype"] == "float32"
+
+
+def test_accelerate_configs_point_at_the_deepspeed_file() -> None:
+    z3 = read_yaml(paths.CONFIGS_DIR / "accelerate" / "deepspeed_zero3.yaml")
+    assert z3["distributed_type"] == "DEEPSPEED"
+    ds_file = paths.resolve(z3["deepspeed_config"]["deepspeed_config_file"])
+    ds = json.loads(ds_file.read_text())
+    assert ds["zero_optimization"]["stage"] == 3
+    assert ds["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is True
+    assert read_yaml(paths.CONFIGS_DIR / "accelerate" / "multi_gpu.yaml")["distributed_type"] == "MULTI_GPU"
+
+
+def test_loss_curve_keeps_training_rows(tmp_path: Path) -> None:
+    hist = [{"loss": 2.0, "learning_rate": 1e-4, "step": 1}, {"rewards/margins": 0.5, "loss": 1.5, "step": 2},
+            {"train_runtime": 3.0, "train_loss": 1.75, "step": 2}]
+    rows = loss_curve(hist)
+    assert rows == [{"step": 1, "loss": 2.0, "learning_rate": 1e-4}, {"step": 2, "rewards_margins": 0.5, "loss": 1.5}]
+    tsv = write_loss_curve(hist, tmp_path / "c.tsv").read_text().splitlines()
+    assert tsv == ["step\tloss\tlearning_rate\trewards_margins", "1\t2.0\t0.0001\t", "2\t1.5\t\t0.5"]
+    assert json.loads(write_loss_curve(hist, tmp_path / "c.json").read_text()) == rows
+
+
+def test_sft_then_dpo_one_step_each_and_merge(tiny_model: Path, taxonomy, tmp_path: Path) -> None:
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    samples = _samples(taxonomy)
+    examples = sft_examples(samples, taxonomy, top_k=1, passage_words=10)
+    sft = train_sft(examples, paths.CONFIGS_DIR / "train" / "critic_sft.yaml", tmp_path / "sft",
+                    base_model=str(tiny_model), overrides=TINY_SFT)
+    assert sft.steps == 1 and sft.is_adapter and sft.examples == 3 and sft.dropped_too_long == 0
+    assert (tmp_path / "sft" / "adapter_config.json").exists()
+    losses = [r["loss"] for r in sft.log_history if "loss" in r]
+    assert len(losses) == 1 and math.isfinite(losses[0])
+
+    pairs, counts = dpo_pairs(samples, taxonomy, k_coarse=1, k_fine=1, seed=0, top_k=1, passage_words=10)
+    assert counts["total"] == len(pairs) == 2 + 2 + 1  # 2 errors x (coarse + fine) + 1 correct x coarse
+    dpo = train_dpo(pairs, paths.CONFIGS_DIR / "train" / "critic_dpo.yaml", tmp_path / "dpo",
+                    base_model=str(tiny_model), init_adapter=str(tmp_path / "sft"),
+                    overrides={**TINY_SFT, "gradient_accumulation_steps": 1})
+    assert dpo.steps == 1 and dpo.is_adapter
+    assert (tmp_path / "dpo" / "adapter_config.json").exists()
+    assert not (tmp_path / "dpo" / "ref").exists()
+    assert any("rewards/margins" in r for r in dpo.log_history)
+
+    merged_dir = merge_adapter(tiny_model, tmp_path / "dpo", tmp_path / "merged", dtype="float32")
+    tok = AutoTokenizer.from_pretrained(str(merged_dir))
+    ids = tok("Who wrote the report?", return_tensors="pt").input_ids
+    merged = AutoModelForCausalLM.from_pretrained(str(merged_dir))
+    peft_model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(tiny_model)), str(tmp_path / "dpo"))
+    with torch.no_grad():
+        assert torch.allclose(merged(ids).logits, peft_model(ids).logits, atol=1e-4)
+    assert not any("lora" in n for n, _ in merged.named_parameters())
+
+
+def test_sft_drops_examples_longer_than_max_length(tiny_model: Path, taxonomy, tmp_path: Path) -> None:
+    examples = sft_examples(_samples(taxonomy), taxonomy, top_k=1, passage_words=10)
+    with pytest.raises(ValueError, match="no SFT example fits max_length=8"):
+        train_sft(examples, paths.CONFIGS_DIR / "train" / "critic_sft.yaml", tmp_path / "x",
+                  base_model=str(tiny_model), overrides={**TINY_SFT, "max_length": 8})
