@@ -9,7 +9,7 @@ export DVC_NO_ANALYTICS := 1
 export PYTHONUNBUFFERED := 1
 STAMP := $(VENV)/.installed
 
-.PHONY: install assets pipeline test test-fast smoke lab notebooks report bench clean-cache
+.PHONY: install assets pipeline test test-fast smoke lab notebooks exercises report bench clean-cache
 
 $(STAMP): requirements-cpu.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,10 @@ lab: install
 ## Regenerate the .ipynb twins (outputs stripped) from the .py sources.
 notebooks: install
 	$(BIN)/python -m ragcritic_lib.notebooks sync
+
+## Exercise notebooks for a class (code to fill in, solutions beside them) with the workshop profile.
+exercises: install
+	$(BIN)/python -m ragcritic_lib.exercises build --profile workshop
 
 ## Static HTML report of every executed notebook and figure (after the pipeline).
 report: install

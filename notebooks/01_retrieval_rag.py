@@ -23,8 +23,9 @@ recall_questions = 300
 eval_questions = 120
 top_k = 5
 recall_ks = "1,3,5,10,20"
-prompt_variant = "default"
-max_new_tokens = 48
+prompt_variant = "prefill"
+variant_probe_questions = 30
+max_new_tokens = 32
 max_passage_words = 60
 closed_book = True
 
@@ -35,9 +36,8 @@ import pandas as pd
 from ragcritic_lib import paths, runtime
 from ragcritic_lib.evaluation import recall_at_k, summarize_rag
 from ragcritic_lib.io import write_json, write_jsonl
-from ragcritic_lib.llm import GenParams
 from ragcritic_lib.params import load_params
-from ragcritic_lib.rag import run_standard_rag
+from ragcritic_lib.rag import PROMPT_VARIANTS, answer_gen_params, run_standard_rag
 
 params = load_params()
 datasets = runtime.dataset_names(params)
@@ -63,19 +63,23 @@ for ds in datasets:
     questions = runtime.load_split(params, ds, "dev", limit=recall_questions)
     metrics["retrieval"][ds] = {}
     for name, cfg in variants.items():
+        # BEGIN SOLUTION hint: compute recall_at_k for this retriever variant and add one row per k to rows
         res = recall_at_k(runtime.load_retriever(params, ds, **cfg), questions, ks)
         metrics["retrieval"][ds][name] = res
         rows += [{"dataset": ds, "retriever": name, "k": int(k), "recall": v} for k, v in res["answer_recall"].items()]
+        # END SOLUTION
 recall_table = pd.DataFrame(rows)
 recall_table.pivot_table(index=["dataset", "retriever"], columns="k", values="recall")
 
 # %%
 fig, axes = plt.subplots(1, len(datasets), figsize=(5 * len(datasets), 3.6), sharey=True, squeeze=False)
+# BEGIN SOLUTION hint: plot answer recall against k for each retriever on this dataset's axis
 for ax, ds in zip(axes[0], datasets):
     for name, grp in recall_table[recall_table.dataset == ds].groupby("retriever"):
         ax.plot(grp.k, grp.recall, marker="o", label=name)
     ax.set(title=ds, xlabel="k", ylabel="answer recall@k", xscale="log", xticks=ks, xticklabels=ks)
     ax.grid(alpha=0.3)
+# END SOLUTION
 axes[0][0].legend()
 fig.tight_layout()
 paths.FIGURES_DIR.mkdir(parents=True, exist_ok=True)
@@ -88,14 +92,16 @@ fig.savefig(paths.FIGURES_DIR / "01_recall_at_k.svg")
 
 # %%
 llm = runtime.load_generator(params)
-gen = GenParams(max_new_tokens=max_new_tokens, stop=("\nQuestion:", "<|im_end|>"))
+gen = answer_gen_params(prompt_variant, max_new_tokens)
 summary_rows = []
 for ds in datasets:
     retriever = runtime.load_retriever(params, ds)
     for split in ("dev", "test"):
         records = runtime.load_split(params, ds, split, limit=eval_questions)
+        # BEGIN SOLUTION hint: run standard RAG on these records with the dataset's retriever, top_k and the prompt variant
         results = run_standard_rag(llm, records, retriever=retriever, k=top_k, variant=prompt_variant,
                                    gen_params=gen, max_passage_words=max_passage_words, desc=f"{ds}/{split}")
+        # END SOLUTION
         write_jsonl(out_dir / ds / f"{split}.jsonl", results)
         metrics["rag"].setdefault(ds, {})[split] = summarize_rag(results)
         summary_rows.append({"dataset": ds, "split": split, "method": "standard RAG", **{
@@ -108,6 +114,26 @@ for ds in datasets:
             summary_rows.append({"dataset": ds, "split": split, "method": "closed-book", **{
                 k: metrics["closed_book"][ds][split][k] for k in ("em", "f1", "acc", "prefix_rate", "truncation_rate", "n")}})
 pd.DataFrame(summary_rows)
+
+# %% [markdown]
+# ## Prompt variants
+# How often does the model follow the answer phrase by itself, and how often does it run to the
+# token cap? `prefill` writes the phrase into the assistant turn, so the model only continues it
+# (its prefix rate is 1 by construction); `terse` drops the worked example.
+
+# %%
+probe_rows = []
+for ds in datasets:
+    retriever = runtime.load_retriever(params, ds)
+    probe = runtime.load_split(params, ds, "dev", limit=variant_probe_questions)
+    for variant in (v for v in PROMPT_VARIANTS if v != "closed_book"):
+        res = run_standard_rag(llm, probe, retriever=retriever, k=top_k, variant=variant,
+                               gen_params=answer_gen_params(variant, max_new_tokens),
+                               max_passage_words=max_passage_words, desc=f"{ds}/probe/{variant}")
+        s = summarize_rag(res)
+        probe_rows.append({"dataset": ds, "variant": variant, **{k: s[k] for k in ("em", "f1", "acc", "prefix_rate", "truncation_rate", "n")}})
+metrics["prompt_variants"] = probe_rows
+pd.DataFrame(probe_rows)
 
 # %% [markdown]
 # Answerable and unanswerable questions apart (an unanswerable question has no gold answer

@@ -59,9 +59,11 @@ pd.DataFrame([m.describe() for m in pool])
 samples = []
 for ds in datasets:
     records = runtime.load_split(params, ds, split, limit=questions_per_dataset)
+    # BEGIN SOLUTION hint: sample answers from every pool member (resumable log under out_dir / 'samples')
     samples += mining.sample_error_responses(
         records, pool, lambda m, ds=ds: runtime.load_retriever(params, ds, **m.retriever),
         out_path=out_dir / "samples" / f"{ds}.jsonl", chunk_size=chunk_size, progress=True)
+    # END SOLUTION
 print(f"{len(samples)} sampled answers from {len(pool)} pool members on {datasets}")
 pd.DataFrame(samples)[["dataset", "pool_member", "question", "prediction", "golden_answers", "f1"]].head(8)
 
@@ -74,8 +76,10 @@ pd.DataFrame(samples)[["dataset", "pool_member", "question", "prediction", "gold
 judged = []
 for ds in datasets:
     corpus_file = dataset_paths(params["common"]["datasets"], ds)["corpus"]
+    # BEGIN SOLUTION hint: judge this dataset's samples with judge_metric and judge_threshold
     judged += mining.judge_records([s for s in samples if s["dataset"] == ds], metric=judge_metric,
                                    threshold=judge_threshold, passage_meta=mining.passage_metadata(load_corpus_records(corpus_file)))
+    # END SOLUTION
 by_member = mining.pool_summary(judged)
 pd.DataFrame(by_member).T
 
@@ -109,7 +113,9 @@ primary, grounded, llm_teacher = build_teachers(
     params, teacher=teacher, teacher_config=teacher_config, llm_subset=llm_teacher_subset,
     few_shot=teacher_few_shot, max_new_tokens=teacher_max_new_tokens)
 judged, rationale_report = mining.attach_rationales(judged, primary, fallback=grounded)
+# BEGIN SOLUTION hint: split the judged records into the error pool and the correct pool
 errors, correct = mining.split_pools(judged)
+# END SOLUTION
 print(f"D_error: {len(errors)}  correct pool: {len(correct)}  rationale sources: {rationale_report}")
 print(errors[0]["question"], "|", errors[0]["prediction"], "|", errors[0]["golden_answers"])
 print(errors[0]["rationale"])

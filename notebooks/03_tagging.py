@@ -56,7 +56,9 @@ print(f"{len(errors)} error records; primary tagger: {primary.name}; grounded vo
 # malformed (they are dropped by normalization, as in the paper) and counted.
 
 # %%
+# BEGIN SOLUTION hint: ask the primary teacher for open-set tags of every error record
 outputs = primary.tags(errors)
+# END SOLUTION
 grounded_outputs = outputs if primary is grounded else grounded.tags(errors)
 example = errors[0]
 print(example["rationale"])
@@ -98,7 +100,9 @@ for o in llm_tags[:2]:
 # about 4,000.
 
 # %%
+# BEGIN SOLUTION hint: normalize the tag lists with the frequency threshold alpha and max_tag_tokens
 normalized, norm_report = normalize_tags([o.tag_names() for o in outputs], alpha=alpha, max_tokens=max_tag_tokens)
+# END SOLUTION
 steps = {"raw tags": norm_report["raw_tags"], "raw unique": norm_report["raw_unique"],
          "unique after merge": norm_report["unique_after_merge"], "unique after length": norm_report["unique_after_length"],
          "final unique": norm_report["final_unique"], "final tags": norm_report["final_tags"]}

@@ -67,7 +67,9 @@ print(f"{len(errors)} error records, {sum(counts.values())} tag occurrences, {le
 
 # %%
 encode = tx.load_sentence_encoder(encoder)
+# BEGIN SOLUTION hint: Ward-cluster the normalized tags into n_clusters clusters
 clusters = tx.cluster_tags(counts, encode, n_clusters)
+# END SOLUTION
 pd.DataFrame({"cluster": range(clusters.n_clusters), "tags": clusters.sizes(), "occurrences": clusters.sizes(counts),
               "examples": ["; ".join(clusters.members(c)[:4]) for c in range(clusters.n_clusters)]})
 
@@ -85,7 +87,9 @@ _, grounded, llm_teacher = build_teachers(params, teacher="grounded", teacher_co
 grounded_names = [n.name for n in grounded.name_clusters(members)]
 llm_names = [n.name for n in llm_teacher.name_clusters(members)] if llm_teacher else [""] * clusters.n_clusters
 names = llm_names if cluster_namer == "llm" else grounded_names
+# BEGIN SOLUTION hint: map each cluster onto a tier-2 label (reviewed overrides win)
 mappings = tx.map_clusters_to_tier2(clusters, names, tax, encode, overrides=overrides, name_weight=name_weight)
+# END SOLUTION
 occurrences = clusters.sizes(counts)
 mapping_table = pd.DataFrame([{
     "cluster": m.cluster, "name": m.name, "llm_name": llm_names[m.cluster], "tags": m.size,
@@ -119,12 +123,14 @@ fig.savefig(paths.FIGURES_DIR / "04_cluster_sizes.svg")
 # tier-3 = the record's atomic tags, tier-2 = their clusters' labels, tier-1 = the parents.
 
 # %%
+# BEGIN SOLUTION hint: map every atomic tag to a tier-2 label, then build D_Error^QA from the errors
 tag_map = tx.tag_to_tier2(clusters, mappings, overrides)
 error_qa, qa_report = tx.build_error_qa(errors, record_tags, tag_map, tax)
+# END SOLUTION
 write_jsonl(out_dir / "error_qa.jsonl", error_qa)
 write_json(out_dir / "clusters.json", {
     "tags": clusters.tags, "labels": clusters.labels, "names": names, "llm_names": llm_names,
-    "tag_to_tier2": tag_map, "mappings": [m.__dict__ for m in mappings]})
+    "tag_to_tier2": tag_map, "mappings": [asdict(m) for m in mappings]})
 print(qa_report)
 for r in error_qa[:3]:
     print(f"\n[{r['dataset']}/{r['pool_member']}] Q: {r['question']}\n  prediction: {r['prediction']!r}  gold: {r['golden_answers']}")

@@ -51,7 +51,7 @@ from ragcritic_lib.critic_data import (
 from ragcritic_lib.io import read_jsonl, write_json, write_jsonl
 from ragcritic_lib.params import load_params
 from ragcritic_lib.taxonomy import load_taxonomy
-from ragcritic_lib.training import merge_adapter, run_training, write_loss_curve
+from ragcritic_lib.training import inference_checkpoint, run_training, write_loss_curve
 
 params = load_params()
 seed = params["common"]["seed"]
@@ -106,7 +106,7 @@ overrides = {"max_steps": max_steps} if max_steps > 0 else {}
 result = run_training("sft", examples, recipe, out_dir / "adapter", base_model=base_model, overrides=overrides,
                       launcher=launcher, accelerate_config=accelerate_config, num_processes=num_processes)
 write_loss_curve(result.log_history, out_dir / "loss.json")
-write_json(out_dir / "train_result.json", {k: v for k, v in result.to_dict().items() if k != "log_history"})
+write_json(out_dir / "train_result.json", result.to_dict())
 {"steps": result.steps, "seconds": result.seconds, "s_per_step": round(result.seconds_per_step, 2),
  "examples": result.examples, "dropped_too_long": result.dropped_too_long, "device": result.device}
 
@@ -123,11 +123,11 @@ fig.savefig(paths.FIGURES_DIR / "05_critic_sft_loss.svg")
 
 # %% [markdown]
 # ## Merged checkpoint and a first look at its critiques
-# The adapter is folded into the base weights (bf16) so inference needs no peft; a few dev
-# samples show what the critic writes now.
+# The adapter is folded into the base weights (bf16) so inference needs no peft (with full
+# fine-tuning the model is re-saved in bf16); a few dev samples show what the critic writes now.
 
 # %%
-merged = merge_adapter(base_model, out_dir / "adapter", out_dir / "merged", dtype=merge_dtype)
+merged = inference_checkpoint(result, out_dir / "merged", dtype=merge_dtype)
 critic = LLMCritic(runtime.load_generator(params, model=str(merged)), taxonomy, "trained", top_k=top_k,
                    passage_words=passage_words, label_list=label_list, name="sft")
 preview = splits["dev"][:preview_samples]

@@ -36,16 +36,15 @@ import json
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from ragcritic_lib import paths, runtime
+from ragcritic_lib import paths
 from ragcritic_lib.critic_data import balance_correct, dpo_pairs
 from ragcritic_lib.io import read_json, read_jsonl, write_json, write_jsonl
 from ragcritic_lib.params import load_params
 from ragcritic_lib.taxonomy import load_taxonomy
-from ragcritic_lib.training import load_recipe, merge_adapter, run_training, write_loss_curve
+from ragcritic_lib.training import dpo_start, inference_checkpoint, load_recipe, load_train_result, run_training, write_loss_curve
 
 params = load_params()
 seed = params["common"]["seed"]
-base_model = runtime.generator_config(params)["model"]
 taxonomy = load_taxonomy()
 sft_dir = paths.stage_dir("critic_sft")
 out_dir = paths.stage_dir("critic_dpo")
@@ -67,23 +66,23 @@ write_jsonl(out_dir / "pairs.jsonl", pairs)
 pd.Series(counts, name="pairs").to_frame()
 
 # %%
-for kind in ("coarse", "fine"):
-    p = next(p for p in pairs if p["kind"] == kind)
-    print(f"[{kind}]\n  chosen:   {p['chosen']}\n  rejected: {p['rejected']}\n")
+for p in [next((p for p in pairs if p["kind"] == kind), None) for kind in ("coarse", "fine")]:
+    print(f"[{p['kind']}]\n  chosen:   {p['chosen']}\n  rejected: {p['rejected']}\n" if p else "(no pair of this kind)")
 
 # %% [markdown]
 # ## DPO training
 # The policy continues the SFT LoRA adapter; TRL keeps a frozen copy of it as the reference
-# model, so the reference is the SFT critic as in the paper. beta and the loss come from the recipe.
+# model, so the reference is the SFT critic as in the paper (after full fine-tuning, the SFT
+# model itself is the start and the reference). beta and the loss come from the recipe.
 
 # %%
 overrides = {"max_steps": max_steps} if max_steps > 0 else {}
 beta = load_recipe(recipe, "dpo", overrides)["beta"]
-result = run_training("dpo", pairs, recipe, out_dir / "adapter", base_model=base_model,
-                      init_adapter=str(sft_dir / "adapter"), overrides=overrides, launcher=launcher,
+start = dpo_start(load_train_result(sft_dir / "train_result.json"))
+result = run_training("dpo", pairs, recipe, out_dir / "adapter", **start, overrides=overrides, launcher=launcher,
                       accelerate_config=accelerate_config, num_processes=num_processes)
 write_loss_curve(result.log_history, out_dir / "loss.json")
-write_json(out_dir / "train_result.json", {k: v for k, v in result.to_dict().items() if k != "log_history"})
+write_json(out_dir / "train_result.json", result.to_dict())
 {"beta": beta, "steps": result.steps, "seconds": result.seconds, "s_per_step": round(result.seconds_per_step, 2),
  "pairs": result.examples, "dropped_too_long": result.dropped_too_long, "device": result.device}
 
@@ -108,7 +107,7 @@ fig.savefig(paths.FIGURES_DIR / "06_critic_dpo_loss.svg")
 # ## Merged checkpoint for fast inference (used by the benchmark)
 
 # %%
-merged = merge_adapter(base_model, out_dir / "adapter", out_dir / "merged", dtype=merge_dtype)
+merged = inference_checkpoint(result, out_dir / "merged", dtype=merge_dtype)
 sorted(p.name for p in merged.iterdir())
 
 # %%

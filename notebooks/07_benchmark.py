@@ -133,10 +133,12 @@ pd.DataFrame([{"critic": name, "pairs": k["pairs"], "tier1_hit_rate": k["tier1_h
 # One error sample and what each critic wrote about it:
 
 # %%
-example = next((i for i, s in enumerate(bench) if s["judgement"] == "Error"), 0)
-print(f"Q: {bench[example]['question']}\nprediction: {bench[example]['prediction']}\ngold: {bench[example]['target']}\n")
-for name, preds in predictions.items():
-    print(f"[{name}] {preds[example].to_critique()}  (parse_error={preds[example].parse_error})")
+example = next((i for i, s in enumerate(bench) if s["judgement"] == "Error"), None)
+if example is not None:
+    s = bench[example]
+    print(f"Q: {s['question']}\nprediction: {s['prediction']}\ngold: {s['target']}\n")
+    for name, preds in predictions.items():
+        print(f"[{name}] {preds[example].to_critique()}  (parse_error={preds[example].parse_error})")
 
 # %%
 usage = {name: {k: v for k, v in c.llm.stats.snapshot().items() if k != "seconds"}

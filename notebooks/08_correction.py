@@ -88,8 +88,10 @@ print(rule_planner.program_for({"judgement": "Error", "tag1": ["Incomplete Infor
 # %%
 test_questions = {r["question"] for recs in test_sets.values() for r in recs}
 train_records = [r for r in read_jsonl(paths.resolve(planner_train_file)) if r["question"] not in test_questions]
+# BEGIN SOLUTION hint: planner SFT examples from the rule-based plans of the train records
 sft_examples = planner_sft_examples(train_records, table, variant=planner_prompt, planner=rule_planner,
                                     max_examples=planner_max_examples, seed=seed)
+# END SOLUTION
 write_jsonl(out_dir / "planner_sft.jsonl", sft_examples)
 print(f"{len(train_records)} training records -> {len(sft_examples)} SFT examples\n")
 print(sft_examples[0]["messages"][1]["content"][-600:], "\n---\n", sft_examples[0]["messages"][2]["content"])
@@ -121,8 +123,10 @@ methods = {
     "w/o trained critic": {"critic": LLMCritic(generator, taxonomy, "zeroshot", max_new_tokens=critic_max_new_tokens,
                                                name="zeroshot"),
                            "planner": trained_planner},
+    # BEGIN SOLUTION hint: the two ablations: rule-based plans instead of the planner, and tier-1-only critic labels
     "w/o auto-planning": {"critic": trained_critic, "planner": rule_planner},
     "w/o data-driven labels": {"critic": TierFilterCritic(trained_critic), "planner": trained_planner},
+    # END SOLUTION
     "oracle critic": {"critic": OracleCritic(tagger=trained_critic), "planner": trained_planner},
     "zero-shot planner": {"critic": trained_critic,
                           "planner": LLMPlanner(zeroshot_llm, variant="full", max_new_tokens=planner_max_new_tokens)},
@@ -162,8 +166,10 @@ by_type.pivot_table(index=["dataset", "group"], columns="method", values="f1", s
 # Every round re-critiques only the answers corrected in the round before.
 
 # %%
+# BEGIN SOLUTION hint: one row per dataset and round from iteration_table of the RAG-Critic run
 iters = pd.DataFrame([{"dataset": ds, "round": t, **m} for ds in datasets
                       for t, m in iteration_table(runs[ds]["RAG-Critic"]).items()])
+# END SOLUTION
 atomic_write_text(paths.TABLES_DIR / "08_iterations.md", iters.to_markdown(index=False) + "\n")
 iters
 

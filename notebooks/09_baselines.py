@@ -73,10 +73,10 @@ from ragcritic_lib.baselines import (
     records_cost, repair, score_records, self_refine, simrag, stopwatch,
 )
 from ragcritic_lib.critic import HeuristicCritic
-from ragcritic_lib.rag import run_standard_rag
 from ragcritic_lib.io import read_jsonl, write_json, write_jsonl
 from ragcritic_lib.llm import GenParams
 from ragcritic_lib.params import load_params
+from ragcritic_lib.rag import run_standard_rag
 from ragcritic_lib.taxonomy import load_taxonomy
 
 params = load_params()
@@ -118,7 +118,8 @@ if all(v is not None for v in critic_runs.values()):
 # %%
 m = MeteredLLM(llm)
 with stopwatch() as t:
-    results["self_refine"] = score_records(self_refine.self_refine(m, all_test, rounds=self_refine_rounds, gen_params=gen))
+    results["self_refine"] = score_records(self_refine.self_refine(m, all_test, rounds=self_refine_rounds, gen_params=gen,
+                                                                   max_words=rr["max_passage_words"]))
 costs["self_refine"] = {**m.cost(), "wall_seconds": t["seconds"]}
 pd.DataFrame([{"rounds_used": r["self_refine_rounds"], "stopped_by_feedback": r["self_refine_stopped"]}
               for r in results["self_refine"]]).value_counts().rename("questions").to_frame()
@@ -198,10 +199,12 @@ with stopwatch() as t:
 costs["simrag"] = {**add_costs(m.cost(), critic_llm.cost() if critic_llm else {}),
                    "wall_seconds": t["seconds"], "training_calls": practice_cost["calls"]}
 oracle_m = MeteredLLM(llm)
-results["simrag_oracle_critic"] = score_records([r for ds in datasets for r in simrag.simrag_infer(
-    oracle_m, retrievers[ds], test[ds], simrag.OracleCritic(simrag.make_match_fn(simrag_match)), max_turns=simrag_max_turns,
-    gen_params=gen, query_params=short, docs_per_turn=simrag_docs_per_turn, initial_docs=simrag_initial_docs)])
-costs["simrag_oracle_critic"] = oracle_m.cost()
+with stopwatch() as t:
+    results["simrag_oracle_critic"] = score_records([r for ds in datasets for r in simrag.simrag_infer(
+        oracle_m, retrievers[ds], test[ds], simrag.OracleCritic(simrag.make_match_fn(simrag_match)),
+        max_turns=simrag_max_turns, gen_params=gen, query_params=short, docs_per_turn=simrag_docs_per_turn,
+        initial_docs=simrag_initial_docs)])
+costs["simrag_oracle_critic"] = {**oracle_m.cost(), "wall_seconds": t["seconds"]}
 pd.Series([r["simrag_turns"] for r in results["simrag"]]).value_counts().sort_index().rename("questions by turns used")
 
 # %% [markdown]

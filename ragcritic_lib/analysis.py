@@ -47,6 +47,7 @@ class Item:
     id: str
     paper: str
     title: str
+    inputs_of: str | None = None    # built from the table of another item (shares its missing inputs)
 
 
 ITEMS: dict[str, Item] = {i.id: i for i in (
@@ -62,7 +63,8 @@ ITEMS: dict[str, Item] = {i.id: i for i in (
          "Every method per dataset and question type"),
     Item("table4_ablations", "RAG-Critic Table 4", "Ablations of RAG-Critic"),
     Item("table5_7_critic_benchmark", "RAG-Critic Tables 5 and 7", "Critics on the RAG-Error benchmark"),
-    Item("fig5_critic_benchmark", "RAG-Critic Fig. 5", "Identification and classification per critic"),
+    Item("fig5_critic_benchmark", "RAG-Critic Fig. 5", "Identification and classification per critic",
+         inputs_of="table5_7_critic_benchmark"),
     Item("fig7_critic_per_label", "RAG-Critic Fig. 7", "Per-label F1 of every critic (tier-1 and tier-2)"),
     Item("table6_iterations", "RAG-Critic Table 6", "RAG-Critic after N rounds of critic -> plan -> execute"),
     Item("table8_cost", "RAG-Critic Table 8", "Model calls and tokens per question of each correction phase"),
@@ -70,7 +72,7 @@ ITEMS: dict[str, Item] = {i.id: i for i in (
          "LLM calls and tokens of every method on the shared test questions"),
     Item("critic_training", "RAG-Critic §3.2 (critic SFT and coarse-to-fine DPO; planner SFT of §3.3)",
          "Training runs: steps, examples or pairs, first and last loss"),
-    Item("critic_known_causes", "Issue 5 known causes (testbed construction; no paper counterpart)",
+    Item("critic_known_causes", "Testbed known causes (no paper counterpart)",
          "Critics' labels against the causes known from the testbed, and identification per dataset"),
     Item("fig6_tier1_errors", "RAG-Critic Fig. 6", "Tier-1 error distribution per pool member and dataset"),
     Item("fig8_11_tier2_errors", "RAG-Critic Figs. 8-11", "Most frequent tier-2 errors per pool member and dataset"),
@@ -227,6 +229,18 @@ def to_markdown(frame: Any, *, index: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plain(frame: Any) -> Any:
+    """A copy for display: absent values as "–", whole floats as ints (counts read as counts)."""
+    def cell(v: Any) -> Any:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return "–"
+        if isinstance(v, float) and v.is_integer():
+            return int(v)
+        return v
+
+    return frame.astype(object).apply(lambda col: [cell(v) for v in col])
+
+
 def method_name(key: str) -> str:
     return METHOD_NAMES.get(key, key)
 
@@ -269,7 +283,7 @@ def datasets_table(inputs: Inputs) -> Table | None:
         row["test_baselines"] = n09.get(ds)
         rows.append(row)
     frame = pd.DataFrame(rows)
-    display = frame.astype(object).where(frame.notna(), "–")
+    display = plain(frame)
     return Table(frame, display, ["Counts of questions; test_* = test questions evaluated by stages 01, 08 and 09."])
 
 
@@ -279,6 +293,7 @@ def source_statistics_table(inputs: Inputs, *, percent: bool = True, digits: int
 
     item = "table1_source_statistics"
     rows = inputs.metric("error_sampling", "source_statistics", item=item)
+    tags = inputs.metric("tagging", "normalization", item=item)
     if not rows:
         if rows == []:
             inputs.note_missing(item, rel(inputs.metrics_path("error_sampling")), "no rows", "source_statistics")
@@ -296,6 +311,10 @@ def source_statistics_table(inputs: Inputs, *, percent: bool = True, digits: int
     members = inputs.metric("error_sampling", "error_rate_by_member", item=item) or {}
     notes = [f"Pool of {len(members)} members; error rate per member: "
              + ", ".join(f"{m} {fmt_score(v, percent=percent, digits=digits)}" for m, v in members.items())] if members else []
+    if tags:
+        notes.append(f"Atomic tags (stage 03): {tags.get('raw_tags')} raw ({tags.get('raw_unique')} unique) -> "
+                     f"{tags.get('final_tags')} after normalization ({tags.get('final_unique')} unique); "
+                     "the paper goes from more than 20,000 to about 4,000 labels.")
     return Table(frame, display, notes)
 
 
@@ -697,7 +716,8 @@ def method_cost_table(inputs: Inputs, *, digits: int = 1) -> Table | None:
         row["calls_per_q"] = round(c["calls"] / n_q, 3) if n_q and _isnum(c.get("calls")) else None
         rows.append(row)
     frame = pd.DataFrame(rows)
-    display = frame.astype(object).where(frame.notna(), "–")
+    display = plain(frame)
+    display["calls_per_q"] = [f"{v:.{digits + 1}f}" if _isnum(v) else "–" for v in frame.calls_per_q]
     return Table(frame, display, [f"Over {n_q} test questions (all datasets); training_calls = calls spent "
                                   "before test time (self-practice, preference collection)."])
 
@@ -953,7 +973,7 @@ def critic_training_table(inputs: Inputs) -> Table | None:
     if not rows:
         return None
     frame = pd.DataFrame(rows)
-    display = frame.astype(object).where(frame.notna(), "–")
+    display = plain(frame)
     return Table(frame, display, ["Loss curves: data/critic_sft/loss.json, data/critic_dpo/loss.json, "
                                   "data/correction/planner_loss.json (`dvc plots show`)."])
 
@@ -981,7 +1001,7 @@ def known_causes_table(inputs: Inputs, *, percent: bool = True, digits: int = 1)
     for col in frame.columns:
         if col.endswith(("_rate", "_ident_avg")):
             display[col] = [fmt_score(v, percent=percent, digits=digits) for v in frame[col]]
-    display = display.where(frame.notna(), "–")
+    display = plain(display)
     return Table(frame, display, ["hit rate = error samples with a known cause whose expected tier-1 (tier-2) label "
                                   "the critic names; *_ident_avg = identification accuracy (avg) per dataset."])
 
@@ -1010,7 +1030,9 @@ def ragec_types_table(inputs: Inputs, *, table_file: str = "09_ragec_types.csv",
     display = frame.copy().astype(object)
     pct = frame.label.astype(str).str.startswith("Percentage")
     for col in frame.columns[2:]:
-        display[col] = [f"{float(v):.{digits}f}%" if p else ("" if v != v else int(v)) for v, p in zip(frame[col], pct)]
+        display[col] = [("" if v != v else int(v)) if not p else
+                        (f"{float(v):.{digits}f}%" if percent else f"{float(v) / 100:.{digits + 2}f}")
+                        for v, p in zip(frame[col], pct)]
     display = display.rename(columns={"label": "Error type", "stage": "Stage", "mode": "Mode", "second_mode": "2nd Mode"})
     return Table(frame, display, ["Counts of the modal (and second-modal) type of each wrong standard-RAG answer; "
                                   "dataset columns count modal types per dataset (RAGEC Table 3 layout)."])
@@ -1140,7 +1162,7 @@ def repair_action_usage_table(inputs: Inputs) -> Table | None:
         inputs.note_missing(item, rel(inputs.metrics_path("baselines")), "no rows", "repair.action_usage")
         return None
     frame = pd.DataFrame(usage)
-    display = frame.astype(object).where(frame.notna(), "–").rename(columns={
+    display = plain(frame).rename(columns={
         "with_error_categories": "RAG-Critic planner (with categories)", "repair": "RePAIR (without)",
         "change_pct": "change %"})
     return Table(frame, display, ["GenerateAnswer excluded, as in RePAIR Table 3."])
@@ -1219,7 +1241,7 @@ class Outputs:
         missing inputs; ``by_paper`` maps each paper label to its files."""
         items = []
         for item_id, meta in ITEMS.items():
-            missing = inputs.missing_for(item_id)
+            missing = inputs.missing_for(item_id) + (inputs.missing_for(meta.inputs_of) if meta.inputs_of else [])
             files = self.files.get(item_id, [])
             status = "missing" if not files else ("partial" if missing else "built")
             items.append({"id": item_id, "paper": meta.paper, "title": meta.title, "status": status,

@@ -6,7 +6,8 @@ label first; a sample counts for each of its labels), then the same number of co
 
 Scoring (:func:`score_critic`), given parsed critiques and the gold critique texts:
 - error identification: accuracy on gold-correct samples, on gold-error samples, and their mean;
-  a critique whose judgement could not be recovered counts as wrong;
+  a critique whose judgement could not be recovered counts as wrong (an accuracy over no sample
+  is None, and the mean is then taken over the other one);
 - classification, per tier (tag1, tag2), over gold-error samples only: precision / recall / F1
   micro (pooled counts) and macro (mean over labels present in the gold targets), per label, and
   the official scorer's per-sample recall |pred & gold| / |gold| (named ``official_sample_recall``);
@@ -167,8 +168,10 @@ def score_critic(
     n_err = len(gold) - n_cor
     hit_cor = sum(g["Judgement"] == CORRECT and p.judgement == CORRECT for p, g in zip(parses, gold))
     hit_err = sum(g["Judgement"] == ERROR and p.judgement == ERROR for p, g in zip(parses, gold))
-    acc_cor = hit_cor / n_cor if n_cor else 0.0
-    acc_err = hit_err / n_err if n_err else 0.0
+    # None, not 0, when a subset (e.g. one dataset) has no gold sample of that kind.
+    acc_cor = round(hit_cor / n_cor, 4) if n_cor else None
+    acc_err = round(hit_err / n_err, 4) if n_err else None
+    present = [a for a in (acc_cor, acc_err) if a is not None]
     err_pairs = [(p, g) for p, g in zip(parses, gold) if g["Judgement"] == ERROR]
 
     def pred_set(p: CriticParse, tier: int) -> set[str]:
@@ -189,9 +192,9 @@ def score_critic(
         "n_correct_gold": n_cor,
         "n_error_gold": n_err,
         "identification": {
-            "acc_correct": round(acc_cor, 4),
-            "acc_error": round(acc_err, 4),
-            "acc_avg": round((acc_cor + acc_err) / 2, 4),
+            "acc_correct": acc_cor,
+            "acc_error": acc_err,
+            "acc_avg": round(sum(present) / len(present), 4) if present else None,
         },
         "predicted_judgements": {k: predicted.get(k, 0) for k in (CORRECT, ERROR, "none")},
         "classification": {
@@ -235,14 +238,17 @@ def score_known_causes(
 # --------------------------------------------------------------------------------------------
 def benchmark_table(results: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Rows like RAG-Critic Table 5 (percentages, one decimal) for each critic's score dict."""
+    def pct(x: float | None) -> float | None:
+        return None if x is None else round(100 * x, 1)
+
     rows = []
     for name, r in results.items():
         ident, cls = r["identification"], r["classification"]
         rows.append({
             "critic": name,
-            "correct": round(100 * ident["acc_correct"], 1),
-            "error": round(100 * ident["acc_error"], 1),
-            "ident_avg": round(100 * ident["acc_avg"], 1),
+            "correct": pct(ident["acc_correct"]),
+            "error": pct(ident["acc_error"]),
+            "ident_avg": pct(ident["acc_avg"]),
             "tag1_f1": round(100 * cls["tag1_f1"], 1),
             "tag2_f1": round(100 * cls["tag2_f1"], 1),
             "cls_avg": round(100 * cls["avg_f1"], 1),
@@ -280,8 +286,9 @@ def plot_per_label(
         ax.set_xlim(0, 100)
         ax.set_xlabel("F1 (%)")
         ax.set_title("Tier-1 labels" if tier == "tag1" else "Tier-2 labels")
-    axes[1].legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
+    handles, labels = axes[1].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=max(1, len(names)), fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

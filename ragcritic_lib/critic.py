@@ -40,6 +40,7 @@ TARGET_KEYS = ("Judgement", "tag1", "tag2", "tag3", "Error_analysis")
 # Why: long or adversarial generations must not make parsing slow; a critique is a few hundred
 # characters, so anything past this is noise.
 MAX_PARSE_CHARS = 20_000
+MAX_DEPTH = 32  # a critique nests two levels; deeper text is not one
 MAX_TAG3 = 10
 MAX_TAG3_CHARS = 120
 MAX_ANALYSIS_CHARS = 2_000
@@ -346,6 +347,9 @@ def _closes_single_quote(s: str, j: int) -> bool:
 _LITERALS = {"True": "true", "true": "true", "False": "false", "false": "false",
              "None": "null", "null": "null", "none": "null"}
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_COLON_AHEAD = re.compile(r"[ \t]*:")
+_BARE_VALUE = re.compile(r"[^,}\]\n]*")
 
 
 def _close(text: str, stack: Sequence[str]) -> str:
@@ -407,6 +411,8 @@ def _repair_json(s: str) -> tuple[list[str], set[str]]:
             out.append('"' + "".join(buf) + '"')
             i = j + 1
         elif c in "{[":
+            if len(stack) >= MAX_DEPTH:
+                return [], notes | {"too_deep"}
             stack.append(c)
             out.append(c)
             i += 1
@@ -431,22 +437,22 @@ def _repair_json(s: str) -> tuple[list[str], set[str]]:
             out.append(c)
             i += 1
         elif c.isalpha() or c == "_":
-            m = re.match(r"[A-Za-z_][A-Za-z0-9_]*", s[i:])
+            m = _WORD.match(s, i)
             word = m.group(0) if m else c
-            rest = s[i + len(word):].lstrip(" \t")
-            if word in _LITERALS and not rest.startswith(":"):
+            colon_next = _COLON_AHEAD.match(s, i + len(word)) is not None
+            if word in _LITERALS and not colon_next:
                 out.append(_LITERALS[word])
                 if word[0].isupper():
                     notes.add("python_literal")
                 i += len(word)
-            elif rest.startswith(":"):
+            elif colon_next:
                 out.append(json.dumps(word))
                 notes.add("unquoted_key")
                 i += len(word)
             else:
                 # A bare value such as {"Judgement": Correct}: quote up to the next delimiter.
-                m2 = re.match(r"[^,}\]\n]*", s[i:])
-                raw = m2.group(0) if m2 else word
+                m2 = _BARE_VALUE.match(s, i)
+                raw = m2.group(0) if m2 and m2.group(0) else word
                 out.append(json.dumps(raw.strip()))
                 notes.add("unquoted_value")
                 i += len(raw)

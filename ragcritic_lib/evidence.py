@@ -231,11 +231,17 @@ def _known_causes(
     distractor_hit: bool,
     outdated_hit: bool,
 ) -> list[str]:
-    """Causes known from construction; empty for datasets without testbed metadata."""
-    if not supporting and answerable is None and "knobs" not in meta:
+    """Causes known from construction; empty for datasets without testbed metadata.
+
+    Only records carrying the testbed's construction metadata (``knobs`` or ``supporting_ids``)
+    get known causes: elsewhere (trivia) ``answerable`` only says whether a gold string occurs
+    in the corpus, not what the right response is.
+    """
+    if "knobs" not in meta and "supporting_ids" not in meta:
         return []
     causes: list[str] = []
-    if answerable is False:
+    golds = [str(g) for g in record.get("golden_answers") or []]
+    if answerable is False or (golds and all(is_abstention(g) for g in golds)):
         if not ev["abstained"]:
             causes.append("unanswerable_answered")
     else:
@@ -271,13 +277,17 @@ def error_causes(record: Mapping[str, Any], evidence: Mapping[str, Any] | None =
     qtype = str(meta.get("type", ""))
     causes = list(ev.get("known_causes") or [])
     prediction = str(record.get("prediction") or "")
-    unanswerable = meta.get("answerable") is False
+    golds = [str(g) for g in record.get("golden_answers") or []]
+    # "Unanswerable" in the testbed's sense: the expected response is an abstention.
+    unanswerable = bool(golds) and all(is_abstention(g) for g in golds)
     has_support_info = ev.get("supporting_recall") is not None
 
     if ev["prediction_empty"]:
         causes.append("empty_answer")
     if not unanswerable and not has_support_info and not ev["gold_in_passages"]:
         causes.append("gold_not_retrieved")
+    if ev["abstained"] and ev["gold_in_passages"] and "abstained_when_answerable" not in causes:
+        causes.append("abstained_when_answerable")  # the answer was in the passages (any dataset)
     if ev["is_title_copy"]:
         causes.append("title_copy")
     if not ev["abstained"] and not ev["prediction_empty"]:

@@ -400,13 +400,15 @@ def is_correct(record: Mapping[str, Any], *, metric: str = "f1", threshold: floa
                abstain_ok_if_unanswerable: bool = True) -> bool:
     """Gold-based correctness: ``record[metric] >= threshold``.
 
-    With ``abstain_ok_if_unanswerable`` an abstention on a question whose metadata says it is
-    unanswerable counts as correct whatever its wording ("I don't know" vs the gold
-    "insufficient information").
+    With ``abstain_ok_if_unanswerable`` an abstention counts as correct whatever its wording
+    ("I don't know" vs "insufficient information") when the gold answer itself is an abstention
+    (the testbed's unanswerable questions). Trivia questions whose gold merely does not occur in
+    the corpus keep their real gold, so abstaining on them is wrong.
     """
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
-    if abstain_ok_if_unanswerable and (record.get("metadata") or {}).get("answerable") is False:
+    golds = [str(g) for g in record.get("golden_answers") or []]
+    if abstain_ok_if_unanswerable and golds and all(is_abstention(g) for g in golds):
         if is_abstention(str(record.get("prediction") or "")):
             return True
     if metric not in record:

@@ -93,7 +93,11 @@ def build_rag_messages(
 _PREFIX_RE = re.compile(
     r"(?:so\s+)?(?:the\s+)?final\s+answer\s*(?:is)?\s*[:\-]?\s*", re.IGNORECASE
 )
-_LEAD_RE = re.compile(r"^(?:the\s+answer\s+is|answer\s*:)\s*", re.IGNORECASE)
+_LEAD_RE = re.compile(
+    r"^(?:(?:so\s+)?the\s+answer(?:\s+to\s+(?:this|the)\s+question)?\s+is|answer)\s*:?\s*", re.IGNORECASE
+)
+# Looser spellings ("So the answer is: X") are used for extraction but do not count as following.
+_LOOSE_RE = re.compile(r"\banswer\s+is\s*:\s*", re.IGNORECASE)
 _TRAIL_RE = re.compile(r"[\s\.\,\;\:\!\*\"'`]+$")
 
 
@@ -129,8 +133,22 @@ def extract_answer(raw: str, *, prefilled: bool = False, max_words: int = 16) ->
             return ans, True
         # The phrase was written but nothing followed it: answer from the text before it.
         text = text[: matches[-1].start()]
+    loose = list(_LOOSE_RE.finditer(text))
+    if loose:
+        ans = _clean(text[loose[-1].end():], max_words)
+        if ans:
+            return ans, False
     first = next((line for line in text.splitlines() if line.strip()), "")
     return _clean(_LEAD_RE.sub("", first.strip()), max_words), False
+
+
+def answer_gen_params(variant: str = "default", max_new_tokens: int = 48):
+    """Generation settings for answers: greedy, cut at a new question; a prefilled answer is one
+    line, so it also stops at the first newline (which ends most of the small model's loops)."""
+    from .llm import GenParams
+
+    stop = ("\n",) if variant == "prefill" else ("\nQuestion:", "\n\n\n")
+    return GenParams(max_new_tokens=max_new_tokens, stop=stop)
 
 
 def passages_of(hits: Sequence[Any]) -> list[dict[str, Any]]:
@@ -155,9 +173,7 @@ def run_standard_rag(
     Returns one result record per input record: the dataset fields plus passages, messages,
     raw_output, prediction, followed_prefix, truncated, em, f1, acc.
     """
-    from .llm import GenParams
-
-    params = gen_params or GenParams(max_new_tokens=48, stop=("\nQuestion:", "\n\n\n"))
+    params = gen_params or answer_gen_params(variant)
     questions = [r["question"] for r in records]
     if variant == "closed_book":
         hit_lists: Sequence[Sequence[Any]] = [[] for _ in records]

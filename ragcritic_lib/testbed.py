@@ -31,7 +31,7 @@ from __future__ import annotations
 import datetime as dt
 import random
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -96,10 +96,10 @@ class TestbedConfig:
     n_distractors: int = 1
     conflict_rate: float = 0.35
     split_fact_rate: float = 0.35
-    filler_rate: float = 0.3
+    filler_rate: float = 0.35
     fact_sheet_rate: float = 0.15
-    name_mention_rate: float = 0.6
-    knob_focus: float = 0.5
+    name_mention_rate: float = 0.75
+    knob_focus: float = 0.35
     withheld_per_entity: int = 1
     questions_per_type_train: int = 100
     questions_per_type_dev: int = 20
@@ -301,7 +301,7 @@ def gold_forms(vtype: str, value: Any) -> list[str]:
     if vtype == "days":
         return [str(value), f"{value} days"]
     if vtype == "doctor":
-        return [value, value.removeprefix("Dr. ")]
+        return [value, value.removeprefix("Dr ")]
     if vtype == "river":
         return [f"{value} River", value]
     if vtype == "treatment":
@@ -775,6 +775,10 @@ _KINDS: dict[str, _Kind] = {
     ),
 }
 
+# Names carry no abbreviation periods ("Dr Ines Varga", "St Aldric Hospital", "Keller v Norava
+# Foods"): answer extraction cuts at the first sentence end, and a period inside a name would be
+# read as one.
+
 # Main (question-bearing) kinds per domain; people and hospitals are support entities.
 _MAIN_KIND = {"finance": "company", "law": "case", "medical": "patient", "places": "town", "sports": "club"}
 # Kinds asked about as main entities per domain (comparisons and numerics also use hospitals).
@@ -923,7 +927,8 @@ class _Names:
         raise RuntimeError("name pool exhausted; lower n_entities_per_domain")
 
     def claim(self, name: str) -> bool:
-        if name in self.used:
+        """Reserve a specific name (near-duplicates); False when taken or a bare surname."""
+        if name in self.used or name in self.reserved_words:
             return False
         self.used.add(name)
         return True
@@ -1071,7 +1076,7 @@ class _WorldBuilder:
         r = self.rng
         if twin_of is None:
             plaintiff, _ = self.names.person()
-            name = self.names.take(lambda: f"{plaintiff.split()[-1]} v. {self.names.word()} "
+            name = self.names.take(lambda: f"{plaintiff.split()[-1]} v {self.names.word()} "
                                            f"{r.choice(_DEFENDANT_SUFFIXES)}")
         else:
             plaintiff = f"{self.names.person()[0].split()[0]} {twin_of.name.split()[0]}"
@@ -1099,7 +1104,7 @@ class _WorldBuilder:
         k.asof, k.old_when = str(verdict.year + 1), str(verdict.year)
         names = [(f"ev{i}", ph, []) for i, ph in enumerate(_CASE_EVENTS)]
         names.append(("deposition", f"deposition of {self.names.person()[0]}", []))
-        names.append(("expert", f"expert testimony of Dr. {self.names.person()[0]}", []))
+        names.append(("expert", f"expert testimony of Dr {self.names.person()[0]}", []))
         self._day_events(k, names, filed, verdict, r.randint(3, 4))
         return k
 
@@ -1107,7 +1112,7 @@ class _WorldBuilder:
         r = self.rng
         if twin_of is None:
             name = self.names.take(lambda: r.choice((
-                f"St. {self.names.word()} Hospital", f"{self.names.word()} Medical Centre",
+                f"St {self.names.word()} Hospital", f"{self.names.word()} Medical Centre",
                 f"{self.names.word()} Infirmary")))
         else:
             name = self._twin_name(twin_of)
@@ -1115,7 +1120,7 @@ class _WorldBuilder:
         self._link(h, "city", self._pick(split, "town"))
         h.attrs["beds"] = r.randint(80, 1200)
         h.attrs["founded"] = r.randint(1870, 2005)
-        h.attrs["director"] = "Dr. " + self.names.person()[0]
+        h.attrs["director"] = "Dr " + self.names.person()[0]
         h.attrs["specialty"] = r.choice(_SPECIALTIES)
         h.asof, h.old_when = str(_PRESENT), str(r.randint(2012, 2019))
         return h
@@ -1136,7 +1141,7 @@ class _WorldBuilder:
         p.attrs["discharged"] = discharged
         diagnosis, treatment = r.choice(_DIAGNOSES)
         p.attrs["diagnosis"] = diagnosis
-        p.attrs["physician"] = "Dr. " + self.names.person()[0]
+        p.attrs["physician"] = "Dr " + self.names.person()[0]
         p.attrs["treatment"] = treatment
         p.attrs["blood_type"] = r.choice(_BLOOD_TYPES)
         p.attrs["allergy"] = r.choice(_ALLERGENS)
@@ -1288,7 +1293,7 @@ class _WorldBuilder:
             elif ent.kind == "patient":
                 old = r.choice([d for d, _ in _DIAGNOSES if d != cur])
             elif vtype == "doctor":
-                old = "Dr. " + self.names.person()[0]
+                old = "Dr " + self.names.person()[0]
             else:
                 old = self.names.person()[0]
             if old == cur or normalize(_canonical(vtype, old)) == normalize(_canonical(vtype, cur)):
@@ -1376,7 +1381,7 @@ class _Renderer:
             # Surname mentions, no pronouns: every template then stays grammatical.
             surname = ent.name.split()[-1]
             if ent.kind == "patient":
-                title = "Ms." if ent.gender == "f" else "Mr."
+                title = "Ms" if ent.gender == "f" else "Mr"
                 return self.rng.choice((f"{title} {surname}", "the patient"))
             return surname
         return self.rng.choice(_KINDS[ent.kind].mentions)
@@ -1627,6 +1632,13 @@ class _Draft:
     hops: int = 1
     answer_facts: list[str] = field(default_factory=list)  # facts whose value is the answer
     withheld: str = ""
+
+    @property
+    def identity(self) -> str:
+        """Two drafts with the same identity ask the same thing (A-or-B and B-or-A included)."""
+        if self.qtype in ("comparison", "numerical"):
+            return f"{self.qtype}|{'|'.join(sorted(self.facts))}"
+        return self.question
 
 
 class _QuestionMaker:
@@ -1956,11 +1968,11 @@ class _QuestionMaker:
                     if len(picked) >= want:
                         break
                     draft = next(stream, None)
-                    while draft is not None and draft.question in seen:
+                    while draft is not None and draft.identity in seen:
                         draft = next(stream, None)
                     if draft is None:
                         continue            # this domain has no more questions of this type
-                    seen.add(draft.question)
+                    seen.add(draft.identity)
                     picked.append(self.finalize(draft))
                     alive.append(stream)
                 streams = alive

@@ -86,7 +86,13 @@ class TrainResult:
         return self.seconds / self.steps if self.steps else 0.0
 
     def to_dict(self) -> dict[str, Any]:
+        """As a dict; paths inside the repository become relative, so the record survives a
+        ``dvc pull`` on another machine (resolve them with ``paths.resolve``)."""
         d = dataclasses.asdict(self)
+        for key in ("adapter_dir", "base_model"):
+            p = Path(d[key])
+            if p.is_absolute() and p.is_relative_to(paths.ROOT):
+                d[key] = str(p.relative_to(paths.ROOT))
         d["seconds_per_step"] = round(self.seconds_per_step, 3)
         return d
 
@@ -245,7 +251,7 @@ def _finish(trainer: Any, tok: Any, output_dir: Path, is_adapter: bool, base_mod
 
     n_gpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    device = "cpu" if not n_gpu else (f"cuda x {world}" if world > 1 else "cuda")
+    device = ("cuda" if n_gpu else "cpu") + (f" x {world}" if world > 1 else "")
     return TrainResult(
         adapter_dir=str(output_dir), is_adapter=is_adapter, base_model=str(base_model),
         steps=int(trainer.state.global_step), seconds=round(seconds, 2),
@@ -277,6 +283,8 @@ def train_sft(
     import datasets
     from trl import SFTTrainer
 
+    if not examples:
+        raise ValueError("train_sft: no training examples")
     recipe_d = load_recipe(recipe, "sft", overrides)
     output_dir = Path(output_dir)
     cfg, lora, resolved = build_configs(recipe_d, "sft", output_dir)
@@ -314,6 +322,8 @@ def train_dpo(
     import datasets
     from trl import DPOTrainer
 
+    if not pairs:
+        raise ValueError("train_dpo: no preference pairs")
     recipe_d = load_recipe(recipe, "dpo", overrides)
     output_dir = Path(output_dir)
     cfg, lora, resolved = build_configs(recipe_d, "dpo", output_dir)
@@ -331,6 +341,7 @@ def train_dpo(
         if isinstance(init_kwargs.get("dtype"), str) and init_kwargs["dtype"] != "auto":
             init_kwargs["dtype"] = getattr(torch, init_kwargs["dtype"])
         base = AutoModelForCausalLM.from_pretrained(str(base_model), **init_kwargs)
+        cfg.model_init_kwargs = None  # used above; TRL would warn that an instance ignores them
         model = PeftModel.from_pretrained(base, str(init_adapter), is_trainable=True)
         lora = None  # continue the SFT adapter; TRL keeps a frozen copy as the reference
     elif init_adapter:
@@ -386,6 +397,35 @@ def merge_adapter(
     tok_src = adapter_dir if (Path(adapter_dir) / "tokenizer_config.json").exists() else base
     AutoTokenizer.from_pretrained(str(tok_src)).save_pretrained(str(out_dir))
     return out_dir
+
+
+def inference_checkpoint(result: TrainResult, out_dir: str | os.PathLike[str], *, dtype: str = "bfloat16") -> Path:
+    """A plain checkpoint for fast inference: the merged adapter, or the fully fine-tuned model
+    re-saved in ``dtype``."""
+    if result.is_adapter:
+        return merge_adapter(paths.resolve(result.base_model), paths.resolve(result.adapter_dir), out_dir, dtype=dtype)
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    src, out_dir = paths.resolve(result.adapter_dir), Path(out_dir)
+    AutoModelForCausalLM.from_pretrained(str(src), dtype=getattr(torch, dtype)).save_pretrained(str(out_dir))
+    AutoTokenizer.from_pretrained(str(src)).save_pretrained(str(out_dir))
+    return out_dir
+
+
+def dpo_start(sft: TrainResult) -> dict[str, str | None]:
+    """Where DPO starts from an SFT result: continue its adapter, or fine-tune its full model."""
+    if sft.is_adapter:
+        return {"base_model": str(paths.resolve(sft.base_model)), "init_adapter": str(paths.resolve(sft.adapter_dir))}
+    return {"base_model": str(paths.resolve(sft.adapter_dir)), "init_adapter": None}
+
+
+def load_train_result(path: str | os.PathLike[str]) -> TrainResult:
+    """Read a ``train_result.json`` written from :meth:`TrainResult.to_dict`."""
+    d = json.loads(Path(path).read_text(encoding="utf-8"))
+    d.pop("seconds_per_step", None)
+    names = {f.name for f in dataclasses.fields(TrainResult)}
+    return TrainResult(**{k: v for k, v in d.items() if k in names})
 
 
 # --------------------------------------------------------------------------------------------
@@ -463,9 +503,7 @@ def run_training(
     for k, v in (overrides or {}).items():
         cmd += ["--set", f"{k}={json.dumps(v)}"]
     subprocess.run(cmd, check=True, cwd=str(paths.ROOT))
-    d = json.loads((output_dir / "train_result.json").read_text(encoding="utf-8"))
-    d.pop("seconds_per_step", None)
-    return TrainResult(**d)
+    return load_train_result(output_dir / "train_result.json")
 
 
 def _parse_set(items: Sequence[str]) -> dict[str, Any]:

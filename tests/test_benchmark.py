@@ -64,6 +64,8 @@ def test_scorer_exact_numbers(tx) -> None:
 def test_scorer_accepts_dicts_and_rejects_bad_input(tx) -> None:
     preds = [parse_critic_output(t, tx).to_dict() for t in PRED_TEXTS]
     assert score_critic(preds, [json.loads(g) for g in GOLDS], tx)["identification"]["acc_avg"] == 0.625
+    only_errors = score_critic(preds[4:], GOLDS[4:], tx)["identification"]
+    assert only_errors == {"acc_correct": None, "acc_error": 0.75, "acc_avg": 0.75}
     with pytest.raises(ValueError, match="8 predictions but 7 gold"):
         score_critic(preds, GOLDS[:7], tx)
     with pytest.raises(ValueError, match="without a valid Judgement"):

@@ -98,3 +98,19 @@ def test_parameters_cell_rules(tmp_path):
     nb.write_text('# %% tags=["parameters"]\na = 1\n# %% tags=["parameters"]\nb = 2\n')
     with pytest.raises(ParamsError, match="exactly one cell"):
         notebook_parameters(nb)
+
+
+def test_exercise_notebooks_are_valid_python(tmp_path):
+    import ast
+
+    import nbformat
+
+    from ragcritic_lib.exercises import main as exercises_main
+
+    assert exercises_main(["build", "--out-dir", str(tmp_path)]) == 0
+    built = sorted(tmp_path.glob("*.ipynb"))
+    assert {p.stem for p in built} >= {nb.stem for nb in notebook_paths().values()}
+    for nb_path in built:
+        for cell in nbformat.read(nb_path, as_version=4).cells:
+            if cell.cell_type == "code":
+                ast.parse(cell.source)

@@ -117,3 +117,14 @@ def test_empty_prediction():
     ev = compute_evidence(rec)
     assert ev["prediction_empty"] is True and ev["is_title_copy"] is False and ev["prediction_in_passages"] is False
     assert error_causes(rec, ev) == ["empty_answer"]
+
+
+def test_trivia_answerable_flag_is_not_a_construction_cause():
+    rec = rag("I don't know", golds=["NyQuil"], metadata={"dataset": "trivia", "type": "trivia", "answerable": False})
+    ev = compute_evidence(rec)
+    assert ev["abstained"] is True and ev["known_causes"] == []
+    assert error_causes(rec, ev) == ["gold_not_retrieved"]
+    answered = rag("Advil", golds=["NyQuil"], metadata={"dataset": "trivia", "answerable": False})
+    assert error_causes(answered) == ["gold_not_retrieved", "unsupported_answer"]
+    in_context = rag("no information", golds=["Douro"], metadata={"dataset": "trivia", "answerable": True})
+    assert error_causes(in_context) == ["abstained_when_answerable"]

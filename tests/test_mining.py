@@ -243,6 +243,8 @@ def test_is_correct_metrics_thresholds_and_abstention():
     assert not is_correct(partial, metric="f1", threshold=0.5) and is_correct(partial, metric="f1", threshold=0.4)
     unans = _rec(2, "I don't know", ["insufficient information"], answerable=False)
     assert is_correct(unans) and not is_correct(unans, abstain_ok_if_unanswerable=False)
+    trivia_gold_not_in_corpus = _rec(3, "I don't know", ["NyQuil"], answerable=False)
+    assert not is_correct(trivia_gold_not_in_corpus)
     no_scores = {k: v for k, v in partial.items() if k not in ("em", "f1", "acc")}
     assert is_correct(no_scores, metric="f1", threshold=0.4)
     with pytest.raises(ValueError):

@@ -53,3 +53,25 @@ def test_rag_metrics_are_real_numbers(smoke_repo):
             # EM implies token-F1 = 1 and a whole-word hit, so the means are ordered.
             assert 0.0 <= summary["em"] <= min(summary["f1"], summary["acc"]) + 1e-9
             assert 0.0 <= summary["prefix_rate"] <= 1.0
+
+
+def test_report_builds_and_links_every_executed_notebook(smoke_repo):
+    root, env = smoke_repo
+    run_timed([sys.executable, "-m", "ragcritic_lib.report"], root, env)
+    index = (root / "reports" / "html" / "index.html").read_text()
+    executed = sorted((root / "reports" / "notebooks").glob("*.ipynb"))
+    assert executed
+    for nb in executed:
+        assert f"{nb.stem}.html" in index, f"report index does not link {nb.stem}"
+        assert (root / "reports" / "html" / f"{nb.stem}.html").exists() or \
+            any((root / "reports" / "html").rglob(f"{nb.stem}.html"))
+
+
+def test_every_figure_named_in_the_readme_exists(smoke_repo):
+    import re
+
+    root, _ = smoke_repo
+    named = set(re.findall(r"(reports/[\w/.\-]+\.(?:png|svg|csv|md|json))", (root / "README.md").read_text()))
+    assert named, "the README names no result files"
+    missing = sorted(p for p in named if not (root / p).exists())
+    assert missing == []

@@ -15,9 +15,12 @@ import pytest
 
 from ragcritic_lib import paths
 from ragcritic_lib.critic_data import dpo_pairs, make_samples, sft_examples
-from ragcritic_lib.io import read_yaml
+from ragcritic_lib.io import read_yaml, write_json
 from ragcritic_lib.taxonomy import load_taxonomy
-from ragcritic_lib.training import build_configs, load_recipe, loss_curve, merge_adapter, train_dpo, train_sft, write_loss_curve
+from ragcritic_lib.training import (
+    TrainResult, build_configs, dpo_start, inference_checkpoint, load_recipe, load_train_result, loss_curve,
+    merge_adapter, train_dpo, train_sft, write_loss_curve,
+)
 
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -180,3 +183,46 @@ def test_sft_drops_examples_longer_than_max_length(tiny_model: Path, taxonomy, t
     with pytest.raises(ValueError, match="no SFT example fits max_length=8"):
         train_sft(examples, paths.CONFIGS_DIR / "train" / "critic_sft.yaml", tmp_path / "x",
                   base_model=str(tiny_model), overrides={**TINY_SFT, "max_length": 8})
+
+
+def test_full_finetuning_sft_then_dpo(tiny_model: Path, taxonomy, tmp_path: Path) -> None:
+    samples = _samples(taxonomy)
+    sft = train_sft(sft_examples(samples, taxonomy, top_k=1, passage_words=10), paths.CONFIGS_DIR / "train" / "critic_sft.yaml",
+                    tmp_path / "sft", base_model=str(tiny_model), overrides={**TINY_SFT, "peft": False})
+    assert not sft.is_adapter and (tmp_path / "sft" / "model.safetensors").exists()
+    start = dpo_start(sft)
+    assert start == {"base_model": str(tmp_path / "sft"), "init_adapter": None}
+    pairs, _ = dpo_pairs(samples, taxonomy, k_coarse=1, k_fine=1, seed=0, top_k=1, passage_words=10)
+    dpo = train_dpo(pairs, paths.CONFIGS_DIR / "train" / "critic_dpo.yaml", tmp_path / "dpo", **start,
+                    overrides={**TINY_SFT, "peft": False, "gradient_accumulation_steps": 1})
+    assert dpo.steps == 1 and not dpo.is_adapter
+    out = inference_checkpoint(dpo, tmp_path / "export", dtype="bfloat16")
+    assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
+
+
+def test_train_result_roundtrip_with_repository_relative_paths(tmp_path: Path) -> None:
+    r = TrainResult(adapter_dir=str(paths.ROOT / "data" / "x" / "adapter"), is_adapter=True,
+                    base_model=str(paths.MODELS_DIR / "m"), steps=4, seconds=10.0)
+    d = r.to_dict()
+    assert (d["adapter_dir"], d["base_model"], d["seconds_per_step"]) == ("data/x/adapter", "data/assets/models/m", 2.5)
+    write_json(tmp_path / "r.json", d)
+    back = load_train_result(tmp_path / "r.json")
+    assert back.adapter_dir == "data/x/adapter" and back.steps == 4
+    assert dpo_start(back) == {"base_model": str(paths.MODELS_DIR / "m"), "init_adapter": str(paths.ROOT / "data/x/adapter")}
+
+
+def test_accelerate_launcher_runs_the_cli(tiny_model: Path, taxonomy, tmp_path: Path) -> None:
+    """The launcher path (subprocess `accelerate launch -m ragcritic_lib.training`) on one CPU process."""
+    from ragcritic_lib.training import run_training
+
+    cfg = tmp_path / "cpu.yaml"
+    cfg.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: 'NO'\nnum_processes: 1\nuse_cpu: true\n"
+                   "mixed_precision: 'no'\nmachine_rank: 0\nnum_machines: 1\n")
+    examples = sft_examples(_samples(taxonomy), taxonomy, top_k=1, passage_words=10)
+    result = run_training("sft", examples, paths.CONFIGS_DIR / "train" / "critic_sft.yaml", tmp_path / "out",
+                          base_model=str(tiny_model), overrides=TINY_SFT, launcher="accelerate", accelerate_config=str(cfg))
+    assert result.steps == 1 and result.is_adapter and result.examples == 3
+    assert (tmp_path / "out" / "adapter_config.json").exists()
+    assert json.loads((tmp_path / "out" / "loss_curve.json").read_text())[0]["step"] == 1
+    with pytest.raises(ValueError, match="unknown launcher 'slurm'"):
+        run_training("sft", examples, "x.yaml", tmp_path / "o2", base_model="m", launcher="slurm")
