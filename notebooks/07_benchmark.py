@@ -141,7 +141,9 @@ if example is not None:
         print(f"[{name}] {preds[example].to_critique()}  (parse_error={preds[example].parse_error})")
 
 # %%
-usage = {name: {k: v for k, v in c.llm.stats.snapshot().items() if k != "seconds"}
+# Token counts per critic; call timings and cache hits vary between runs, so they stay out of
+# the metrics file (two cold runs must write identical metrics).
+usage = {name: {k: v for k, v in c.llm.stats.snapshot().items() if k in ("requests", "request_prompt_tokens", "request_completion_tokens")}
          for name, c in critics.items() if hasattr(c, "llm")}
 write_json(paths.METRICS_DIR / "07_benchmark.json", {
     "benchmark": report,

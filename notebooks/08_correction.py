@@ -47,7 +47,8 @@ from ragcritic_lib.agent.actions import ActionSet
 from ragcritic_lib.agent.planner import LLMPlanner, RuleBasedPlanner, load_error_actions, planner_sft_examples
 from ragcritic_lib.agent.workflow import (
     OracleCritic, TierFilterCritic, action_usage, comparison_rows, cost_rows, iteration_table,
-    method_slug, pick_case_studies, rag_cost, rejection_counts, render_case_study, run_methods, status_counts,
+    method_slug, pick_case_studies, rag_cost, rejection_counts, render_case_study, run_methods, stable_costs,
+    status_counts,
 )
 from ragcritic_lib.critic import LLMCritic
 from ragcritic_lib.io import atomic_write_text, read_jsonl, write_json, write_jsonl
@@ -211,11 +212,12 @@ metrics = {
                         for row in comparison_rows(runs[ds]) if row["group"] == "all"} for ds in datasets},
     "by_type": {ds: [row for row in comparison_rows(runs[ds]) if row["group"] != "all"] for ds in datasets},
     "iterations": {ds: iteration_table(runs[ds]["RAG-Critic"]) for ds in datasets},
-    "cost": costs,
+    "cost": stable_costs(costs),
     "status": {ds: {name: status_counts(r) for name, r in by_method.items()} for ds, by_method in runs.items()},
     "rejections": rejections,
     "action_usage": usage,
-    "planner_training": {k: v for k, v in trained.to_dict().items() if k not in ("log_history", "recipe")},
+    "planner_training": {k: v for k, v in trained.to_dict().items()
+                         if k not in ("log_history", "recipe") and "second" not in k},
     "planner_sft_examples": len(sft_examples),
     "planner_no_program": {"trained": trained_planner.stats["no_program"],
                            "zero-shot": methods["zero-shot planner"]["planner"].stats["no_program"]},

@@ -69,11 +69,11 @@ import pandas as pd
 from ragcritic_lib import paths, runtime
 from ragcritic_lib.agent.actions import ActionSet
 from ragcritic_lib.baselines import (
-    MeteredLLM, add_costs, comparison_table, crag, is_wrong, jsonable, load_method_results, markdown_table, ragec,
-    records_cost, repair, score_records, self_refine, simrag, stopwatch,
+    MeteredLLM, add_costs, comparison_table, cost_from_per_sample, crag, is_wrong, jsonable, load_method_results,
+    markdown_table, ragec, records_cost, repair, score_records, self_refine, simrag, stopwatch,
 )
 from ragcritic_lib.critic import HeuristicCritic
-from ragcritic_lib.io import read_jsonl, write_json, write_jsonl
+from ragcritic_lib.io import read_json, read_jsonl, write_json, write_jsonl
 from ragcritic_lib.llm import GenParams
 from ragcritic_lib.params import load_params
 from ragcritic_lib.rag import run_standard_rag
@@ -84,29 +84,36 @@ seed = params["common"]["seed"]
 rr = params["retrieval_rag"]  # standard RAG's settings: every method reuses them
 datasets = runtime.dataset_names(params)
 gen = GenParams(max_new_tokens=rr["max_new_tokens"], stop=("\nQuestion:", "<|im_end|>"))
-short = dataclasses.replace(gen, max_new_tokens=24, stop=("\n",))
+short = dataclasses.replace(gen, max_new_tokens=24, stop=("\n",))  # search queries
 base_model = str(paths.resolve(params["common"]["generator"]["model"]))
 out_dir = paths.stage_dir("baselines")
 llm = runtime.load_generator(params)
 taxonomy = load_taxonomy()
-results, costs, metrics = {}, {}, {}
 retrievers = {ds: runtime.load_retriever(params, ds) for ds in datasets}
+split = lambda ds, name, n: runtime.load_split(params, ds, name, limit=n)  # noqa: E731
+results, costs = {}, {}
 {"datasets": datasets, "generator": base_model, "retriever": runtime.retriever_config(params)["kind"]}
 
 # %% [markdown]
 # ## The shared test questions: standard RAG (notebook 01) and RAG-Critic (notebook 08)
 # The first `max_test_questions` test answers of each dataset from notebook 01 are the questions
-# every method answers. RAG-Critic's answers on them come from notebook 08.
+# every method answers. RAG-Critic's answers on them come from notebook 08, and its cost is
+# notebook 08's per-question mean scaled to these questions.
 
 # %%
 test = {ds: read_jsonl(paths.stage_dir("retrieval_rag") / ds / "test.jsonl")[:max_test_questions] for ds in datasets}
 all_test = [r for ds in datasets for r in test[ds]]
-results["standard_rag"] = score_records(all_test)
-costs["standard_rag"] = records_cost(all_test)
+results["standard_rag"], costs["standard_rag"] = score_records(all_test), records_cost(all_test)
 critic_runs = {ds: load_method_results(rag_critic_results.format(dataset=ds), ids=[r["id"] for r in test[ds]],
                                        pred_key=rag_critic_pred_key) for ds in datasets}
 if all(v is not None for v in critic_runs.values()):
     results["rag_critic"] = [r for ds in datasets for r in critic_runs[ds]]
+    m08 = paths.METRICS_DIR / "08_correction.json"
+    m08_cost = read_json(m08).get("cost", {}) if m08.exists() else {}
+    per_question = {ds: c.get("RAG-Critic", {}).get("total", {}) for ds, c in m08_cost.items()}
+    estimate = cost_from_per_sample(per_question, {ds: len(critic_runs[ds]) for ds in datasets})
+    if estimate is not None:
+        costs["rag_critic"] = add_costs(costs["standard_rag"], estimate)
 {ds: {"questions": len(test[ds]), "rag_critic": None if critic_runs[ds] is None else len(critic_runs[ds])}
  for ds in datasets}
 
@@ -118,18 +125,20 @@ if all(v is not None for v in critic_runs.values()):
 # %%
 m = MeteredLLM(llm)
 with stopwatch() as t:
-    results["self_refine"] = score_records(self_refine.self_refine(m, all_test, rounds=self_refine_rounds, gen_params=gen,
-                                                                   max_words=rr["max_passage_words"]))
-costs["self_refine"] = {**m.cost(), "wall_seconds": t["seconds"]}
+    refined = self_refine.self_refine(m, all_test, rounds=self_refine_rounds, gen_params=gen,
+                                      max_words=rr["max_passage_words"])
+results["self_refine"] = score_records(refined)
+costs["self_refine"] = {**add_costs(costs["standard_rag"], m.cost()), "wall_seconds": t["seconds"]}
 pd.DataFrame([{"rounds_used": r["self_refine_rounds"], "stopped_by_feedback": r["self_refine_stopped"]}
-              for r in results["self_refine"]]).value_counts().rename("questions").to_frame()
+              for r in refined]).value_counts().rename("questions").to_frame()
 
 # %% [markdown]
 # ## CRAG
 # A logistic-regression retrieval evaluator on (question, passage) pairs of the train split
 # (cross-encoder score, rank, lexical overlap; label = supporting passage or contains a gold
 # answer), thresholds tuned on dev, then Correct / Ambiguous / Incorrect actions on test. The
-# stand-in for web search is the `crag_secondary` retriever over the same corpus.
+# stand-in for web search is the `crag_secondary` retriever over the same corpus, queried with a
+# keyword rewrite of the question.
 
 # %%
 reranker = None
@@ -138,18 +147,19 @@ if crag_use_reranker:
 
     reranker = CrossEncoderReranker(runtime.retriever_config(params)["reranker"])
 ce = crag.make_ce_scorer(reranker)
+crag_kw = dict(gen_params=gen, k_secondary=crag_k_secondary, top_strips=crag_top_strips,
+               min_strip_score=crag_min_strip_score, rewriter=crag_rewriter, rag_variant=rr["prompt_variant"],
+               max_passage_words=rr["max_passage_words"])
 m, crag_out, crag_info = MeteredLLM(llm), [], {}
 with stopwatch() as t:
     for ds in datasets:
-        train = crag.attach_passages(runtime.load_split(params, ds, "train", limit=crag_train_questions), retrievers[ds], rr["top_k"])
-        dev = crag.attach_passages(runtime.load_split(params, ds, "dev", limit=crag_dev_questions), retrievers[ds], rr["top_k"])
+        train = crag.attach_passages(split(ds, "train", crag_train_questions), retrievers[ds], rr["top_k"])
+        dev = crag.attach_passages(split(ds, "dev", crag_dev_questions), retrievers[ds], rr["top_k"])
         evaluator = crag.fit_evaluator(train, ce, seed=seed)
         best = crag.tune_on_dev(dev, evaluator, ce, ambiguous_credit=crag_ambiguous_credit)
         secondary = runtime.load_retriever(params, ds, kind=crag_secondary, rerank=False)
         out_ds = crag.run_crag(m, test[ds], evaluator=evaluator, ce_scorer=ce, secondary=secondary,
-                               upper=best["upper"], lower=best["lower"], gen_params=gen, k_secondary=crag_k_secondary,
-                               top_strips=crag_top_strips, min_strip_score=crag_min_strip_score, rewriter=crag_rewriter,
-                               rag_variant=rr["prompt_variant"], max_passage_words=rr["max_passage_words"])
+                               upper=best["upper"], lower=best["lower"], **crag_kw)
         crag_out += out_ds
         crag_info[ds] = {**best, "train_pairs": evaluator.train_size, "train_positive_rate": evaluator.positive_rate,
                          "test_actions": dict(Counter(r["crag_action"] for r in out_ds))}
@@ -165,16 +175,17 @@ pd.DataFrame(crag_info).T[["upper", "lower", "action_accuracy", "positive_rate",
 # the oracle critic (the ceiling).
 
 # %%
+sim_kw = dict(max_turns=simrag_max_turns, gen_params=gen, query_params=short, docs_per_turn=simrag_docs_per_turn,
+              initial_docs=simrag_initial_docs)
+match = simrag.make_match_fn(simrag_match)
 m = MeteredLLM(llm)
-with stopwatch() as t_practice:
-    practice = [ex for ds in datasets for ex in simrag.self_practice(
-        m, retrievers[ds], runtime.load_split(params, ds, "train", limit=simrag_train_questions),
-        max_turns=simrag_max_turns, gen_params=gen, query_params=short, docs_per_turn=simrag_docs_per_turn,
-        initial_docs=simrag_initial_docs, match_fn=simrag.make_match_fn(simrag_match))]
+practice = [ex for ds in datasets
+            for ex in simrag.self_practice(m, retrievers[ds], split(ds, "train", simrag_train_questions),
+                                           match_fn=match, **sim_kw)]
+practice_cost = m.cost()
 train_ex, heldout_ex = simrag.split_by_question(practice, heldout_frac=simrag_heldout_frac, seed=seed)
 balanced = simrag.balance_labels(train_ex, seed=seed)
-practice_cost = m.cost()
-pd.DataFrame([{"examples": len(practice), "accept_rate": sum(e["label"] == "Accept" for e in practice) / max(1, len(practice)),
+pd.DataFrame([{"examples": len(practice), "accepted": sum(e["label"] == "Accept" for e in practice),
                "train_balanced": len(balanced), "heldout": len(heldout_ex)}])
 
 # %%
@@ -186,26 +197,23 @@ if simrag_critic == "llm":
 else:
     critic_llm, sufficiency = None, simrag.ClassifierCritic(seed=seed).fit(balanced)
 confusion = simrag.confusion_matrix([e["label"] for e in heldout_ex], sufficiency.accept(heldout_ex))
-pd.DataFrame([[confusion["shares"]["correct_accept"], confusion["shares"]["correct_reject"]],
-              [confusion["shares"]["wrong_accept"], confusion["shares"]["wrong_reject"]]],
+shares = confusion["shares"]
+pd.DataFrame([[shares["correct_accept"], shares["correct_reject"]], [shares["wrong_accept"], shares["wrong_reject"]]],
              index=["answer correct", "answer wrong"], columns=["critic: Accept", "critic: Reject"]).round(3)
 
 # %%
-m = MeteredLLM(llm)
+m, oracle_m = MeteredLLM(llm), MeteredLLM(llm)
 with stopwatch() as t:
-    results["simrag"] = score_records([r for ds in datasets for r in simrag.simrag_infer(
-        m, retrievers[ds], test[ds], sufficiency, max_turns=simrag_max_turns, gen_params=gen, query_params=short,
-        docs_per_turn=simrag_docs_per_turn, initial_docs=simrag_initial_docs)])
-costs["simrag"] = {**add_costs(m.cost(), critic_llm.cost() if critic_llm else {}),
-                   "wall_seconds": t["seconds"], "training_calls": practice_cost["calls"]}
-oracle_m = MeteredLLM(llm)
-with stopwatch() as t:
-    results["simrag_oracle_critic"] = score_records([r for ds in datasets for r in simrag.simrag_infer(
-        oracle_m, retrievers[ds], test[ds], simrag.OracleCritic(simrag.make_match_fn(simrag_match)),
-        max_turns=simrag_max_turns, gen_params=gen, query_params=short, docs_per_turn=simrag_docs_per_turn,
-        initial_docs=simrag_initial_docs)])
-costs["simrag_oracle_critic"] = {**oracle_m.cost(), "wall_seconds": t["seconds"]}
-pd.Series([r["simrag_turns"] for r in results["simrag"]]).value_counts().sort_index().rename("questions by turns used")
+    sim_out = [r for ds in datasets for r in simrag.simrag_infer(m, retrievers[ds], test[ds], sufficiency, **sim_kw)]
+with stopwatch() as t_oracle:
+    oracle = simrag.OracleCritic(match)
+    sim_oracle = [r for ds in datasets
+                  for r in simrag.simrag_infer(oracle_m, retrievers[ds], test[ds], oracle, **sim_kw)]
+results["simrag"], results["simrag_oracle_critic"] = score_records(sim_out), score_records(sim_oracle)
+costs["simrag"] = {**add_costs(m.cost(), critic_llm.cost() if critic_llm else {}), "wall_seconds": t["seconds"],
+                   "training_calls": practice_cost["calls"]}
+costs["simrag_oracle_critic"] = {**oracle_m.cost(), "wall_seconds": t_oracle["seconds"]}
+pd.Series([r["simrag_turns"] for r in sim_out]).value_counts().sort_index().rename("questions by turns used")
 
 # %% [markdown]
 # ## RePAIR
@@ -213,32 +221,35 @@ pd.Series([r["simrag_turns"] for r in results["simrag"]]).value_counts().sort_in
 # grammar plus samples from the planner), executed by the same restricted executor and actions as
 # RAG-Critic; reward = token F1; preference pairs by reward; DPO first off-policy (state with the
 # oracle correctness and the failed reasoning), then on-policy (state with a judge's estimate,
-# candidates sampled from the current planner). The judge is the grounded heuristic critic.
+# candidates sampled from the current planner). The judge is the grounded heuristic critic. The
+# planner starts from notebook 08's SFT planner adapter when it exists (the base model writes
+# almost no valid programs), else from the base model.
 
 # %%
 judge = HeuristicCritic(taxonomy)
 judge_flags = lambda recs: [p.judgement == "Correct" for p in judge.critique(recs)]  # noqa: E731
+act_kw = dict(gen_params=gen, topk=rr["top_k"], max_doc_words=rr["max_passage_words"], rag_variant=rr["prompt_variant"])
+rag_kw = dict(k=rr["top_k"], variant=rr["prompt_variant"], gen_params=gen, max_passage_words=rr["max_passage_words"])
+pref_kw = dict(n_sampled=repair_sampled_plans, temperature=repair_temperature, margin=repair_margin,
+               max_pairs=repair_max_pairs, topk=rr["top_k"])
 gen_m = MeteredLLM(llm)
-actions = {ds: ActionSet(gen_m, retrievers[ds], gen_params=gen, topk=rr["top_k"], max_doc_words=rr["max_passage_words"],
-                         rag_variant=rr["prompt_variant"]) for ds in datasets}
+actions = {ds: ActionSet(gen_m, retrievers[ds], **act_kw) for ds in datasets}
 init_path = paths.resolve(repair_init_adapter) if repair_init_adapter else None
 init_adapter = str(init_path) if init_path is not None and init_path.exists() else None
 planner = MeteredLLM(runtime.load_generator(params, adapter=init_adapter) if init_adapter else llm)
 with stopwatch() as t_train:
-    repair_train = {ds: run_standard_rag(gen_m, runtime.load_split(params, ds, "train", limit=repair_train_questions),
-                                         retriever=retrievers[ds], k=rr["top_k"], variant=rr["prompt_variant"], gen_params=gen,
-                                         max_passage_words=rr["max_passage_words"]) for ds in datasets}
+    repair_train = {ds: run_standard_rag(gen_m, split(ds, "train", repair_train_questions), retriever=retrievers[ds],
+                                         **rag_kw) for ds in datasets}
     off = [repair.collect_preferences(repair_train[ds], actions[ds], phase="off", planner=planner,
-                                      n_grammar=repair_grammar_plans, n_sampled=repair_sampled_plans,
-                                      temperature=repair_temperature, margin=repair_margin, max_pairs=repair_max_pairs,
-                                      seed=seed, topk=rr["top_k"]) for ds in datasets]
+                                      n_grammar=repair_grammar_plans, seed=seed, **pref_kw) for ds in datasets]
 off_pairs, off_log = [p for ps, _ in off for p in ps], [c for _, cs in off for c in cs]
-{"planner_start": init_adapter or "base model", "failed_train_answers": len({(c["dataset"], c["qid"]) for c in off_log}),
- "candidates": len(off_log), "pairs": len(off_pairs), "mean_reward": round(sum(c["reward"] for c in off_log) / max(1, len(off_log)), 3)}
+{"planner_start": init_adapter or "base model", "candidates": len(off_log), "pairs": len(off_pairs),
+ "failed_train_answers": len({(c["dataset"], c["qid"]) for c in off_log}),
+ "mean_reward": round(sum(c["reward"] for c in off_log) / max(1, len(off_log)), 3)}
 
 # %% [markdown]
 # Off-policy DPO, then on-policy candidates sampled from the off-policy planner with only the
-# judge's estimate in the state, and a second DPO round from the off-policy adapter.
+# judge's estimate in the state, and a second DPO round continuing the off-policy adapter.
 
 # %%
 dpo = {"beta": repair_dpo_beta, "max_length": 1024}
@@ -247,19 +258,18 @@ with stopwatch() as t_dpo:
                                    init_adapter=init_adapter, overrides={**dpo, "max_steps": repair_offpolicy_steps})
     adapter_off = str(res_off.adapter_dir) if res_off else init_adapter
     planner_off = MeteredLLM(runtime.load_generator(params, adapter=adapter_off)) if adapter_off else planner
-    on = [repair.collect_preferences(repair_train[ds], actions[ds], phase="on", judged_correct=judge_flags(repair_train[ds]),
-                                     planner=planner_off, n_grammar=0, n_sampled=repair_sampled_plans,
-                                     temperature=repair_temperature, margin=repair_margin, max_pairs=repair_max_pairs,
-                                     seed=seed + 1, topk=rr["top_k"]) for ds in datasets]
+    on = [repair.collect_preferences(repair_train[ds], actions[ds], phase="on", planner=planner_off, n_grammar=0,
+                                     judged_correct=judge_flags(repair_train[ds]), seed=seed + 1, **pref_kw)
+          for ds in datasets]
     on_pairs, on_log = [p for ps, _ in on for p in ps], [c for _, cs in on for c in cs]
     res_on = repair.train_planner(on_pairs, repair_dpo_recipe, out_dir / "repair_planner", base_model=base_model,
                                   init_adapter=adapter_off, overrides={**dpo, "max_steps": repair_onpolicy_steps})
 adapter_final = str(res_on.adapter_dir) if res_on else adapter_off
 training_cost = add_costs(gen_m.cost(), planner.cost(), planner_off.cost() if planner_off is not planner else {})
-pd.DataFrame([{"phase": "off-policy", "candidates": len(off_log), "pairs": len(off_pairs), "dpo_steps": res_off.steps if res_off else 0,
-               "s_per_step": round(res_off.seconds_per_step, 1) if res_off else None},
-              {"phase": "on-policy", "candidates": len(on_log), "pairs": len(on_pairs), "dpo_steps": res_on.steps if res_on else 0,
-               "s_per_step": round(res_on.seconds_per_step, 1) if res_on else None}])
+pd.DataFrame([{"phase": phase, "candidates": len(log), "pairs": len(pairs), "dpo_steps": res.steps if res else 0,
+               "s_per_step": round(res.seconds_per_step, 1) if res else None}
+              for phase, log, pairs, res in [("off-policy", off_log, off_pairs, res_off),
+                                             ("on-policy", on_log, on_pairs, res_on)]])
 
 # %% [markdown]
 # Inference: the final planner writes one plan per test answer (greedy) from the reduced state;
@@ -268,14 +278,14 @@ pd.DataFrame([{"phase": "off-policy", "candidates": len(off_log), "pairs": len(o
 # %%
 final_planner = MeteredLLM(runtime.load_generator(params, adapter=adapter_final) if adapter_final else llm)
 gen_m_test = MeteredLLM(llm)
-test_actions = {ds: ActionSet(gen_m_test, retrievers[ds], gen_params=gen, topk=rr["top_k"],
-                              max_doc_words=rr["max_passage_words"], rag_variant=rr["prompt_variant"]) for ds in datasets}
+test_actions = {ds: ActionSet(gen_m_test, retrievers[ds], **act_kw) for ds in datasets}
 with stopwatch() as t:
     repair_out = [r for ds in datasets for r in repair.repair_infer(final_planner, test[ds], test_actions[ds],
                                                                       judged_correct=judge_flags(test[ds]))]
 results["repair"] = score_records(repair_out)
-costs["repair"] = {**add_costs(final_planner.cost(), gen_m_test.cost()), "wall_seconds": t["seconds"],
-                   "training_calls": training_cost["calls"], "training_seconds": t_train["seconds"] + t_dpo["seconds"]}
+costs["repair"] = {**add_costs(costs["standard_rag"], final_planner.cost(), gen_m_test.cost()),
+                   "wall_seconds": t["seconds"], "training_calls": training_cost["calls"],
+                   "training_seconds": t_train["seconds"] + t_dpo["seconds"]}
 pd.Series([r["repair_error"] or "ok" for r in repair_out]).value_counts().rename("plans by outcome")
 
 # %% [markdown]
@@ -284,8 +294,8 @@ pd.Series([r["repair_error"] or "ok" for r in repair_out]).value_counts().rename
 
 # %%
 rc_programs = [s.get("program") or "" for r in (results.get("rag_critic") or []) for s in r.get("steps", [])]
-usage = repair.action_usage_table(repair.count_actions(rc_programs),
-                                  repair.count_actions([r["repair_plan"] for r in repair_out if r["repair_ok"]]))
+repair_programs = [r["repair_plan"] for r in repair_out if r["repair_ok"]]
+usage = repair.action_usage_table(repair.count_actions(rc_programs), repair.count_actions(repair_programs))
 pd.DataFrame(usage)
 
 # %% [markdown]
@@ -294,23 +304,28 @@ pd.DataFrame(usage)
 # 0.8), then `ragec_votes` LLM votes per error among the blamed stage's types (K = 10 in the
 # paper). The reranking stage exists only when `common.retriever.rerank` is on: then the
 # first-stage list is the retriever without the reranker at `ragec_first_stage_depth`.
+# Table like RAGEC Table 2 (modal and second-modal type), one column per dataset.
 
 # %%
 types = ragec.load_ragec_types()
-m = MeteredLLM(llm)
 rerank_on = bool(runtime.retriever_config(params).get("rerank"))
+m, ragec_out = MeteredLLM(llm), []
 with stopwatch() as t:
-    ragec_out = []
     for ds in datasets:
         recs = test[ds]
         if rerank_on:
-            recs = ragec.attach_first_stage(recs, runtime.load_retriever(params, ds, rerank=False), ragec_first_stage_depth)
-        ragec_out += ragec.run_ragec(m, recs, types, chunk_gold_fn=ragec.make_chunk_gold_fn(runtime.load_corpus(params, ds)),
-                                     coverage_threshold=ragec_coverage_threshold, k=ragec_votes,
-                                     temperature=ragec_temperature, seed=seed)
+            first_stage = runtime.load_retriever(params, ds, rerank=False)
+            recs = ragec.attach_first_stage(recs, first_stage, ragec_first_stage_depth)
+        gold_fn = ragec.make_chunk_gold_fn(runtime.load_corpus(params, ds))
+        ragec_out += ragec.run_ragec(m, recs, types, chunk_gold_fn=gold_fn, coverage_threshold=ragec_coverage_threshold,
+                                     k=ragec_votes, temperature=ragec_temperature, seed=seed)
 costs["ragec (diagnosis)"] = {**m.cost(), "wall_seconds": t["seconds"]}
 ragec_table = pd.DataFrame(ragec.distribution_table(ragec_out, types, group_key="dataset"))
 ragec_table
+
+# %% [markdown]
+# Modal types per question type (RAGEC Table 3) and how many of the K votes agreed with the
+# modal type (RAGEC Table 4).
 
 # %%
 mode_freq = ragec.mode_frequency_table(ragec_out, ragec_votes)
@@ -338,7 +353,9 @@ agreement = ragec.tier1_agreement(ragec_out, labels, types, canonical=taxonomy.c
 # ## One comparison table
 # EM / F1 / acc per method and dataset (then per question type), the F1 change against standard
 # RAG with a paired bootstrap interval over questions, and the cost of each method on the test
-# questions (logical LLM calls and tokens, cache hits included; wall time of this run).
+# questions: logical LLM calls and tokens (cache hits included), end to end, so methods that start
+# from the standard RAG answer (Self-Refine, RePAIR, RAG-Critic) include its generation; RAG-Critic's
+# cost is notebook 08's per-question mean scaled to these questions; wall time is this run's.
 
 # %%
 rows = comparison_table(results, n_boot=n_boot, alpha=ci_alpha, seed=seed, costs=costs)

@@ -152,6 +152,10 @@ class UsageStats:
         completion_tokens: completion tokens of the generated calls.
         seconds: wall time spent generating (cache lookups excluded).
         truncated_inputs: prompts cut from the left to fit ``max_input_tokens``.
+        requests: every prompt answered, from the model or the cache.
+        request_prompt_tokens, request_completion_tokens: tokens of every answered prompt,
+            cached or not: what the method costs, independent of what this run found cached
+            (the cost tables use these, so two runs of one configuration report the same cost).
     """
 
     calls: int = 0
@@ -160,6 +164,9 @@ class UsageStats:
     completion_tokens: int = 0
     seconds: float = 0.0
     truncated_inputs: int = 0
+    requests: int = 0
+    request_prompt_tokens: int = 0
+    request_completion_tokens: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, **counts: float) -> None:
@@ -361,6 +368,8 @@ class LLM(ABC):
         miss_keys = list(todo)
         self.stats.add(cached_calls=len(prompts) - len(miss_keys))
         if not miss_keys:
+            self.stats.add(requests=len(results), request_prompt_tokens=sum(r.prompt_tokens for r in results),
+                           request_completion_tokens=sum(r.completion_tokens for r in results))
             return results  # type: ignore[return-value]
 
         pending: list[tuple[str, dict[str, Any]]] = []
@@ -395,6 +404,9 @@ class LLM(ABC):
             if bar is not None:
                 bar.close()
         missing = [i for i, r in enumerate(results) if r is None]
+        done = [r for r in results if r is not None]
+        self.stats.add(requests=len(done), request_prompt_tokens=sum(r.prompt_tokens for r in done),
+                       request_completion_tokens=sum(r.completion_tokens for r in done))
         if missing:
             raise RuntimeError(f"{self.backend} backend returned no result for prompts {missing[:10]}")
         return results  # type: ignore[return-value]

@@ -828,6 +828,13 @@ _SURNAMES = ("Marsh", "Keller", "Dunmore", "Halvorsen", "Brandt", "Okafor", "Lin
              "Redfield", "Sandoval", "Thackeray", "Valdez", "Winslow", "Abernethy", "Birkett",
              "Crane", "Dalgaard", "Esterhaus", "Falk", "Greaves", "Hargrove", "Ostrander",
              "Pennick", "Rasmussen", "Szabo", "Tremaine", "Vesper", "Wolcott")
+# Surnames of the main people (founders, judges, mayors, coaches, patients, plaintiffs) are
+# distinct from each other and from the minor names above, so only the deliberate
+# near-duplicates look alike.
+_MAIN_SURNAME_HEADS = ("Ash", "Brad", "Carl", "Fair", "Kings", "Lang", "North", "Pem", "Ross", "Stan",
+                       "Wal", "Whit", "Yar", "Brom", "Chad", "Dray", "Eller", "Gil", "Hollings", "Merri")
+_MAIN_SURNAME_TAILS = ("ley", "wood", "well", "ridge", "croft", "shaw", "ham", "worth", "by", "ton",
+                       "cott", "hurst")
 _CO_ONSETS = ("V", "N", "Qu", "K", "Z", "Tr", "Br", "Pl", "Sk", "L", "M", "D", "Th", "Gr", "Cr",
               "F", "H", "R", "S", "T", "Ost", "Ald", "Bel", "Cal", "Dor")
 _CO_NUCLEI = ("el", "ar", "or", "ex", "an", "ir", "ul", "en", "ov", "al", "yn", "om")
@@ -848,7 +855,8 @@ _INDUSTRIES: tuple[tuple[str, tuple[str, ...]], ...] = (
 _TOWN_ROOTS = ("Kess", "Dun", "Mar", "Hal", "Brea", "Ost", "Wend", "Fal", "Gorm", "Lint", "Rave",
                "Sel", "Thorn", "Ulm", "Varn", "Wick", "Ard", "Bel", "Cal", "Elm", "Fen", "Glen",
                "Hart", "Ivel", "Kirn", "Lud", "Mor", "Nesh", "Orm", "Pell", "Quen", "Rud", "Stav",
-               "Tarn", "Ves", "Yell")
+               "Tarn", "Ves", "Yell", "Aber", "Bryn", "Cor", "Dal", "Eas", "Fro", "Gar", "Hen", "Ilm",
+               "Jor", "Kil", "Lan", "Mal", "Pen", "Rom", "Sal", "Tor", "Wes", "Zen", "Oak")
 _TOWN_ENDINGS = ("ington", "ford", "by", "mere", "wick", "holm", "stead", "bridge", "haven",
                  "dale", "ton", "moor", "field", "wood")
 _REGIONS = ("Varnholt Province", "Elsmere Province", "Corridan Province", "Halden Province",
@@ -885,8 +893,6 @@ _SPECIALTIES = ("cardiology", "orthopaedics", "paediatrics", "oncology", "neurol
 _SPORTS = ("football", "handball", "basketball", "ice hockey", "volleyball", "rugby")
 _CLUB_NICKS = ("Rovers", "Rangers", "United", "Athletic", "Wanderers", "Falcons", "Harriers",
                "Comets", "Mariners", "Lions", "Foxes", "Stags")
-_CLUB_WORDS = ("Royal", "Union", "Olympia", "Sporting", "Dynamo", "Phoenix", "Atlas", "Victoria",
-               "Concordia", "Vega", "Northern", "Borough")
 _MASCOTS = ("a grey heron", "a red fox", "a brown bear", "a golden eagle", "a black cat", "a badger")
 _OCCUPATIONS = {
     "founder": ("engineer and entrepreneur", "chemist", "economist", "software developer",
@@ -914,8 +920,14 @@ class _Names:
     def __init__(self, rng: random.Random) -> None:
         self.rng = rng
         self.used: set[str] = set()
-        # A town or company may not share a word with a surname (keeps name matching clean).
-        self.reserved_words: set[str] = set(_SURNAMES)
+        self.main_surnames = [h + t for h in _MAIN_SURNAME_HEADS for t in _MAIN_SURNAME_TAILS]
+        rng.shuffle(self.main_surnames)
+        self.town_roots = list(_TOWN_ROOTS)
+        rng.shuffle(self.town_roots)
+        self.used_surnames: set[str] = set()
+        self.used_roots: set[str] = set()
+        # A town or coined word may not be a surname (keeps name matching clean).
+        self.reserved_words: set[str] = set(_SURNAMES) | set(self.main_surnames)
 
     def take(self, make: Callable[[], str], *, single_word: bool = False) -> str:
         """A fresh name from ``make``; single-word names (towns, coined words) may not be surnames."""
@@ -933,10 +945,16 @@ class _Names:
         self.used.add(name)
         return True
 
-    def person(self, gender: str | None = None) -> tuple[str, str]:
+    def person(self, gender: str | None = None, *, main: bool = False) -> tuple[str, str]:
+        """A full name and gender; ``main`` people get a surname nobody else has."""
         g = gender or self.rng.choice("fm")
         firsts = _FIRST_F if g == "f" else _FIRST_M
         r = self.rng
+        if main:
+            surname = next((x for x in self.main_surnames if x not in self.used_surnames), None)
+            if surname is not None:
+                self.used_surnames.add(surname)
+                return self.take(lambda: f"{r.choice(firsts)} {surname}"), g
         return self.take(lambda: f"{r.choice(firsts)} {r.choice(_SURNAMES)}"), g
 
     def word(self) -> str:
@@ -945,8 +963,13 @@ class _Names:
                          single_word=True)
 
     def town(self) -> str:
+        """A town name whose root no other town has (near-duplicates reuse the root on purpose)."""
         r = self.rng
-        return self.take(lambda: r.choice(_TOWN_ROOTS) + r.choice(_TOWN_ENDINGS), single_word=True)
+        root = next((x for x in self.town_roots if x not in self.used_roots), None)
+        if root is None:
+            return self.take(lambda: r.choice(_TOWN_ROOTS) + r.choice(_TOWN_ENDINGS), single_word=True)
+        self.used_roots.add(root)
+        return self.take(lambda: root + r.choice(_TOWN_ENDINGS), single_word=True)
 
 
 def _vowel_variant(word: str, rng: random.Random) -> list[str]:
@@ -1003,7 +1026,7 @@ class _WorldBuilder:
     def person(self, split: str, role: str, born: int, *, twin_of: Entity | None = None) -> Entity:
         r = self.rng
         if twin_of is None:
-            name, g = self.names.person()
+            name, g = self.names.person(main=True)
         else:
             name, g = self._twin_name(twin_of), twin_of.gender
         p = self._new("person", split, name, gender=g, twin_of=twin_of.id if twin_of else None)
@@ -1025,7 +1048,7 @@ class _WorldBuilder:
         t.attrs["river"] = r.choice(_RIVERS)
         t.attrs["elevation"] = r.randint(5, 1400)
         t.attrs["area"] = r.randint(8, 320)
-        t.attrs["sister_city"] = self.names.town()
+        t.attrs["sister_city"] = self.names.word() + r.choice(("burg", "stad", "heim"))
         t.asof, t.old_when = "2022", str(r.choice((2001, 2011)))
         first = max(t.attrs["founded"] + 5, 1850)
         names = [("railway", "opening of the railway station", []),
@@ -1075,7 +1098,7 @@ class _WorldBuilder:
     def case(self, split: str, *, twin_of: Entity | None = None) -> Entity:
         r = self.rng
         if twin_of is None:
-            plaintiff, _ = self.names.person()
+            plaintiff, _ = self.names.person(main=True)
             name = self.names.take(lambda: f"{plaintiff.split()[-1]} v {self.names.word()} "
                                            f"{r.choice(_DEFENDANT_SUFFIXES)}")
         else:
@@ -1128,7 +1151,7 @@ class _WorldBuilder:
     def patient(self, split: str, *, twin_of: Entity | None = None) -> Entity:
         r = self.rng
         if twin_of is None:
-            name, g = self.names.person()
+            name, g = self.names.person(main=True)
         else:
             name, g = self._twin_name(twin_of), twin_of.gender
         p = self._new("patient", split, name, gender=g, twin_of=twin_of.id if twin_of else None)
@@ -1155,8 +1178,7 @@ class _WorldBuilder:
         r = self.rng
         town = self._pick(split, "town")
         if twin_of is None:
-            name = self.names.take(lambda: f"{r.choice((town.name, r.choice(_CLUB_WORDS)))} "
-                                           f"{r.choice(_CLUB_NICKS)}")
+            name = self.names.take(lambda: f"{self.names.word()} {r.choice(_CLUB_NICKS)}")
         else:
             name = self._twin_name(twin_of)
             town = self.entities[twin_of.refs["city"]] if r.random() < 0.5 else town

@@ -47,7 +47,8 @@ def actions(llm):
 
 def test_grammar_plans_are_valid_programs():
     grammar = repair.plan_grammar()
-    assert [n for n, _ in grammar][:4] == ["regenerate", "retrieve", "clarify_retrieve", "refine_docs"]
+    assert [n for n, _ in grammar][:4] == ["regenerate", "retrieve_deeper", "clarify_retrieve", "refine_docs"]
+    assert "topk=10" in grammar[1][1] and "topk=7" in repair.plan_grammar(deep_topk=7)[1][1]
     for _, src in grammar:
         validate_program(src, action_stubs(), variables=["question", "docs", "prediction"])
     used = repair.count_actions([src for _, src in grammar])
@@ -86,10 +87,10 @@ def test_off_policy_preferences(actions, llm):
     # Only the failed record is a training state; the sampled plan equals no grammar plan.
     assert {row["qid"] for row in log} == {"q1"}
     assert [(row["source"], row["reward"]) for row in log] == [
-        ("grammar:regenerate", 0.0), ("grammar:retrieve", 1.0), ("sampled", 1.0)]
+        ("grammar:regenerate", 0.0), ("grammar:retrieve_deeper", 1.0), ("sampled", 1.0)]
     # Both retrieving plans beat regenerating; the tie between them gives no pair.
     assert [(p["chosen_reward"], p["rejected_reward"]) for p in pairs] == [(1.0, 0.0), (1.0, 0.0)]
-    assert "Retrieval(query=question, topk=5)" in pairs[0]["chosen"] and pairs[1]["chosen"] == GOOD_PLAN
+    assert "Retrieval(query=question, topk=10)" in pairs[0]["chosen"] and pairs[1]["chosen"] == GOOD_PLAN
     assert pairs[0]["rejected"] == pairs[1]["rejected"] == repair.plan_grammar()[0][1]
     user = pairs[0]["prompt"][-1]["content"]
     assert "Check: the previous answer is wrong." in user and "Reasoning behind the previous answer: I think Rhine." in user

@@ -6,7 +6,9 @@ import math
 
 import pytest
 
-from ragcritic_lib.baselines import MeteredLLM, add_costs, comparison_table, jsonable, markdown_table, records_cost
+from ragcritic_lib.baselines import (
+    MeteredLLM, add_costs, comparison_table, cost_from_per_sample, jsonable, markdown_table, records_cost,
+)
 from ragcritic_lib.llm import CallableLLM, GenParams
 from ragcritic_lib.stats import bootstrap_ci, paired_bootstrap_diff
 
@@ -118,3 +120,11 @@ def test_jsonable_is_strict_json():
     obj = {"a": float("nan"), "b": (1.234567, float("inf")), 3: {"c": [0.5]}}
     assert jsonable(obj) == {"a": None, "b": [1.2346, None], "3": {"c": [0.5]}}
     json.dumps(jsonable(obj), allow_nan=False)
+
+
+def test_cost_from_per_sample_scales_means():
+    per = {"tb": {"calls_per_sample": 2.5, "prompt_tokens_per_sample": 100.0, "completion_tokens_per_sample": 10.0},
+           "trivia": {"calls_per_sample": 1.0}}
+    assert cost_from_per_sample(per, {"tb": 4, "trivia": 2}) == {"calls": 12.0, "prompt_tokens": 400.0,
+                                                                  "completion_tokens": 40.0}
+    assert cost_from_per_sample(per, {"other": 1}) is None

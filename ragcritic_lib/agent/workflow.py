@@ -151,6 +151,21 @@ class CostMeter:
         return out
 
 
+_RUN_DEPENDENT = ("wall_s", "generation_s", "generated_calls")
+
+
+def stable_costs(costs: Any) -> Any:
+    """The cost numbers with wall times and this run's generated-call counts removed.
+
+    Those depend on the machine and on what the cache already held; metrics files keep only the
+    counts that a re-run of the same configuration reproduces exactly (wall times stay in the
+    Markdown cost table).
+    """
+    if isinstance(costs, Mapping):
+        return {k: stable_costs(v) for k, v in costs.items() if not str(k).startswith(_RUN_DEPENDENT)}
+    return costs
+
+
 def _count_generations(counter: Counter[str], gens: Sequence[Any]) -> None:
     for g in gens:
         counter["calls"] += 1

@@ -201,6 +201,25 @@ def load_method_results(
     return score_records(rows)
 
 
+def cost_from_per_sample(
+    per_sample: Mapping[str, Mapping[str, float]], n_by_dataset: Mapping[str, int]
+) -> dict[str, float] | None:
+    """Total cost of ``n`` questions per dataset from per-question means of another stage.
+
+    ``per_sample`` maps a dataset to {"calls_per_sample", "prompt_tokens_per_sample",
+    "completion_tokens_per_sample"} (notebook 08's cost summary); None when a dataset is missing.
+    Means over that stage's questions, scaled: an estimate when the question sets differ.
+    """
+    out = {"calls": 0.0, "prompt_tokens": 0.0, "completion_tokens": 0.0}
+    for ds, n in n_by_dataset.items():
+        row = per_sample.get(ds)
+        if not row:
+            return None
+        for k in out:
+            out[k] += float(row.get(f"{k}_per_sample", 0.0)) * n
+    return {k: round(v, 1) for k, v in out.items()}
+
+
 # ------------------------------------------------------------------------- comparison
 METRICS = ("em", "f1", "acc")
 
@@ -303,6 +322,6 @@ def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], *,
 __all__ = [
     "STOPWORDS", "tokens", "content_words", "overlap_fraction", "split_sentences", "split_title",
     "contains_answer", "is_wrong", "score_records", "question_type", "dataset_name", "MeteredLLM", "add_costs",
-    "records_cost", "stopwatch", "load_method_results", "jsonable",
+    "records_cost", "stopwatch", "load_method_results", "jsonable", "cost_from_per_sample",
     "comparison_table", "markdown_table", "METRICS",
 ]

@@ -41,13 +41,18 @@ _CALL_RE = re.compile(r"\b(Retrieval|RewriteQuery|DecomposeQuery|RefineDoc|Gener
 
 
 # ----------------------------------------------------------------------------- grammar
-def plan_grammar(*, topk: int = 5, supplement_k: int = 3) -> list[tuple[str, str]]:
+def plan_grammar(*, topk: int = 5, supplement_k: int = 3, deep_topk: int | None = None) -> list[tuple[str, str]]:
     """The enumerated candidate plans, (name, program), in a fixed order that covers every action
-    early (so taking the first N still varies the actions)."""
+    early (so taking the first N still varies the actions).
+
+    "retrieve" searches the question again ``deep_topk`` deep (default 2 x topk): with the same
+    query and depth it would only return the passages the answer already came from.
+    """
+    deep = deep_topk or 2 * topk
     gen = "final_answer = GenerateAnswer(query=question, docs=new_docs)"
     return [
         ("regenerate", "final_answer = GenerateAnswer(query=question, docs=docs)"),
-        ("retrieve", f"new_docs = Retrieval(query=question, topk={topk})\n{gen}"),
+        ("retrieve_deeper", f"new_docs = Retrieval(query=question, topk={deep})\n{gen}"),
         ("clarify_retrieve", f"queries = RewriteQuery(query=question, instruction=\"clarify\")\n"
                              f"new_docs = Retrieval(query=queries[0], topk={topk})\n{gen}"),
         ("refine_docs", "new_docs = [RefineDoc(query=question, doc=d, instruction=\"refine\") for d in docs]\n" + gen),
