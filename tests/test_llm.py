@@ -58,6 +58,21 @@ def test_genparams_validation_and_cache_dict():
     assert GenParams(temperature=0.7, seed=1).cache_dict() != GenParams(temperature=0.7, seed=2).cache_dict()
 
 
+def test_request_counters_include_cache_hits(tmp_path):
+    from ragcritic_lib.cache import LLMCache
+
+    llm = CallableLLM(lambda prompt, params: "answer", name="t", cache=LLMCache(tmp_path))
+    llm.generate(["p1", "p2"], GenParams(max_new_tokens=4))
+    cold = llm.stats.snapshot()
+    llm.stats.reset()
+    llm.generate(["p1", "p2"], GenParams(max_new_tokens=4))
+    warm = llm.stats.snapshot()
+    assert cold["requests"] == warm["requests"] == 2
+    assert warm["cached_calls"] == 2 and warm["calls"] == 0
+    assert (cold["request_prompt_tokens"], cold["request_completion_tokens"]) == \
+        (warm["request_prompt_tokens"], warm["request_completion_tokens"])
+
+
 def test_cut_at_stop():
     assert cut_at_stop("a. b\nc", ["\n", "."]) == ("a", True)
     assert cut_at_stop("abc", ["x"]) == ("abc", False)
@@ -72,7 +87,8 @@ def test_usage_stats_snapshot_and_reset():
     snap = stats.snapshot()
     assert snap == {
         "calls": 3, "cached_calls": 3, "prompt_tokens": 10, "completion_tokens": 0,
-        "seconds": 0.5, "truncated_inputs": 0,
+        "seconds": 0.5, "truncated_inputs": 0, "requests": 0, "request_prompt_tokens": 0,
+        "request_completion_tokens": 0,
     }
     json.dumps(snap)
     stats.reset()
