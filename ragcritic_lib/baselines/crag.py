@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ragcritic_lib.rag import passages_of
 from ragcritic_lib.baselines import (
     content_words,
     contains_answer,
@@ -165,7 +166,7 @@ def attach_passages(records: Sequence[Mapping[str, Any]], retriever: Any, k: int
     out = []
     for rec, hl in zip(records, hits):
         r = dict(rec)
-        r["passages"] = [{"id": h.doc_id, "contents": h.contents, "score": float(h.score)} for h in hl]
+        r["passages"] = passages_of(hl)
         out.append(r)
     return out
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ragcritic_lib.rag import passages_of
 from ragcritic_lib.baselines import (
     content_words,
     contains_answer,
@@ -234,7 +235,7 @@ def attach_first_stage(records: Sequence[Mapping[str, Any]], retriever: Any, dep
     out = []
     for rec, hits in zip(records, results):
         r = dict(rec)
-        r["retrieved"] = [{"id": h.doc_id, "contents": h.contents, "score": float(h.score)} for h in hits]
+        r["retrieved"] = passages_of(hits)
         out.append(r)
     return out
 
