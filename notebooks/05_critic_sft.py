@@ -44,7 +44,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from ragcritic_lib import paths, runtime
-from ragcritic_lib.critic import LLMCritic
+from ragcritic_lib.critic import LLMCritic, calibrate_verdicts
 from ragcritic_lib.critic_data import (
     balance_correct, check_no_leakage, label_counts, make_samples, sft_examples, split_by_question,
 )
@@ -135,6 +135,19 @@ parses = critic.critique(preview)
 pd.DataFrame([{"gold": s["target"], "critic": g.text, "judgement": p.judgement, "parse_error": p.parse_error}
               for s, g, p in zip(preview, critic.last_generations, parses)])
 
+# %% [markdown]
+# ## Verdict calibration on the dev split
+# With few correct answers to learn from, a small critic tends to write one verdict for nearly
+# everything. Its log-probabilities still rank samples: the margin
+# log P("Error") - log P("Correct") right after `{"Judgement": "` is scored on the dev samples
+# and the threshold with the best balanced accuracy is stored next to the checkpoint; later
+# stages read the verdict off that threshold (`verdict="calibrated"`).
+
+# %%
+calibration = calibrate_verdicts(critic, splits["dev"], desc="dev verdict margins")
+write_json(out_dir / "verdict_calibration.json", calibration)
+pd.Series(calibration)
+
 # %%
 losses = curve["loss"].tolist()
 write_json(paths.METRICS_DIR / "05_critic_sft.json", {
@@ -144,4 +157,5 @@ write_json(paths.METRICS_DIR / "05_critic_sft.json", {
     "train": {"steps": result.steps, "examples": result.examples, "dropped_too_long": result.dropped_too_long, "device": result.device,
               "first_loss": round(losses[0], 4) if losses else None, "last_loss": round(losses[-1], 4) if losses else None},
     "preview_parse_failures": sum(not p.ok for p in parses),
+    "verdict_calibration": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in calibration.items()},
 })

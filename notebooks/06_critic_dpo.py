@@ -36,7 +36,8 @@ import json
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from ragcritic_lib import paths
+from ragcritic_lib import paths, runtime
+from ragcritic_lib.critic import LLMCritic, calibrate_verdicts
 from ragcritic_lib.critic_data import balance_correct, dpo_pairs
 from ragcritic_lib.io import read_json, read_jsonl, write_json, write_jsonl
 from ragcritic_lib.params import load_params
@@ -110,6 +111,18 @@ fig.savefig(paths.FIGURES_DIR / "06_critic_dpo_loss.svg")
 merged = inference_checkpoint(result, out_dir / "merged", dtype=merge_dtype)
 sorted(p.name for p in merged.iterdir())
 
+# %% [markdown]
+# ## Verdict calibration on the dev split
+# As for the SFT critic (notebook 05): the verdict threshold on the margin
+# log P("Error") - log P("Correct") with the best balanced accuracy on the dev samples.
+
+# %%
+critic = LLMCritic(runtime.load_generator(params, model=str(merged)), taxonomy, "trained", top_k=prompt["top_k"],
+                   passage_words=prompt["passage_words"], label_list=prompt["label_list"], name="sft+dpo")
+calibration = calibrate_verdicts(critic, read_jsonl(sft_dir / "splits" / "dev.jsonl"), desc="dev verdict margins")
+write_json(out_dir / "verdict_calibration.json", calibration)
+pd.Series(calibration)
+
 # %%
 def last(col: str) -> float | None:
     return round(float(curve[col].iloc[-1]), 4) if col in curve and len(curve) else None
@@ -124,4 +137,5 @@ write_json(paths.METRICS_DIR / "06_critic_dpo.json", {
               "first_loss": round(float(curve["loss"].iloc[0]), 4) if len(curve) else None,
               "last_loss": last("loss"), "last_reward_margin": last("rewards_margins"),
               "last_reward_accuracy": last("rewards_accuracies")},
+    "verdict_calibration": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in calibration.items()},
 })

@@ -34,7 +34,7 @@ import pandas as pd
 
 from ragcritic_lib import paths, runtime
 from ragcritic_lib.benchmark import benchmark_table, build_benchmark, plot_per_label, score_critic, score_known_causes
-from ragcritic_lib.critic import HeuristicCritic, LLMCritic, critiques_to_records
+from ragcritic_lib.critic import HeuristicCritic, LLMCritic, critiques_to_records, load_verdict_threshold
 from ragcritic_lib.io import atomic_write_text, read_json, read_jsonl, write_json, write_jsonl
 from ragcritic_lib.llm import load_llm
 from ragcritic_lib.params import load_params
@@ -63,7 +63,8 @@ pd.DataFrame({"available": report["available"], "selected": report["selected"]})
 
 # %% [markdown]
 # ## The critics
-# The SFT and SFT+DPO critics (merged checkpoints, trained prompt), the base model zero-shot
+# The SFT and SFT+DPO critics (merged checkpoints, trained prompt; each also with its verdict
+# calibrated on the dev split), the base model zero-shot
 # with the benchmark prompt (Prompt E in our words, one worked example), the grounded heuristic
 # critic (rules over question, passages and prediction; no LLM) and any model named in params.
 
@@ -76,6 +77,11 @@ critics = {
     "SFT+DPO critic": LLMCritic(runtime.load_generator(params, model=str(paths.stage_dir("critic_dpo") / "merged")),
                                 taxonomy, "trained", name="sft+dpo", **trained_kw),
 }
+# The same checkpoints with the verdict read off the dev-fitted threshold (notebooks 05 and 06).
+for name, stage in (("SFT critic", "critic_sft"), ("SFT+DPO critic", "critic_dpo")):
+    critics[f"{name} (calibrated)"] = LLMCritic(
+        critics[name].llm, taxonomy, "trained", name=f"{critics[name].name}:calibrated", verdict="calibrated",
+        threshold=load_verdict_threshold(paths.stage_dir(stage) / "verdict_calibration.json"), **trained_kw)
 if include_zeroshot:
     critics["base zero-shot"] = LLMCritic(runtime.load_generator(params), taxonomy, "zeroshot", top_k=prompt["top_k"],
                                           passage_words=prompt["passage_words"], max_new_tokens=max_new_tokens,

@@ -24,12 +24,15 @@ n_questions = 40
 iterations = 2
 critic_adapter = "data/critic_dpo/adapter"
 critic_max_new_tokens = 96
+critic_verdict = "calibrated"
+critic_calibration = "data/critic_dpo/verdict_calibration.json"
 planner_train_file = "data/taxonomy/build/error_qa.jsonl"
 planner_recipe = "configs/train/planner_sft.yaml"
 planner_max_steps = 40
 planner_max_examples = 160
 planner_prompt = "compact"
 planner_max_new_tokens = 160
+planner_decoding = "constrained"
 planner_launcher = "inprocess"
 accelerate_config = "configs/accelerate/multi_gpu.yaml"
 zeroshot_planner_model = ""
@@ -50,7 +53,7 @@ from ragcritic_lib.agent.workflow import (
     method_slug, pick_case_studies, rag_cost, rejection_counts, render_case_study, run_methods, stable_costs,
     status_counts,
 )
-from ragcritic_lib.critic import LLMCritic
+from ragcritic_lib.critic import LLMCritic, load_verdict_threshold
 from ragcritic_lib.io import atomic_write_text, read_jsonl, write_json, write_jsonl
 from ragcritic_lib.llm import GenParams
 from ragcritic_lib.params import load_params
@@ -117,8 +120,11 @@ generator = runtime.load_generator(params)
 critic_llm = runtime.load_generator(params, adapter=str(paths.resolve(critic_adapter)))
 planner_llm = runtime.load_generator(params, adapter=trained.adapter_dir)
 zeroshot_llm = runtime.load_generator(params, model=zeroshot_planner_model) if zeroshot_planner_model else generator
-trained_critic = LLMCritic(critic_llm, taxonomy, "trained", max_new_tokens=critic_max_new_tokens, name="trained")
-trained_planner = LLMPlanner(planner_llm, variant=planner_prompt, max_new_tokens=planner_max_new_tokens, name="trained")
+threshold = load_verdict_threshold(paths.resolve(critic_calibration)) if critic_verdict == "calibrated" else 0.0
+trained_critic = LLMCritic(critic_llm, taxonomy, "trained", max_new_tokens=critic_max_new_tokens, name="trained",
+                           verdict=critic_verdict, threshold=threshold)
+trained_planner = LLMPlanner(planner_llm, variant=planner_prompt, max_new_tokens=planner_max_new_tokens, name="trained",
+                             decoding=planner_decoding, candidates=rule_planner)
 methods = {
     "RAG-Critic": {"critic": trained_critic, "planner": trained_planner, "iterations": iterations},
     "w/o trained critic": {"critic": LLMCritic(generator, taxonomy, "zeroshot", max_new_tokens=critic_max_new_tokens,
@@ -130,8 +136,16 @@ methods = {
     # END SOLUTION
     "oracle critic": {"critic": OracleCritic(tagger=trained_critic), "planner": trained_planner},
     "zero-shot planner": {"critic": trained_critic,
-                          "planner": LLMPlanner(zeroshot_llm, variant="full", max_new_tokens=planner_max_new_tokens)},
+                          "planner": LLMPlanner(zeroshot_llm, variant="full", max_new_tokens=planner_max_new_tokens,
+                                                decoding=planner_decoding, candidates=rule_planner)},
 }
+if planner_decoding == "constrained":
+    # The trained planner writing freely: what constrained decoding buys.
+    methods["w/o constrained decoding"] = {
+        "critic": trained_critic,
+        "planner": LLMPlanner(planner_llm, variant=planner_prompt, max_new_tokens=planner_max_new_tokens,
+                              name="trained:free")}
+print(f"critic verdict: {critic_verdict} (threshold {threshold:+.3f}); planner decoding: {planner_decoding}")
 list(methods)
 
 # %%
@@ -219,8 +233,12 @@ metrics = {
     "planner_training": {k: v for k, v in trained.to_dict().items()
                          if k not in ("log_history", "recipe") and "second" not in k},
     "planner_sft_examples": len(sft_examples),
-    "planner_no_program": {"trained": trained_planner.stats["no_program"],
-                           "zero-shot": methods["zero-shot planner"]["planner"].stats["no_program"]},
+    "critic_verdict": {"mode": critic_verdict, "threshold": round(threshold, 4)},
+    "planner_decoding": planner_decoding,
+    # Per planner: plans written, plans without a program (free decoding) and, for constrained
+    # decoding, how often the pick was the critique's own rule-based program.
+    "planner_stats": {m["planner"].name: dict(m["planner"].stats) for m in methods.values()
+                      if isinstance(m["planner"], LLMPlanner)},
 }
 write_json(paths.METRICS_DIR / "08_correction.json", metrics)
 metrics["comparison"]

@@ -26,7 +26,7 @@ top_tier2 = 5
 figure_dpi = 120
 error_qa_file = "data/taxonomy/build/error_qa.jsonl"
 ragec_types_table = "09_ragec_types.csv"
-trained_critic = "SFT+DPO critic"
+trained_critic = "SFT+DPO critic (calibrated)"
 
 # %%
 from ragcritic_lib import analysis, paths

@@ -36,6 +36,12 @@ Message = dict[str, str]
 CORRECT = "Correct"
 ERROR = "Error"
 TARGET_KEYS = ("Judgement", "tag1", "tag2", "tag3", "Error_analysis")
+VERDICT_MODES = ("generate", "calibrated")
+# Openings a calibrated critic is scored on and, for an Error verdict, continues from.
+VERDICT_PREFIX = '{"Judgement": "'
+# (cut where the tokenizer splits the trained target, so the continuation tokenizes as in training)
+ERROR_PREFILL = '{"Judgement": "Error", "tag1":'
+CORRECT_TEXT = '{"Judgement": "Correct"}'
 
 # Why: long or adversarial generations must not make parsing slow; a critique is a few hundred
 # characters, so anything past this is noise.
@@ -76,6 +82,7 @@ class CriticParse:
         repairs: what had to be fixed (e.g. "truncated", "single_quotes", "trailing_comma").
         unknown_labels: tag1/tag2 entries the taxonomy does not know (dropped).
         raw: the model text (cut to MAX_PARSE_CHARS).
+        margin: calibrated critics only: log P("Error") - log P("Correct") at the verdict.
     """
 
     judgement: str | None
@@ -88,6 +95,7 @@ class CriticParse:
     repairs: list[str] = field(default_factory=list)
     unknown_labels: list[str] = field(default_factory=list)
     raw: str = ""
+    margin: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -672,6 +680,14 @@ class LLMCritic:
         max_prompt_tokens: if set, passages are shortened (halving ``passage_words``) until the
             user message fits, using ``llm.count_tokens``.
         name: label in tables.
+        verdict: "generate" (the verdict is whatever the critic writes first) or "calibrated":
+            the verdict is read off the critic's log-probabilities, Error iff
+            log P("Error") - log P("Correct") > ``threshold`` right after ``{"Judgement": "``,
+            and only Error critiques are generated, from a prefilled ``"Error"`` opening. A
+            small critic trained on few correct answers puts most of its mass on one verdict;
+            a threshold fitted on held-out data (:func:`fit_verdict_threshold`) recovers the
+            ranking it learned. Needs a backend with ``score`` (hf, vllm).
+        threshold: the margin threshold of the calibrated verdict.
     """
 
     def __init__(
@@ -686,9 +702,14 @@ class LLMCritic:
         label_list: bool = True,
         max_prompt_tokens: int | None = None,
         name: str | None = None,
+        verdict: str = "generate",
+        threshold: float = 0.0,
     ) -> None:
         if variant not in ("trained", "zeroshot"):
             raise ValueError(f"unknown critic prompt variant {variant!r}")
+        if verdict not in VERDICT_MODES:
+            raise ValueError(f"unknown critic verdict mode {verdict!r}; choose from {VERDICT_MODES}")
+        self.verdict, self.threshold = verdict, float(threshold)
         self.llm, self.taxonomy, self.variant = llm, taxonomy, variant
         self.max_new_tokens, self.top_k, self.passage_words = max_new_tokens, top_k, passage_words
         self.label_list = label_list
@@ -710,21 +731,122 @@ class LLMCritic:
                 return msgs
             words //= 2
 
+    def verdict_margins(self, records: Sequence[Mapping[str, Any]], *, desc: str | None = None) -> list[float]:
+        """log P("Error") - log P("Correct") of the verdict, per record (one scoring pass)."""
+        prompts = [[*self.messages(r), {"role": "assistant", "content": VERDICT_PREFIX}] for r in records]
+        scores = self.llm.score(prompts, [[CORRECT, ERROR]] * len(prompts), desc=desc)
+        return [float(e) - float(c) for c, e in scores]
+
     def critique(self, records: Sequence[Mapping[str, Any]], *, desc: str | None = None) -> list[CriticParse]:
-        """Critique all records in one batched ``generate`` call (greedy)."""
+        """Critique all records in one batched ``generate`` call (greedy); calibrated critics
+        score every verdict first and generate the Error critiques only."""
+        label = desc or f"critic {self.name}"
+        if self.verdict == "generate":
+            prompts = [self.messages(r) for r in records]
+            prefills = [""] * len(prompts)
+            margins: list[float | None] = [None] * len(prompts)
+            todo = list(range(len(prompts)))
+        else:
+            margins = list(self.verdict_margins(records, desc=f"{label} (verdicts)"))
+            todo = [i for i, m in enumerate(margins) if m > self.threshold]
+            prefills = [ERROR_PREFILL] * len(todo)
+            prompts = [[*self.messages(records[i]), {"role": "assistant", "content": ERROR_PREFILL}] for i in todo]
+        out = [CriticParse(judgement=CORRECT, valid_json=True, raw=CORRECT_TEXT, margin=m) for m in margins]
+        for i, parsed in zip(todo, self._generate_critiques(prompts, prefills, label)):
+            parsed.margin = margins[i]
+            out[i] = parsed
+        return out
+
+    def critique_errors(self, records: Sequence[Mapping[str, Any]], *, desc: str | None = None) -> list[CriticParse]:
+        """Error critiques (labels and analysis) of answers already known to be wrong: the
+        critic continues a prefilled ``"Error"`` verdict, whatever its verdict would be."""
+        prompts = [[*self.messages(r), {"role": "assistant", "content": ERROR_PREFILL}] for r in records]
+        return self._generate_critiques(prompts, [ERROR_PREFILL] * len(prompts), desc or f"critic {self.name}")
+
+    def _generate_critiques(self, prompts: list[Any], prefills: list[str], desc: str) -> list[CriticParse]:
         from ragcritic_lib.llm import GenParams
 
-        prompts = [self.messages(r) for r in records]
         params = GenParams(max_new_tokens=self.max_new_tokens, temperature=0.0)
-        gens = self.llm.generate(prompts, params, desc=desc or f"critic {self.name}")
+        gens = self.llm.generate(prompts, params, desc=desc) if prompts else []
         self.last_generations = list(gens)
         out = []
-        for g in gens:
-            parsed = parse_critic_output(g.text, self.taxonomy)
+        for g, prefill in zip(gens, prefills):
+            parsed = parse_critic_output(prefill + g.text, self.taxonomy)
             if getattr(g, "finish_reason", "stop") == "length" and "hit_token_limit" not in parsed.repairs:
                 parsed.repairs = sorted([*parsed.repairs, "hit_token_limit"])
             out.append(parsed)
         return out
+
+
+def calibrate_verdicts(critic: LLMCritic, records: Sequence[Mapping[str, Any]], *,
+                       desc: str | None = None) -> dict[str, Any]:
+    """Fit ``critic``'s verdict threshold on held-out critic samples and return the report.
+
+    ``records`` are critic samples with a gold ``judgement`` ("Correct"/"Error"); the critic's
+    ``threshold`` is not changed (set it from the report's ``threshold``).
+    """
+    labels = []
+    for i, r in enumerate(records):
+        j = _norm_judgement(r.get("judgement"))
+        if j is None:
+            raise DataFormatError(f"calibration record {r.get('id', i)}: no valid 'judgement'")
+        labels.append(j == ERROR)
+    margins = critic.verdict_margins(records, desc=desc)
+    return {**fit_verdict_threshold(margins, labels), "n": len(records)}
+
+
+def load_verdict_threshold(path: str | Any) -> float:
+    """The fitted threshold stored by a training stage (``verdict_calibration.json``)."""
+    from pathlib import Path
+
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+        return float(data["threshold"])
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{p}: verdict calibration not found (run the critic training stage)") from None
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+        raise DataFormatError(f"{p}: expected a JSON object with a numeric 'threshold'") from None
+
+
+def fit_verdict_threshold(margins: Sequence[float], is_error: Sequence[bool]) -> dict[str, Any]:
+    """The margin threshold with the best balanced accuracy on held-out critic samples.
+
+    Candidates are the midpoints between consecutive distinct margins (plus both ends); ties go
+    to the threshold closest to 0 (the uncalibrated argmax). Returns the threshold with the
+    held-out accuracy on error and on correct samples, their average, the same numbers for the
+    uncalibrated argmax and the AUROC of the margin; with only one class present the threshold
+    stays 0 and ``fitted`` is False.
+    """
+    m = [float(x) for x in margins]
+    y = [bool(v) for v in is_error]
+    if len(m) != len(y):
+        raise ValueError(f"{len(m)} margins but {len(y)} labels")
+    n_err, n_ok = sum(y), len(y) - sum(y)
+
+    def rates(t: float) -> tuple[float | None, float | None]:
+        err = sum(1 for a, b in zip(m, y) if b and a > t) / n_err if n_err else None
+        ok = sum(1 for a, b in zip(m, y) if not b and a <= t) / n_ok if n_ok else None
+        return err, ok
+
+    def avg(err: float | None, ok: float | None) -> float | None:
+        return None if err is None or ok is None else (err + ok) / 2
+
+    base_err, base_ok = rates(0.0)
+    report: dict[str, Any] = {"n_error": n_err, "n_correct": n_ok, "argmax_error_acc": base_err,
+                              "argmax_correct_acc": base_ok, "argmax_avg_acc": avg(base_err, base_ok)}
+    if not n_err or not n_ok:
+        return {**report, "threshold": 0.0, "fitted": False, "error_acc": base_err, "correct_acc": base_ok,
+                "avg_acc": avg(base_err, base_ok), "auroc": None}
+    pos = [a for a, b in zip(m, y) if b]
+    neg = [a for a, b in zip(m, y) if not b]
+    auroc = sum((p > q) + 0.5 * (p == q) for p in pos for q in neg) / (len(pos) * len(neg))
+    values = sorted(set(m))
+    cands = [values[0] - 1.0] + [(a + b) / 2 for a, b in zip(values, values[1:])] + [values[-1] + 1.0]
+    best = max(cands, key=lambda t: (avg(*rates(t)), -abs(t)))
+    err, ok = rates(best)
+    return {**report, "threshold": round(best, 6), "fitted": True, "error_acc": err, "correct_acc": ok,
+            "avg_acc": avg(err, ok), "auroc": auroc}
 
 
 _STOP = frozenset(

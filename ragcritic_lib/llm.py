@@ -186,6 +186,55 @@ class UsageStats:
                     setattr(self, f.name, f.default)
 
 
+@dataclass
+class Choice:
+    """The option a constrained decode picked for one prompt (:meth:`LLM.choose`).
+
+    Attributes:
+        index: position of the chosen option in the prompt's option list.
+        text: the chosen option.
+        prompt_tokens, completion_tokens: cost of the call (completion: the option's tokens).
+        constrained: True when decoding could only produce one of the options; False when the
+            backend generated freely and the output was matched to the nearest option.
+        raw: the free generation that was matched (empty when constrained).
+        cached: True when no model call was spent on it.
+    """
+
+    index: int
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    constrained: bool
+    raw: str = ""
+    cached: bool = False
+
+    def to_cache(self) -> dict[str, Any]:
+        return {"index": self.index, "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens, "constrained": self.constrained, "raw": self.raw}
+
+
+def nearest_option(text: str, options: Sequence[str]) -> int:
+    """Index of the option closest to ``text`` (character similarity; first wins ties)."""
+    import difflib
+
+    clean = " ".join(str(text).split())
+    scores = [difflib.SequenceMatcher(None, clean, " ".join(o.split()), autojunk=False).ratio() for o in options]
+    return max(range(len(options)), key=lambda i: (scores[i], -i))
+
+
+def _check_options(prompts: Sequence[Any], options: Sequence[Sequence[str]]) -> list[list[str]]:
+    if isinstance(prompts, (str, Mapping)):
+        raise TypeError("pass a sequence of prompts; wrap a single prompt in a list")
+    if len(options) != len(prompts):
+        raise ValueError(f"got {len(prompts)} prompts but {len(options)} option lists")
+    out = []
+    for i, opts in enumerate(options):
+        if isinstance(opts, str) or not opts or not all(isinstance(o, str) and o for o in opts):
+            raise ValueError(f"options[{i}] must be a non-empty list of non-empty strings, got {opts!r}")
+        out.append(list(opts))
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # Small helpers shared by the backends
 # ---------------------------------------------------------------------------------------------
@@ -411,6 +460,133 @@ class LLM(ABC):
             raise RuntimeError(f"{self.backend} backend returned no result for prompts {missing[:10]}")
         return results  # type: ignore[return-value]
 
+    # -- scoring and constrained choice ------------------------------------------------------
+    def _score(self, prompts: list[Any], options: list[list[str]]) -> Iterator[tuple[int, list[float]]]:
+        """Log-probabilities of options (no cache); backends that can, override this."""
+        raise NotImplementedError(
+            f"the {self.backend} backend cannot score continuations; use a 'hf' or 'vllm' backend "
+            "for calibrated verdicts, or leave the critic's verdict mode at 'generate'"
+        )
+
+    def score(self, prompts: Sequence[Prompt], options: Sequence[Sequence[str]], *,
+              desc: str | None = None) -> list[list[float]]:
+        """Total log-probability of each option as the continuation of its prompt.
+
+        A chat prompt ending with an assistant message is continued, so a caller can prefill a
+        verdict's opening (``{"Judgement": "``) and compare ``["Correct", "Error"]``. Results
+        are cached like generations.
+
+        Raises:
+            NotImplementedError: for backends that expose no log-probabilities.
+        """
+        opts = _check_options(prompts, options)
+        for i, p in enumerate(prompts):
+            validate_prompt(p, i)
+        prepared = [self._prepare(p) for p in prompts]
+        identity = self.identity()
+        keys = [make_key(identity, p, {"op": "score", "options": o}) for p, o in zip(prepared, opts)]
+        hits = self.cache.get_many(keys) if self.cache is not None else {}
+        results: list[list[float] | None] = [None] * len(keys)
+        todo: dict[str, list[int]] = {}
+        for i, key in enumerate(keys):
+            val = hits.get(key, {}).get("logprobs")
+            if isinstance(val, list) and len(val) == len(opts[i]):
+                results[i] = [float(v) for v in val]
+            else:
+                todo.setdefault(key, []).append(i)
+        miss = list(todo)
+        self.stats.add(cached_calls=len(keys) - len(miss), requests=len(keys))
+        if miss:
+            start = time.perf_counter()
+            pending: list[tuple[str, dict[str, Any]]] = []
+            bar = _progress(len(miss), desc)
+            try:
+                for j, lps in self._score([prepared[todo[k][0]] for k in miss], [opts[todo[k][0]] for k in miss]):
+                    for i in todo[miss[j]]:
+                        results[i] = list(lps)
+                    pending.append((miss[j], {"logprobs": list(lps)}))
+                    self.stats.add(calls=1)
+                    if bar is not None:
+                        bar.update(1)
+            finally:
+                self._flush(pending)
+                self.stats.add(seconds=time.perf_counter() - start)
+                if bar is not None:
+                    bar.close()
+        missing = [i for i, r in enumerate(results) if r is None]
+        if missing:
+            raise RuntimeError(f"{self.backend} backend returned no scores for prompts {missing[:10]}")
+        return results  # type: ignore[return-value]
+
+    def _choose(self, prompts: list[Any], options: list[list[str]]) -> Iterator[tuple[int, Choice]]:
+        """Default: greedy free generation matched to the nearest option (backends without
+        constrained decoding, e.g. a served model)."""
+        longest = max(self.count_tokens(o) for opts in options for o in opts)
+        params = GenParams(max_new_tokens=min(longest + 16, 1024), temperature=0.0)
+        for j, gen in self._generate(prompts, params):
+            k = nearest_option(gen.text, options[j])
+            yield j, Choice(index=k, text=options[j][k], prompt_tokens=gen.prompt_tokens,
+                            completion_tokens=gen.completion_tokens, constrained=False, raw=gen.text)
+
+    def choose(self, prompts: Sequence[Prompt], options: Sequence[Sequence[str]], *,
+               desc: str | None = None) -> list[Choice]:
+        """Pick one option per prompt by decoding that can only write one of the options.
+
+        The transformers backend decodes greedily inside a token trie of the options (so the
+        result is always exactly one option); other backends generate freely and take the
+        nearest option (``Choice.constrained`` is then False). Cached like generations.
+        """
+        opts = _check_options(prompts, options)
+        for i, p in enumerate(prompts):
+            validate_prompt(p, i)
+        prepared = [self._prepare(p) for p in prompts]
+        identity = self.identity()
+        keys = [make_key(identity, p, {"op": "choose", "options": o}) for p, o in zip(prepared, opts)]
+        hits = self.cache.get_many(keys) if self.cache is not None else {}
+        results: list[Choice | None] = [None] * len(keys)
+        todo: dict[str, list[int]] = {}
+        for i, key in enumerate(keys):
+            hit = hits.get(key)
+            try:
+                k = int(hit["index"]) if hit is not None else -1
+                if 0 <= k < len(opts[i]):
+                    results[i] = Choice(index=k, text=opts[i][k], prompt_tokens=int(hit["prompt_tokens"]),
+                                        completion_tokens=int(hit["completion_tokens"]),
+                                        constrained=bool(hit["constrained"]), raw=str(hit.get("raw", "")),
+                                        cached=True)
+            except (KeyError, TypeError, ValueError):
+                results[i] = None
+            if results[i] is None:
+                todo.setdefault(key, []).append(i)
+        miss = list(todo)
+        self.stats.add(cached_calls=len(keys) - len(miss))
+        if miss:
+            start = time.perf_counter()
+            pending: list[tuple[str, dict[str, Any]]] = []
+            bar = _progress(len(miss), desc)
+            try:
+                for j, ch in self._choose([prepared[todo[k][0]] for k in miss], [opts[todo[k][0]] for k in miss]):
+                    first, *dups = todo[miss[j]]
+                    results[first] = ch
+                    for i in dups:
+                        results[i] = dataclasses.replace(ch, cached=True)
+                    pending.append((miss[j], ch.to_cache()))
+                    self.stats.add(calls=1, prompt_tokens=ch.prompt_tokens, completion_tokens=ch.completion_tokens)
+                    if bar is not None:
+                        bar.update(1)
+            finally:
+                self._flush(pending)
+                self.stats.add(seconds=time.perf_counter() - start)
+                if bar is not None:
+                    bar.close()
+        missing = [i for i, r in enumerate(results) if r is None]
+        if missing:
+            raise RuntimeError(f"{self.backend} backend returned no choice for prompts {missing[:10]}")
+        done = [r for r in results if r is not None]
+        self.stats.add(requests=len(done), request_prompt_tokens=sum(r.prompt_tokens for r in done),
+                       request_completion_tokens=sum(r.completion_tokens for r in done))
+        return results  # type: ignore[return-value]
+
     def _flush(self, pending: list[tuple[str, dict[str, Any]]]) -> None:
         if pending and self.cache is not None:
             self.cache.put_many(pending)
@@ -454,6 +630,9 @@ class CallableLLM(LLM):
         fn: the function standing in for a model.
         name: the model name (part of the cache identity).
         cache: optional cache, e.g. ``LLMCache(tmp_path)`` in a test of caching behaviour.
+        score_fn: optional ``score_fn(prompt, options) -> list[float]`` giving log-probabilities
+            for :meth:`LLM.score`; without it scoring raises NotImplementedError like a served
+            model's backend.
     """
 
     backend = "callable"
@@ -465,10 +644,19 @@ class CallableLLM(LLM):
         *,
         cache: LLMCache | None = None,
         batch_size: int = 8,
+        score_fn: Callable[[Prompt, list[str]], Sequence[float]] | None = None,
     ):
         super().__init__(cache=cache, batch_size=batch_size)
         self.fn = fn
+        self.score_fn = score_fn
         self.model = name
+
+    def _score(self, prompts: list[Any], options: list[list[str]]) -> Iterator[tuple[int, list[float]]]:
+        if self.score_fn is None:
+            yield from super()._score(prompts, options)
+            return
+        for i, (prompt, opts) in enumerate(zip(prompts, options)):
+            yield i, [float(v) for v in self.score_fn(prompt, opts)]
 
     def identity(self) -> dict[str, Any]:
         return {"backend": self.backend, "model": self.model}
@@ -740,6 +928,97 @@ class HFBackend(LLM):
             completion_tokens=n_gen,
             finish_reason="length" if length_hit else "stop",
         )
+
+
+    # -- scoring and constrained choice ------------------------------------------------------
+    def _option_ids(self, option: str) -> list[int]:
+        ids = list(self.tokenizer(option, add_special_tokens=False)["input_ids"])
+        if not ids:
+            raise ValueError(f"option {option!r} encodes to no tokens")
+        return ids
+
+    def _score(self, prompts: list[Any], options: list[list[str]]) -> Iterator[tuple[int, list[float]]]:
+        import torch
+
+        for j, (text, opts) in enumerate(zip(prompts, options)):
+            prompt_ids = self.encode(text)
+            opt_ids = [self._option_ids(o) for o in opts]
+            with torch.inference_mode():
+                if all(len(ids) == 1 for ids in opt_ids):
+                    # One forward pass: every option is a single next token.
+                    logits = self.hf_model(torch.tensor([prompt_ids], device=self.device)).logits[0, -1]
+                    lp = torch.log_softmax(logits.float(), -1)
+                    yield j, [float(lp[ids[0]]) for ids in opt_ids]
+                    continue
+                scores = []
+                for start in range(0, len(opt_ids), self.batch_size):
+                    chunk = opt_ids[start : start + self.batch_size]
+                    width = len(prompt_ids) + max(map(len, chunk))
+                    ids = torch.full((len(chunk), width), self.pad_token_id, dtype=torch.long)
+                    mask = torch.zeros((len(chunk), width), dtype=torch.long)
+                    for r, o in enumerate(chunk):
+                        seq = prompt_ids + o
+                        ids[r, : len(seq)] = torch.tensor(seq)
+                        mask[r, : len(seq)] = 1
+                    logits = self.hf_model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits
+                    lp = torch.log_softmax(logits.float(), -1)
+                    for r, o in enumerate(chunk):
+                        pos = torch.arange(len(prompt_ids) - 1, len(prompt_ids) - 1 + len(o))
+                        scores.append(float(lp[r, pos, torch.tensor(o)].sum()))
+                yield j, scores
+
+    def _choose(self, prompts: list[Any], options: list[list[str]]) -> Iterator[tuple[int, Choice]]:
+        """Greedy decoding restricted to a token trie of each prompt's options (batched)."""
+        import torch
+        from transformers import GenerationConfig
+
+        # The option ends with the end-of-turn token a chat model writes after its answer.
+        eos = self.tokenizer.eos_token_id
+        end = int(eos) if eos is not None else self.eos_token_ids[0]
+        encoded = [self.encode(t) for t in prompts]
+        tries: list[dict[tuple[int, ...], set[int]]] = []
+        seqs: list[dict[tuple[int, ...], int]] = []
+        for opts in options:
+            trie: dict[tuple[int, ...], set[int]] = {}
+            full: dict[tuple[int, ...], int] = {}
+            for k, o in enumerate(opts):
+                ids = tuple(self._option_ids(o)) + (end,)
+                full.setdefault(ids, k)
+                for n in range(len(ids)):
+                    trie.setdefault(ids[:n], set()).add(ids[n])
+            tries.append(trie)
+            seqs.append(full)
+        order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start : start + self.batch_size]
+            width = max(len(encoded[i]) for i in idx)
+            input_ids = torch.full((len(idx), width), self.pad_token_id, dtype=torch.long)
+            attention = torch.zeros((len(idx), width), dtype=torch.long)
+            for r, i in enumerate(idx):
+                input_ids[r, width - len(encoded[i]) :] = torch.tensor(encoded[i], dtype=torch.long)
+                attention[r, width - len(encoded[i]) :] = 1
+            longest = max(len(ids) for i in idx for ids in seqs[i])
+
+            def allowed(row: int, ids: Any, _idx: list[int] = idx, _w: int = width) -> list[int]:
+                done = tuple(ids[_w:].tolist())
+                nxt = tries[_idx[row]].get(done)
+                # A finished row is padded with the end token until the batch is done.
+                return sorted(nxt) if nxt else [end]
+
+            cfg = GenerationConfig(max_new_tokens=longest, do_sample=False, pad_token_id=self.pad_token_id,
+                                   eos_token_id=self.eos_token_ids)
+            with torch.inference_mode():
+                out = self.hf_model.generate(input_ids=input_ids.to(self.device),
+                                             attention_mask=attention.to(self.device),
+                                             generation_config=cfg, prefix_allowed_tokens_fn=allowed)
+            for r, i in enumerate(idx):
+                row = out[r, width:].tolist()
+                cut = row.index(end) + 1 if end in row else len(row)
+                k = seqs[i].get(tuple(row[:cut]))
+                if k is None:  # cannot happen with a complete trie; never guess silently
+                    raise RuntimeError(f"constrained decoding left the option trie for prompt {i}")
+                yield i, Choice(index=k, text=options[i][k], prompt_tokens=len(encoded[i]),
+                                completion_tokens=cut, constrained=True)
 
 
 def _stop_string_criteria(tokenizer: Any, stop: Sequence[str], prompt_width: int) -> Any:

@@ -38,6 +38,13 @@ def render_twin(py_path: Path):
     nb = jupytext.read(py_path, fmt="py:percent")
     nb.metadata["jupytext"] = {"formats": _PAIRING}
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    # Stable cell ids (notebook name, position, source): re-syncing an unchanged notebook
+    # rewrites the same bytes, so twins only show up in a diff when their cells changed.
+    import hashlib
+
+    for i, cell in enumerate(nb.cells):
+        digest = hashlib.sha1(f"{py_path.stem}:{i}:{cell.cell_type}:{cell.source}".encode()).hexdigest()
+        cell.id = digest[:8]
     return _strip(nb)
 
 

@@ -101,14 +101,36 @@ _LOOSE_RE = re.compile(r"\banswer\s+is\s*:\s*", re.IGNORECASE)
 _TRAIL_RE = re.compile(r"[\s\.\,\;\:\!\*\"'`]+$")
 
 
+# Words after which a period does not end a sentence ("Dr. Nils Larkin", "St. Louis").
+_ABBREVIATIONS = frozenset(
+    "dr mr mrs ms prof st mt ft jr sr inc ltd co corp bros no vs etc approx est gen gov lt col sgt "
+    "capt rev jan feb mar apr jun jul aug sep sept oct nov dec u.s e.g i.e".split()
+)
+_SENTENCE_END_RE = re.compile(r"\.\s")
+
+
+def first_sentence(text: str) -> str:
+    """``text`` up to the first period that ends a sentence.
+
+    A period followed by whitespace ends the sentence unless it closes a known abbreviation
+    ("Dr.", "St.", "Inc.") or a single capital initial ("J. Smith"); decimals ("3.5") never
+    match because no space follows their point.
+    """
+    for m in _SENTENCE_END_RE.finditer(text + " "):
+        before = text[: m.start()].split()
+        word = before[-1].lower().rstrip(".") if before else ""
+        if word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha()):
+            continue
+        return text[: m.start()]
+    return text
+
+
 def _clean(answer: str, max_words: int) -> str:
     answer = answer.strip().split("\n")[0]
     answer = answer.replace("<|im_end|>", "").strip()
     answer = answer.strip(" *\"'`")
-    # Cut at the end of the first sentence; answers are short phrases.
-    m = re.search(r"(?<![A-Z])(?<!\d)\.\s", answer + " ")
-    if m:
-        answer = answer[: m.start()]
+    # Answers are short phrases: keep the first sentence.
+    answer = first_sentence(answer)
     answer = _TRAIL_RE.sub("", answer)
     words = answer.split()
     return " ".join(words[:max_words])

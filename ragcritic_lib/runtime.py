@@ -57,7 +57,9 @@ def load_retriever(params: Mapping[str, Any], dataset: str, **overrides: Any):
     from .retrieval import build_retriever
 
     cfg = retriever_config(params, **overrides)
-    key = (dataset, tuple(sorted((k, str(v)) for k, v in cfg.items())))
+    corpus_path = str(dataset_paths(params["common"]["datasets"], dataset)["corpus"])
+    # Keyed by the corpus file too: the same dataset name may point at another corpus later.
+    key = (dataset, corpus_path, tuple(sorted((k, str(v)) for k, v in cfg.items())))
     if key not in _RETRIEVERS:
         _RETRIEVERS[key] = build_retriever(cfg, load_corpus(params, dataset))
     return _RETRIEVERS[key]

@@ -199,3 +199,54 @@ def test_planner_sft_examples_balanced_over_plans(table):
     assert all(p.startswith("new_docs = [RefineDoc") for p in programs[1:])
     assert planner_sft_examples(records, table, max_examples=3, seed=1) == balanced
     assert len(planner_sft_examples(records, table, max_examples=100)) == 6
+
+
+# ---------------------------------------------------------------------------------------------
+# Constrained decoding over the table's candidate programs
+# ---------------------------------------------------------------------------------------------
+def test_candidate_programs_are_distinct_valid_and_start_with_the_rule_plan(table):
+    from ragcritic_lib.agent.executor import validate_program
+
+    planner = RuleBasedPlanner(table)
+    critique = err(tag2=["Data Insufficiency in Retrieval"])
+    cands = planner.candidate_programs(critique, "old answer")
+    programs = [p for p, _ in cands]
+    assert programs[0] == planner.program_for(critique, "old answer")[0]
+    assert len(programs) == len(set(programs)) > 5
+    with_plan = [r for r in [*table.tier1.values(), *table.tier2.values()] if r.plan]
+    assert {info["plan_label"] for _, info in cands} == {r.label for r in with_plan}
+    for program in programs:
+        validate_program(program, ["Retrieval", "RewriteQuery", "DecomposeQuery", "RefineDoc", "GenerateAnswer"],
+                         variables=["question", "docs", "prediction"])
+        assert program.splitlines()[-1].startswith("final_answer = GenerateAnswer(")
+    # The set does not depend on the critique, only its order (own plan first) does.
+    other = [p for p, _ in planner.candidate_programs(err(tag1=["Irrelevant Information"]))]
+    assert set(other) | {programs[0]} >= set(programs) - {programs[0]}
+
+
+def test_constrained_llm_planner_returns_one_candidate_per_context(table):
+    rule = RuleBasedPlanner(table)
+    target = rule.program_for(err(tag1=["Irrelevant Information"]))[0]
+    seen = []
+
+    def fn(prompt, params):
+        seen.append(prompt)
+        return target.replace("question", "questoin")  # near, not equal: matched to the nearest option
+
+    planner = LLMPlanner(CallableLLM(fn), decoding="constrained", candidates=rule)
+    ctxs = [PlannerContext(question="Q?", passages=["T\nx"], prediction="p", critic=err(tag1=["Incomplete Information"]),
+                           table=table) for _ in range(2)]
+    plans = planner.plan(ctxs)
+    assert [p.program for p in plans] == [target, target]
+    assert plans[0].info["decoding"] == "constrained" and plans[0].info["constrained"] is False
+    assert plans[0].info["plan_label"] == "Irrelevant Information" and plans[0].error is None
+    assert planner.stats["plans"] == 2 and planner.stats["same_as_rule"] == 0
+    assert len(seen) == 1  # identical prompts are decoded once
+
+
+def test_constrained_planner_needs_candidates_and_known_decoding(table):
+    llm = CallableLLM(lambda p, g: "")
+    with pytest.raises(ValueError, match="candidates"):
+        LLMPlanner(llm, decoding="constrained")
+    with pytest.raises(ValueError, match="decoding"):
+        LLMPlanner(llm, decoding="beam")

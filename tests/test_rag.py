@@ -60,3 +60,15 @@ def test_messages_variants():
 def test_format_passages_truncates():
     text = format_passages(["Title\n" + " ".join(["w"] * 100)], max_words=10)
     assert text == "[1] Title: " + " ".join(["w"] * 10) + " ..."
+
+
+@pytest.mark.parametrize("raw,expected", [
+    (" Dr. Nils Larkin.", "Dr. Nils Larkin"),
+    (" St. Louis, Missouri. It lies on a river.", "St. Louis, Missouri"),
+    (" J. R. R. Tolkien wrote it.", "J. R. R. Tolkien wrote it"),
+    (" 2023. So the revenue changed.", "2023"),
+    (" 3.5 million", "3.5 million"),
+    (" Acme Inc. is the owner.", "Acme Inc. is the owner"),
+])
+def test_first_sentence_keeps_abbreviations_and_initials(raw, expected):
+    assert extract_answer(raw, prefilled=True)[0] == expected

@@ -316,3 +316,14 @@ def test_a_critic_returning_too_few_critiques_is_a_clear_error(table):
 
     with pytest.raises(ValueError, match="critic returned 0 critiques for 1 records"):
         run_correction([S1], critic=Short(), planner=RuleBasedPlanner(table), actions=make_actions())
+
+
+def test_oracle_critic_asks_a_critic_for_error_critiques_when_it_can():
+    class Forced(ScriptedCritic):
+        def critique_errors(self, records):
+            return [{"Judgement": "Error", "tag1": ["Erroneous Information"], "tag2": [], "tag3": [],
+                     "Error_analysis": "forced"} for _ in records]
+
+    out = OracleCritic(tagger=Forced()).critique([dict(S1), dict(S2)])
+    assert out[0].tag1 == ["Erroneous Information"] and out[0].analysis == "forced"
+    assert out[1].judgement == "Correct"

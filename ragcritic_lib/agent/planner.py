@@ -427,6 +427,24 @@ class RuleBasedPlanner:
                 "sub_actions": list(plan_rule.sub_actions), "tier1": t1, "tier2": t2}
         return "\n".join(lines), info
 
+    def candidate_programs(self, critic: Mapping[str, Any], prediction: str = "") -> list[tuple[str, dict[str, Any]]]:
+        """Every distinct program the table yields for one sample, each with its info.
+
+        The critique's own rule-based program comes first, then the program of every rule with a
+        plan as if the critic had named only that label (tier-1 rules, then tier-2, in table
+        order). These are the options of the planner's constrained decoding: whatever it
+        picks is a program the table recommends for some error, with this sample's arguments.
+        """
+        out: dict[str, dict[str, Any]] = {}
+        program, info = self.program_for(critic, prediction)
+        out[program] = info
+        for tier, rules in (("tag1", self.table.tier1), ("tag2", self.table.tier2)):
+            for label, rule in rules.items():
+                if rule.plan:
+                    program, info = self.program_for({"judgement": "Error", tier: [label]}, prediction)
+                    out.setdefault(program, info)
+        return list(out.items())
+
     def plan(self, contexts: Sequence[PlannerContext]) -> list[Plan]:
         out = []
         for ctx in contexts:
@@ -535,25 +553,56 @@ def build_planner_messages(ctx: PlannerContext, *, variant: str = "compact", max
             {"role": "user", "content": "\n\n".join(parts)}]
 
 
+PLANNER_DECODINGS = ("free", "constrained")
+
+
 class LLMPlanner:
-    """A planner model: one batched generate call, programs extracted from the outputs.
+    """A planner model: one batched call, programs extracted from the outputs.
 
     Args:
         llm: any ``ragcritic_lib.llm`` backend (the SFT-trained planner adapter, the base model
             zero-shot, or a capable served model).
         variant: prompt variant of :func:`build_planner_messages`.
-        max_new_tokens: generation budget of a program.
+        max_new_tokens: generation budget of a program (free decoding).
         name: label in tables.
+        decoding: "free" (the model writes any text; the program is extracted from it, as in
+            the paper with a 70B planner) or "constrained" (decoding can only write one of
+            the sample's candidate programs, :meth:`RuleBasedPlanner.candidate_programs`, so
+            every plan is a valid program over the five actions; the model's choice among them
+            depends on the whole prompt: case, critique and table rows).
+        candidates: the rule-based planner whose candidates constrained decoding chooses from
+            (required for "constrained").
     """
 
     def __init__(self, llm: Any, *, variant: str = "compact", max_new_tokens: int = 160,
-                 name: str | None = None) -> None:
+                 name: str | None = None, decoding: str = "free",
+                 candidates: RuleBasedPlanner | None = None) -> None:
         if variant not in PLANNER_VARIANTS:
             raise ValueError(f"unknown planner prompt variant {variant!r}")
+        if decoding not in PLANNER_DECODINGS:
+            raise ValueError(f"unknown planner decoding {decoding!r}; choose from {PLANNER_DECODINGS}")
+        if decoding == "constrained" and candidates is None:
+            raise ValueError("constrained planner decoding needs candidates=RuleBasedPlanner(table)")
         self.llm, self.variant, self.max_new_tokens = llm, variant, max_new_tokens
+        self.decoding, self.candidates = decoding, candidates
         self.name = name or f"llm:{variant}"
         self.stats: Counter[str] = Counter()
         self.last_generations: list[Any] = []
+
+    def _plan_constrained(self, contexts: Sequence[PlannerContext], prompts: list[Any],
+                          desc: str | None) -> list[Plan]:
+        assert self.candidates is not None
+        options = [self.candidates.candidate_programs(c.critic, c.prediction) for c in contexts]
+        choices = self.llm.choose(prompts, [[p for p, _ in opts] for opts in options], desc=desc)
+        self.last_generations = list(choices)
+        out = []
+        for opts, ch in zip(options, choices):
+            self.stats["plans"] += 1
+            self.stats["same_as_rule"] += int(ch.index == 0)
+            info = {**opts[ch.index][1], "decoding": "constrained", "option": ch.index, "n_options": len(opts),
+                    "constrained": ch.constrained}
+            out.append(Plan(program=ch.text, raw=ch.raw or ch.text, source="llm", info=info))
+        return out
 
     def plan(self, contexts: Sequence[PlannerContext], *, desc: str | None = None) -> list[Plan]:
         from ragcritic_lib.llm import GenParams
@@ -561,6 +610,8 @@ class LLMPlanner:
         if not contexts:
             return []
         prompts = [build_planner_messages(c, variant=self.variant) for c in contexts]
+        if self.decoding == "constrained":
+            return self._plan_constrained(contexts, prompts, desc)
         params = GenParams(max_new_tokens=self.max_new_tokens, temperature=0.0, stop=("\nQuestion:",))
         gens = self.llm.generate(prompts, params, desc=desc)
         self.last_generations = list(gens)

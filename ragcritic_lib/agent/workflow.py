@@ -68,7 +68,10 @@ class OracleCritic:
         tags: dict[int, Any] = {}
         self.last_generations = []
         if self.tagger is not None and wrong:
-            tags = dict(zip(wrong, self.tagger.critique([records[i] for i in wrong])))
+            wrong_records = [records[i] for i in wrong]
+            # A critic that can be told the answer is wrong writes its error critique directly.
+            tag_fn = getattr(self.tagger, "critique_errors", None) or self.tagger.critique
+            tags = dict(zip(wrong, tag_fn(wrong_records)))
             self.last_generations = list(getattr(self.tagger, "last_generations", []))
         out = []
         wrong_set = set(wrong)
