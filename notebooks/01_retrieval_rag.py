@@ -64,7 +64,7 @@ for ds in datasets:
     metrics["retrieval"][ds] = {}
     for name, cfg in variants.items():
         # BEGIN SOLUTION hint: compute recall_at_k for this retriever variant and add one row per k to rows
-        res = recall_at_k(runtime.load_retriever(params, ds, **cfg), questions, ks)
+        res = recall_at_k(runtime.load_retriever(params, ds, **cfg), questions, ks, group="type")
         metrics["retrieval"][ds][name] = res
         rows += [{"dataset": ds, "retriever": name, "k": int(k), "recall": v} for k, v in res["answer_recall"].items()]
         # END SOLUTION
@@ -85,6 +85,18 @@ fig.tight_layout()
 paths.FIGURES_DIR.mkdir(parents=True, exist_ok=True)
 fig.savefig(paths.FIGURES_DIR / "01_recall_at_k.png", dpi=120)
 fig.savefig(paths.FIGURES_DIR / "01_recall_at_k.svg")
+
+# %% [markdown]
+# Per question type on the testbed (answerable types only): answer recall@k and support recall@k
+# (share of the supporting passages retrieved) of the configured retriever.
+
+# %%
+kind = "hybrid+rerank" if params["common"]["retriever"].get("rerank") else params["common"]["retriever"]["kind"]
+type_rows = [{"dataset": ds, "type": t, "n": m["n"],
+              **{f"answer@{k}": v for k, v in m["answer_recall"].items()},
+              **{f"support@{k}": v for k, v in m.get("support_recall", {}).items()}}
+             for ds in datasets for t, m in metrics["retrieval"][ds].get(kind, {}).get("by_type", {}).items()]
+pd.DataFrame(type_rows)
 
 # %% [markdown]
 # ## Standard RAG and closed-book answers

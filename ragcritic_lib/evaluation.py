@@ -12,28 +12,46 @@ def recall_at_k(
     retriever: Any,
     records: Sequence[Mapping[str, Any]],
     ks: Sequence[int],
+    *,
+    group: str | None = None,
 ) -> dict[str, Any]:
     """Answer recall@k (a gold answer occurs in the top-k passages) for each k, and, where records
     carry ``metadata.supporting_ids``, support recall@k (share of supporting passages retrieved).
 
     Unanswerable records (``metadata.answerable`` false) are left out of both, since no passage
-    can contain their answer.
+    can contain their answer. With ``group`` (a metadata key such as ``"type"``) the same numbers
+    are also given per value of that key under ``by_<group>``.
     """
     ks = sorted(set(int(k) for k in ks))
     answerable = [r for r in records if r.get("metadata", {}).get("answerable", True)]
     hits = retriever.search([r["question"] for r in answerable], max(ks)) if answerable else []
-    out: dict[str, Any] = {"n": len(answerable), "answer_recall": {}, "support_recall": {}}
-    for k in ks:
-        out["answer_recall"][str(k)] = round(mean(
-            retrieval_recall([h.contents for h in hl[:k]], r["golden_answers"]) for r, hl in zip(answerable, hits)
-        ), 4)
-        sup = [support_recall([h.doc_id for h in hl[:k]], r["metadata"].get("supporting_ids", []))
-               for r, hl in zip(answerable, hits)]
-        sup = [s for s in sup if s is not None]
-        if sup:
-            out["support_recall"][str(k)] = round(mean(sup), 4)
-    if not out["support_recall"]:
-        del out["support_recall"]
+    per_record = []
+    for r, hl in zip(answerable, hits):
+        ans = {k: retrieval_recall([h.contents for h in hl[:k]], r["golden_answers"]) for k in ks}
+        sup = {k: support_recall([h.doc_id for h in hl[:k]], r.get("metadata", {}).get("supporting_ids", []))
+               for k in ks}
+        per_record.append((r, ans, sup))
+
+    def summary(rows: Sequence[tuple[Mapping[str, Any], dict[int, float], dict[int, float | None]]]) -> dict[str, Any]:
+        out: dict[str, Any] = {"n": len(rows), "answer_recall": {}, "support_recall": {}}
+        for k in ks:
+            out["answer_recall"][str(k)] = round(mean(a[k] for _, a, _ in rows), 4)
+            sup = [s[k] for _, _, s in rows if s[k] is not None]
+            if sup:
+                out["support_recall"][str(k)] = round(mean(sup), 4)
+        if not out["support_recall"]:
+            del out["support_recall"]
+        return out
+
+    out = summary(per_record)
+    if group is not None:
+        groups: dict[str, list[Any]] = {}
+        for row in per_record:
+            value = row[0].get("metadata", {}).get(group)
+            if value is not None:
+                groups.setdefault(str(value), []).append(row)
+        if groups:
+            out[f"by_{group}"] = {v: summary(rows) for v, rows in sorted(groups.items())}
     return out
 
 
