@@ -139,8 +139,8 @@ methods = {
                           "planner": LLMPlanner(zeroshot_llm, variant="full", max_new_tokens=planner_max_new_tokens,
                                                 decoding=planner_decoding, candidates=rule_planner)},
 }
-if planner_decoding == "constrained":
-    # The trained planner writing freely: what constrained decoding buys.
+if planner_decoding != "free":
+    # The trained planner writing freely: what choosing among the table's programs buys.
     methods["w/o constrained decoding"] = {
         "critic": trained_critic,
         "planner": LLMPlanner(planner_llm, variant=planner_prompt, max_new_tokens=planner_max_new_tokens,

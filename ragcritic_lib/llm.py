@@ -1172,6 +1172,54 @@ class VLLMBackend(LLM):
                 )
 
 
+    def _score(self, prompts: list[Any], options: list[list[str]]) -> Iterator[tuple[int, list[float]]]:
+        """Exact option log-probabilities from vLLM's prompt log-probabilities.
+
+        Each (prompt, option) pair is one request whose prompt is the prompt's tokens followed by
+        the option's; ``prompt_logprobs`` returns the log-probability of every prompt token, and
+        the option's are summed. One output token is generated per request and ignored.
+        """
+        sp = self._vllm.SamplingParams(n=1, max_tokens=1, temperature=0.0, prompt_logprobs=1)
+        kwargs: dict[str, Any] = {"use_tqdm": False}
+        if self._lora_request is not None:
+            kwargs["lora_request"] = self._lora_request
+        pending: list[tuple[int, int, int, list[int]]] = []  # (prompt index, option index, start, option ids)
+        inputs: list[dict[str, list[int]]] = []
+        for j, (text, opts) in enumerate(zip(prompts, options)):
+            prompt_ids = list(self.tokenizer.encode(text, add_special_tokens=False))
+            for k, opt in enumerate(opts):
+                opt_ids = list(self.tokenizer.encode(opt, add_special_tokens=False))
+                if not opt_ids:
+                    raise ValueError(f"option {opt!r} encodes to no tokens")
+                ids = prompt_ids + opt_ids
+                start = len(prompt_ids)
+                if self.max_input_tokens is not None and len(ids) > self.max_input_tokens:
+                    cut = len(ids) - self.max_input_tokens
+                    if cut >= start:
+                        raise ValueError(f"option {k} of prompt {j} alone exceeds max_input_tokens={self.max_input_tokens}")
+                    ids, start = ids[cut:], start - cut
+                    self.stats.add(truncated_inputs=1)
+                pending.append((j, k, start, opt_ids))
+                inputs.append({"prompt_token_ids": ids})
+        scores: dict[int, list[float]] = {j: [0.0] * len(opts) for j, opts in enumerate(options)}
+        left = {j: len(opts) for j, opts in enumerate(options)}
+        for begin in range(0, len(inputs), self.batch_size):
+            outputs = self.engine.generate(inputs[begin : begin + self.batch_size], sp, **kwargs)
+            for (j, k, start, opt_ids), out in zip(pending[begin : begin + self.batch_size], outputs):
+                per_token = out.prompt_logprobs
+                total = 0.0
+                for pos, tok in enumerate(opt_ids, start=start):
+                    entry = per_token[pos] if per_token is not None and pos < len(per_token) else None
+                    value = entry.get(tok) if entry is not None else None
+                    if value is None:
+                        raise RuntimeError(f"vLLM returned no log-probability for option token {tok} at position {pos}")
+                    total += float(getattr(value, "logprob", value))
+                scores[j][k] = total
+                left[j] -= 1
+                if left[j] == 0:
+                    yield j, scores.pop(j)
+
+
 def _import_vllm() -> Any:
     try:
         import vllm

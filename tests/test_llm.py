@@ -486,6 +486,17 @@ def test_vllm_missing_gives_clear_error(monkeypatch):
         load_llm({"backend": "vllm", "model": "some/model", "cache": False})
 
 
+def _install_fake_vllm(monkeypatch, engine, sampling_params, lora_request=None):
+    """Make ``import vllm`` (and ``vllm.lora.request``) return stand-ins for this test."""
+    fake = types.ModuleType("vllm")
+    fake.LLM, fake.SamplingParams = engine, sampling_params
+    lora_mod = types.ModuleType("vllm.lora.request")
+    lora_mod.LoRARequest = lora_request
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    monkeypatch.setitem(sys.modules, "vllm.lora", types.ModuleType("vllm.lora"))
+    monkeypatch.setitem(sys.modules, "vllm.lora.request", lora_mod)
+
+
 def test_vllm_backend_maps_params_and_outputs(monkeypatch, tmp_path):
     """A stand-in ``vllm`` module records how the backend drives vLLM's documented API."""
     calls: dict = {}
@@ -525,13 +536,7 @@ def test_vllm_backend_maps_params_and_outputs(monkeypatch, tmp_path):
         def __init__(self, name, int_id, path):
             self.args = (name, int_id, path)
 
-    fake = types.ModuleType("vllm")
-    fake.LLM, fake.SamplingParams = FakeLLM, SamplingParams
-    lora_mod = types.ModuleType("vllm.lora.request")
-    lora_mod.LoRARequest = LoRARequest
-    monkeypatch.setitem(sys.modules, "vllm", fake)
-    monkeypatch.setitem(sys.modules, "vllm.lora", types.ModuleType("vllm.lora"))
-    monkeypatch.setitem(sys.modules, "vllm.lora.request", lora_mod)
+    _install_fake_vllm(monkeypatch, FakeLLM, SamplingParams, LoRARequest)
 
     adapter = tmp_path / "adapter"
     adapter.mkdir()
@@ -558,6 +563,51 @@ def test_vllm_backend_maps_params_and_outputs(monkeypatch, tmp_path):
     sampled = llm.sampling_params(GenParams(temperature=0.7, top_p=0.8, seed=11))
     assert (sampled.kw["temperature"], sampled.kw["top_p"], sampled.kw["seed"], sampled.kw["stop"]) == (0.7, 0.8, 11, None)
     assert llm.identity()["adapter"] == "adapter" and llm.identity()["backend"] == "vllm"
+
+
+def test_vllm_backend_scores_options_from_prompt_logprobs(monkeypatch):
+    """Option scores are sums of vLLM's prompt log-probabilities over the option's tokens."""
+    seen: list = []
+
+    class SamplingParams:
+        def __init__(self, **kw):
+            self.kw = kw
+
+    class Tok:
+        chat_template = None
+
+        def encode(self, text, add_special_tokens=True):
+            return [len(w) for w in text.split()]  # a word's token id is its length
+
+    class Logprob:
+        def __init__(self, logprob):
+            self.logprob = logprob
+
+    class Engine:
+        def __init__(self, **kw):
+            pass
+
+        def get_tokenizer(self):
+            return Tok()
+
+        def generate(self, inputs, sp, **kw):
+            seen.append((len(inputs), sp.kw))
+            outs = []
+            for inp in inputs:
+                ids = inp["prompt_token_ids"]
+                # position i holds the log-probability of token ids[i]: -id / 10 (first: None)
+                lps = [None] + [{t: Logprob(-t / 10), 99: Logprob(-0.01)} for t in ids[1:]]
+                outs.append(types.SimpleNamespace(prompt_logprobs=lps, outputs=[]))
+            return outs
+
+    _install_fake_vllm(monkeypatch, Engine, SamplingParams)
+    llm = load_llm({"backend": "vllm", "model": "org/model", "batch_size": 2, "cache": False})
+    scores = llm.score(["ab cde", "x"], [["f", "gh ij"], ["klm"]])
+    assert scores[0] == pytest.approx([-0.1, -0.4]) and scores[1] == pytest.approx([-0.3])
+    assert [n for n, _ in seen] == [2, 1]  # three requests in chunks of batch_size
+    assert seen[0][1]["prompt_logprobs"] == 1 and seen[0][1]["max_tokens"] == 1
+    with pytest.raises(ValueError, match="encodes to no tokens"):
+        llm.score(["ab"], [["  "]])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -244,9 +244,36 @@ def test_constrained_llm_planner_returns_one_candidate_per_context(table):
     assert len(seen) == 1  # identical prompts are decoded once
 
 
+def test_scored_llm_planner_ranks_candidates_by_mean_logprob(table):
+    rule = RuleBasedPlanner(table)
+    target = rule.program_for(err(tag1=["Irrelevant Information"]))[0]
+    ctx = PlannerContext(question="Q?", passages=["T\nx"], prediction="p", critic=err(tag1=["Incomplete Information"]),
+                         table=table)
+    opts = [p for p, _ in rule.candidate_programs(ctx.critic, ctx.prediction)]
+    short = min((o for o in opts if o != target), key=lambda o: len(o.split()))
+    n_t, n_s = len(target.split()), len(short.split())
+    assert target in opts and n_s < n_t
+
+    def score_fn(prompt, options):
+        # The target: -0.2 per word. The shortest other program: a higher total than the
+        # target's but a lower mean. All others: -0.5 per word.
+        return [-0.2 * n_t if o == target else (-0.2 * n_t + 0.01 if o == short else -0.5 * len(o.split()))
+                for o in options]
+
+    planner = LLMPlanner(CallableLLM(lambda p, g: "", score_fn=score_fn), decoding="scored", candidates=rule)
+    (plan,) = planner.plan([ctx])
+    assert plan.program == target and plan.info["decoding"] == "scored"
+    assert plan.info["plan_label"] == "Irrelevant Information" and opts[plan.info["option"]] == target
+    assert plan.info["margin"] > 0 and planner.stats["same_as_rule"] == 0
+    # Without log-probabilities (a served model), scored decoding says so.
+    with pytest.raises(NotImplementedError, match="cannot score"):
+        LLMPlanner(CallableLLM(lambda p, g: ""), decoding="scored", candidates=rule).plan([ctx])
+
+
 def test_constrained_planner_needs_candidates_and_known_decoding(table):
     llm = CallableLLM(lambda p, g: "")
-    with pytest.raises(ValueError, match="candidates"):
-        LLMPlanner(llm, decoding="constrained")
+    for decoding in ("constrained", "scored"):
+        with pytest.raises(ValueError, match="candidates"):
+            LLMPlanner(llm, decoding=decoding)
     with pytest.raises(ValueError, match="decoding"):
         LLMPlanner(llm, decoding="beam")

@@ -553,7 +553,7 @@ def build_planner_messages(ctx: PlannerContext, *, variant: str = "compact", max
             {"role": "user", "content": "\n\n".join(parts)}]
 
 
-PLANNER_DECODINGS = ("free", "constrained")
+PLANNER_DECODINGS = ("free", "constrained", "scored")
 
 
 class LLMPlanner:
@@ -569,9 +569,12 @@ class LLMPlanner:
             the paper with a 70B planner) or "constrained" (decoding can only write one of
             the sample's candidate programs, :meth:`RuleBasedPlanner.candidate_programs`, so
             every plan is a valid program over the five actions; the model's choice among them
-            depends on the whole prompt: case, critique and table rows).
-        candidates: the rule-based planner whose candidates constrained decoding chooses from
-            (required for "constrained").
+            depends on the whole prompt: case, critique and table rows; greedy, so the pick is
+            made token by token at the first point where candidates differ) or "scored" (the
+            same candidates ranked by the model's mean log-probability per token of the whole
+            program; one scoring pass per candidate, so a few times slower than "constrained").
+        candidates: the rule-based planner whose candidates constrained or scored decoding
+            chooses from (required for both).
     """
 
     def __init__(self, llm: Any, *, variant: str = "compact", max_new_tokens: int = 160,
@@ -581,8 +584,8 @@ class LLMPlanner:
             raise ValueError(f"unknown planner prompt variant {variant!r}")
         if decoding not in PLANNER_DECODINGS:
             raise ValueError(f"unknown planner decoding {decoding!r}; choose from {PLANNER_DECODINGS}")
-        if decoding == "constrained" and candidates is None:
-            raise ValueError("constrained planner decoding needs candidates=RuleBasedPlanner(table)")
+        if decoding != "free" and candidates is None:
+            raise ValueError(f"{decoding} planner decoding needs candidates=RuleBasedPlanner(table)")
         self.llm, self.variant, self.max_new_tokens = llm, variant, max_new_tokens
         self.decoding, self.candidates = decoding, candidates
         self.name = name or f"llm:{variant}"
@@ -604,6 +607,25 @@ class LLMPlanner:
             out.append(Plan(program=ch.text, raw=ch.raw or ch.text, source="llm", info=info))
         return out
 
+    def _plan_scored(self, contexts: Sequence[PlannerContext], prompts: list[Any],
+                     desc: str | None) -> list[Plan]:
+        assert self.candidates is not None
+        options = [self.candidates.candidate_programs(c.critic, c.prediction) for c in contexts]
+        texts = [[p for p, _ in opts] for opts in options]
+        scores = self.llm.score(prompts, texts, desc=desc)
+        self.last_generations = list(scores)
+        out = []
+        for opts, text, total in zip(options, texts, scores):
+            mean = [lp / max(1, self.llm.count_tokens(t)) for lp, t in zip(total, text)]
+            k = max(range(len(mean)), key=lambda i: (mean[i], -i))
+            self.stats["plans"] += 1
+            self.stats["same_as_rule"] += int(k == 0)
+            info = {**opts[k][1], "decoding": "scored", "option": k, "n_options": len(opts),
+                    "mean_logprob": round(mean[k], 4),
+                    "margin": round(mean[k] - max((m for i, m in enumerate(mean) if i != k), default=mean[k]), 4)}
+            out.append(Plan(program=text[k], raw=text[k], source="llm", info=info))
+        return out
+
     def plan(self, contexts: Sequence[PlannerContext], *, desc: str | None = None) -> list[Plan]:
         from ragcritic_lib.llm import GenParams
 
@@ -612,6 +634,8 @@ class LLMPlanner:
         prompts = [build_planner_messages(c, variant=self.variant) for c in contexts]
         if self.decoding == "constrained":
             return self._plan_constrained(contexts, prompts, desc)
+        if self.decoding == "scored":
+            return self._plan_scored(contexts, prompts, desc)
         params = GenParams(max_new_tokens=self.max_new_tokens, temperature=0.0, stop=("\nQuestion:",))
         gens = self.llm.generate(prompts, params, desc=desc)
         self.last_generations = list(gens)
