@@ -21,7 +21,7 @@
 # %% tags=["parameters"]
 recall_questions = 300
 eval_questions = 120
-top_k = 5
+top_k = 3
 recall_ks = "1,3,5,10,20"
 prompt_variant = "prefill"
 variant_probe_questions = 30

@@ -38,6 +38,13 @@ _EXAMPLE_PASSAGES = [
 ]
 _EXAMPLE_QUESTION = "Which lake is the deepest in the world?"
 _EXAMPLE_ANSWER = f"Passage [1] says Lake Baikal is the deepest lake. {ANSWER_PREFIX} Lake Baikal"
+# A second example in which the passages lack the asked fact: without it the small model never
+# abstains (measured: abstain rate 0 on the testbed's unanswerable questions).
+_ABSTAIN_PASSAGES = [
+    "Caspian Sea\nThe Caspian Sea is the largest inland body of water on Earth by area.",
+]
+_ABSTAIN_QUESTION = "How salty is Lake Baikal?"
+_ABSTAIN_ANSWER = f"No passage gives the salinity of Lake Baikal. {ANSWER_PREFIX} {ABSTAIN_ANSWER}"
 
 
 def format_passages(passages: Sequence[str], *, max_words: int = 80) -> str:
@@ -79,6 +86,9 @@ def build_rag_messages(
             {"role": "user", "content": f"Passages:\n{format_passages(_EXAMPLE_PASSAGES)}\n\n"
                                         f"Question: {_EXAMPLE_QUESTION}"},
             {"role": "assistant", "content": _EXAMPLE_ANSWER},
+            {"role": "user", "content": f"Passages:\n{format_passages(_ABSTAIN_PASSAGES)}\n\n"
+                                        f"Question: {_ABSTAIN_QUESTION}"},
+            {"role": "assistant", "content": _ABSTAIN_ANSWER},
         ]
     messages.append({
         "role": "user",

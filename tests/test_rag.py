@@ -44,7 +44,9 @@ def test_messages_variants():
     msgs = build_rag_messages("Who?", ["T1\nbody one", "T2\nbody two"])
     assert msgs[0]["role"] == "system" and ANSWER_PREFIX in msgs[0]["content"]
     assert msgs[-1]["role"] == "user" and "[1] T1: body one" in msgs[-1]["content"]
-    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"]
+    # Two worked examples (an answer, then an abstention) before the question.
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert msgs[4]["content"].endswith(f"{ANSWER_PREFIX} insufficient information")
     pre = build_rag_messages("Who?", ["T\nb"], variant="prefill")
     assert pre[-1] == {"role": "assistant", "content": ANSWER_PREFIX}
     terse = build_rag_messages("Who?", ["T\nb"], variant="terse")
