@@ -68,9 +68,9 @@ def build_rag_messages(
 ) -> list[dict[str, str]]:
     """Chat messages for one RAG question.
 
-    Variants: ``default`` (one worked example, the model writes the answer phrase),
-    ``prefill`` (same, and the assistant turn starts with the answer phrase), ``terse`` (no
-    example), ``closed_book`` (no passages).
+    Variants: ``default`` (two worked examples, an answer and an abstention; the model writes
+    the answer phrase), ``prefill`` (same, and the assistant turn starts with the answer
+    phrase), ``terse`` (no example), ``closed_book`` (no passages).
     """
     if variant not in PROMPT_VARIANTS:
         raise ValueError(f"unknown RAG prompt variant {variant!r}; choose from {PROMPT_VARIANTS}")
