@@ -28,7 +28,8 @@ corpus_articles = 0
 
 # %%
 from ragcritic_lib import assets, paths
-from ragcritic_lib.io import read_jsonl, write_json
+from ragcritic_lib.io import read_jsonl
+from ragcritic_lib.stage_metrics import write_stage_metrics
 
 stats = assets.build_assets(
     paths.ASSETS_DIR,
@@ -60,4 +61,4 @@ for split in ("train", "dev", "test"):
     print(split, "|", q["question"], "->", q["golden_answers"], "| answerable:", q["metadata"]["answerable"])
 
 # %%
-write_json(paths.METRICS_DIR / "00_assets.json", {k: v for k, v in stats.items() if k != "wheels"})
+write_stage_metrics("00_assets", {k: v for k, v in stats.items() if k != "wheels"})

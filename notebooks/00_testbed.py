@@ -50,7 +50,7 @@ weight_unanswerable = 1.0
 import pandas as pd
 
 from ragcritic_lib import paths
-from ragcritic_lib.io import write_json
+from ragcritic_lib.stage_metrics import write_stage_metrics
 from ragcritic_lib.testbed import TestbedConfig, example_per_type, generate_testbed, testbed_stats, write_testbed
 
 cfg = TestbedConfig(
@@ -97,5 +97,5 @@ for row in example_per_type(testbed, "test"):
 
 # %%
 written = write_testbed(testbed, paths.TESTBED_DIR)
-write_json(paths.METRICS_DIR / "00_testbed.json", stats)
+write_stage_metrics("00_testbed", stats)
 {name: str(path.relative_to(paths.ROOT)) for name, path in written.items()}

@@ -35,9 +35,10 @@ import pandas as pd
 
 from ragcritic_lib import paths, runtime
 from ragcritic_lib.evaluation import recall_at_k, summarize_rag
-from ragcritic_lib.io import write_json, write_jsonl
+from ragcritic_lib.io import write_jsonl
 from ragcritic_lib.params import load_params
 from ragcritic_lib.rag import PROMPT_VARIANTS, answer_gen_params, run_standard_rag
+from ragcritic_lib.stage_metrics import write_stage_metrics
 
 params = load_params()
 datasets = runtime.dataset_names(params)
@@ -172,4 +173,4 @@ for ds in datasets:
 
 # %%
 print("generator usage (this run; cached answers cost nothing):", llm.stats.snapshot())
-write_json(paths.METRICS_DIR / "01_retrieval_rag.json", metrics)
+write_stage_metrics("01_retrieval_rag", metrics)

@@ -37,8 +37,9 @@ import pandas as pd
 
 from ragcritic_lib import mining, paths, runtime
 from ragcritic_lib.data import dataset_paths, load_corpus_records
-from ragcritic_lib.io import atomic_write_text, write_json, write_jsonl
+from ragcritic_lib.io import atomic_write_text, write_jsonl
 from ragcritic_lib.params import load_params
+from ragcritic_lib.stage_metrics import write_stage_metrics
 from ragcritic_lib.teachers import build_teachers, teacher_agreement
 
 params = load_params()
@@ -170,5 +171,5 @@ metrics = {
                       "llm_subset": llm_teacher.parse_report()["rationale"] if llm_teacher else None},
     "llm_teacher_agreement": agreement,
 }
-write_json(paths.METRICS_DIR / "02_error_sampling.json", metrics)
+write_stage_metrics("02_error_sampling", metrics)
 {k: metrics[k] for k in ("pool_size", "samples", "errors", "error_rate", "error_rate_by_member")}

@@ -35,8 +35,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from ragcritic_lib import mining, paths
-from ragcritic_lib.io import read_jsonl, write_json, write_jsonl
+from ragcritic_lib.io import read_jsonl, write_jsonl
 from ragcritic_lib.params import load_params
+from ragcritic_lib.stage_metrics import write_stage_metrics
 from ragcritic_lib.tagging import normalize_tags, tag_counts
 from ragcritic_lib.teachers import build_teachers, teacher_agreement, vocabulary_size
 
@@ -139,5 +140,5 @@ metrics = {
     "llm_teacher_agreement": agreement,
     "grounded_vocabulary": vocabulary_size(),
 }
-write_json(paths.METRICS_DIR / "03_tagging.json", metrics)
+write_stage_metrics("03_tagging", metrics)
 {k: metrics[k] for k in ("error_records", "tags_before_normalization", "unique_tags_after_normalization", "parse_failure_rate")}

@@ -40,6 +40,7 @@ from scipy.cluster.hierarchy import dendrogram
 from ragcritic_lib import mining, paths, taxonomy as tx
 from ragcritic_lib.io import atomic_write_text, read_jsonl, write_json, write_jsonl
 from ragcritic_lib.params import load_params
+from ragcritic_lib.stage_metrics import write_stage_metrics
 from ragcritic_lib.tagging import tag_counts
 from ragcritic_lib.teachers import build_teachers
 
@@ -211,5 +212,5 @@ metrics = {
     "cluster_name_parse": llm_teacher.parse_report()["cluster_name"] if llm_teacher else None,
     "taxonomy": {"tier1": len(tax.tier1), "tier2": len(tax.tier2), "aliases": len(tax.aliases)},
 }
-write_json(paths.METRICS_DIR / "04_taxonomy.json", metrics)
+write_stage_metrics("04_taxonomy", metrics)
 {k: metrics[k] for k in ("clusters", "tags_clustered", "error_qa", "mapping_sources")}

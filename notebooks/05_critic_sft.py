@@ -50,6 +50,7 @@ from ragcritic_lib.critic_data import (
 )
 from ragcritic_lib.io import read_jsonl, write_json, write_jsonl
 from ragcritic_lib.params import load_params
+from ragcritic_lib.stage_metrics import write_stage_metrics
 from ragcritic_lib.taxonomy import load_taxonomy
 from ragcritic_lib.training import inference_checkpoint, run_training, write_loss_curve
 
@@ -150,7 +151,7 @@ pd.Series(calibration)
 
 # %%
 losses = curve["loss"].tolist()
-write_json(paths.METRICS_DIR / "05_critic_sft.json", {
+write_stage_metrics("05_critic_sft", {
     "splits": split_table.set_index("split").to_dict(orient="index"),
     "balance": balance,
     # Wall times live in data/critic_sft/train_result.json: metrics stay identical across runs.

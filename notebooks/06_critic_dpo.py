@@ -41,6 +41,7 @@ from ragcritic_lib.critic import LLMCritic, calibrate_verdicts
 from ragcritic_lib.critic_data import balance_correct, dpo_pairs
 from ragcritic_lib.io import read_json, read_jsonl, write_json, write_jsonl
 from ragcritic_lib.params import load_params
+from ragcritic_lib.stage_metrics import write_stage_metrics
 from ragcritic_lib.taxonomy import load_taxonomy
 from ragcritic_lib.training import dpo_start, inference_checkpoint, load_recipe, load_train_result, run_training, write_loss_curve
 
@@ -128,7 +129,7 @@ def last(col: str) -> float | None:
     return round(float(curve[col].iloc[-1]), 4) if col in curve and len(curve) else None
 
 
-write_json(paths.METRICS_DIR / "06_critic_dpo.json", {
+write_stage_metrics("06_critic_dpo", {
     "pairs": counts,
     "balance": balance,
     # Wall times live in data/critic_dpo/train_result.json: metrics stay identical across runs.

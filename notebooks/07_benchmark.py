@@ -35,9 +35,10 @@ import pandas as pd
 from ragcritic_lib import paths, runtime
 from ragcritic_lib.benchmark import benchmark_table, build_benchmark, plot_per_label, score_critic, score_known_causes
 from ragcritic_lib.critic import HeuristicCritic, LLMCritic, critiques_to_records, load_verdict_threshold
-from ragcritic_lib.io import atomic_write_text, read_json, read_jsonl, write_json, write_jsonl
+from ragcritic_lib.io import atomic_write_text, read_json, read_jsonl, write_jsonl
 from ragcritic_lib.llm import load_llm
 from ragcritic_lib.params import load_params
+from ragcritic_lib.stage_metrics import write_stage_metrics
 from ragcritic_lib.taxonomy import load_known_causes, load_taxonomy
 
 params = load_params()
@@ -151,7 +152,7 @@ if example is not None:
 # the metrics file (two cold runs must write identical metrics).
 usage = {name: {k: v for k, v in c.llm.stats.snapshot().items() if k in ("requests", "request_prompt_tokens", "request_completion_tokens")}
          for name, c in critics.items() if hasattr(c, "llm")}
-write_json(paths.METRICS_DIR / "07_benchmark.json", {
+write_stage_metrics("07_benchmark", {
     "benchmark": report,
     "table": table.reset_index().to_dict(orient="records"),
     "critics": results,

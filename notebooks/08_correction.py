@@ -54,9 +54,10 @@ from ragcritic_lib.agent.workflow import (
     status_counts,
 )
 from ragcritic_lib.critic import LLMCritic, load_verdict_threshold
-from ragcritic_lib.io import atomic_write_text, read_jsonl, write_json, write_jsonl
+from ragcritic_lib.io import atomic_write_text, read_jsonl, write_jsonl
 from ragcritic_lib.llm import GenParams
 from ragcritic_lib.params import load_params
+from ragcritic_lib.stage_metrics import write_stage_metrics
 from ragcritic_lib.taxonomy import load_taxonomy
 from ragcritic_lib.training import run_training, write_loss_curve
 
@@ -240,5 +241,5 @@ metrics = {
     "planner_stats": {m["planner"].name: dict(m["planner"].stats) for m in methods.values()
                       if isinstance(m["planner"], LLMPlanner)},
 }
-write_json(paths.METRICS_DIR / "08_correction.json", metrics)
+write_stage_metrics("08_correction", metrics)
 metrics["comparison"]

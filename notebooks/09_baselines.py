@@ -73,10 +73,11 @@ from ragcritic_lib.baselines import (
     markdown_table, ragec, records_cost, repair, score_records, self_refine, simrag, stopwatch,
 )
 from ragcritic_lib.critic import HeuristicCritic
-from ragcritic_lib.io import read_json, read_jsonl, write_json, write_jsonl
+from ragcritic_lib.io import read_json, read_jsonl, write_jsonl
 from ragcritic_lib.llm import GenParams
 from ragcritic_lib.params import load_params
 from ragcritic_lib.rag import run_standard_rag
+from ragcritic_lib.stage_metrics import write_stage_metrics
 from ragcritic_lib.taxonomy import load_taxonomy
 
 params = load_params()
@@ -407,5 +408,5 @@ metrics = {
               "grounded_fallbacks": sum(r["source"] == "grounded" for r in ragec_out),
               "agreement": agreement, "critic_source": critic_source, "reranking_stage": rerank_on},
 }
-write_json(paths.METRICS_DIR / "09_baselines.json", jsonable(metrics))
+write_stage_metrics("09_baselines", jsonable(metrics))
 sorted(metrics)

@@ -30,7 +30,7 @@ trained_critic = "SFT+DPO critic (calibrated)"
 
 # %%
 from ragcritic_lib import analysis, paths
-from ragcritic_lib.io import write_json
+from ragcritic_lib.stage_metrics import write_stage_metrics
 
 fmt = {"percent": percent, "digits": digits}
 inputs = analysis.Inputs(paths.METRICS_DIR, paths.TABLES_DIR)
@@ -168,5 +168,5 @@ analysis.status_frame(index)
 
 # %%
 metrics = analysis.summary_metrics(index, inputs, main)
-write_json(paths.METRICS_DIR / "10_analysis.json", metrics)
+write_stage_metrics("10_analysis", metrics)
 [f"{m['paper']}: {m['input']} {m['key'] or ''} ({m['reason']})" for m in metrics["missing"]]

@@ -1,6 +1,8 @@
 """Keep the ``.ipynb`` twins (what people open in JupyterLab) in step with the ``.py`` sources.
 
-``python -m ragcritic_lib.notebooks sync`` writes every ``notebooks/NN_name.ipynb`` from its
+``python -m ragcritic_lib.notebooks sync`` first sets every notebook's parameter defaults to
+params.yaml's values (so a notebook run in JupyterLab computes what ``dvc repro`` computes), then
+writes every ``notebooks/NN_name.ipynb`` from its
 jupytext ``.py`` twin with outputs stripped; ``check`` exits non-zero when a twin is missing or
 differs in its cells. The ``.py`` file is what DVC depends on and what reviewers read; the pair
 is linked by jupytext (``formats: ipynb,py:percent``), so saving in JupyterLab updates both.
@@ -9,8 +11,11 @@ is linked by jupytext (``formats: ipynb,py:percent``), so saving in JupyterLab u
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from . import paths
 
@@ -46,6 +51,57 @@ def render_twin(py_path: Path):
         digest = hashlib.sha1(f"{py_path.stem}:{i}:{cell.cell_type}:{cell.source}".encode()).hexdigest()
         cell.id = digest[:8]
     return _strip(nb)
+
+
+def _literal(value: Any) -> str:
+    """A Python literal for a params.yaml scalar, strings in double quotes like the notebooks."""
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    return repr(value)
+
+
+def defaults_drift(params: dict[str, Any], notebooks_dir: Path = paths.NOTEBOOKS_DIR) -> list[str]:
+    """``notebook: name = default (params.yaml: value)`` for each default that differs by value.
+
+    A notebook opened in JupyterLab runs on its own defaults, so they must equal params.yaml,
+    or an interactive run would compute (and overwrite DVC outputs with) something else.
+    """
+    from .params import notebook_parameters
+
+    out = []
+    for py in sorted(notebooks_dir.glob("[0-9][0-9]_*.py")):
+        section = params.get(py.stem[3:], {})
+        for name, value in notebook_parameters(py).items():
+            if name in section and (type(section[name]) is not type(value) or section[name] != value):
+                if isinstance(value, int) and isinstance(section[name], float) and float(value) == section[name]:
+                    continue
+                out.append(f"{py.name}: {name} = {value!r} (params.yaml: {section[name]!r})")
+    return out
+
+
+def sync_defaults(params: dict[str, Any], notebooks_dir: Path = paths.NOTEBOOKS_DIR) -> list[Path]:
+    """Rewrite the parameters cells so every default equals params.yaml; returns changed files."""
+    from .io import atomic_write_text
+
+    changed = []
+    for py in sorted(notebooks_dir.glob("[0-9][0-9]_*.py")):
+        section = params.get(py.stem[3:], {})
+        text = py.read_text(encoding="utf-8")
+        head, sep, rest = text.partition('# %% tags=["parameters"]\n')
+        if not sep:
+            continue
+        cell, marker, tail = rest.partition("\n# %%")
+        lines = []
+        for line in cell.split("\n"):
+            m = re.match(r"^([A-Za-z_][A-Za-z0-9_]*) = (.*?)(\s+#.*)?$", line)
+            if m and m.group(1) in section:
+                line = f"{m.group(1)} = {_literal(section[m.group(1)])}{m.group(3) or ''}"
+            lines.append(line)
+        new = head + sep + "\n".join(lines) + marker + tail
+        if new != text:
+            atomic_write_text(py, new)
+            changed.append(py)
+    return changed
 
 
 def cell_sources(nb) -> list[tuple[str, str, tuple[str, ...]]]:
@@ -89,6 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("cmd", choices=["sync", "check"])
     args = parser.parse_args(argv)
     if args.cmd == "sync":
+        from .params import load_params
+
+        for p in sync_defaults(load_params()):
+            print(f"defaults from params.yaml: {p.relative_to(paths.ROOT)}")
         for p in sync():
             print(f"wrote {p.relative_to(paths.ROOT)}")
         return 0

@@ -57,6 +57,27 @@ def test_notebook_parameters_equal_params_sections(params):
     assert stage_name(paths.NOTEBOOKS_DIR / "01_retrieval_rag.py") == "retrieval_rag"
 
 
+def test_notebook_defaults_equal_params_by_value(params):
+    from ragcritic_lib.notebooks import defaults_drift
+
+    assert defaults_drift(params) == [], "run `make notebooks` to take the defaults from params.yaml"
+
+
+def test_sync_defaults_rewrites_only_the_parameters_cell(tmp_path):
+    from ragcritic_lib.notebooks import defaults_drift, sync_defaults
+
+    nb = tmp_path / "05_x.py"
+    nb.write_text('# %% [markdown]\n# # T\n# %% tags=["parameters"]\nsteps = 40  # LoRA steps\n'
+                  'name = "a"\nrate = 0.5\n\n# %%\nsteps = 3\n')
+    params = {"x": {"steps": 30, "name": "b \\ \"q\"", "rate": 0.25}}
+    assert len(defaults_drift(params, tmp_path)) == 3
+    assert sync_defaults(params, tmp_path) == [nb]
+    assert defaults_drift(params, tmp_path) == []
+    text = nb.read_text()
+    assert "steps = 30  # LoRA steps\n" in text and text.endswith("# %%\nsteps = 3\n")
+    assert sync_defaults(params, tmp_path) == []
+
+
 def test_stage_params_declared_in_dvc(dvc):
     for name, stage in dvc["stages"].items():
         declared = [p if isinstance(p, str) else next(iter(p)) for p in stage.get("params", [])]

@@ -1,0 +1,155 @@
+"""Which library files a pipeline stage runs through, read from the import statements.
+
+A stage must re-run when any code it executes changes, so every library module in the import
+closure of its notebook is a DVC dependency. ``import_closure`` follows ``import`` and ``from ...
+import`` statements (at module level and inside functions, since lazy imports of heavy modules
+still run) from a notebook's ``.py`` twin through ``ragcritic_lib``, including each package's
+``__init__.py``. ``python -m ragcritic_lib.deps check`` lists what dvc.yaml lacks, ``fix`` adds it, and
+``closure NOTEBOOK`` prints one notebook's closure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from pathlib import Path
+
+from . import paths
+
+PACKAGE = "ragcritic_lib"
+
+
+def _module_file(module: str, root: Path) -> Path | None:
+    """The file that defines ``module`` (a dotted name inside the package), or None."""
+    parts = module.split(".")
+    if parts[0] != PACKAGE:
+        return None
+    base = root.joinpath(*parts)
+    if (base / "__init__.py").is_file():
+        return base / "__init__.py"
+    if base.with_suffix(".py").is_file():
+        return base.with_suffix(".py")
+    return None
+
+
+def _package_of(file: Path, root: Path) -> str:
+    # Both a/b/__init__.py and a/b/c.py resolve relative imports against package a.b.
+    return ".".join(file.relative_to(root).parts[:-1])
+
+
+def _imported_modules(file: Path, root: Path) -> set[str]:
+    """Dotted names of package modules that ``file`` imports (absolute or relative)."""
+    tree = ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
+    in_package = file.is_relative_to(root / PACKAGE)
+    package = _package_of(file, root) if in_package else ""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                if not in_package:
+                    continue
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)] if node.level > 1 else anchor
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            found.add(base)
+            # ``from pkg import module`` names a submodule; ``from module import name`` does not.
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return {m for m in found if m == PACKAGE or m.startswith(PACKAGE + ".")}
+
+
+def import_closure(source: str | Path, *, root: Path | None = None) -> set[str]:
+    """Repository-relative paths of every package file ``source`` runs through.
+
+    Args:
+        source: a notebook ``.py`` twin or a library module.
+        root: the repository root (default: this checkout's).
+
+    Returns:
+        POSIX paths relative to ``root``, e.g. ``{"ragcritic_lib/__init__.py", ...}``.
+    """
+    root = Path(root or paths.ROOT)
+    start = Path(source)
+    start = start if start.is_absolute() else root / start
+    seen: set[Path] = set()
+    todo = [start]
+    while todo:
+        file = todo.pop()
+        for module in _imported_modules(file, root):
+            parts = module.split(".")
+            # Importing a.b.c runs a/__init__.py and a/b/__init__.py first.
+            for i in range(1, len(parts) + 1):
+                target = _module_file(".".join(parts[:i]), root)
+                if target is not None and target not in seen:
+                    seen.add(target)
+                    todo.append(target)
+    return {p.relative_to(root).as_posix() for p in seen}
+
+
+def _covered(path: str, deps: list[str]) -> bool:
+    return any(path == d or path.startswith(d.rstrip("/") + "/") for d in deps)
+
+
+def missing_deps(dvc: dict, *, root: Path | None = None) -> dict[str, list[str]]:
+    """Per stage, the files of its notebook's import closure that dvc.yaml does not list."""
+    root = Path(root or paths.ROOT)
+    out: dict[str, list[str]] = {}
+    for name, stage in dvc.get("stages", {}).items():
+        deps = [d if isinstance(d, str) else next(iter(d)) for d in stage.get("deps", [])]
+        notebook = stage["cmd"].split()[-1]
+        missing = sorted(p for p in import_closure(notebook, root=root) if not _covered(p, deps))
+        if missing:
+            out[name] = missing
+    return out
+
+
+def add_missing(dvc_text: str, missing: dict[str, list[str]]) -> str:
+    """dvc.yaml text with each stage's missing files inserted after its last library dep.
+
+    Edits lines rather than re-dumping the YAML, so comments and layout are kept.
+    """
+    lines = dvc_text.splitlines(keepends=True)
+    stage, last_lib, inserts = None, {}, {}
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if line.startswith("  ") and not line.startswith("   ") and stripped.endswith(":"):
+            stage = stripped[:-1]
+        elif stage and stripped.startswith("- ragcritic_lib/"):
+            last_lib[stage] = (i, line[: len(line) - len(line.lstrip())])
+    for name, files in missing.items():
+        if name not in last_lib:
+            raise ValueError(f"dvc.yaml: stage {name} has no ragcritic_lib dependency to insert after")
+        i, indent = last_lib[name]
+        inserts[i] = "".join(f"{indent}- {f}\n" for f in files)
+    return "".join(line + inserts.get(i, "") for i, line in enumerate(lines))
+
+
+def main(argv: list[str] | None = None) -> int:
+    import yaml
+
+    parser = argparse.ArgumentParser(prog="python -m ragcritic_lib.deps", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("check", help="list stages whose dvc.yaml deps miss files they import")
+    sub.add_parser("fix", help="add the missing files to dvc.yaml (comments and layout kept)")
+    one = sub.add_parser("closure", help="print the import closure of a notebook or module")
+    one.add_argument("source")
+    args = parser.parse_args(argv)
+    if args.cmd == "closure":
+        print("\n".join(sorted(import_closure(args.source))))
+        return 0
+    text = paths.DVC_FILE.read_text(encoding="utf-8")
+    missing = missing_deps(yaml.safe_load(text))
+    if args.cmd == "fix":
+        paths.DVC_FILE.write_text(add_missing(text, missing), encoding="utf-8")
+        missing = missing_deps(yaml.safe_load(paths.DVC_FILE.read_text(encoding="utf-8")))
+    for stage, files in missing.items():
+        print(f"dvc.yaml: stage {stage} runs through but does not depend on: {', '.join(files)}")
+    return 1 if missing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""Writing a stage's metrics JSON with the facts that explain differences between machines.
+
+Two runs of the same stage can differ because the generator ran in another dtype (``auto``
+picks bf16 on CPUs with AVX512-BF16 or AMX and fp32 elsewhere) or under other library versions.
+``write_stage_metrics`` adds an ``environment`` block with those facts to every metrics file,
+so a reader comparing two files sees why they may disagree.
+"""
+
+from __future__ import annotations
+
+import platform
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Mapping
+
+from . import paths
+
+ENVIRONMENT_KEY = "environment"
+_PACKAGES = ("torch", "transformers", "peft", "trl", "vllm")
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def environment(generator: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Python and package versions, and the generator's resolved device and dtype.
+
+    Args:
+        generator: the ``common.generator`` params (default: read from params.yaml). Only the hf
+            backend resolves ``auto`` here; a served or vLLM generator reports what was asked.
+    """
+    if generator is None:
+        from .params import load_params
+
+        generator = load_params()["common"]["generator"]
+    env: dict[str, Any] = {"python": platform.python_version()}
+    env.update({pkg: v for pkg in _PACKAGES if (v := _version(pkg)) is not None})
+    dtype, device = str(generator.get("dtype", "auto")), str(generator.get("device", "cpu"))
+    if generator.get("backend", "hf") == "hf":
+        from .llm import _resolve_device, _resolve_dtype
+
+        device = _resolve_device(device)
+        dtype = _resolve_dtype(dtype, device)
+    env["generator"] = {"backend": generator.get("backend", "hf"), "device": device, "dtype": dtype}
+    return env
+
+
+def write_stage_metrics(stem: str, metrics: Mapping[str, Any], *,
+                        generator: Mapping[str, Any] | None = None) -> Path:
+    """Write ``reports/metrics/<stem>.json`` with the environment block added.
+
+    Args:
+        stem: the notebook's stem, e.g. ``"01_retrieval_rag"``.
+        metrics: the stage's metrics; must not use the key ``environment`` itself.
+        generator: see :func:`environment`.
+    """
+    from .io import write_json
+
+    if ENVIRONMENT_KEY in metrics:
+        raise ValueError(f"metrics of {stem}: the key {ENVIRONMENT_KEY!r} is reserved for the environment block")
+    return write_json(paths.METRICS_DIR / f"{stem}.json", {**metrics, ENVIRONMENT_KEY: environment(generator)})
