@@ -26,10 +26,12 @@ Importing this module imports neither torch, transformers, httpx nor vllm.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import hashlib
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -40,6 +42,7 @@ from typing import Any
 
 from ragcritic_lib import paths
 from ragcritic_lib.cache import LLMCache, make_key
+from ragcritic_lib.text import clean_text
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +110,11 @@ class Generation:
         text: the completion, cut before the first stop string (never includes the prompt).
         prompt_tokens: tokens of the prompt as the model saw it (after any truncation).
         completion_tokens: tokens the model generated (the cost, including a final end token).
-        finish_reason: ``"stop"`` (end token or stop string) or ``"length"`` (hit max_new_tokens).
+        finish_reason: ``"stop"`` (end token or stop string), ``"length"`` (hit max_new_tokens)
+            or ``"error"`` (the server refused this prompt; ``text`` is empty).
         cached: True when no model call was spent on it in this ``generate`` call.
+        error: the server's message when ``finish_reason == "error"``, else None. Such a
+            generation is never answered from the cache, so a re-run asks again.
     """
 
     text: str
@@ -116,6 +122,7 @@ class Generation:
     completion_tokens: int
     finish_reason: str
     cached: bool = False
+    error: str | None = None
 
     def to_cache(self) -> dict[str, Any]:
         return {
@@ -673,14 +680,14 @@ class CallableLLM(LLM):
         for i, prompt in enumerate(prompts):
             out = self.fn(prompt, params)
             if isinstance(out, Generation):
-                text, found = cut_at_stop(out.text, params.stop)
+                text, found = cut_at_stop(clean_text(out.text), params.stop)
                 yield i, dataclasses.replace(
                     out, text=text, finish_reason="stop" if found else out.finish_reason, cached=False
                 )
                 continue
             if not isinstance(out, str):
                 raise TypeError(f"CallableLLM function returned {type(out).__name__}, expected str")
-            text, _ = cut_at_stop(out, params.stop)
+            text, _ = cut_at_stop(clean_text(out), params.stop)
             yield i, Generation(
                 text=text,
                 prompt_tokens=self.count_tokens(self._prompt_text(prompt)),
@@ -725,13 +732,110 @@ def _resolve_dtype(dtype: str, device: str) -> str:
     return "bfloat16" if fast_bf16 else "float32"
 
 
+# Prompts are left-padded to a multiple of this many tokens (see plan_batches).
+PAD_MULTIPLE = 64
+
+
+def padded_width(n_tokens: int, multiple: int = PAD_MULTIPLE) -> int:
+    """The width a prompt of ``n_tokens`` is left-padded to: the next multiple of ``multiple``
+    strictly above it, so every row carries at least one pad and attention always takes the
+    masked path (an unpadded batch would take another kernel)."""
+    return (n_tokens // multiple + 1) * multiple
+
+
+def plan_batches(lengths: Sequence[int], batch_size: int, multiple: int = PAD_MULTIPLE) -> list[tuple[list[int], int]]:
+    """Group prompts into batches whose tensor shapes depend on each prompt alone.
+
+    Greedy decoding of a row is not invariant to the shape of its batch: the attention's
+    reduction runs over the padded width, and on CPU a different width (or a different number
+    of rows) changes the rounding and so, at a near tie, the argmax. Hence each prompt is padded
+    to :func:`padded_width` of its own length, only prompts of equal width share a batch, and
+    the caller fills every batch to ``batch_size`` rows. Then which other prompts a call holds
+    (for instance the cache misses of a re-run) cannot change any prompt's answer.
+
+    Args:
+        lengths: token count of each prompt.
+        batch_size: rows per batch.
+        multiple: width granularity in tokens.
+
+    Returns:
+        (indices, width) pairs: widest first; inside one width, longest first, then input order.
+    """
+    by_width: dict[int, list[int]] = {}
+    for i, n in enumerate(lengths):
+        by_width.setdefault(padded_width(n, multiple), []).append(i)
+    plan = []
+    for width in sorted(by_width, reverse=True):
+        members = sorted(by_width[width], key=lambda i: (-lengths[i], i))
+        plan += [(members[s : s + batch_size], width) for s in range(0, len(members), batch_size)]
+    return plan
+
+
+def _left_padded(rows: Sequence[Sequence[int]], width: int, n_rows: int, pad_id: int) -> tuple[Any, Any]:
+    """Input ids and attention mask of ``rows`` left-padded to ``width``, filled up to ``n_rows``
+    rows with copies of the first row (the filler rows' outputs are discarded)."""
+    import torch
+
+    filled = list(rows) + [rows[0]] * (n_rows - len(rows))
+    input_ids = torch.full((len(filled), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(filled), width), dtype=torch.long)
+    for r, ids in enumerate(filled):
+        if len(ids) > width:
+            raise ValueError(f"row {r} has {len(ids)} tokens, more than the batch width {width}")
+        if ids:
+            input_ids[r, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            attention[r, width - len(ids) :] = 1
+    return input_ids, attention
+
+
+def _row_seed(seed: int, prompt_ids: Sequence[int]) -> int:
+    """The sampling seed of one prompt: a function of the call's seed and the prompt alone."""
+    blob = json.dumps([seed, list(prompt_ids)], separators=(",", ":")).encode()
+    return int.from_bytes(hashlib.sha256(blob).digest()[:8], "little") >> 1
+
+
+def _row_sampler(seeds: Sequence[int], temperature: float, top_p: float) -> Any:
+    """A logits processor that makes greedy decoding draw a sample, with one random stream per row.
+
+    Gumbel-max: the argmax of ``log p + Gumbel noise`` is a draw from ``p`` (here the softmax of
+    logits / temperature, restricted to the top-p nucleus). Each row's noise comes from its own
+    generator, so a prompt's sample does not depend on the other rows of its batch, and the
+    global torch RNG is never touched.
+    """
+    import torch
+    from transformers import LogitsProcessor
+
+    class _RowSampler(LogitsProcessor):
+        def __init__(self) -> None:
+            self.generators = [torch.Generator().manual_seed(s) for s in seeds]
+
+        def __call__(self, input_ids: Any, scores: Any) -> Any:
+            logp = torch.log_softmax(scores.float() / temperature, dim=-1)
+            if top_p < 1.0:
+                sorted_lp, order = logp.sort(dim=-1, descending=True)
+                probs = sorted_lp.exp()
+                # Drop a token once the mass of the tokens ranked above it reaches top_p (the
+                # most likely token is always kept).
+                drop_sorted = (probs.cumsum(-1) - probs) >= top_p
+                logp = logp.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), float("-inf"))
+            u = torch.stack([torch.rand(scores.shape[-1], generator=g) for g in self.generators])
+            gumbel = -torch.log(-torch.log(u.clamp(min=1e-12)))
+            return logp + gumbel.to(logp.device)
+
+    return _RowSampler()
+
+
 class HFBackend(LLM):
     """transformers causal LM: batched, left-padded generation on CPU or GPU.
 
     Prompts are rendered with the tokenizer's chat template (``add_generation_prompt=True``)
-    and encoded without adding special tokens; raw str prompts are encoded as they are. Within a
-    call, prompts are sorted by length so each batch pads little. Greedy when temperature is 0,
-    else sampling seeded from ``GenParams.seed`` (the caller's torch RNG state is left untouched).
+    and encoded without adding special tokens; raw str prompts are encoded as they are. Every
+    batch has the same shape for a given prompt whatever else the call holds (``batch_size``
+    rows, the prompt left-padded to :func:`padded_width` of its own length, see
+    :func:`plan_batches`), so a prompt's output does not depend on its batch neighbours nor on
+    which prompts an earlier run left in the cache. Greedy when temperature is 0, else sampling
+    from a random stream seeded by ``GenParams.seed`` and the prompt itself (the caller's torch
+    RNG state is left untouched).
 
     Args:
         model: local model folder (relative paths are relative to the repo root).
@@ -739,7 +843,7 @@ class HFBackend(LLM):
             tokenizer is used when it saved one (training may change the chat template).
         dtype: "auto" (bf16 where fast, else fp32), "bfloat16", "float32" or "float16".
         device: "auto" (CUDA when available), "cpu", "cuda", "cuda:1"...
-        batch_size: prompts per forward batch.
+        batch_size: rows of every forward batch (short batches are filled with copies).
         max_input_tokens: prompts longer than this are cut from the left (the end, with the
             question and the assistant turn, is what matters most).
         repetition_penalty: >1 discourages repeating tokens (1.0 = off).
@@ -827,7 +931,10 @@ class HFBackend(LLM):
         }
 
     def identity(self) -> dict[str, Any]:
-        return dict(self._identity)
+        # The batch shape a prompt is computed at (rows, width granularity) and the sampler are
+        # part of what decides its output, so entries made under other settings never match.
+        batching = {"rows": self.batch_size, "pad_multiple": PAD_MULTIPLE, "sampler": "row-gumbel"}
+        return {**self._identity, "batching": batching}
 
     def render(self, prompt: Prompt) -> str:
         """The exact text the model reads for ``prompt`` (before tokenization)."""
@@ -850,57 +957,48 @@ class HFBackend(LLM):
 
     def _generate(self, prompts: list[Any], params: GenParams) -> Iterator[tuple[int, Generation]]:
         encoded = [self.encode(t) for t in prompts]
-        # Longest first: similar lengths share a batch (little padding) and memory peaks early.
-        order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
-        for b, start in enumerate(range(0, len(order), self.batch_size)):
-            idx = order[start : start + self.batch_size]
-            outs = self._generate_batch([encoded[i] for i in idx], params, batch_seed=params.seed + b)
+        for idx, width in plan_batches([len(ids) for ids in encoded], self.batch_size):
+            outs = self._generate_batch([encoded[i] for i in idx], params, width=width)
             yield from zip(idx, outs)
 
-    def _generate_batch(
-        self, batch: list[list[int]], params: GenParams, *, batch_seed: int
-    ) -> list[Generation]:
+    def _generate_batch(self, batch: list[list[int]], params: GenParams, *, width: int) -> list[Generation]:
+        """Generate one batch at a fixed shape: ``width`` columns and ``batch_size`` rows."""
         import torch
-        from transformers import GenerationConfig, StoppingCriteriaList
+        from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
-        width = max(len(ids) for ids in batch)
-        input_ids = torch.full((len(batch), width), self.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((len(batch), width), dtype=torch.long)
-        for r, ids in enumerate(batch):
-            if ids:
-                input_ids[r, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-                attention[r, width - len(ids) :] = 1
+        input_ids, attention = _left_padded(batch, width, self.batch_size, self.pad_token_id)
+        # Sampling is greedy decoding over Gumbel-perturbed scores (_row_sampler), so HF's own
+        # sampler, which draws for the whole batch from one stream, is never used.
         gen_cfg: dict[str, Any] = {
             "max_new_tokens": params.max_new_tokens,
-            "do_sample": not params.greedy,
+            "do_sample": False,
             "pad_token_id": self.pad_token_id,
             "eos_token_id": self.eos_token_ids,
         }
-        if not params.greedy:
-            gen_cfg.update(temperature=float(params.temperature), top_p=float(params.top_p), top_k=0)
         if self.repetition_penalty != 1.0:
             gen_cfg["repetition_penalty"] = self.repetition_penalty
         if self.no_repeat_ngram_size > 0:
             gen_cfg["no_repeat_ngram_size"] = self.no_repeat_ngram_size
+        processors = LogitsProcessorList()
+        if not params.greedy:
+            seeds = [_row_seed(params.seed, ids) for ids in batch]
+            seeds += [seeds[0]] * (self.batch_size - len(batch))
+            processors.append(_row_sampler(seeds, float(params.temperature), float(params.top_p)))
         stopping = StoppingCriteriaList()
         stop_rule = None
         if params.stop:
             stop_rule = _stop_string_criteria(self.tokenizer, params.stop, width)
             stopping.append(stop_rule)
 
-        devices: list[int] = []
-        if self.device.startswith("cuda"):
-            index = torch.device(self.device).index
-            devices = [torch.cuda.current_device() if index is None else index]
-        with torch.inference_mode(), torch.random.fork_rng(devices=devices):
-            torch.manual_seed(batch_seed)
+        with torch.inference_mode():
             out = self.hf_model.generate(
                 input_ids=input_ids.to(self.device),
                 attention_mask=attention.to(self.device),
                 generation_config=GenerationConfig(**gen_cfg),
+                logits_processor=processors,
                 stopping_criteria=stopping,
             )
-        new_tokens = out[:, width:].tolist()
+        new_tokens = out[: len(batch), width:].tolist()
         stopped_at = stop_rule.stopped_at if stop_rule is not None else {}
         return [
             self._finish(ids, row, params, stopped_at.get(r))
@@ -919,7 +1017,7 @@ class HFBackend(LLM):
         else:
             if stopped_at is not None:
                 n_gen = stopped_at  # what follows is padding, not generated tokens
-        text = self.tokenizer.decode(row[:n_gen], skip_special_tokens=True)
+        text = clean_text(self.tokenizer.decode(row[:n_gen], skip_special_tokens=True))
         text, found = cut_at_stop(text, params.stop)
         length_hit = not ended and not found and n_gen >= params.max_new_tokens
         return Generation(
@@ -988,18 +1086,14 @@ class HFBackend(LLM):
                     trie.setdefault(ids[:n], set()).add(ids[n])
             tries.append(trie)
             seqs.append(full)
-        order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
-        for start in range(0, len(order), self.batch_size):
-            idx = order[start : start + self.batch_size]
-            width = max(len(encoded[i]) for i in idx)
-            input_ids = torch.full((len(idx), width), self.pad_token_id, dtype=torch.long)
-            attention = torch.zeros((len(idx), width), dtype=torch.long)
-            for r, i in enumerate(idx):
-                input_ids[r, width - len(encoded[i]) :] = torch.tensor(encoded[i], dtype=torch.long)
-                attention[r, width - len(encoded[i]) :] = 1
+        # Fixed batch shapes, as in _generate: a choice never depends on the other prompts.
+        for idx, width in plan_batches([len(ids) for ids in encoded], self.batch_size):
+            input_ids, attention = _left_padded([encoded[i] for i in idx], width, self.batch_size,
+                                                self.pad_token_id)
+            rows = idx + [idx[0]] * (self.batch_size - len(idx))  # filler rows repeat the first
             longest = max(len(ids) for i in idx for ids in seqs[i])
 
-            def allowed(row: int, ids: Any, _idx: list[int] = idx, _w: int = width) -> list[int]:
+            def allowed(row: int, ids: Any, _idx: list[int] = rows, _w: int = width) -> list[int]:
                 done = tuple(ids[_w:].tolist())
                 nxt = tries[_idx[row]].get(done)
                 # A finished row is padded with the end token until the batch is done.
@@ -1055,25 +1149,199 @@ def _stop_string_criteria(tokenizer: Any, stop: Sequence[str], prompt_width: int
 # ---------------------------------------------------------------------------------------------
 _VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 
+# Engine options accepted when vllm cannot be imported to ask it (a CPU machine checking the
+# params of a GPU run). Where vllm is installed, vllm.LLM's own signature (plus the EngineArgs
+# fields its **kwargs forward to) is the reference instead.
+VLLM_ENGINE_OPTIONS = frozenset({
+    "tokenizer", "tokenizer_mode", "skip_tokenizer_init", "trust_remote_code", "revision",
+    "tokenizer_revision", "dtype", "quantization", "seed", "tensor_parallel_size",
+    "pipeline_parallel_size", "data_parallel_size", "distributed_executor_backend",
+    "gpu_memory_utilization", "swap_space", "cpu_offload_gb", "kv_cache_dtype", "block_size",
+    "enforce_eager", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "max_logprobs",
+    "enable_prefix_caching", "enable_chunked_prefill", "enable_lora", "max_loras", "max_lora_rank",
+    "max_cpu_loras", "fully_sharded_loras", "load_format", "download_dir", "hf_overrides",
+    "compilation_config", "disable_custom_all_reduce", "disable_log_stats", "generation_config",
+    "structured_outputs_config",
+})
+
+
+def vllm_engine_options() -> frozenset[str]:
+    """Keyword options a ``vllm.LLM`` engine accepts.
+
+    Read from the installed vllm when it imports (``vllm.LLM.__init__``'s parameters plus the
+    ``EngineArgs`` fields its ``**kwargs`` are forwarded to); else :data:`VLLM_ENGINE_OPTIONS`.
+    """
+    try:
+        import vllm
+    except ImportError:
+        return VLLM_ENGINE_OPTIONS
+    import inspect
+
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    params = inspect.signature(vllm.LLM.__init__).parameters.values()
+    names = {p.name for p in params if p.kind in kinds}
+    if any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params):
+        # vllm.LLM forwards **kwargs to EngineArgs: its fields are the rest of the options.
+        engine_args = getattr(vllm, "EngineArgs", None)
+        if engine_args is not None and dataclasses.is_dataclass(engine_args):
+            names |= {f.name for f in dataclasses.fields(engine_args)}
+        else:
+            names |= VLLM_ENGINE_OPTIONS
+    return frozenset(names - {"self", "model"})
+
+
+def check_vllm_engine_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Return ``options`` unchanged when every key is a ``vllm.LLM`` option.
+
+    Raises:
+        ValueError: naming the first unknown key (in sorted order).
+    """
+    known = vllm_engine_options()
+    for key in sorted(options):
+        if key not in known:
+            raise ValueError(
+                f"vLLM engine option {key!r} is not an argument of vllm.LLM; accepted options: {sorted(known)}"
+            )
+    return dict(options)
+
+
+def _vllm_visible_devices(device: str | None) -> str | None:
+    """``CUDA_VISIBLE_DEVICES`` for a ``device`` option: None keeps the process's setting."""
+    dev = str(device or "auto").strip()
+    if dev in ("auto", "cuda"):
+        return None
+    if dev.startswith("cuda:"):
+        ids = [s.strip() for s in dev[len("cuda:"):].split(",")]
+        if ids and all(s.isdigit() for s in ids):
+            return ",".join(ids)
+    raise ValueError(
+        f"vLLM option 'device' must be 'auto', 'cuda' or 'cuda:N[,M...]', got {device!r} "
+        "(vLLM runs on GPUs; use backend 'hf' on a CPU)"
+    )
+
+
+@dataclass
+class _EngineSlot:
+    """The process's vLLM engine and what it was built for."""
+
+    key: str
+    engine: Any
+    lora_rank: int  # largest LoRA rank it serves; 0 = built without LoRA support
+
+
+_VLLM_LOCK = threading.RLock()
+_VLLM_STATE: dict[str, _EngineSlot] = {}
+_LORA_IDS: dict[tuple[str, str | None], int] = {}
+
+
+def _lora_int_id(adapter: str, fingerprint: str | None) -> int:
+    """A process-wide LoRA id per adapter *content*: vLLM caches loaded adapters by id, so a
+    re-trained adapter in the same folder must get a new id or the old weights would be served."""
+    with _VLLM_LOCK:
+        return _LORA_IDS.setdefault((adapter, fingerprint), len(_LORA_IDS) + 1)
+
+
+def _vllm_engine(model: str, options: Mapping[str, Any], visible: str | None, lora_rank: int) -> Any:
+    """The process's engine for ``model`` + ``options``, built (after freeing any other) on demand.
+
+    One engine per process: generator, critic and planner views of one base model share it and
+    differ only in their LoRA request. A view that needs LoRA on an engine built without it (or
+    with a smaller max rank) rebuilds the engine once with LoRA enabled.
+    """
+    vllm = _import_vllm()
+    # The engine class is part of the key: a re-imported (or, in tests, replaced) vllm module
+    # never gets an engine built by another one.
+    key = json.dumps([model, dict(options), visible, id(vllm.LLM)], sort_keys=True, default=str)
+    with _VLLM_LOCK:
+        slot = _VLLM_STATE.get("slot")
+        if slot is not None and slot.key == key and slot.lora_rank >= lora_rank:
+            return slot.engine
+        if slot is not None:
+            log.info("releasing the vLLM engine of %s before building another", json.loads(slot.key)[0])
+            release_vllm_engine()
+        if visible is not None and os.environ.get("CUDA_VISIBLE_DEVICES") != visible:
+            torch = sys.modules.get("torch")
+            if torch is not None and torch.cuda.is_initialized():
+                raise RuntimeError(
+                    f"vLLM option 'device' asks for GPU(s) {visible}, but CUDA is already initialised in "
+                    "this process; choose the device before any GPU work (or start a new kernel)"
+                )
+            os.environ["CUDA_VISIBLE_DEVICES"] = visible
+        args: dict[str, Any] = {"model": model, **options}
+        rank = 0
+        if lora_rank or args.get("enable_lora"):
+            args["enable_lora"] = True
+            wanted = next((r for r in _VLLM_LORA_RANKS if r >= lora_rank), lora_rank)
+            args["max_lora_rank"] = max(int(args.get("max_lora_rank") or 0), wanted)
+            rank = args["max_lora_rank"]
+        engine = vllm.LLM(**args)
+        _VLLM_STATE["slot"] = _EngineSlot(key, engine, rank)
+        return engine
+
+
+def release_vllm_engine() -> bool:
+    """Free the process's vLLM engine and its GPU memory; the next request builds it again.
+
+    Call it between pool members of different models and before training in the same process.
+    Backends built earlier stay usable: they hold no reference to the engine.
+
+    Returns:
+        True when an engine was released.
+    """
+    with _VLLM_LOCK:
+        slot = _VLLM_STATE.pop("slot", None)
+        if slot is None:
+            return False
+        engine, slot.engine = slot.engine, None
+        # vLLM's V1 engine core runs in a child process: stop it now, not at garbage collection.
+        core = getattr(getattr(engine, "llm_engine", None), "engine_core", None)
+        if callable(getattr(core, "shutdown", None)):
+            try:
+                core.shutdown()
+            except Exception as exc:  # a failed shutdown must not keep the memory pinned
+                log.warning("vLLM engine core shutdown failed: %s", exc)
+        del engine, core, slot
+        try:
+            from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+        except ImportError:
+            pass
+        else:
+            destroy_model_parallel()
+            destroy_distributed_environment()
+        gc.collect()
+        torch = sys.modules.get("torch")  # vllm imported it; never import torch just for this
+        if torch is not None and torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return True
+
 
 class VLLMBackend(LLM):
-    """vLLM's offline engine on one or more GPUs; vllm is imported only here.
+    """A view of the process's one vLLM engine (GPU only; vllm is imported lazily).
+
+    Several backends of the same base model and engine options (generator, critic, planner) share
+    one engine and differ only by their LoRA adapter, sent per request. A backend for another
+    base model frees the current engine first (one engine per process). Backends never hold the
+    engine themselves, so :func:`release_vllm_engine` (or :meth:`release`) really frees the GPU,
+    and the next call rebuilds the engine.
 
     Prompts are rendered with the chat template and passed as token ids (so truncation and token
-    counts match the HF backend); vLLM schedules the whole list itself, so ``batch_size`` only
-    sets how often results reach the cache. Sampling uses a per-request seed, so a prompt's
-    sample does not depend on the other prompts of the call.
+    counts match the HF backend); sampling uses a per-request seed, so a prompt's sample does not
+    depend on the other prompts of the call. :meth:`choose` decodes with vLLM's structured-output
+    ``choice`` (the answer is always one of the options); :meth:`score` sends each prompt's
+    options together in one engine call.
 
     Args:
-        model: local model folder or served name.
-        adapter: optional LoRA adapter folder, applied per request (``enable_lora``).
+        model: local model folder or hub name.
+        adapter: optional LoRA adapter folder, applied per request.
+        device: "auto", "cuda" or "cuda:N[,M]" (sets CUDA_VISIBLE_DEVICES before the engine).
         dtype: "auto", "bfloat16", "float16" or "float32".
-        batch_size: prompts handed to vLLM per chunk (each chunk is cached when done).
+        batch_size: prompts handed to vLLM per call (each call's results are cached when done).
         max_input_tokens: left-truncate longer prompts.
         repetition_penalty: vLLM's repetition penalty (1.0 = off).
         seed: engine seed.
-        engine_kwargs: extra ``vllm.LLM`` arguments (gpu_memory_utilization,
-            tensor_parallel_size, max_model_len, enforce_eager...).
+        **engine_options: any other ``vllm.LLM`` argument (trust_remote_code, quantization,
+            max_num_seqs, max_loras, enable_lora, tensor_parallel_size, gpu_memory_utilization,
+            max_model_len...); an unknown key is an error naming it.
     """
 
     backend = "vllm"
@@ -1083,45 +1351,70 @@ class VLLMBackend(LLM):
         model: str | os.PathLike[str],
         *,
         adapter: str | os.PathLike[str] | None = None,
+        device: str = "auto",
         dtype: str = "auto",
         batch_size: int = 256,
         max_input_tokens: int | None = None,
         repetition_penalty: float = 1.0,
         seed: int = 0,
         cache: LLMCache | None = None,
-        **engine_kwargs: Any,
+        **engine_options: Any,
     ):
         super().__init__(cache=cache, batch_size=batch_size)
-        vllm = _import_vllm()
+        options = check_vllm_engine_options(engine_options)
+        self._vllm = _import_vllm()
         self.model = _resolve_model_path(model)
         self.adapter = _resolve_model_path(adapter) if adapter else None
         self.dtype = dtype
+        self.device = str(device)
+        self._visible = _vllm_visible_devices(device)
         self.max_input_tokens = max_input_tokens
         self.repetition_penalty = float(repetition_penalty)
-        args: dict[str, Any] = {"model": self.model, "dtype": dtype, "seed": seed, **engine_kwargs}
-        if _adapter_has_tokenizer(self.adapter):
-            args.setdefault("tokenizer", self.adapter)
+        self._options = {"dtype": dtype, "seed": seed, **options}
+        adapter_fp = _fingerprint(self.adapter)
+        self._lora_rank = _adapter_rank(self.adapter) if self.adapter else 0
         self._lora_request = None
         if self.adapter:
             from vllm.lora.request import LoRARequest
 
-            rank = _adapter_rank(self.adapter)
-            args.setdefault("enable_lora", True)
-            args.setdefault("max_lora_rank", next((r for r in _VLLM_LORA_RANKS if r >= rank), rank))
-            self._lora_request = LoRARequest("adapter", 1, self.adapter)
-        self._vllm = vllm
-        self.engine = vllm.LLM(**args)
-        self.tokenizer = self.engine.get_tokenizer()
+            lora_id = _lora_int_id(self.adapter, adapter_fp)
+            self._lora_request = LoRARequest(f"adapter-{lora_id}", lora_id, self.adapter)
+        if _adapter_has_tokenizer(self.adapter):
+            from transformers import AutoTokenizer
+
+            self.tokenizer = AutoTokenizer.from_pretrained(self.adapter)
+        else:
+            self.tokenizer = self._engine().get_tokenizer()
         self._identity = {
             "backend": self.backend,
             "model": _model_label(self.model),
             "weights": _fingerprint(self.model),
             "adapter": _model_label(self.adapter) if self.adapter else None,
-            "adapter_weights": _fingerprint(self.adapter),
+            "adapter_weights": adapter_fp,
             "dtype": dtype,
             "max_input_tokens": max_input_tokens,
             "repetition_penalty": self.repetition_penalty,
         }
+        quant = options.get("quantization")
+        if quant:  # changes outputs; absent otherwise so existing cache keys stay valid
+            self._identity["quantization"] = quant
+
+    def _engine(self) -> Any:
+        return _vllm_engine(self.model, self._options, self._visible, self._lora_rank)
+
+    @property
+    def engine(self) -> Any:
+        """The shared engine (built on demand); do not keep a reference to it."""
+        return self._engine()
+
+    def release(self) -> bool:
+        """Free the shared engine (every view of it rebuilds it on its next call)."""
+        return release_vllm_engine()
+
+    def close(self) -> None:
+        """Free the engine and close the cache."""
+        self.release()
+        super().close()
 
     def identity(self) -> dict[str, Any]:
         return dict(self._identity)
@@ -1144,25 +1437,30 @@ class VLLMBackend(LLM):
             repetition_penalty=self.repetition_penalty,
         )
 
+    def _token_ids(self, text: str) -> list[int]:
+        ids = list(self.tokenizer.encode(text, add_special_tokens=False))
+        if self.max_input_tokens is not None and len(ids) > self.max_input_tokens:
+            ids = ids[-self.max_input_tokens :]
+            self.stats.add(truncated_inputs=1)
+        return ids
+
+    def _run(self, inputs: list[dict[str, list[int]]], sampling: Any) -> list[Any]:
+        kwargs: dict[str, Any] = {"use_tqdm": False}
+        if self._lora_request is not None:
+            kwargs["lora_request"] = self._lora_request
+        outputs = self._engine().generate(inputs, sampling, **kwargs)
+        if len(outputs) != len(inputs):
+            raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(inputs)} prompts")
+        return outputs
+
     def _generate(self, prompts: list[Any], params: GenParams) -> Iterator[tuple[int, Generation]]:
         sp = self.sampling_params(params)
         for start in range(0, len(prompts), self.batch_size):
-            chunk = prompts[start : start + self.batch_size]
-            inputs = []
-            for text in chunk:
-                ids = list(self.tokenizer.encode(text, add_special_tokens=False))
-                if self.max_input_tokens is not None and len(ids) > self.max_input_tokens:
-                    ids = ids[-self.max_input_tokens :]
-                    self.stats.add(truncated_inputs=1)
-                inputs.append({"prompt_token_ids": ids})
-            kwargs: dict[str, Any] = {"use_tqdm": False}
-            if self._lora_request is not None:
-                kwargs["lora_request"] = self._lora_request
-            outputs = self.engine.generate(inputs, sp, **kwargs)
-            for j, (inp, out) in enumerate(zip(inputs, outputs)):
+            inputs = [{"prompt_token_ids": self._token_ids(t)} for t in prompts[start : start + self.batch_size]]
+            for j, (inp, out) in enumerate(zip(inputs, self._run(inputs, sp))):
                 comp = out.outputs[0]
                 # vLLM already removes the stop string; cutting again is a no-op safety net.
-                text, found = cut_at_stop(comp.text, params.stop)
+                text, found = cut_at_stop(clean_text(comp.text), params.stop)
                 length_hit = comp.finish_reason == "length" and not found
                 yield start + j, Generation(
                     text=text,
@@ -1171,41 +1469,81 @@ class VLLMBackend(LLM):
                     finish_reason="length" if length_hit else "stop",
                 )
 
+    def _choice_sampling(self, options: list[str]) -> Any:
+        """Greedy SamplingParams whose output can only be one of ``options``.
+
+        Uses ``StructuredOutputsParams(choice=...)`` (vLLM >= 0.11) or, on older releases,
+        ``GuidedDecodingParams(choice=...)``; without either there is no constrained choice,
+        and free generation is never substituted silently.
+        """
+        import vllm.sampling_params as vsp
+
+        longest = max(self.count_tokens(o) for o in options)
+        # Slack: the grammar may tokenize an option differently from encoding it alone.
+        base = {"n": 1, "max_tokens": longest + 8, "temperature": 0.0}
+        if hasattr(vsp, "StructuredOutputsParams"):
+            return self._vllm.SamplingParams(**base, structured_outputs=vsp.StructuredOutputsParams(choice=options))
+        if hasattr(vsp, "GuidedDecodingParams"):
+            return self._vllm.SamplingParams(**base, guided_decoding=vsp.GuidedDecodingParams(choice=options))
+        raise RuntimeError(
+            "this vllm offers neither StructuredOutputsParams nor GuidedDecodingParams, so choose() "
+            "cannot constrain decoding to the options"
+        )
+
+    def _choose(self, prompts: list[Any], options: list[list[str]]) -> Iterator[tuple[int, Choice]]:
+        for start in range(0, len(prompts), self.batch_size):
+            idx = range(start, min(start + self.batch_size, len(prompts)))
+            inputs = [{"prompt_token_ids": self._token_ids(prompts[i])} for i in idx]
+            sampling = [self._choice_sampling(options[i]) for i in idx]
+            for i, inp, out in zip(idx, inputs, self._run(inputs, sampling)):
+                comp = out.outputs[0]
+                if comp.text not in options[i]:  # the grammar failed; never guess an option
+                    raise RuntimeError(
+                        f"vLLM choice decoding for prompt {i} returned {comp.text!r}, not one of {options[i]!r}"
+                    )
+                yield i, Choice(index=options[i].index(comp.text), text=comp.text,
+                                prompt_tokens=len(inp["prompt_token_ids"]),
+                                completion_tokens=len(comp.token_ids), constrained=True)
 
     def _score(self, prompts: list[Any], options: list[list[str]]) -> Iterator[tuple[int, list[float]]]:
         """Exact option log-probabilities from vLLM's prompt log-probabilities.
 
-        Each (prompt, option) pair is one request whose prompt is the prompt's tokens followed by
-        the option's; ``prompt_logprobs`` returns the log-probability of every prompt token, and
-        the option's are summed. One output token is generated per request and ignored.
+        Each option becomes one variant (prompt tokens + option tokens) with ``prompt_logprobs``;
+        all variants of a prompt go into the same ``generate`` call (a call never splits a
+        prompt's options), and the option tokens' log-probabilities are summed. Variants rather
+        than one shared prefix: a prompt's log-probabilities cover only its own tokens, so each
+        option must be a prompt suffix. One output token per variant is generated and ignored.
         """
         sp = self._vllm.SamplingParams(n=1, max_tokens=1, temperature=0.0, prompt_logprobs=1)
-        kwargs: dict[str, Any] = {"use_tqdm": False}
-        if self._lora_request is not None:
-            kwargs["lora_request"] = self._lora_request
-        pending: list[tuple[int, int, int, list[int]]] = []  # (prompt index, option index, start, option ids)
-        inputs: list[dict[str, list[int]]] = []
-        for j, (text, opts) in enumerate(zip(prompts, options)):
-            prompt_ids = list(self.tokenizer.encode(text, add_special_tokens=False))
-            for k, opt in enumerate(opts):
-                opt_ids = list(self.tokenizer.encode(opt, add_special_tokens=False))
-                if not opt_ids:
-                    raise ValueError(f"option {opt!r} encodes to no tokens")
-                ids = prompt_ids + opt_ids
-                start = len(prompt_ids)
-                if self.max_input_tokens is not None and len(ids) > self.max_input_tokens:
-                    cut = len(ids) - self.max_input_tokens
-                    if cut >= start:
-                        raise ValueError(f"option {k} of prompt {j} alone exceeds max_input_tokens={self.max_input_tokens}")
-                    ids, start = ids[cut:], start - cut
-                    self.stats.add(truncated_inputs=1)
-                pending.append((j, k, start, opt_ids))
-                inputs.append({"prompt_token_ids": ids})
-        scores: dict[int, list[float]] = {j: [0.0] * len(opts) for j, opts in enumerate(options)}
-        left = {j: len(opts) for j, opts in enumerate(options)}
-        for begin in range(0, len(inputs), self.batch_size):
-            outputs = self.engine.generate(inputs[begin : begin + self.batch_size], sp, **kwargs)
-            for (j, k, start, opt_ids), out in zip(pending[begin : begin + self.batch_size], outputs):
+        j = 0
+        while j < len(prompts):
+            # Whole prompts per call, about batch_size variants (at least one prompt).
+            group, size = [], 0
+            while j < len(prompts) and (not group or size + len(options[j]) <= self.batch_size):
+                group.append(j)
+                size += len(options[j])
+                j += 1
+            spans: list[tuple[int, int, list[int]]] = []  # (prompt index, option start, option ids)
+            inputs: list[dict[str, list[int]]] = []
+            for p in group:
+                prompt_ids = list(self.tokenizer.encode(prompts[p], add_special_tokens=False))
+                for k, opt in enumerate(options[p]):
+                    opt_ids = list(self.tokenizer.encode(opt, add_special_tokens=False))
+                    if not opt_ids:
+                        raise ValueError(f"option {opt!r} encodes to no tokens")
+                    ids, start = prompt_ids + opt_ids, len(prompt_ids)
+                    if self.max_input_tokens is not None and len(ids) > self.max_input_tokens:
+                        cut = len(ids) - self.max_input_tokens
+                        if cut >= start:
+                            raise ValueError(
+                                f"option {k} of prompt {p} alone exceeds max_input_tokens={self.max_input_tokens}"
+                            )
+                        ids, start = ids[cut:], start - cut
+                        self.stats.add(truncated_inputs=1)
+                    spans.append((p, start, opt_ids))
+                    inputs.append({"prompt_token_ids": ids})
+            scores: dict[int, list[float]] = {p: [] for p in group}
+            for (p, start, opt_ids), out in zip(spans, self._run(inputs, sp)):
                 per_token = out.prompt_logprobs
                 total = 0.0
                 for pos, tok in enumerate(opt_ids, start=start):
@@ -1214,10 +1552,9 @@ class VLLMBackend(LLM):
                     if value is None:
                         raise RuntimeError(f"vLLM returned no log-probability for option token {tok} at position {pos}")
                     total += float(getattr(value, "logprob", value))
-                scores[j][k] = total
-                left[j] -= 1
-                if left[j] == 0:
-                    yield j, scores.pop(j)
+                scores[p].append(total)
+            for p in group:
+                yield p, scores[p]
 
 
 def _import_vllm() -> Any:
@@ -1281,14 +1618,45 @@ def _normalize_url(url: str) -> str:
     return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
+def retry_after_seconds(value: str | None, *, now: float | None = None) -> float | None:
+    """Seconds asked for by a ``Retry-After`` header (delta seconds or an HTTP date); None if absent
+    or unreadable."""
+    if value is None or not str(value).strip():
+        return None
+    text = str(value).strip()
+    try:
+        return max(0.0, float(text))
+    except ValueError:
+        pass
+    from email.utils import parsedate_to_datetime
+
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+class PromptRejected(RuntimeError):
+    """The server refused one prompt (HTTP 4xx other than 408/409/429): retrying cannot help."""
+
+
 class OpenAIBackend(LLM):
     """Any OpenAI-compatible server: chat prompts go to ``/v1/chat/completions``, str prompts to
     ``/v1/completions``.
 
     Requests run in a thread pool with at most ``max_in_flight`` open requests per URL, each sent
-    to the least-loaded URL; connection errors, timeouts, 429 and 5xx answers are retried with
-    exponential backoff on another URL when there is one. Token counts come from the server's
-    ``usage`` field; when a server omits it, a local tokenizer (``tokenizer``) counts instead.
+    to the least-loaded URL. Connection errors, timeouts, 408/409/429 and 5xx answers are retried
+    on another URL when there is one, with exponential backoff (``backoff_s`` doubling up to
+    ``backoff_max_s``, jittered so that many clients do not retry in step) and at least the wait a
+    ``Retry-After`` header asks for, until ``patience_s`` has passed for that prompt (then the
+    call fails: the servers are down). A prompt the server refuses (another 4xx, e.g. too long)
+    does not abort the batch: its :class:`Generation` has ``finish_reason == "error"``, empty
+    text and the server's message in ``error``; it is listed in :attr:`prompt_errors`, logged,
+    and never reused from the cache. Token counts come from the server's ``usage`` field; when a
+    server omits it, a local tokenizer (``tokenizer``) counts instead.
 
     Args:
         model: the served model name (for a LoRA served by vLLM, the adapter's served name).
@@ -1296,11 +1664,19 @@ class OpenAIBackend(LLM):
         api_key_env: name of the environment variable holding the API key (sent as Bearer).
         max_in_flight: open requests per URL.
         timeout_s: per-request timeout.
-        max_retries: retries after the first attempt.
-        backoff_s: first retry delay; doubles each retry (capped at 30 s).
-        tokenizer: optional local tokenizer folder for count_tokens and missing usage.
+        max_retries: optional cap on retries of one prompt (None: only ``patience_s`` limits).
+        backoff_s: first retry delay.
+        backoff_max_s: cap of the doubling delay (a longer ``Retry-After`` is still honoured).
+        patience_s: total time one prompt may spend retrying (default 10 minutes).
+        tokenizer: optional local tokenizer folder for count_tokens, missing usage and scoring
+            chat prompts.
         max_input_tokens: sent as vLLM's ``truncate_prompt_tokens`` (a vLLM extension).
         extra_body: extra JSON fields for every request (e.g. {"repetition_penalty": 1.1}).
+        adapter: local folder of the adapter the server serves under ``model``: its weights'
+            fingerprint joins the cache key, so a re-trained adapter served under the same name
+            does not hit stale cache entries.
+        adapter_revision: an explicit revision string for the same purpose (when the weights are
+            not on this machine).
     """
 
     backend = "openai"
@@ -1313,15 +1689,21 @@ class OpenAIBackend(LLM):
         api_key_env: str | None = None,
         max_in_flight: int = 4,
         timeout_s: float = 120.0,
-        max_retries: int = 4,
+        max_retries: int | None = None,
         backoff_s: float = 1.0,
+        backoff_max_s: float = 60.0,
+        patience_s: float = 600.0,
         tokenizer: str | os.PathLike[str] | None = None,
         max_input_tokens: int | None = None,
         extra_body: Mapping[str, Any] | None = None,
+        adapter: str | os.PathLike[str] | None = None,
+        adapter_revision: str | None = None,
         batch_size: int = 32,
         cache: LLMCache | None = None,
     ):
         super().__init__(cache=cache, batch_size=batch_size)
+        import random
+
         import httpx
 
         url_list = [u for u in (urls.split(",") if isinstance(urls, str) else urls) if u and u.strip()]
@@ -1329,15 +1711,32 @@ class OpenAIBackend(LLM):
             raise ValueError("backend 'openai' needs at least one server URL in 'urls'")
         if not isinstance(max_in_flight, int) or max_in_flight < 1:
             raise ValueError(f"max_in_flight must be an int >= 1, got {max_in_flight!r}")
+        if max_retries is not None and (not isinstance(max_retries, int) or max_retries < 0):
+            raise ValueError(f"max_retries must be None or an int >= 0, got {max_retries!r}")
+        for name, value in (("backoff_s", backoff_s), ("backoff_max_s", backoff_max_s), ("patience_s", patience_s)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
         self.model = str(model)
         self.urls = [_normalize_url(u) for u in url_list]
         self.max_in_flight = max_in_flight
-        self.max_retries = int(max_retries)
+        self.max_retries = max_retries
         self.backoff_s = float(backoff_s)
+        self.backoff_max_s = float(backoff_max_s)
+        self.patience_s = float(patience_s)
         self.max_input_tokens = max_input_tokens
         self.extra_body = dict(extra_body or {})
         if max_input_tokens is not None:
             self.extra_body.setdefault("truncate_prompt_tokens", int(max_input_tokens))
+        self.adapter_weights: str | None = None
+        if adapter:
+            local = Path(_resolve_model_path(adapter))
+            if not local.is_dir():
+                raise ValueError(f"openai option 'adapter': {adapter!r} is not a local adapter folder")
+            self.adapter_weights = _fingerprint(local)
+        if adapter_revision is not None:
+            if not isinstance(adapter_revision, str) or not adapter_revision:
+                raise ValueError(f"openai option 'adapter_revision' must be a non-empty str, got {adapter_revision!r}")
+            self.adapter_weights = f"{self.adapter_weights or ''}@{adapter_revision}"
         self._headers = {"Content-Type": "application/json"}
         if api_key_env:
             key = os.environ.get(api_key_env)
@@ -1357,10 +1756,17 @@ class OpenAIBackend(LLM):
         self._pool = _UrlPool(self.urls, max_in_flight)
         self._flush_every = max(self._flush_every, total)
         self._warned_usage = False
+        self._random = random.Random()  # jitter only: it never changes what is generated
+        self._lock = threading.Lock()
+        self.retries = 0
+        self.prompt_errors: list[str] = []
 
     def identity(self) -> dict[str, Any]:
         # URLs are left out on purpose: a cluster of identical servers shares one cache.
-        return {"backend": self.backend, "model": self.model, "extra_body": self.extra_body}
+        ident = {"backend": self.backend, "model": self.model, "extra_body": self.extra_body}
+        if self.adapter_weights is not None:  # absent otherwise, so older cache keys stay valid
+            ident["adapter_weights"] = self.adapter_weights
+        return ident
 
     def count_tokens(self, text: str) -> int:
         if self._tokenizer is not None:
@@ -1406,30 +1812,69 @@ class OpenAIBackend(LLM):
             body.update(add_generation_prompt=False, continue_final_message=True)
         return "/v1/chat/completions", body
 
-    def _call(self, prompt: Prompt, params: GenParams) -> Generation:
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        """Wait before retry number ``attempt`` (1-based): jittered exponential backoff, and at
+        least what the server asked for."""
+        base = min(self.backoff_max_s, self.backoff_s * 2 ** (attempt - 1))
+        delay = base / 2 + self._random.uniform(0, base / 2)
+        return max(delay, retry_after or 0.0)
+
+    def _post(self, path: str, body: Mapping[str, Any]) -> tuple[Any, str]:
+        """POST ``body`` to ``path`` on some server, retrying patiently.
+
+        Returns:
+            (response, url) of the first successful (2xx) answer.
+
+        Raises:
+            PromptRejected: the server refused this request (4xx other than 408/409/429).
+            RuntimeError: retries or patience exhausted.
+        """
         import httpx
 
-        path, body = self._request(prompt, params)
-        last_error, avoid = "", None
-        for attempt in range(self.max_retries + 1):
+        deadline = time.monotonic() + self.patience_s
+        last_error, avoid, attempt = "", None, 0
+        while True:
             u = self._pool.acquire(avoid)
             url = self.urls[u] + path
+            retry_after = None
             try:
                 resp = self._client.post(url, json=body, headers=self._headers)
             except httpx.TransportError as exc:
                 last_error, avoid = f"{url}: {type(exc).__name__}: {exc}", u
             else:
-                if resp.status_code == 429 or resp.status_code >= 500:
-                    last_error, avoid = f"{url}: HTTP {resp.status_code}: {resp.text[:300]}", u
-                elif resp.status_code >= 400:
-                    raise RuntimeError(f"{url}: HTTP {resp.status_code}: {resp.text[:500]}")
+                code = resp.status_code
+                if code in (408, 409, 429) or code >= 500:
+                    last_error, avoid = f"{url}: HTTP {code}: {resp.text[:300]}", u
+                    retry_after = retry_after_seconds(resp.headers.get("Retry-After"))
+                elif code >= 400:
+                    raise PromptRejected(f"{url}: HTTP {code}: {resp.text[:500]}")
                 else:
-                    return self._parse(resp, url, prompt, params)
+                    return resp, url
             finally:
                 self._pool.release(u)
-            if attempt < self.max_retries:
-                time.sleep(min(30.0, self.backoff_s * 2**attempt))
-        raise RuntimeError(f"request failed after {self.max_retries + 1} attempts; last error: {last_error}")
+            attempt += 1
+            if self.max_retries is not None and attempt > self.max_retries:
+                raise RuntimeError(f"request failed after {attempt} attempts; last error: {last_error}")
+            delay = self._delay(attempt, retry_after)
+            if time.monotonic() + delay > deadline:
+                raise RuntimeError(
+                    f"request failed after {attempt} attempts within patience_s={self.patience_s:g} "
+                    f"(next wait {delay:.1f} s); last error: {last_error}"
+                )
+            with self._lock:
+                self.retries += 1
+            time.sleep(delay)
+
+    def _call(self, prompt: Prompt, params: GenParams) -> Generation:
+        path, body = self._request(prompt, params)
+        try:
+            resp, url = self._post(path, body)
+        except PromptRejected as exc:
+            log.warning("prompt refused by the server (recorded in its Generation.error): %s", exc)
+            with self._lock:
+                self.prompt_errors.append(str(exc))
+            return Generation("", prompt_tokens=0, completion_tokens=0, finish_reason="error", error=str(exc))
+        return self._parse(resp, url, prompt, params)
 
     def _parse(self, resp: Any, url: str, prompt: Prompt, params: GenParams) -> Generation:
         try:
@@ -1441,7 +1886,8 @@ class OpenAIBackend(LLM):
                 text = (choice.get("message") or {}).get("content") or ""
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
             raise RuntimeError(f"{url}: malformed response: {resp.text[:300]}") from None
-        text, found = cut_at_stop(str(text), params.stop)
+        # JSON escapes can carry a lone surrogate (a pair cut by the server); make it U+FFFD.
+        text, found = cut_at_stop(clean_text(str(text)), params.stop)
         reason = "length" if choice.get("finish_reason") == "length" and not found else "stop"
         usage = data.get("usage") or {}
         p_tok, c_tok = usage.get("prompt_tokens"), usage.get("completion_tokens")
@@ -1458,19 +1904,74 @@ class OpenAIBackend(LLM):
         rendered = prompt if isinstance(prompt, str) else _render_chat(self._tokenizer, prompt)
         return self.count_tokens(rendered), self.count_tokens(text)
 
-    def _generate(self, prompts: list[Any], params: GenParams) -> Iterator[tuple[int, Generation]]:
+    def _concurrently(self, fn: Callable[[int], Any], n: int) -> Iterator[tuple[int, Any]]:
+        """Run ``fn(i)`` for i < n in threads (as many as the servers accept), yielding as done."""
         from concurrent.futures import ThreadPoolExecutor, as_completed
 
-        workers = min(len(prompts), len(self.urls) * self.max_in_flight)
+        workers = min(n, len(self.urls) * self.max_in_flight)
         pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llm-http")
         try:
-            futures = {pool.submit(self._call, p, params): i for i, p in enumerate(prompts)}
+            futures = {pool.submit(fn, i): i for i in range(n)}
             for fut in as_completed(futures):
                 yield futures[fut], fut.result()
         finally:
             # On an error (or an interrupted caller) drop what has not started; finished results
             # were already yielded and cached.
             pool.shutdown(wait=True, cancel_futures=True)
+
+    def _generate(self, prompts: list[Any], params: GenParams) -> Iterator[tuple[int, Generation]]:
+        yield from self._concurrently(lambda i: self._call(prompts[i], params), len(prompts))
+
+    def _score_one(self, prompt: Prompt, options: list[str]) -> list[float]:
+        """All options of one prompt in ONE /v1/completions request: ``prompt`` is the list of
+        prompt+option texts, ``echo`` returns them with ``logprobs``, and each option's tokens
+        (those ending after the prompt's last character) are summed."""
+        if isinstance(prompt, str):
+            text = prompt
+        elif self._tokenizer is not None:
+            text = _render_chat(self._tokenizer, prompt)
+        else:
+            raise ValueError("scoring chat prompts on a served model needs the 'tokenizer' option "
+                             "(the chat template is applied locally, then /v1/completions scores the text)")
+        body = {"model": self.model, "prompt": [text + o for o in options], "max_tokens": 1,
+                "temperature": 0.0, "echo": True, "logprobs": 1, **self.extra_body}
+        no_logprobs = (
+            "does not return prompt log-probabilities (/v1/completions with echo and logprobs); "
+            "score with a 'hf' or 'vllm' backend, or leave the critic's verdict mode at 'generate'"
+        )
+        try:
+            resp, url = self._post("/v1/completions", body)
+        except PromptRejected as exc:
+            raise NotImplementedError(f"the server {no_logprobs} [{exc}]") from None
+        try:
+            choices = sorted(resp.json()["choices"], key=lambda c: int(c.get("index", 0)))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise RuntimeError(f"{url}: malformed response: {resp.text[:300]}") from None
+        if len(choices) != len(options):
+            raise RuntimeError(f"{url}: {len(choices)} choices for {len(options)} scored options")
+        scores = []
+        for option, choice in zip(options, choices):
+            lp = choice.get("logprobs") or {}
+            tokens, offsets, values = lp.get("tokens"), lp.get("text_offset"), lp.get("token_logprobs")
+            if not tokens or not offsets or not values or not str(choice.get("text", "")).startswith(text):
+                raise NotImplementedError(f"the server at {url} {no_logprobs}")
+            end = len(text) + len(option)
+            total, counted = 0.0, 0
+            for t, (tok, off, value) in enumerate(zip(tokens, offsets, values)):
+                tok_end = offsets[t + 1] if t + 1 < len(offsets) else off + len(tok)
+                # A token merging the prompt's end with the option's start counts for the option.
+                if tok_end > len(text) and off < end:
+                    if value is None:
+                        raise RuntimeError(f"{url}: no log-probability for option token {tok!r} at offset {off}")
+                    total += float(value)
+                    counted += 1
+            if counted == 0:
+                raise RuntimeError(f"{url}: no token of option {option!r} in the echoed prompt")
+            scores.append(total)
+        return scores
+
+    def _score(self, prompts: list[Any], options: list[list[str]]) -> Iterator[tuple[int, list[float]]]:
+        yield from self._concurrently(lambda i: self._score_one(prompts[i], options[i]), len(prompts))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1479,20 +1980,22 @@ class OpenAIBackend(LLM):
 _COMMON_KEYS = {"backend", "model", "cache", "cache_dir", "batch_size", "max_input_tokens"}
 _BACKEND_KEYS = {
     "hf": {"adapter", "dtype", "device", "repetition_penalty", "no_repeat_ngram_size", "attn_implementation"},
+    # Plus any other vllm.LLM option (vllm_engine_options), checked when the backend is vllm.
     "vllm": {
-        "adapter", "dtype", "repetition_penalty", "seed", "gpu_memory_utilization",
+        "adapter", "device", "dtype", "repetition_penalty", "seed", "gpu_memory_utilization",
         "tensor_parallel_size", "max_model_len", "enforce_eager",
     },
     "openai": {
         "urls", "api_key_env", "max_in_flight", "timeout_s", "max_retries", "backoff_s",
-        "tokenizer", "extra_body", "repetition_penalty",
+        "backoff_max_s", "patience_s", "tokenizer", "extra_body", "repetition_penalty", "adapter",
+        "adapter_revision",
     },
 }
 # Keys that only tune how a local model runs; harmless to leave set when switching backend.
 _PORTABLE_KEYS = {"dtype", "device", "attn_implementation", "gpu_memory_utilization",
                   "tensor_parallel_size", "max_model_len", "enforce_eager", "seed", "urls",
                   "api_key_env", "max_in_flight", "timeout_s", "max_retries", "backoff_s",
-                  "tokenizer", "batch_size"}
+                  "tokenizer", "batch_size", "backoff_max_s", "patience_s"}
 # Values meaning "feature off" for the keys that change outputs.
 _INACTIVE: dict[str, tuple[Any, ...]] = {
     "adapter": (None, ""), "no_repeat_ngram_size": (None, 0), "extra_body": (None, {}),
@@ -1506,9 +2009,11 @@ def load_llm(cfg: Mapping[str, Any]) -> LLM:
     Keys: ``backend`` ("hf" | "vllm" | "openai"), ``model``, and optionally ``adapter``, ``dtype``,
     ``device``, ``batch_size``, ``max_input_tokens``, ``repetition_penalty``,
     ``no_repeat_ngram_size`` (hf), ``urls``, ``api_key_env``, ``max_in_flight``, ``timeout_s``,
-    ``max_retries``, ``backoff_s``, ``tokenizer``, ``extra_body`` (openai), vLLM engine options
-    (``gpu_memory_utilization``, ``tensor_parallel_size``, ``max_model_len``, ``enforce_eager``,
-    ``seed``), ``cache`` (default True) and ``cache_dir`` (default ``paths.LLM_CACHE_DIR``).
+    ``max_retries``, ``backoff_s``, ``backoff_max_s``, ``patience_s``, ``tokenizer``,
+    ``extra_body``, ``adapter`` / ``adapter_revision`` (openai: cache identity of a served
+    adapter), and for vllm any ``vllm.LLM`` engine option (:func:`vllm_engine_options`, e.g.
+    ``gpu_memory_utilization``, ``tensor_parallel_size``, ``max_model_len``, ``quantization``,
+    ``trust_remote_code``, ``max_num_seqs``, ``max_loras``), ``cache`` (default True) and ``cache_dir`` (default ``paths.LLM_CACHE_DIR``).
     Settings that only tune another backend's runtime are ignored, so switching ``backend``
     needs no other edit; settings that would change the output but that the chosen backend
     cannot honour are errors.
@@ -1524,25 +2029,27 @@ def load_llm(cfg: Mapping[str, Any]) -> LLM:
     if backend not in _BACKEND_KEYS:
         raise ValueError(f"LLM config key 'backend' must be one of {sorted(_BACKEND_KEYS)}, got {backend!r}")
     known = _COMMON_KEYS.union(*_BACKEND_KEYS.values())
+    engine_keys: set[str] = set()
+    if backend == "vllm":
+        engine_keys = set(cfg) - known
+        check_vllm_engine_options(engine_keys)
+        known = known | engine_keys
     unknown = sorted(set(cfg) - known)
     if unknown:
         raise ValueError(f"LLM config: unknown key(s) {unknown}; known keys: {sorted(known)}")
     if not isinstance(cfg.get("model"), str) or not cfg["model"]:
         raise ValueError("LLM config key 'model' must be a non-empty string")
     unsupported = sorted(
-        k for k in set(cfg) - _COMMON_KEYS - _BACKEND_KEYS[backend] - _PORTABLE_KEYS
+        k for k in set(cfg) - _COMMON_KEYS - _BACKEND_KEYS[backend] - _PORTABLE_KEYS - engine_keys
         if cfg[k] not in _INACTIVE.get(k, (None,))
     )
     if unsupported:
-        hint = ""
-        if "adapter" in unsupported and backend == "openai":
-            hint = " (serve the adapter, e.g. vllm serve --lora-modules NAME=DIR, and set model: NAME)"
-        raise ValueError(f"LLM config key(s) {unsupported} are not supported by backend {backend!r}{hint}")
+        raise ValueError(f"LLM config key(s) {unsupported} are not supported by backend {backend!r}")
 
     cache = None
     if cfg.get("cache", True):
         cache = LLMCache(paths.resolve(cfg["cache_dir"]) if cfg.get("cache_dir") else None)
-    opts = {k: v for k, v in cfg.items() if k in _BACKEND_KEYS[backend] and v is not None}
+    opts = {k: v for k, v in cfg.items() if (k in _BACKEND_KEYS[backend] or k in engine_keys) and v is not None}
     if cfg.get("max_input_tokens") is not None:
         opts["max_input_tokens"] = _as_int(cfg, "max_input_tokens")
     if cfg.get("batch_size") is not None:

@@ -258,7 +258,7 @@ def test_load_llm_rejects_bad_configs():
         load_llm({"backend": "hf"})
     with pytest.raises(ValueError, match="'urls' is required"):
         load_llm({"backend": "openai", "model": "m", "cache": False})
-    with pytest.raises(ValueError, match=r"\['adapter'\].*lora-modules"):
+    with pytest.raises(ValueError, match=r"'adapter'.*not a local adapter folder"):
         load_llm({"backend": "openai", "model": "m", "urls": "http://x", "adapter": "data/a"})
     with pytest.raises(ValueError, match=r"\['no_repeat_ngram_size'\]"):
         load_llm({"backend": "vllm", "model": "m", "no_repeat_ngram_size": 3})
@@ -450,8 +450,8 @@ def test_openai_gives_up_after_retries(servers):
 def test_openai_client_error_is_not_retried(servers):
     srv = servers()
     llm = OpenAIBackend("bad", urls=[srv.url], max_retries=3, backoff_s=0.01)
-    with pytest.raises(RuntimeError, match="HTTP 400.*unknown model"):
-        llm.generate(["x"])
+    [gen] = llm.generate(["x"])  # recorded in the prompt's Generation, not raised
+    assert (gen.text, gen.finish_reason) == ("", "error") and "HTTP 400" in gen.error and "unknown model" in gen.error
     assert srv.count == 1
 
 
@@ -559,7 +559,8 @@ def test_vllm_backend_maps_params_and_outputs(monkeypatch, tmp_path):
     (inputs1, sp, kw), (inputs2, _, _) = calls["generate"]
     assert inputs1 == [{"prompt_token_ids": [0, 1, 2]}, {"prompt_token_ids": [2, 3, 4, 5]}] and len(inputs2) == 1
     assert sp == {"n": 1, "max_tokens": 5, "temperature": 0.0, "top_p": 1.0, "seed": None, "stop": ["tail"], "repetition_penalty": 1.0}
-    assert kw["lora_request"].args == ("adapter", 1, str(adapter)) and kw["use_tqdm"] is False
+    name, lora_id, lora_path = kw["lora_request"].args
+    assert (name, lora_path) == (f"adapter-{lora_id}", str(adapter)) and kw["use_tqdm"] is False
     sampled = llm.sampling_params(GenParams(temperature=0.7, top_p=0.8, seed=11))
     assert (sampled.kw["temperature"], sampled.kw["top_p"], sampled.kw["seed"], sampled.kw["stop"]) == (0.7, 0.8, 11, None)
     assert llm.identity()["adapter"] == "adapter" and llm.identity()["backend"] == "vllm"
