@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from ragcritic_lib.io import DataFormatError
+from ragcritic_lib.text import clean_text, clean_value
 
 Message = dict[str, str]
 
@@ -542,7 +543,7 @@ def _as_str_list(value: Any) -> list[str]:
             cands, _ = _repair_json('{"x":' + v + "}")
             for cand in cands:
                 try:
-                    inner = json.loads(cand).get("x")
+                    inner = clean_value(json.loads(cand).get("x"))  # "\\ud83d" decodes to a lone surrogate
                 except (json.JSONDecodeError, AttributeError, RecursionError):
                     continue
                 if isinstance(inner, list):
@@ -607,10 +608,12 @@ def parse_critic_output(text: str | None, taxonomy: TaxonomyLike | None = None) 
         A CriticParse; ``judgement`` is None and ``parse_error`` names the reason ("empty",
         "no_json", "no_judgement", "bad_judgement") when no judgement could be recovered.
     """
-    raw = (text or "")[:MAX_PARSE_CHARS]
+    raw = clean_text((text or "")[:MAX_PARSE_CHARS])
     if not raw.strip():
         return CriticParse(judgement=None, parse_error="empty", raw=raw)
     obj, strict, repairs = _decode_first_object(raw)
+    # A JSON string cut inside an escaped surrogate pair ("\\ud83d") decodes to a lone surrogate.
+    obj = clean_value(obj)
     repairs = set(repairs)
     unknown: list[str] = []
     if obj is None:

@@ -6,6 +6,7 @@ The actions here are small deterministic fakes that record every call.
 """
 
 import ast
+import json
 import pickle
 from pathlib import Path
 from typing import Any
@@ -683,3 +684,222 @@ def test_extracted_program_runs(fake: FakeActions) -> None:
     text = f"Plan below.\n```python\n{PAPER_PROGRAM}\n```"
     result = run(fake, extract_program(text))
     assert result.n_calls == 8
+
+
+# ----------------------------------------------------------------------------------------------
+# Faults no check foresaw: only ProgramError escapes, and model strings stay encodable
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", ["1114112", "-1", "9223372036854775807"])
+def test_format_code_point_out_of_range_is_a_value_error(fake: FakeActions, n: str) -> None:
+    with pytest.raises(ProgramRuntimeError) as info:
+        run(fake, f"n = {n}\nfinal_answer = f'{{n:c}}'")
+    assert (info.value.reason_code, info.value.lineno) == ("value_error", 2)
+    assert info.value.message == "cannot format value: %c arg not in range(0x110000)"
+
+
+@pytest.mark.parametrize(
+    ("source", "code"),
+    [
+        ("final_answer = " + "9" * 5000, "syntax"),  # int->str digit limit, raised by the parser
+        ("final_answer = 10**10**10", "operator"),
+        ("final_answer = 'ab' * 10**9", "operator"),
+        ("final_answer = 'a\ud83d'", "syntax"),  # a raw lone surrogate cannot be encoded to parse
+        ("final_answer = " + "not " * 4000 + "prediction", "depth"),
+        ("final_answer = " + "(" * 201 + "prediction" + ")" * 201, "syntax"),  # the parser's own limit
+        ("final_answer = '\\N{NO SUCH NAME}'", "syntax"),
+    ],
+    ids=["digit_limit", "power_tower", "string_times", "raw_surrogate", "not_chain", "parens_201", "bad_escape"],
+)
+def test_compile_time_faults_are_program_errors(fake: FakeActions, source: str, code: str) -> None:
+    with pytest.raises(UnsafeProgramError) as info:
+        run(fake, source)
+    assert info.value.reason_code == code
+    assert fake.calls == []
+
+
+@pytest.mark.parametrize(
+    ("raised", "kind", "code"),
+    [
+        (ArithmeticError("boom"), ProgramRuntimeError, "evaluation_error"),
+        (UnicodeEncodeError("utf-8", "\ud83d", 0, 1, "surrogates not allowed"), ProgramRuntimeError, "evaluation_error"),
+        (MemoryError(), UnsafeProgramError, "size"),
+        (RecursionError("deep"), UnsafeProgramError, "depth"),
+    ],
+    ids=["arithmetic", "unicode", "memory", "recursion"],
+)
+def test_unforeseen_evaluation_exception_becomes_a_program_error(
+    fake: FakeActions, monkeypatch: pytest.MonkeyPatch, raised: Exception, kind: type, code: str
+) -> None:
+    def failing_add(self: Any, left: Any, right: Any, node: Any) -> Any:
+        raise raised
+
+    monkeypatch.setattr(executor._Interpreter, "add", failing_add)
+    source = "d = Retrieval(query=question, topk=1)\nfinal_answer = prediction + 'x'"
+    with pytest.raises(kind) as info:
+        run(fake, source)
+    assert info.value.reason_code == code
+    assert info.value.n_calls == 1 and [t["call"] for t in info.value.trace] == ["Retrieval"]
+    assert info.value.__cause__ is raised
+
+
+def test_unforeseen_parser_exception_becomes_a_program_error(
+    fake: FakeActions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing_parse(*args: Any, **kwargs: Any) -> Any:
+        raise OverflowError("parser overflow")
+
+    monkeypatch.setattr(executor.ast, "parse", failing_parse)
+    with pytest.raises(ProgramRuntimeError) as info:
+        run(fake, FA)
+    assert (info.value.reason_code, info.value.message) == ("evaluation_error", "OverflowError: parser overflow")
+
+
+def test_source_of_wrong_type_is_still_a_caller_error(fake: FakeActions) -> None:
+    with pytest.raises(TypeError, match="program source must be str"):
+        run_program(b"final_answer = 'x'", fake.mapping())  # type: ignore[arg-type]
+
+
+def test_evaluation_error_is_documented() -> None:
+    assert "evaluation_error" in RUNTIME_CODES
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("final_answer = '\\ud83d'", "\ufffd"),
+        ("final_answer = 'a\\ud83d\\ude00b'", "a\U0001f600b"),  # an escaped pair joins
+        ("final_answer = '\\ude00\\ud83d'", "\ufffd\ufffd"),  # reversed: two lone halves
+        ("final_answer = f'{55357:c}'", "\ufffd"),
+        ("final_answer = f'x\\udc00{1:\\ud83d<3}'", "x\ufffd1\ufffd\ufffd"),
+        ("final_answer = str(['\\ud83d'])[2]", "\ufffd"),
+    ],
+    ids=["literal", "pair", "reversed_pair", "format_c", "fstring_fill", "str_of_list"],
+)
+def test_program_strings_are_cleaned_of_lone_surrogates(fake: FakeActions, source: str, expected: str) -> None:
+    result = run(fake, source)
+    assert result.final_answer == expected
+    json.dumps(result.variables, ensure_ascii=False).encode("utf-8")  # would raise before the fix
+
+
+def test_action_results_and_error_messages_are_cleaned() -> None:
+    def Retrieval(query: str, topk: int) -> list[str]:  # noqa: N802
+        return ["doc \ud83d", query]
+
+    def RewriteQuery(query: str, instruction: str) -> list[str]:  # noqa: N802
+        raise ValueError(f"cannot rewrite {query}")
+
+    result = run_program(
+        "d = Retrieval(query=question, topk=1)\nfinal_answer = d[0]", {"Retrieval": Retrieval}, variables=VARIABLES
+    )
+    assert result.final_answer == "doc \ufffd"
+    assert result.trace[0]["result_summary"] == '["doc \ufffd", "' + QUESTION + '"]'
+    with pytest.raises(ProgramRuntimeError) as info:
+        run_program("x = RewriteQuery(query='q\\ud83d', instruction='clarify')\n" + FA,
+                    {"RewriteQuery": RewriteQuery}, variables=VARIABLES)
+    assert info.value.message == "RewriteQuery raised ValueError: cannot rewrite q\ufffd"
+    assert str(info.value) == "action_error: RewriteQuery raised ValueError: cannot rewrite q\ufffd (line 1)"
+
+
+# ----------------------------------------------------------------------------------------------
+# Callers record a program's fault as the sample's rejection and never raise
+# ----------------------------------------------------------------------------------------------
+
+OVERFLOW = "n = 1114112\nfinal_answer = f'{n:c}'"
+
+
+class PrefetchingActions:
+    """Stand-in for an ActionSet: the fake actions plus the prefetch and event hooks."""
+
+    def __init__(self, fake: FakeActions) -> None:
+        self.fake = fake
+        self.prefetching = 0
+        self.flushes = 0
+
+    def functions(self) -> dict[str, Any]:
+        return self.fake.mapping()
+
+    def begin_prefetch(self) -> None:
+        self.prefetching += 1
+
+    def flush_prefetch(self, desc: str | None = None) -> int:
+        self.flushes += 1
+        return 0
+
+    def end_prefetch(self) -> None:
+        self.prefetching -= 1
+
+    def drain_events(self) -> list[dict[str, Any]]:
+        return []
+
+
+def test_workflow_execute_records_the_fault_as_a_runtime_error(fake: FakeActions) -> None:
+    from ragcritic_lib.agent.workflow import _execute
+
+    out = _execute(OVERFLOW, PrefetchingActions(fake), fake.mapping(), VARIABLES, 16, 30.0)
+    assert out == {"answer": None, "trace": [], "reason": "value_error", "status": "runtime_error",
+                   "message": "cannot format value: %c arg not in range(0x110000)", "n_calls": 0, "events": []}
+
+
+def test_workflow_prefetch_survives_the_fault(fake: FakeActions) -> None:
+    from ragcritic_lib.agent.workflow import _prefetch
+
+    actions = PrefetchingActions(fake)
+    jobs = [(OVERFLOW, VARIABLES), ("d = Retrieval(query=question, topk=1)\n" + FA, VARIABLES)]
+    assert _prefetch(jobs, actions, fake.mapping(), 16, 30.0, 3) == 0
+    assert (actions.flushes, actions.prefetching) == (1, 0)
+    assert [name for name, _ in fake.calls] == ["Retrieval"]  # the job after the faulty one ran
+
+
+class ProgramPlanner:
+    """Plans the given program for every sample."""
+
+    def __init__(self, program: str) -> None:
+        self.program = program
+
+    def plan(self, contexts: list[Any]) -> list[Any]:
+        from ragcritic_lib.agent.planner import Plan
+
+        return [Plan(program=self.program, raw=self.program, source="rule") for _ in contexts]
+
+
+class AlwaysErrorCritic:
+    def critique(self, records: list[Any]) -> list[dict[str, Any]]:
+        return [{"judgement": "Error", "analysis": "cut \ud83d", "tag1": [], "tag2": [], "tag3": []} for _ in records]
+
+
+@pytest.mark.parametrize(
+    ("program", "status", "reason", "final"),
+    [
+        (OVERFLOW, "runtime_error", "value_error", "Etienne de Mestre"),
+        ("final_answer = prediction + ' \\ud83d'", "corrected", None, "Etienne de Mestre \ufffd"),
+    ],
+    ids=["overflow", "surrogate"],
+)
+def test_run_correction_keeps_its_work_and_writes_it(
+    fake: FakeActions, tmp_path: Path, program: str, status: str, reason: str | None, final: str
+) -> None:
+    from ragcritic_lib.agent.workflow import run_correction
+    from ragcritic_lib.io import read_jsonl, write_jsonl
+
+    records = [{"id": "q1", "question": QUESTION, "passages": [], "prediction": "Etienne de Mestre",
+                "golden_answers": ["Bart Cummings"]}]
+    out = run_correction(records, critic=AlwaysErrorCritic(), planner=ProgramPlanner(program),
+                         actions=PrefetchingActions(fake))
+    step = out[0]["steps"][0]
+    assert (step["status"], step["reason"], out[0]["final_prediction"]) == (status, reason, final)
+    write_jsonl(tmp_path / "out.jsonl", out)  # the critic's lone surrogate used to make this raise
+    back = read_jsonl(tmp_path / "out.jsonl")
+    assert back[0]["final_prediction"] == final
+    assert back[0]["steps"][0]["critic"]["analysis"] == "cut \ufffd"
+
+
+def test_repair_execute_plans_reports_the_fault(fake: FakeActions) -> None:
+    from ragcritic_lib.baselines.repair import execute_plans
+
+    jobs = [(OVERFLOW, VARIABLES), ("final_answer = prediction", VARIABLES)]
+    for action_set in (PrefetchingActions(fake), type("Plain", (), {"functions": lambda self: fake.mapping()})()):
+        out = execute_plans(jobs, action_set)
+        assert out[0] == {"answer": None, "ok": False, "error": "value_error", "n_calls": 0, "trace": []}
+        assert out[1] == {"answer": "Etienne de Mestre", "ok": True, "error": None, "n_calls": 0, "trace": []}

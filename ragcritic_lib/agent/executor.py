@@ -39,8 +39,15 @@ on string length, list length, nesting and total size; action results are checke
 
 Statically detected problems raise :class:`UnsafeProgramError` before any action runs; so do the
 runtime limits (number of action calls, wall clock, value sizes). Errors that come from the values
-(an action raising, indexing past the end, adding a str to a list) raise
-:class:`ProgramRuntimeError`. Both derive from :class:`ProgramError`, carry ``reason_code``,
+(an action raising, indexing past the end, adding a str to a list, formatting ``f'{n:c}'`` with
+``n`` beyond U+10FFFF) raise :class:`ProgramRuntimeError`. Whatever the source text, these are the
+only errors a program can cause: an exception that the checks did not foresee (raised by the
+parser or by Python while evaluating a node) is reported as ``evaluation_error``, ``size``
+(MemoryError) or ``depth`` (RecursionError), never passed on as it is.
+
+Strings are model output, so every str a program can create (literals, f-string results, action
+results) goes through :func:`ragcritic_lib.text.clean_text`: a lone surrogate such as the literal
+``'\\ud83d'`` becomes U+FFFD and cannot make a later UTF-8 write fail. Both derive from :class:`ProgramError`, carry ``reason_code``,
 ``message`` and ``lineno``, and, when raised while running, the partial ``trace`` and ``n_calls``,
 so the workflow can keep the previous answer and still account for the calls that were made.
 """
@@ -60,6 +67,8 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from ragcritic_lib.text import clean_text, clean_value
 
 __all__ = [
     "ALLOWED_BUILTINS",
@@ -122,6 +131,7 @@ RUNTIME_CODES: dict[str, str] = {
     "index_error": "an index past the end of a list or string",
     "unpack": "a, b = value where value is not a list/tuple of that length",
     "bad_final_answer": "final_answer is not a str or None",
+    "evaluation_error": "any other exception Python raised while parsing or evaluating the program",
 }
 """Reason codes of :class:`ProgramRuntimeError` (value-dependent failures)."""
 
@@ -156,6 +166,7 @@ class ProgramError(Exception):
 
     def __init__(self, reason_code: str, message: str, lineno: int | None = None) -> None:
         self.reason_code = reason_code
+        message = clean_text(message)  # it may quote program text or an action's error
         self.message = message
         self.lineno = lineno
         self.trace: list[dict[str, Any]] = []
@@ -931,7 +942,7 @@ class _Interpreter:
     def value(self, node: ast.expr, scope: Mapping[str, Any]) -> Any:
         self.tick(node)
         if isinstance(node, ast.Constant):
-            return node.value
+            return clean_text(node.value) if type(node.value) is str else node.value
         if isinstance(node, ast.Name):
             return self.lookup(node.id, scope, node)
         if isinstance(node, ast.List):
@@ -1034,7 +1045,7 @@ class _Interpreter:
         size = 0
         for part in node.values:
             if isinstance(part, ast.Constant):
-                text = part.value
+                text = clean_text(part.value)
             else:
                 fv: ast.FormattedValue = part  # type: ignore[assignment]
                 value = self.value(fv.value, scope)
@@ -1042,9 +1053,13 @@ class _Interpreter:
                     value = self.to_str(value, fv)
                 spec = _constant_format_spec(fv.format_spec) if fv.format_spec is not None else ""
                 try:
-                    text = format(value, spec)
+                    # 'c' makes a code point of an int and a fill character may be any code point:
+                    # both can yield a lone surrogate.
+                    text = clean_text(format(value, spec))
                 except (TypeError, ValueError) as exc:
                     raise ProgramRuntimeError("type_error", f"cannot format value: {exc}", _lineno(fv)) from None
+                except OverflowError as exc:  # f'{n:c}' with n < 0 or n > 0x10FFFF
+                    raise ProgramRuntimeError("value_error", f"cannot format value: {exc}", _lineno(fv)) from None
             size += len(text)
             if size > self.limits.max_str_len:
                 raise UnsafeProgramError(
@@ -1104,7 +1119,8 @@ class _Interpreter:
             raise ProgramRuntimeError(
                 "action_error", f"{name} raised {type(exc).__name__}: {exc}", _lineno(node)
             ) from exc
-        self.check(result, node, type_code="bad_return")
+        # Checked first: the check rejects cycles, which clean_value would refuse less clearly.
+        result = clean_value(self.check(result, node, type_code="bad_return"))
         self.trace.append(
             {"call": name, "args": shown, "result_summary": _summary_text(result), "lineno": _lineno(node)}
         )
@@ -1226,10 +1242,17 @@ def run_program(
 
     Raises:
         UnsafeProgramError: Disallowed syntax or an exceeded limit (see :data:`REASON_CODES`).
-        ProgramRuntimeError: A value-dependent failure (see :data:`RUNTIME_CODES`).
+        ProgramRuntimeError: A value-dependent failure (see :data:`RUNTIME_CODES`), including
+            ``evaluation_error`` for any exception the checks did not foresee.
         ValueError: Bad limits, action names or input variables (a caller bug, not the plan's).
+        TypeError: ``source`` is not a str (a caller bug).
+
+    No other exception escapes for any source text: whatever the program's text or values
+    provoke is one of the two :class:`ProgramError` classes.
     """
     started = time.monotonic()
+    if not isinstance(source, str):
+        raise TypeError(f"program source must be str, got {type(source).__name__}")
     limits = _make_limits(
         max_calls, timeout_s, max_str_len, max_list_len, max_nodes, max_depth, max_total_chars, max_source_len
     )
@@ -1251,9 +1274,9 @@ def run_program(
     signatures: dict[str, inspect.Signature | None] = {name: _signature_of(fn) for name, fn in actions.items()}
     signatures.update(_BUILTIN_SIGNATURES)
 
-    tree = _validate(source, signatures, frozenset(actions), inputs, limits)
     interpreter = _Interpreter(actions, signatures, inputs, limits, started + limits.timeout_s)
     try:
+        tree = _validate(source, signatures, frozenset(actions), inputs, limits)
         interpreter.run(tree)
         final_answer = interpreter.env["final_answer"]
         if final_answer is not None and type(final_answer) is not str:
@@ -1264,10 +1287,10 @@ def run_program(
         err.trace = list(interpreter.trace)
         err.n_calls = interpreter.n_calls
         raise
-    except RecursionError:  # pragma: no cover - depth is bounded by max_depth <= 100
-        err = UnsafeProgramError("depth", "evaluation recursed too deeply")
+    except Exception as exc:  # noqa: BLE001 - the program text provoked it, so it is the program's fault
+        err = _unforeseen_error(exc)
         err.trace, err.n_calls = list(interpreter.trace), interpreter.n_calls
-        raise err from None
+        raise err from exc
     return ExecutionResult(
         final_answer=final_answer,
         variables=dict(interpreter.assigned),
@@ -1275,6 +1298,20 @@ def run_program(
         n_calls=interpreter.n_calls,
         elapsed_s=time.monotonic() - started,
     )
+
+
+def _unforeseen_error(exc: Exception) -> ProgramError:
+    """The :class:`ProgramError` reported for an exception the checks did not foresee.
+
+    Actions' own exceptions never get here (they are ``action_error``); what remains comes from
+    the parser or from Python evaluating a node on the program's values, so callers that keep
+    the previous answer on a ProgramError stay correct for inputs nobody thought of.
+    """
+    if isinstance(exc, MemoryError):
+        return UnsafeProgramError("size", "the program needed more memory than is available")
+    if isinstance(exc, RecursionError):
+        return UnsafeProgramError("depth", "evaluation recursed too deeply")
+    return ProgramRuntimeError("evaluation_error", f"{type(exc).__name__}: {exc}")
 
 
 # --------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ragcritic_lib.agent.executor import ProgramError, ProgramRuntimeError, UnsafeProgramError, run_program
+from ragcritic_lib.agent.executor import ProgramError, ProgramRuntimeError, run_program
 from ragcritic_lib.agent.planner import PlannerContext, critic_feedback, passage_strings
 from ragcritic_lib.metrics import aggregate, aggregate_by, score_prediction
 
@@ -200,17 +200,20 @@ def _state_record(rec: Mapping[str, Any], passages: list[str], prediction: str, 
 
 def _execute(program: str, actions: Any, fns: Mapping[str, Any], variables: Mapping[str, Any],
              max_calls: int, timeout_s: float) -> dict[str, Any]:
-    """Run one program for real; never raises for the program's own faults."""
+    """Run one program for real; never raises for the program's own faults.
+
+    ``run_program`` reports every fault a program can cause (including ones no check foresaw,
+    as ``evaluation_error``) as a :class:`ProgramError`; each becomes the step's status and
+    reason, so one bad program costs its sample's correction, not the stage.
+    """
     if hasattr(actions, "drain_events"):
         actions.drain_events()
     out: dict[str, Any] = {"answer": None, "trace": [], "reason": None, "message": None, "n_calls": 0}
     try:
         res = run_program(program, fns, variables=variables, max_calls=max_calls, timeout_s=timeout_s)
-    except UnsafeProgramError as err:
-        out.update(status="rejected", reason=err.reason_code, message=err.message, trace=err.trace, n_calls=err.n_calls)
-    except ProgramRuntimeError as err:
-        out.update(status="runtime_error", reason=err.reason_code, message=err.message, trace=err.trace,
-                   n_calls=err.n_calls)
+    except ProgramError as err:
+        status = "runtime_error" if isinstance(err, ProgramRuntimeError) else "rejected"
+        out.update(status=status, reason=err.reason_code, message=err.message, trace=err.trace, n_calls=err.n_calls)
     else:
         answer = (res.final_answer or "").strip()
         out.update(trace=res.trace, n_calls=res.n_calls)

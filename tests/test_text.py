@@ -1,0 +1,178 @@
+"""Text sanitising at the model-output boundary (ragcritic_lib.text) and where it is applied:
+the backends' Generation text, parsed critic JSON and the JSON/JSONL writers."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ragcritic_lib.critic import parse_critic_output
+from ragcritic_lib.io import append_jsonl, dumps_jsonl, read_json, read_jsonl, write_json, write_jsonl
+from ragcritic_lib.llm import CallableLLM, GenParams, Generation, HFBackend, OpenAIBackend
+from ragcritic_lib.text import REPLACEMENT, clean_text, clean_value, has_unencodable
+
+LONE = json.loads('"\\ud83d"')  # what a JSON string cut inside an escaped emoji pair decodes to
+
+
+def encodable(value: Any) -> bool:
+    return not has_unencodable(json.dumps(value, ensure_ascii=False))
+
+
+# --------------------------------------------------------------------------------------------
+# clean_text / clean_value
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", ""),
+        ("plain ascii", "plain ascii"),
+        ("caf\u00e9 \U0001f600", "caf\u00e9 \U0001f600"),
+        ("a" + LONE, "a\ufffd"),
+        ("\udc00b", "\ufffdb"),
+        ("\ud83d\ude00", "\U0001f600"),  # a high+low pair written as two code points
+        ("\ude00\ud83d", "\ufffd\ufffd"),
+        ("\ud83d\ud83d\ude00", "\ufffd\U0001f600"),
+        ("x\ud800y\udfffz", "x\ufffdy\ufffdz"),
+    ],
+)
+def test_clean_text(text: str, expected: str) -> None:
+    assert clean_text(text) == expected
+    clean_text(text).encode("utf-8")
+
+
+def test_clean_text_returns_clean_text_itself_and_rejects_non_str() -> None:
+    text = "no surrogates here"
+    assert clean_text(text) is text
+    assert REPLACEMENT == "\ufffd"
+    with pytest.raises(TypeError, match="expects a str, got bytes"):
+        clean_text(b"abc")  # type: ignore[arg-type]
+
+
+def test_has_unencodable() -> None:
+    assert has_unencodable("a" + LONE) and has_unencodable("\ud83d\ude00")
+    assert not has_unencodable("\U0001f600 \ufffd")
+
+
+def test_clean_value_cleans_keys_values_and_keeps_kinds() -> None:
+    value = {"k" + LONE: [("a", LONE, 1, 2.5, None, True), {"inner": ["\ud83d\ude00"]}], "n": 0}
+    assert clean_value(value) == {"k\ufffd": [("a", "\ufffd", 1, 2.5, None, True), {"inner": ["\U0001f600"]}], "n": 0}
+    assert type(clean_value(value)["k\ufffd"][0]) is tuple
+    assert value["k" + LONE][0][1] == LONE  # the input is not modified
+    assert clean_value(LONE) == "\ufffd" and clean_value(7) == 7 and clean_value(None) is None
+
+
+def test_clean_value_shared_deep_and_cyclic() -> None:
+    shared = ["x" + LONE]
+    assert clean_value([shared, shared]) == [["x\ufffd"], ["x\ufffd"]]
+    deep: list[Any] = [LONE]
+    for _ in range(5000):  # deeper than the recursion limit
+        deep = [deep]
+    out = clean_value(deep)
+    for _ in range(5000):
+        out = out[0]
+    assert out == ["\ufffd"]
+    cyclic: list[Any] = ["a"]
+    cyclic.append(cyclic)
+    with pytest.raises(ValueError, match="contains itself"):
+        clean_value(cyclic)
+
+
+# --------------------------------------------------------------------------------------------
+# Writers: the last line of defence
+# --------------------------------------------------------------------------------------------
+def test_jsonl_writers_never_fail_on_lone_surrogates(tmp_path: Path) -> None:
+    records = [{"answer": "cut " + LONE, LONE: ["\ud83d\ude00"]}, {"ok": "fine"}]
+    assert dumps_jsonl(records) == '{"answer": "cut \ufffd", "\ufffd": ["\U0001f600"]}\n{"ok": "fine"}\n'
+    write_jsonl(tmp_path / "a.jsonl", records)
+    assert read_jsonl(tmp_path / "a.jsonl") == [{"answer": "cut \ufffd", "\ufffd": ["\U0001f600"]}, {"ok": "fine"}]
+    append_jsonl(tmp_path / "b.jsonl", records[:1])
+    append_jsonl(tmp_path / "b.jsonl", [{"more": LONE}])
+    assert read_jsonl(tmp_path / "b.jsonl") == [{"answer": "cut \ufffd", "\ufffd": ["\U0001f600"]}, {"more": "\ufffd"}]
+
+
+def test_write_json_never_fails_on_lone_surrogates(tmp_path: Path) -> None:
+    write_json(tmp_path / "m.json", {"b": [LONE], "a": "ok"})
+    assert (tmp_path / "m.json").read_text(encoding="utf-8") == '{\n  "a": "ok",\n  "b": [\n    "\ufffd"\n  ]\n}\n'
+    assert read_json(tmp_path / "m.json") == {"a": "ok", "b": ["\ufffd"]}
+
+
+# --------------------------------------------------------------------------------------------
+# Critic JSON
+# --------------------------------------------------------------------------------------------
+def test_critic_json_cut_inside_a_surrogate_pair_is_cleaned() -> None:
+    text = ('{"Judgement": "Error", "Error_analysis": "The answer \\ud83d", "tag1": ["Bad\\udc00 label"], '
+            '"tag3": "cut \\ud83d"}')
+    parse = parse_critic_output(text)
+    assert parse.judgement == "Error"
+    assert parse.analysis == "The answer \ufffd"
+    assert parse.tag1 == ["Bad\ufffd label"]
+    assert parse.tag3 == ["cut \ufffd"]
+    assert encodable(parse.to_dict())
+
+
+def test_critic_label_list_inside_a_string_is_cleaned() -> None:
+    parse = parse_critic_output('{"Judgement": "Error", "tag2": "[\\"x\\\\ud83d\\"]"}')
+    assert parse.tag2 == ["x\ufffd"]
+    assert encodable(parse.to_dict())
+
+
+def test_critic_raw_text_with_a_lone_surrogate_is_cleaned() -> None:
+    parse = parse_critic_output('{"Judgement": "Correct"} ' + LONE)
+    assert parse.judgement == "Correct" and parse.raw == '{"Judgement": "Correct"} \ufffd'
+    assert encodable(parse.to_dict())
+
+
+# --------------------------------------------------------------------------------------------
+# Backends
+# --------------------------------------------------------------------------------------------
+def test_callable_backend_cleans_str_and_generation_output() -> None:
+    llm = CallableLLM(lambda prompt, params: f"{prompt} {LONE}")
+    assert [g.text for g in llm.generate(["a", "b"])] == ["a \ufffd", "b \ufffd"]
+    llm2 = CallableLLM(lambda prompt, params: Generation("x" + LONE + " STOP y", 1, 3, "length"))
+    out = llm2.generate(["p"], GenParams(stop=("STOP",)))
+    assert out[0].text == "x\ufffd " and out[0].finish_reason == "stop"
+
+
+def test_hf_backend_cleans_decoded_text() -> None:
+    class Tokenizer:
+        def decode(self, ids: list[int], skip_special_tokens: bool) -> str:
+            return "".join({0: "", 1: "a", 2: LONE, 3: "b"}[i] for i in ids)  # 0: the end token
+
+    backend = HFBackend.__new__(HFBackend)  # only the decoding step, no model is loaded
+    backend.tokenizer = Tokenizer()
+    backend.eos_token_ids = [0]
+    gen = backend._finish([5, 6], [1, 2, 3, 0, 0], GenParams(max_new_tokens=5), None)
+    assert gen == Generation("a\ufffdb", 2, 4, "stop")
+
+
+def test_openai_backend_cleans_an_escaped_lone_surrogate() -> None:
+    body = b'{"choices": [{"text": "Paris \\ud83d", "finish_reason": "stop"}], ' \
+           b'"usage": {"prompt_tokens": 3, "completion_tokens": 2}}'
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        llm = OpenAIBackend("tiny", urls=[f"http://127.0.0.1:{server.server_port}/v1"], max_retries=0)
+        out = llm.generate(["Capital of France?"])
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert out[0] == Generation("Paris \ufffd", 3, 2, "stop")
