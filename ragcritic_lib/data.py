@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from . import paths
-from .io import DataFormatError, iter_jsonl
+from .io import DataFormatError, iter_jsonl_numbered
 
 SPLITS = ("train", "dev", "test")
 
@@ -33,12 +33,13 @@ def load_dataset_split(path: str | os.PathLike[str], *, limit: int | None = None
             head is a seeded sample).
 
     Raises:
-        DataFormatError: naming the file and line of the first invalid record.
+        DataFormatError: ``<path>:<line>: ...`` for the first invalid record (physical line,
+            blank lines counted), invalid JSON or invalid UTF-8.
     """
     path = Path(path)
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
-    for lineno, rec in enumerate(iter_jsonl(path), start=1):
+    for lineno, rec in iter_jsonl_numbered(path):  # physical line numbers
         _check("id" in rec, path, lineno, "record has no 'id'")
         _check(isinstance(rec.get("question"), str) and rec["question"].strip() != "", path, lineno,
                "'question' must be a non-empty string")
@@ -58,11 +59,15 @@ def load_dataset_split(path: str | os.PathLike[str], *, limit: int | None = None
 
 
 def load_corpus_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Load and validate a FlashRAG corpus JSONL (``id`` and ``contents`` required)."""
+    """Load and validate a FlashRAG corpus JSONL (``id`` and ``contents`` required).
+
+    Raises:
+        DataFormatError: ``<path>:<line>: ...`` naming the physical line of the first problem.
+    """
     path = Path(path)
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
-    for lineno, rec in enumerate(iter_jsonl(path), start=1):
+    for lineno, rec in iter_jsonl_numbered(path):  # physical line numbers
         _check("id" in rec, path, lineno, "passage has no 'id'")
         contents = rec.get("contents")
         if contents is None and isinstance(rec.get("text"), str):  # tolerate {"title","text"}

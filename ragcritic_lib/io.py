@@ -7,6 +7,7 @@ that a later stage would read as complete.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -15,8 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from ragcritic_lib.text import clean_text
 
 
 class DataFormatError(ValueError):
@@ -44,28 +43,56 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     return path
 
 
+def _decode_line(raw: bytes, path: Path, lineno: int) -> str:
+    """One physical line as text; invalid UTF-8 is an error naming the file and line."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataFormatError(
+            f"{path}:{lineno}: invalid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
+        ) from None
+
+
+def _parse_line(raw: bytes, path: Path, lineno: int) -> dict[str, Any]:
+    """Decode and parse one physical JSONL line into an object (errors name ``path:lineno``)."""
+    text = _decode_line(raw, path, lineno)
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataFormatError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
+    if not isinstance(obj, dict):
+        raise DataFormatError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def iter_jsonl_numbered(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(physical line number, object)`` for each record of a JSONL file.
+
+    The file is read as bytes and split at newline bytes only: ``json.dumps`` with
+    ``ensure_ascii=False`` writes U+2028, U+0085 and other characters that ``str.splitlines``
+    would treat as line breaks. Blank lines are skipped but still counted, so numbers match an editor's.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        DataFormatError: ``<path>:<line>: ...`` for invalid UTF-8, invalid JSON or a non-object.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file")
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            if raw.strip():
+                yield lineno, _parse_line(raw, path, lineno)
+
+
 def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     """Yield the JSON objects of a JSONL file; blank lines are skipped.
 
     Raises:
         DataFormatError: naming the file and line of the first malformed record.
     """
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no such file")
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataFormatError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
-            if not isinstance(obj, dict):
-                raise DataFormatError(
-                    f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}"
-                )
-            yield obj
+    for _, obj in iter_jsonl_numbered(path):
+        yield obj
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -74,12 +101,7 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 
 def dumps_jsonl(records: Iterable[Mapping[str, Any]]) -> str:
-    """Records as JSONL text; a lone surrogate in any string or key is written as U+FFFD.
-
-    Model output reaches the records, and a surrogate would make the UTF-8 write fail at the end
-    of a stage; cleaning the serialised text is the last line of defence (see ragcritic_lib.text).
-    """
-    return clean_text("".join(json.dumps(r, ensure_ascii=False, sort_keys=False) + "\n" for r in records))
+    return "".join(json.dumps(r, ensure_ascii=False, sort_keys=False) + "\n" for r in records)
 
 
 def write_jsonl(path: str | os.PathLike[str], records: Iterable[Mapping[str, Any]]) -> Path:
@@ -88,35 +110,57 @@ def write_jsonl(path: str | os.PathLike[str], records: Iterable[Mapping[str, Any
 
 
 def append_jsonl(path: str | os.PathLike[str], records: Iterable[Mapping[str, Any]]) -> None:
-    """Append records and fsync; used by resumable stages (a torn last line is dropped on read
-    by :func:`read_jsonl_tolerant`)."""
+    """Append records and fsync; used by resumable stages (a torn last line is dropped, and
+    cut off with ``repair=True``, by :func:`read_jsonl_tolerant`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as fh:
-        fh.write(dumps_jsonl(records))
+    data = dumps_jsonl(records).encode("utf-8")
+    # Binary mode: the bytes on disk are exactly the UTF-8 of the records, whatever the platform.
+    with path.open("ab") as fh:
+        fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
 
 
-def read_jsonl_tolerant(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+def read_jsonl_tolerant(path: str | os.PathLike[str], *, repair: bool = False) -> list[dict[str, Any]]:
     """Read an append-only JSONL log, dropping a torn final line left by a killed writer.
 
-    A malformed line anywhere but the end is still an error: that is corruption, not a crash.
+    The file is split at newline bytes and decoded line by line, so a writer killed in the
+    middle of a multi-byte character only tears its own (last) line. A malformed line anywhere
+    but the end is still an error: that is corruption, not a crash.
+
+    Args:
+        path: the log; a missing file reads as empty.
+        repair: also fix the file for appending: cut a torn final line off (truncate to the end
+            of the last complete record) and add the newline a complete last record may lack.
+
+    Raises:
+        DataFormatError: ``<path>:<line>: ...`` for a malformed line that is not the last one.
     """
     path = Path(path)
     if not path.exists():
         return []
-    lines = path.read_text(encoding="utf-8").splitlines()
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()  # the file ends with a newline: no partial line after it
     out: list[dict[str, Any]] = []
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            if lineno == len(lines):
-                break
-            raise DataFormatError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
+    offset = 0  # byte offset of the current line's start
+    for lineno, raw in enumerate(lines, start=1):
+        if raw.strip():
+            try:
+                out.append(_parse_line(raw, path, lineno))
+            except DataFormatError:
+                if lineno < len(lines):
+                    raise
+                if repair:  # torn record: drop it (its caller never counted it as done)
+                    with path.open("r+b") as fh:
+                        fh.truncate(offset)
+                return out
+        offset += len(raw) + 1
+    if repair and data and not data.endswith(b"\n"):
+        with path.open("ab") as fh:  # a complete record that only lacks its newline: keep it
+            fh.write(b"\n")
     return out
 
 
@@ -129,9 +173,8 @@ def read_json(path: str | os.PathLike[str]) -> Any:
 
 
 def write_json(path: str | os.PathLike[str], obj: Any) -> Path:
-    """Atomically write pretty, key-sorted JSON (stable bytes for DVC metrics); lone surrogates
-    in strings or keys are written as U+FFFD, as in :func:`dumps_jsonl`."""
-    return atomic_write_text(path, clean_text(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False)) + "\n")
+    """Atomically write pretty, key-sorted JSON (stable bytes for DVC metrics)."""
+    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
 def read_yaml(path: str | os.PathLike[str]) -> Any:
@@ -146,3 +189,24 @@ def read_yaml(path: str | os.PathLike[str]) -> Any:
 
 def write_yaml(path: str | os.PathLike[str], obj: Any) -> Path:
     return atomic_write_text(path, yaml.safe_dump(obj, sort_keys=False, allow_unicode=True))
+
+
+_DIGESTS: dict[tuple[str, int, int, int], str] = {}
+
+
+def file_sha256(path: str | os.PathLike[str], *, chunk: int = 1 << 20) -> str:
+    """sha256 of a file's bytes, streamed; memoized per (path, inode, size, mtime) in-process.
+
+    The memo only saves re-reading an unchanged file within one run; equality of the digest,
+    not of the stat, is what callers compare.
+    """
+    path = Path(path).resolve()
+    st = path.stat()
+    key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _DIGESTS:
+        h = hashlib.sha256()
+        with path.open("rb") as fh:
+            for block in iter(lambda: fh.read(chunk), b""):
+                h.update(block)
+        _DIGESTS[key] = h.hexdigest()
+    return _DIGESTS[key]
