@@ -260,9 +260,103 @@ def _retriever_for(retrievers: RetrieverSource, member: PoolMember) -> Any:
     raise KeyError(f"no retriever for pool member {member.name!r} (key {member.retriever_key})")
 
 
-def sample_fingerprint(record: Mapping[str, Any], member: PoolMember) -> str:
-    """What a logged sample must match to be reused: the member's config and the question."""
-    payload = json.dumps([member.fingerprint, record.get("question"), record.get("golden_answers")],
+# Fixed inputs for rendering a prompt variant: the rendered messages change exactly when the
+# prompt builder's own text (system prompt, worked examples, layout) changes.
+_TEMPLATE_PROBE_QUESTION = "Template probe: which river flows through Porto?"
+_TEMPLATE_PROBE_PASSAGES = ("Probe title one\nProbe passage one.", "Probe title two\nProbe passage two.")
+# Retriever settings that cannot change which passages come back.
+_RETRIEVER_COSMETIC = ("show_progress", "cache", "num_threads")
+
+
+def prompt_template_fingerprint(variant: str, max_passage_words: int) -> str:
+    """Hash of a prompt variant rendered on fixed probe inputs (the template, not the question)."""
+    from ragcritic_lib.rag import build_rag_messages
+
+    messages = build_rag_messages(_TEMPLATE_PROBE_QUESTION, list(_TEMPLATE_PROBE_PASSAGES), variant=variant,
+                                  max_passage_words=max_passage_words)
+    return hashlib.sha256(json.dumps(messages, ensure_ascii=False, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def weights_fingerprint(llm_cfg: Mapping[str, Any]) -> dict[str, str | None]:
+    """Content fingerprints of a member's local model and adapter folders.
+
+    Uses the LLM cache's fingerprint, so weights replaced at the same path count as a new model.
+    Served models (``backend: openai``) have no local weights: their name is all we can see.
+    """
+    from ragcritic_lib.llm import _fingerprint, _resolve_model_path
+
+    if llm_cfg.get("backend") == "openai":
+        return {"weights": None, "adapter_weights": None}
+    model, adapter = llm_cfg.get("model"), llm_cfg.get("adapter")
+    return {"weights": _fingerprint(_resolve_model_path(model)) if model else None,
+            "adapter_weights": _fingerprint(_resolve_model_path(adapter)) if adapter else None}
+
+
+def _model_folder_fingerprint(name: str) -> str:
+    """A retrieval model folder by content (wherever the repository lives), or its name."""
+    from ragcritic_lib.retrieval import model_fingerprint
+
+    return model_fingerprint(name) if Path(name).is_dir() else f"name:{name}"
+
+
+def retriever_identity(retriever: Any) -> dict[str, Any]:
+    """What shapes a retriever's hits: its full config and its corpus content.
+
+    Retrievers from :func:`ragcritic_lib.runtime.load_retriever` carry ``provenance``
+    (``{"config": ..., "corpus_path": ...}``): the config is completed with the defaults, its
+    encoder/reranker folders are replaced by content fingerprints, and the corpus file is hashed
+    (streamed, once per file version and process). Other retrievers are identified by their
+    type and, when they expose a ``corpus``, its content fingerprint.
+    """
+    from ragcritic_lib.io import file_sha256
+    from ragcritic_lib.retrieval import corpus_fingerprint, validate_retriever_cfg
+
+    ident: dict[str, Any] = {"type": type(retriever).__name__}
+    provenance = getattr(retriever, "provenance", None)
+    if isinstance(provenance, Mapping):
+        if provenance.get("config") is not None:
+            cfg = validate_retriever_cfg(provenance["config"])
+            for key in _RETRIEVER_COSMETIC:
+                cfg.pop(key, None)
+            if cfg["kind"] in ("dense", "hybrid"):
+                cfg["encoder"] = _model_folder_fingerprint(str(cfg["encoder"]))
+            else:
+                cfg.pop("encoder")  # unused by bm25: moving or replacing it changes nothing
+            cfg["reranker"] = _model_folder_fingerprint(str(cfg["reranker"])) if cfg["rerank"] else None
+            ident["config"] = cfg
+        if provenance.get("corpus_path") is not None:
+            ident["corpus"] = file_sha256(provenance["corpus_path"])
+    elif getattr(retriever, "corpus", None) is not None:
+        ident["corpus"] = corpus_fingerprint(retriever.corpus)
+    return ident
+
+
+def sampling_context(member: PoolMember, retriever: Any | None = None) -> str:
+    """Hash of everything besides the question that shapes a member's samples.
+
+    The member's config, its model weights (by content), its prompt template and, for members
+    that retrieve, the retriever's identity (see :func:`retriever_identity`).
+    """
+    payload = {
+        "member": member.fingerprint,
+        "weights": weights_fingerprint(member.llm),
+        "template": prompt_template_fingerprint(member.prompt_variant, member.max_passage_words),
+        "retriever": retriever_identity(retriever) if retriever is not None else None,
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def sample_fingerprint(record: Mapping[str, Any], member: PoolMember, context: str | None = None) -> str:
+    """What a logged sample must match to be reused: the sampling context and the question.
+
+    Args:
+        record: the dataset record (question and golds are hashed).
+        member: the pool member.
+        context: :func:`sampling_context` for this member and its retriever (computed without
+            a retriever when omitted).
+    """
+    context = context if context is not None else sampling_context(member)
+    payload = json.dumps([context, record.get("question"), record.get("golden_answers")],
                          sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
@@ -294,8 +388,9 @@ def sample_error_responses(
 
     The log at ``out_path`` is read first (a torn last line from a killed run is dropped); a
     (dataset, question id, pool member) key already present is skipped when its logged
-    ``sample_fingerprint`` still matches (same member config, same question and golds), so
-    editing a member's settings re-samples it instead of reusing stale answers. Each member
+    ``sample_fingerprint`` still matches (see :func:`sampling_context`: same member config,
+    model weights, prompt template, retriever config and corpus; same question and golds), so
+    changing any of them re-samples instead of reusing stale answers. Each member
     works through its pending questions in chunks of ``chunk_size`` (one batched retrieval and
     one batched ``generate`` call per chunk) and appends the chunk's records as soon as they
     are done. When the run completes and the log holds stale or foreign records, it is
@@ -325,9 +420,11 @@ def sample_error_responses(
     if len(set(names)) != len(names):
         raise ValueError("sample_error_responses: duplicate pool member names")
     out_path = Path(out_path)
-    logged = read_jsonl_tolerant(out_path)
-    _repair_torn_tail(out_path)
-    wanted = {record_key(r, m.name): sample_fingerprint(r, m) for m in pool for r in records}
+    logged = read_jsonl_tolerant(out_path, repair=True)  # a torn tail is cut before appending
+    # The retriever is part of a sample's identity, so it is opened even when all is logged.
+    member_retrievers = {m.name: _retriever_for(retrievers, m) if m.needs_retrieval else None for m in pool}
+    contexts = {m.name: sampling_context(m, member_retrievers[m.name]) for m in pool}
+    wanted = {record_key(r, m.name): sample_fingerprint(r, m, contexts[m.name]) for m in pool for r in records}
     done: dict[tuple[str, str, str], dict[str, Any]] = {}
     for row in logged:
         key = record_key(row)
@@ -345,7 +442,7 @@ def sample_error_responses(
         if llm_key not in llms:
             llms[llm_key] = llm_factory(member.llm)
         llm = llms[llm_key]
-        retriever = _retriever_for(retrievers, member) if member.needs_retrieval else None
+        retriever = member_retrievers[member.name]
         for start in range(0, len(pending), chunk_size):
             chunk = pending[start:start + chunk_size]
             hits = (retriever.search([r["question"] for r in chunk], member.top_k)
@@ -358,7 +455,7 @@ def sample_error_responses(
             for src, row in zip(chunk, rows):
                 row["dataset"] = dataset_of(row)
                 row["pool_member"] = member.name
-                row["sample_fingerprint"] = sample_fingerprint(src, member)
+                row["sample_fingerprint"] = wanted[record_key(src, member.name)]
                 row["sampling"] = {"temperature": member.temperature, "top_k": member.top_k,
                                    "retriever": member.retriever.get("kind", "default") if retriever else "none",
                                    "model": member.model_label}
@@ -369,24 +466,6 @@ def sample_error_responses(
     if len(result) != sum(1 for _ in read_jsonl_tolerant(out_path)):
         write_jsonl(out_path, result)  # drop stale / foreign rows once everything is done
     return result
-
-
-def _repair_torn_tail(path: Path) -> None:
-    """Cut a torn final line (left by a killed writer) so that appends start on a fresh line."""
-    if not path.exists():
-        return
-    data = path.read_bytes()
-    if not data or data.endswith(b"\n"):
-        return
-    cut = data.rfind(b"\n") + 1
-    try:
-        json.loads(data[cut:])
-    except ValueError:
-        with path.open("r+b") as fh:  # torn record: drop it (it was not counted as done)
-            fh.truncate(cut)
-        return
-    with path.open("ab") as fh:  # complete record that only lacks its newline: keep it
-        fh.write(b"\n")
 
 
 # ============================================================================================

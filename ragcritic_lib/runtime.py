@@ -61,7 +61,10 @@ def load_retriever(params: Mapping[str, Any], dataset: str, **overrides: Any):
     # Keyed by the corpus file too: the same dataset name may point at another corpus later.
     key = (dataset, corpus_path, tuple(sorted((k, str(v)) for k, v in cfg.items())))
     if key not in _RETRIEVERS:
-        _RETRIEVERS[key] = build_retriever(cfg, load_corpus(params, dataset))
+        retriever = build_retriever(cfg, load_corpus(params, dataset))
+        # What built it, so that samples drawn with it are keyed by config and corpus content.
+        retriever.provenance = {"config": cfg, "corpus_path": corpus_path}
+        _RETRIEVERS[key] = retriever
     return _RETRIEVERS[key]
 
 

@@ -1,5 +1,6 @@
 """Pool files, resumable sampling (including a really killed run), judging and summaries."""
 
+import hashlib
 import json
 import os
 import signal
@@ -321,3 +322,114 @@ def test_stratified_subset():
     assert {r["dataset"] for r in sub} == {"a", "b"}
     assert sub == stratified_subset(judged, 8, seed=1)
     assert len(stratified_subset(judged, 100)) == 30
+
+
+# -- what makes a logged sample reusable ---------------------------------------------------------
+
+
+def _fresh_process():
+    """Forget the per-process memos (retrievers, corpora, file digests), as a new DVC run would."""
+    from ragcritic_lib import io, runtime
+
+    runtime._RETRIEVERS.clear()
+    runtime._corpus.cache_clear()
+    io._DIGESTS.clear()
+
+
+def _corpus_lines():
+    return [{"id": f"p{i}", "contents": f"Item {i}\nItem {i} is answer {i % 3}."} for i in range(6)]
+
+
+def _identity_setup(tmp_path):
+    from ragcritic_lib.io import write_jsonl
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"layers": 2}')
+    (model / "model.safetensors").write_bytes(b"weights-v1")
+    corpus = tmp_path / "corpus.jsonl"
+    write_jsonl(corpus, _corpus_lines())
+    params = {"common": {"datasets": {"toy": {"corpus": str(corpus), "splits": str(tmp_path)}},
+                         "retriever": {"kind": "bm25", "cache": False}}}
+    pool = [PoolMember(name="m", llm={"backend": "hf", "model": str(model)}, top_k=2)]
+    return model, corpus, params, pool
+
+
+def _sample_via_runtime(params, pool, out, calls):
+    from ragcritic_lib import runtime
+
+    return sample_error_responses(make_records(4), pool,
+                                  lambda m: runtime.load_retriever(params, "toy", **m.retriever),
+                                  out_path=out, llm_factory=_factory(calls))
+
+
+@pytest.mark.parametrize("change", ["nothing", "retriever", "corpus", "weights", "template"])
+def test_samples_are_redrawn_when_what_shapes_them_changes(tmp_path, monkeypatch, change):
+    from ragcritic_lib import rag
+
+    model, corpus, params, pool = _identity_setup(tmp_path)
+    out = tmp_path / "samples.jsonl"
+    _fresh_process()
+    first_calls = []
+    first = _sample_via_runtime(params, pool, out, first_calls)
+    assert len(first_calls) == 4
+    if change == "retriever":
+        params["common"]["retriever"]["bm25_k1"] = 0.9
+    elif change == "corpus":  # rebuilt with the same size and mtime: only the content tells
+        st = corpus.stat()
+        corpus.write_bytes(corpus.read_bytes().replace(b"Item 2 is answer 2.", b"item item item item"))
+        os.utime(corpus, ns=(st.st_atime_ns, st.st_mtime_ns))
+        assert corpus.stat().st_size == st.st_size
+    elif change == "weights":  # new weights at the same path, same size
+        (model / "model.safetensors").write_bytes(b"weights-v2")
+    elif change == "template":
+        monkeypatch.setattr(rag, "_SYSTEM", rag._SYSTEM + " Be brief.")
+    _fresh_process()
+    calls = []
+    rows = _sample_via_runtime(params, pool, out, calls)
+    assert len(calls) == (0 if change == "nothing" else 4)
+    assert read_jsonl_tolerant(out) == rows and len(rows) == 4
+    if change == "nothing":
+        assert rows == first
+    else:
+        assert {r["sample_fingerprint"] for r in rows}.isdisjoint(r["sample_fingerprint"] for r in first)
+    if change == "corpus":
+        passages = [p["contents"] for r in rows for p in r["passages"]]
+        assert "Item 2\nitem item item item" in passages  # the new passage ranks first for "item"
+    if change == "template":
+        assert all(r["messages"][0]["content"].endswith(" Be brief.") for r in rows)
+
+
+def test_retriever_identity_ignores_cosmetic_settings_and_unused_models(tmp_path):
+    from ragcritic_lib.io import write_jsonl
+    from ragcritic_lib.mining import retriever_identity
+
+    corpus = write_jsonl(tmp_path / "c.jsonl", _corpus_lines())
+
+    class Built:
+        def __init__(self, **cfg):
+            self.provenance = {"config": {"kind": "bm25", **cfg}, "corpus_path": str(corpus)}
+
+    base = retriever_identity(Built())
+    assert base == retriever_identity(Built(show_progress=True, num_threads=2, cache=False,
+                                            encoder="elsewhere/encoder", reranker="elsewhere/reranker"))
+    assert base["corpus"] == hashlib.sha256(corpus.read_bytes()).hexdigest()
+    assert base["config"]["bm25_k1"] == 1.5 and "encoder" not in base["config"]
+    assert base != retriever_identity(Built(bm25_k1=1.2))
+    assert base != retriever_identity(Built(rerank=True))
+    assert retriever_identity(Built(rerank=True, reranker="a")) != retriever_identity(Built(rerank=True, reranker="b"))
+
+
+def test_log_with_line_separator_characters_resumes(tmp_path):
+    out = tmp_path / "samples.jsonl"
+    recs = make_records(3)
+    for r in recs:  # characters that str.splitlines() treats as line breaks, and multi-byte text
+        r["metadata"]["note"] = "a\u2028b\u2029c\u0085d 東京 🙂"
+    calls = []
+    rows = sample_error_responses(recs, make_pool(), {"default": FakeRetriever()}, out_path=out,
+                                  llm_factory=_factory(calls))
+    assert "\u2028".encode() in out.read_bytes()  # written raw, not escaped
+    again = sample_error_responses(recs, make_pool(), {"default": FakeRetriever()}, out_path=out,
+                                   llm_factory=_factory(calls))
+    assert len(calls) == 6 and again == rows
+    assert again[0]["metadata"]["note"] == "a\u2028b\u2029c\u0085d 東京 🙂"
