@@ -15,7 +15,8 @@ from ragcritic_lib.io import (
 
 # U+2028/U+2029/U+0085 are written raw by json.dumps(ensure_ascii=False); \x0b, \x0c and
 # \x1c-\x1e are escaped by json but are line breaks for str.splitlines() too.
-TRICKY = ["line\u2028sep", "para\u2029sep", "nel\u0085x", "ctl\x0b\x0c\x1c\x1d\x1e", "東京タワー", "🙂👍🏽", "é"]
+TRICKY = ["line\u2028sep", "para\u2029sep", "nel\u0085x", "ctl\x0b\x0c\x1c\x1d\x1e",
+          "東京タワー", "🙂👍🏽", "é"]
 
 
 def _records(n):
