@@ -27,7 +27,7 @@ from typing import Any
 
 from . import paths
 from .io import DataFormatError, atomic_write_text, write_json, write_jsonl
-from .metrics import normalize_answer
+from .metrics import normalize_words
 
 _REQ_LINE = re.compile(r"^\s*([A-Za-z0-9_.\-]+)==([^\s]+)\s+--hash=sha256:([0-9a-f]{64})\s*$")
 
@@ -237,13 +237,13 @@ class NgramIndex:
         self.max_n = max_n
         self._grams: set[int] = set()
         for text in texts:
-            toks = normalize_answer(text).split()
+            toks = normalize_words(text).split()
             for n in range(1, max_n + 1):
                 for i in range(len(toks) - n + 1):
                     self._grams.add(hash(tuple(toks[i:i + n])))
 
     def contains(self, answer: str) -> bool:
-        toks = tuple(normalize_answer(answer).split())
+        toks = tuple(normalize_words(answer).split())
         if not toks:
             return False
         if len(toks) > self.max_n:
@@ -266,7 +266,7 @@ def build_trivia_splits(
     seen: set[str] = set()
     unique = []
     for q in questions:
-        key = normalize_answer(q["question"])
+        key = normalize_words(q["question"])
         if key in seen:
             continue
         seen.add(key)

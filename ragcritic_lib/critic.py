@@ -872,15 +872,15 @@ def gold_free_features(question: str, passages: Sequence[str], prediction: str) 
     restates_question, is_title_copy, repetitive.
     """
     from ragcritic_lib.evidence import is_abstention, passage_title
-    from ragcritic_lib.metrics import normalize_answer
+    from ragcritic_lib.metrics import normalize_words
 
-    pred_norm = normalize_answer(prediction)
+    pred_norm = normalize_words(prediction)
     pred_toks = pred_norm.split()
-    pas_text = " " + " ".join(normalize_answer(p) for p in passages) + " "
+    pas_text = " " + " ".join(normalize_words(p) for p in passages) + " "
     pas_words = set(pas_text.split())
-    q_content = _content(normalize_answer(question).split())
+    q_content = _content(normalize_words(question).split())
     p_content = _content(pred_toks)
-    titles = {normalize_answer(passage_title(p)) for p in passages if "\n" in p}
+    titles = {normalize_words(passage_title(p)) for p in passages if "\n" in p}
     ngrams = [tuple(pred_toks[i:i + 2]) for i in range(max(0, len(pred_toks) - 1))]
     return {
         "prediction_empty": not pred_toks,

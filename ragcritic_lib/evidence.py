@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ragcritic_lib.metrics import contains_answer, normalize_answer
+from ragcritic_lib.metrics import contains_answer, normalize_words
 
 # Phrases that mean "I cannot answer" (matched on the normalized prediction as whole words).
 ABSTAIN_PHRASES: tuple[str, ...] = (
@@ -51,7 +51,7 @@ def is_abstention(prediction: str) -> bool:
     """Whether a prediction declines to answer ("insufficient information", "I don't know", ...)."""
     if str(prediction).strip().strip(".").lower() in ("n/a", "n.a"):
         return True
-    norm = normalize_answer(prediction)
+    norm = normalize_words(prediction)
     if not norm:
         return False
     if norm in ABSTAIN_WORDS:
@@ -144,7 +144,7 @@ def compute_evidence(
     passages = [p for p in (record.get("passages") or []) if isinstance(p, Mapping)]
     golds = [str(g) for g in (record.get("golden_answers") or [])]
     prediction = str(record.get("prediction") or "")
-    norm_pred = normalize_answer(prediction)
+    norm_pred = normalize_words(prediction)
     abstained = is_abstention(prediction)
     answerable = meta.get("answerable")
     # The testbed's unanswerable questions have the gold "insufficient information": not evidence.
@@ -152,7 +152,7 @@ def compute_evidence(
 
     gold_ranks = _ranks(passages, content_golds) if content_golds else []
     pred_ranks = _ranks(passages, [prediction]) if norm_pred and not abstained else []
-    titles = {normalize_answer(passage_title(p.get("contents", ""))) for p in passages}
+    titles = {normalize_words(passage_title(p.get("contents", ""))) for p in passages}
     pred_tokens = len(prediction.split())
     longest_gold = max((len(g.split()) for g in golds), default=1)
     verbose = pred_tokens > max(VERBOSE_MIN_TOKENS, VERBOSE_GOLD_FACTOR * longest_gold)
@@ -213,10 +213,10 @@ def _distractor(
             hit_ranks.append(i)
     retrieved = bool(hit_ranks)
     if values:
-        matches = bool(normalize_answer(prediction)) and contains_answer(prediction, values)
+        matches = bool(normalize_words(prediction)) and contains_answer(prediction, values)
     else:
         # Without the distractor's value, a prediction found only in a distractor passage counts.
-        matches = retrieved and bool(normalize_answer(prediction)) and any(
+        matches = retrieved and bool(normalize_words(prediction)) and any(
             contains_answer(str(passages[i].get("contents", "")), [prediction]) for i in hit_ranks
         )
     return retrieved, bool(matches)

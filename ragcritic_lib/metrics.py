@@ -1,10 +1,26 @@
-"""Answer and retrieval metrics with FlashRAG/SQuAD conventions.
+"""Answer and retrieval metrics, and how each relates to the official definitions.
 
-Normalization lowercases, removes punctuation and the articles a/an/the, and collapses
-whitespace. ``exact_match`` and ``token_f1`` take the best score over all gold answers.
-``accuracy`` asks whether a normalized gold answer occurs in the normalized prediction as a
-whole-word span: FlashRAG's plain substring test gives spurious hits for short golds (6.5% of the
-trivia answers are three characters or fewer, and "a" would match "banana").
+* :func:`normalize_answer` is the official SQuAD v1.1 normalization (the one FlashRAG imports):
+  lowercase; delete every character of ``string.punctuation``; replace the words a/an/the
+  (``\\b(a|an|the)\\b``) by a space; collapse whitespace. Deleting, not spacing, means
+  "U.S. Army" == "US Army" and "well-known" == "wellknown", while "Jean-Paul" != "Jean Paul".
+  Unicode quotes and dashes are not in ``string.punctuation`` and are kept, as officially.
+* :func:`exact_match` is SQuAD v1.1 EM, maximum over the gold answers (0 when there are none).
+* :func:`token_f1` is SQuAD v1.1 token F1 over the normalized strings' whitespace tokens, maximum
+  over the golds; no shared token gives 0, so an empty prediction or gold scores 0 (EM of empty
+  vs empty is 1). FlashRAG's F1 adds one rule taken from HotpotQA that is not applied here: a
+  pair whose normalized prediction or gold is "yes", "no" or "noanswer" scores 0 unless the two
+  are equal (SQuAD gives "yes" vs "yes it is" F1 0.67, FlashRAG 0).
+* :func:`accuracy` (``acc``) deviates from FlashRAG on purpose. FlashRAG asks whether a
+  normalized gold is a substring of the normalized prediction, which gives spurious hits for
+  short golds (6.5% of the trivia answers have three characters or fewer; "a" would match
+  "banana"). Here a normalized gold must occur as whole words, under either the official
+  normalization (so EM 1 implies acc 1 whenever the gold is not empty after normalization) or
+  :func:`normalize_words` (so "Paris/London", "1990–2000" or “Paris” still contain "Paris",
+  which deleting punctuation would hide). An empty normalized gold is never contained.
+* :func:`retrieval_recall` is FlashRAG's recall@k with the same whole-word containment.
+* :func:`normalize_words` is not a metric: it turns punctuation (ASCII plus curly quotes, dashes
+  and the ellipsis) into spaces, for tokenizing passages and matching phrases word by word.
 """
 
 from __future__ import annotations
@@ -12,17 +28,29 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-_PUNCT = set(string.punctuation) | {"‘", "’", "“", "”", "–", "—", "…"}
+_SQUAD_PUNCT = frozenset(string.punctuation)
+_WORD_BREAKS = _SQUAD_PUNCT | {"‘", "’", "“", "”", "–", "—", "…"}
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 
 
 def normalize_answer(text: str) -> str:
-    """SQuAD-style normalization: lowercase, drop punctuation and articles, squash spaces."""
-    text = str(text).lower()
-    text = "".join(" " if ch in _PUNCT else ch for ch in text)
+    """Official SQuAD v1.1 normalization: lowercase, delete punctuation and articles, squash spaces."""
+    text = "".join(ch for ch in str(text).lower() if ch not in _SQUAD_PUNCT)
+    text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+def normalize_words(text: str) -> str:
+    """Word-splitting normalization for tokenizing and phrase lookup (not for EM or F1).
+
+    Lowercases, turns punctuation (``string.punctuation``, curly quotes, en/em dashes and the
+    ellipsis) into spaces, drops a/an/the and squashes spaces: "Jean-Paul" becomes "jean paul",
+    "I don't know" becomes "i don t know".
+    """
+    text = "".join(" " if ch in _WORD_BREAKS else ch for ch in str(text).lower())
     text = _ARTICLES.sub(" ", text)
     return " ".join(text.split())
 
@@ -32,22 +60,18 @@ def _as_list(golds: str | Sequence[str]) -> list[str]:
 
 
 def exact_match(prediction: str, golds: str | Sequence[str]) -> float:
-    """1.0 when the normalized prediction equals any normalized gold answer."""
+    """SQuAD EM: 1.0 when the normalized prediction equals any normalized gold answer."""
     pred = normalize_answer(prediction)
     return float(any(pred == normalize_answer(g) for g in _as_list(golds)))
 
 
 def token_f1(prediction: str, golds: str | Sequence[str]) -> float:
-    """Best token-level F1 between the prediction and any gold answer."""
+    """SQuAD token F1, best over the gold answers (0.0 when no token is shared)."""
     pred_tokens = normalize_answer(prediction).split()
     best = 0.0
     for gold in _as_list(golds):
         gold_tokens = normalize_answer(gold).split()
-        if not pred_tokens or not gold_tokens:
-            best = max(best, float(pred_tokens == gold_tokens))
-            continue
-        common = Counter(pred_tokens) & Counter(gold_tokens)
-        overlap = sum(common.values())
+        overlap = sum((Counter(pred_tokens) & Counter(gold_tokens)).values())
         if overlap == 0:
             continue
         precision = overlap / len(pred_tokens)
@@ -56,23 +80,32 @@ def token_f1(prediction: str, golds: str | Sequence[str]) -> float:
     return best
 
 
+_NORMALIZATIONS: tuple[Callable[[str], str], ...] = (normalize_answer, normalize_words)
+
+
 def contains_answer(text: str, golds: str | Sequence[str]) -> bool:
-    """Whether any normalized gold occurs in the normalized text as a whole-word span."""
-    hay = f" {normalize_answer(text)} "
-    for gold in _as_list(golds):
-        g = normalize_answer(gold)
-        if g and f" {g} " in hay:
-            return True
+    """Whether a gold occurs in ``text`` as whole words under either normalization.
+
+    Both sides go through :func:`normalize_answer` or both through :func:`normalize_words`;
+    a gold that is empty after normalization never matches.
+    """
+    gold_list = _as_list(golds)
+    for norm in _NORMALIZATIONS:
+        hay = f" {norm(text)} "
+        for gold in gold_list:
+            g = norm(gold)
+            if g and f" {g} " in hay:
+                return True
     return False
 
 
 def accuracy(prediction: str, golds: str | Sequence[str]) -> float:
-    """1.0 when a gold answer occurs in the prediction (whole words, normalized)."""
+    """``acc``: 1.0 when a gold occurs in the prediction as whole words (:func:`contains_answer`)."""
     return float(contains_answer(prediction, golds))
 
 
 def retrieval_recall(passages: Iterable[str], golds: str | Sequence[str]) -> float:
-    """1.0 when any gold answer occurs in any of the given passages (FlashRAG recall@k)."""
+    """Recall@k: 1.0 when a gold occurs in any passage as whole words (:func:`contains_answer`)."""
     return float(any(contains_answer(p, golds) for p in passages))
 
 
@@ -94,6 +127,7 @@ def score_prediction(prediction: str, golds: Sequence[str]) -> dict[str, float]:
 
 
 def mean(values: Iterable[float]) -> float:
+    """Arithmetic mean (NaN for no values)."""
     vals = [float(v) for v in values]
     return sum(vals) / len(vals) if vals else float("nan")
 

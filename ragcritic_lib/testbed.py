@@ -1383,7 +1383,7 @@ class _SplitSentence:
 
 
 def normalize(text: str) -> str:
-    """SQuAD-style normalization (same rules as :func:`ragcritic_lib.metrics.normalize_answer`)."""
+    """Word-splitting normalization (punctuation to spaces, like :func:`ragcritic_lib.metrics.normalize_words`)."""
     text = str(text).lower()
     text = re.sub(r"[^\w\s]|_", " ", text)
     text = re.sub(r"\b(a|an|the)\b", " ", text)

@@ -187,11 +187,11 @@ def make_chunk_gold_fn(
         ``fn(record) -> [{"id", "contents"}]``: supporting passages when the record's metadata
         lists ``supporting_ids``; none for unanswerable questions; else the trivia rule.
     """
-    from ragcritic_lib.metrics import normalize_answer
+    from ragcritic_lib.metrics import normalize_words
 
     ids, texts = _corpus_pairs(corpus)
     by_id = dict(zip(ids, texts))
-    norm_texts = [f" {normalize_answer(t)} " for t in texts]
+    norm_texts = [f" {normalize_words(t)} " for t in texts]
     token_sets = [None] * len(texts)  # filled lazily: only passages that contain a gold
 
     def fn(record: Mapping[str, Any]) -> list[dict[str, str]]:
@@ -202,7 +202,7 @@ def make_chunk_gold_fn(
             return [{"id": s, "contents": by_id.get(s, seen.get(s, ""))} for s in supporting]
         if _is_unanswerable(record):
             return []
-        golds = [g for g in (normalize_answer(x) for x in record.get("golden_answers") or []) if g]
+        golds = [g for g in (normalize_words(x) for x in record.get("golden_answers") or []) if g]
         if not golds:
             return []
         concepts = {_stem(c) for c in content_words(record.get("question", ""))}
