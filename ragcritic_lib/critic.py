@@ -331,17 +331,39 @@ def _norm_key(key: Any) -> str:
     return k
 
 
+_CORRECT_WORDS = frozenset({"correct", "right", "true"})
+_ERROR_WORDS = frozenset({"error", "errors", "erroneous", "incorrect", "wrong", "false"})
+# Shortest cut-off "Correct" / "Error" still read as the word (a generation stopped mid-word).
+_MIN_TRUNCATED = 3
+
+
 def _norm_judgement(value: Any) -> str | None:
+    """Map a written verdict to CORRECT or ERROR by its first whole word; None when unclear.
+
+    Case and punctuation are ignored. The first word must be one of ``_CORRECT_WORDS`` or
+    ``_ERROR_WORDS`` ("Correct, but short" is Correct), or "not" followed by a correct-word
+    ("not correct" is Error). A value that is nothing but a cut-off start of "correct" or
+    "error" of at least three letters ("Corr", "Err") is read as that word. Anything else is
+    None: "Corrupted" and "Errorless" are other words, "not wrong" is a double negative, and a
+    non-string (JSON ``true``) is not a written verdict.
+    """
     if not isinstance(value, str):
         return None
-    v = re.sub(r"[^a-z ]", " ", value.lower()).strip()
-    if not v:
+    words = re.findall(r"[a-z]+", value.lower())
+    if not words:
         return None
-    # "incorrect" must be tested before "correct".
-    if v.startswith(("incorrect", "error", "wrong", "false", "not correct", "err")):
+    first = words[0]
+    if first in _ERROR_WORDS:
         return ERROR
-    if v.startswith(("correct", "right", "true", "cor")):
+    if first in _CORRECT_WORDS:
         return CORRECT
+    if first == "not":
+        return ERROR if len(words) > 1 and words[1] in _CORRECT_WORDS else None
+    if len(words) == 1 and len(first) >= _MIN_TRUNCATED:
+        if "error".startswith(first):
+            return ERROR
+        if "correct".startswith(first):
+            return CORRECT
     return None
 
 
