@@ -44,7 +44,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from ragcritic_lib import paths, runtime
-from ragcritic_lib.critic import LLMCritic, calibrate_verdicts
+from ragcritic_lib.critic import calibrate_verdicts, load_trained_critic
 from ragcritic_lib.critic_data import (
     balance_correct, check_no_leakage, label_counts, make_samples, sft_examples, split_by_question,
 )
@@ -129,8 +129,7 @@ fig.savefig(paths.FIGURES_DIR / "05_critic_sft_loss.svg")
 
 # %%
 merged = inference_checkpoint(result, out_dir / "merged", dtype=merge_dtype)
-critic = LLMCritic(runtime.load_generator(params, model=str(merged)), taxonomy, "trained", top_k=top_k,
-                   passage_words=passage_words, label_list=label_list, name="sft")
+critic = load_trained_critic(params, out_dir, taxonomy, verdict="generate", name="sft")  # merged + prompt settings
 preview = splits["dev"][:preview_samples]
 parses = critic.critique(preview)
 pd.DataFrame([{"gold": s["target"], "critic": g.text, "judgement": p.judgement, "parse_error": p.parse_error}

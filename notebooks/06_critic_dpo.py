@@ -37,7 +37,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from ragcritic_lib import paths, runtime
-from ragcritic_lib.critic import LLMCritic, calibrate_verdicts
+from ragcritic_lib.critic import calibrate_verdicts, load_trained_critic
 from ragcritic_lib.critic_data import balance_correct, dpo_pairs
 from ragcritic_lib.io import read_json, read_jsonl, write_json, write_jsonl
 from ragcritic_lib.params import load_params
@@ -118,8 +118,7 @@ sorted(p.name for p in merged.iterdir())
 # log P("Error") - log P("Correct") with the best balanced accuracy on the dev samples.
 
 # %%
-critic = LLMCritic(runtime.load_generator(params, model=str(merged)), taxonomy, "trained", top_k=prompt["top_k"],
-                   passage_words=prompt["passage_words"], label_list=prompt["label_list"], name="sft+dpo")
+critic = load_trained_critic(params, out_dir, taxonomy, verdict="generate", name="sft+dpo")  # merged + prompt settings
 calibration = calibrate_verdicts(critic, read_jsonl(sft_dir / "splits" / "dev.jsonl"), desc="dev verdict margins")
 write_json(out_dir / "verdict_calibration.json", calibration)
 pd.Series(calibration)

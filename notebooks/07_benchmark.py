@@ -34,7 +34,7 @@ import pandas as pd
 
 from ragcritic_lib import paths, runtime
 from ragcritic_lib.benchmark import benchmark_table, build_benchmark, plot_per_label, score_critic, score_known_causes
-from ragcritic_lib.critic import HeuristicCritic, LLMCritic, critiques_to_records, load_verdict_threshold
+from ragcritic_lib.critic import HeuristicCritic, LLMCritic, critiques_to_records, load_trained_critic
 from ragcritic_lib.io import atomic_write_text, read_json, read_jsonl, write_jsonl
 from ragcritic_lib.llm import load_llm
 from ragcritic_lib.params import load_params
@@ -70,19 +70,13 @@ pd.DataFrame({"available": report["available"], "selected": report["selected"]})
 # critic (rules over question, passages and prediction; no LLM) and any model named in params.
 
 # %%
-trained_kw = {"top_k": prompt["top_k"], "passage_words": prompt["passage_words"], "label_list": prompt["label_list"],
-              "max_new_tokens": max_new_tokens}
-critics = {
-    "SFT critic": LLMCritic(runtime.load_generator(params, model=str(paths.stage_dir("critic_sft") / "merged")),
-                            taxonomy, "trained", name="sft", **trained_kw),
-    "SFT+DPO critic": LLMCritic(runtime.load_generator(params, model=str(paths.stage_dir("critic_dpo") / "merged")),
-                                taxonomy, "trained", name="sft+dpo", **trained_kw),
-}
-# The same checkpoints with the verdict read off the dev-fitted threshold (notebooks 05 and 06).
-for name, stage in (("SFT critic", "critic_sft"), ("SFT+DPO critic", "critic_dpo")):
-    critics[f"{name} (calibrated)"] = LLMCritic(
-        critics[name].llm, taxonomy, "trained", name=f"{critics[name].name}:calibrated", verdict="calibrated",
-        threshold=load_verdict_threshold(paths.stage_dir(stage) / "verdict_calibration.json"), **trained_kw)
+critics = {}
+for name, stage, short in (("SFT critic", "critic_sft", "sft"), ("SFT+DPO critic", "critic_dpo", "sft+dpo")):
+    # One loader for checkpoint, prompt settings and calibration (the same one notebook 08 uses).
+    critics[name] = load_trained_critic(params, paths.stage_dir(stage), taxonomy, verdict="generate",
+                                        max_new_tokens=max_new_tokens, name=short)
+    critics[f"{name} (calibrated)"] = load_trained_critic(params, paths.stage_dir(stage), taxonomy,
+                                                          max_new_tokens=max_new_tokens, name=f"{short}:calibrated")
 if include_zeroshot:
     critics["base zero-shot"] = LLMCritic(runtime.load_generator(params), taxonomy, "zeroshot", top_k=prompt["top_k"],
                                           passage_words=prompt["passage_words"], max_new_tokens=max_new_tokens,

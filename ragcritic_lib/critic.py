@@ -1026,3 +1026,46 @@ def critiques_to_records(parses: Sequence[CriticParse], records: Sequence[Mappin
     """Rows for a JSONL file: record id, critic name and the parse (for case studies)."""
     return [{"id": r.get("id"), "critic": critic, **p.to_dict()} for p, r in zip(parses, records)]
 
+
+def load_trained_critic(params: Mapping[str, Any], critic_dir: str | Any, taxonomy: TaxonomyLike, *,
+                        prompt_file: str | Any | None = None, verdict: str = "calibrated",
+                        max_new_tokens: int = 96, name: str | None = None) -> LLMCritic:
+    """The trained critic exactly as its training stage calibrated it: one loader for every user.
+
+    A critic is three things that must travel together: the checkpoint, the prompt settings it
+    was trained with, and the verdict threshold fitted on that checkpoint. The training stages
+    fit the threshold on the merged checkpoint (``<critic_dir>/merged``), so that is the model
+    loaded here; without one, ``<critic_dir>/adapter`` is loaded (a LoRA adapter on the
+    generator, or a fully fine-tuned model).
+
+    Args:
+        params: the loaded params.yaml (for the generator backend, device and dtype).
+        critic_dir: a critic training stage's output folder, e.g. ``data/critic_dpo``.
+        taxonomy: the label set.
+        prompt_file: the prompt settings (default: ``data/critic_sft/critic_prompt.json``, which
+            the DPO stage trains with too).
+        verdict: "calibrated" (threshold from ``<critic_dir>/verdict_calibration.json``) or
+            "generate".
+        max_new_tokens: generation budget of a critique.
+        name: label in tables.
+
+    Raises:
+        FileNotFoundError: naming the stage to run when an output is missing.
+    """
+    from ragcritic_lib import paths, runtime
+
+    critic_dir = paths.require(critic_dir)
+    prompt = json.loads(paths.require(prompt_file or paths.stage_dir("critic_sft") / "critic_prompt.json")
+                        .read_text(encoding="utf-8"))
+    if (critic_dir / "merged").is_dir():
+        llm = runtime.load_generator(params, model=str(critic_dir / "merged"))
+    elif (paths.require(critic_dir / "adapter") / "adapter_config.json").is_file():
+        llm = runtime.load_generator(params, adapter=str(critic_dir / "adapter"))  # LoRA on the generator
+    else:
+        llm = runtime.load_generator(params, model=str(critic_dir / "adapter"))  # fully fine-tuned
+    threshold = load_verdict_threshold(paths.require(critic_dir / "verdict_calibration.json")) \
+        if verdict == "calibrated" else 0.0
+    return LLMCritic(llm, taxonomy, "trained",
+                     top_k=prompt["top_k"], passage_words=prompt["passage_words"], label_list=prompt["label_list"],
+                     max_new_tokens=max_new_tokens, name=name or critic_dir.name, verdict=verdict,
+                     threshold=threshold)
