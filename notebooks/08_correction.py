@@ -22,10 +22,9 @@
 # %% tags=["parameters"]
 n_questions = 40
 iterations = 2
-critic_adapter = "data/critic_dpo/adapter"
+critic_dir = "data/critic_dpo"
 critic_max_new_tokens = 96
 critic_verdict = "calibrated"
-critic_calibration = "data/critic_dpo/verdict_calibration.json"
 planner_train_file = "data/taxonomy/build/error_qa.jsonl"
 planner_recipe = "configs/train/planner_sft.yaml"
 planner_max_steps = 40
@@ -53,7 +52,7 @@ from ragcritic_lib.agent.workflow import (
     method_slug, pick_case_studies, rag_cost, rejection_counts, render_case_study, run_methods, stable_costs,
     status_counts,
 )
-from ragcritic_lib.critic import LLMCritic, load_verdict_threshold
+from ragcritic_lib.critic import LLMCritic, load_trained_critic
 from ragcritic_lib.io import atomic_write_text, read_jsonl, write_jsonl
 from ragcritic_lib.llm import GenParams
 from ragcritic_lib.params import load_params
@@ -118,12 +117,12 @@ write_loss_curve(trained.log_history, out_dir / "planner_loss.json")
 
 # %%
 generator = runtime.load_generator(params)
-critic_llm = runtime.load_generator(params, adapter=str(paths.resolve(critic_adapter)))
 planner_llm = runtime.load_generator(params, adapter=trained.adapter_dir)
 zeroshot_llm = runtime.load_generator(params, model=zeroshot_planner_model) if zeroshot_planner_model else generator
-threshold = load_verdict_threshold(paths.resolve(critic_calibration)) if critic_verdict == "calibrated" else 0.0
-trained_critic = LLMCritic(critic_llm, taxonomy, "trained", max_new_tokens=critic_max_new_tokens, name="trained",
-                           verdict=critic_verdict, threshold=threshold)
+# The critic notebook 07 benchmarked: the checkpoint notebook 06 calibrated, its prompt settings and threshold.
+trained_critic = load_trained_critic(params, paths.resolve(critic_dir), taxonomy, verdict=critic_verdict,
+                                     max_new_tokens=critic_max_new_tokens, name="trained")
+threshold = trained_critic.threshold
 trained_planner = LLMPlanner(planner_llm, variant=planner_prompt, max_new_tokens=planner_max_new_tokens, name="trained",
                              decoding=planner_decoding, candidates=rule_planner)
 methods = {

@@ -107,16 +107,13 @@ all_test = [r for ds in datasets for r in test[ds]]
 results["standard_rag"], costs["standard_rag"] = score_records(all_test), records_cost(all_test)
 critic_runs = {ds: load_method_results(rag_critic_results.format(dataset=ds), ids=[r["id"] for r in test[ds]],
                                        pred_key=rag_critic_pred_key) for ds in datasets}
-if all(v is not None for v in critic_runs.values()):
-    results["rag_critic"] = [r for ds in datasets for r in critic_runs[ds]]
-    m08 = paths.METRICS_DIR / "08_correction.json"
-    m08_cost = read_json(m08).get("cost", {}) if m08.exists() else {}
-    per_question = {ds: c.get("RAG-Critic", {}).get("total", {}) for ds, c in m08_cost.items()}
-    estimate = cost_from_per_sample(per_question, {ds: len(critic_runs[ds]) for ds in datasets})
-    if estimate is not None:
-        costs["rag_critic"] = add_costs(costs["standard_rag"], estimate)
-{ds: {"questions": len(test[ds]), "rag_critic": None if critic_runs[ds] is None else len(critic_runs[ds])}
- for ds in datasets}
+results["rag_critic"] = [r for ds in datasets for r in critic_runs[ds]]
+m08_cost = read_json(paths.require(paths.METRICS_DIR / "08_correction.json")).get("cost", {})
+per_question = {ds: c.get("RAG-Critic", {}).get("total", {}) for ds, c in m08_cost.items()}
+estimate = cost_from_per_sample(per_question, {ds: len(critic_runs[ds]) for ds in datasets})
+if estimate is not None:
+    costs["rag_critic"] = add_costs(costs["standard_rag"], estimate)
+{ds: {"questions": len(test[ds]), "rag_critic": len(critic_runs[ds])} for ds in datasets}
 
 # %% [markdown]
 # ## Self-Refine

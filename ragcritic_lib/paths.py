@@ -45,3 +45,42 @@ def resolve(path: str | os.PathLike[str]) -> Path:
 def stage_dir(name: str) -> Path:
     """Output folder of one pipeline stage under ``data/``."""
     return DATA_DIR / name
+
+
+class MissingUpstreamError(FileNotFoundError):
+    """A file another pipeline stage writes is missing; the message names that stage."""
+
+
+def producing_stage(path: str | os.PathLike[str]) -> str | None:
+    """The dvc.yaml stage whose outputs contain ``path`` (None when no stage writes it)."""
+    import yaml
+
+    try:
+        rel = resolve(path).resolve().relative_to(ROOT).as_posix()
+        stages = yaml.safe_load(DVC_FILE.read_text(encoding="utf-8")).get("stages", {})
+    except (ValueError, OSError, AttributeError, yaml.YAMLError):
+        return None
+    for name, stage in stages.items():
+        for out in stage.get("outs", []) + stage.get("metrics", []) + stage.get("plots", []):
+            out = out if isinstance(out, str) else next(iter(out))
+            if rel == out or rel.startswith(out.rstrip("/") + "/"):
+                return name
+    return None
+
+
+def missing_file_error(path: str | os.PathLike[str]) -> FileNotFoundError:
+    """The error for a file that does not exist, naming the stage to run when one writes it."""
+    stage = producing_stage(path)
+    if stage is None:
+        return FileNotFoundError(f"{path}: no such file")
+    return MissingUpstreamError(
+        f"{path}: no such file; it is an output of pipeline stage '{stage}': run `dvc repro {stage}` "
+        "(or `make pipeline`) from the repository root first")
+
+
+def require(path: str | os.PathLike[str]) -> Path:
+    """``path`` resolved from the repository root; raises :func:`missing_file_error` if absent."""
+    p = resolve(path)
+    if not p.exists():
+        raise missing_file_error(p)
+    return p

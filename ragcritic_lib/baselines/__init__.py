@@ -175,23 +175,21 @@ def stopwatch():
 # ---------------------------------------------------------------------- prior results
 def load_method_results(
     path: Any, *, ids: Iterable[str] | None = None, pred_key: str = "prediction"
-) -> list[dict] | None:
+) -> list[dict]:
     """Result records of another stage (e.g. RAG-Critic's from notebook 08), rescored.
 
     Args:
-        path: a JSONL file; None is returned when it does not exist (the caller reports it).
+        path: a JSONL file, relative to the repository root or absolute.
         ids: keep only these question ids, in this order (those present).
         pred_key: the field holding the method's answer (``final_prediction`` for the
             correction workflow); copied to ``prediction`` before scoring.
     """
-    from pathlib import Path
-
+    from ragcritic_lib import paths
     from ragcritic_lib.io import read_jsonl
 
-    path = Path(path)
-    if not path.exists():
-        return None
-    rows = read_jsonl(path)
+    # Resolved from the repository root (a JupyterLab kernel starts in notebooks/); a missing
+    # file is an error naming the stage that writes it, never a silently dropped method.
+    rows = read_jsonl(paths.require(path))
     for r in rows:
         if pred_key != "prediction" and pred_key in r:
             r["prediction"] = r[pred_key]
