@@ -1757,6 +1757,7 @@ class OpenAIBackend(LLM):
         self._flush_every = max(self._flush_every, total)
         self._warned_usage = False
         self._random = random.Random()  # jitter only: it never changes what is generated
+        self._sleep, self._clock = time.sleep, time.monotonic  # replaceable in tests
         self._lock = threading.Lock()
         self.retries = 0
         self.prompt_errors: list[str] = []
@@ -1831,7 +1832,7 @@ class OpenAIBackend(LLM):
         """
         import httpx
 
-        deadline = time.monotonic() + self.patience_s
+        deadline = self._clock() + self.patience_s
         last_error, avoid, attempt = "", None, 0
         while True:
             u = self._pool.acquire(avoid)
@@ -1856,14 +1857,14 @@ class OpenAIBackend(LLM):
             if self.max_retries is not None and attempt > self.max_retries:
                 raise RuntimeError(f"request failed after {attempt} attempts; last error: {last_error}")
             delay = self._delay(attempt, retry_after)
-            if time.monotonic() + delay > deadline:
+            if self._clock() + delay > deadline:
                 raise RuntimeError(
                     f"request failed after {attempt} attempts within patience_s={self.patience_s:g} "
                     f"(next wait {delay:.1f} s); last error: {last_error}"
                 )
             with self._lock:
                 self.retries += 1
-            time.sleep(delay)
+            self._sleep(delay)
 
     def _call(self, prompt: Prompt, params: GenParams) -> Generation:
         path, body = self._request(prompt, params)
@@ -2032,7 +2033,7 @@ def load_llm(cfg: Mapping[str, Any]) -> LLM:
     engine_keys: set[str] = set()
     if backend == "vllm":
         engine_keys = set(cfg) - known
-        check_vllm_engine_options(engine_keys)
+        check_vllm_engine_options({k: cfg[k] for k in engine_keys})
         known = known | engine_keys
     unknown = sorted(set(cfg) - known)
     if unknown:
