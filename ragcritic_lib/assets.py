@@ -259,9 +259,17 @@ def build_trivia_splits(
     dev_fraction: float,
     test_fraction: float,
 ) -> dict[str, list[dict[str, Any]]]:
-    """Deduplicate, mark answerability against the corpus, and split by seed."""
+    """Deduplicate, mark answerability against the corpus, and split by seed.
+
+    Raises:
+        ValueError: naming ``dev_fraction`` / ``test_fraction`` when either is outside [0, 1)
+            or they leave nothing for train.
+    """
     from .data import seeded_split
 
+    if not (0 <= dev_fraction < 1 and 0 <= test_fraction < 1 and dev_fraction + test_fraction < 1):
+        raise ValueError(f"trivia split: need 0 <= dev_fraction, test_fraction and dev_fraction + test_fraction < 1; "
+                         f"got dev_fraction={dev_fraction}, test_fraction={test_fraction}")
     index = NgramIndex(corpus_texts)
     seen: set[str] = set()
     unique = []

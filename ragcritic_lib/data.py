@@ -101,7 +101,18 @@ def dataset_paths(datasets: Mapping[str, Mapping[str, str]], name: str) -> dict[
 
 
 def seeded_split(items: Sequence[Any], fractions: Mapping[str, float], seed: int) -> dict[str, list[Any]]:
-    """Shuffle ``items`` with ``seed`` and cut them into named splits by fraction (last takes the rest)."""
+    """Shuffle ``items`` with ``seed`` and cut them into named splits by fraction (last takes the rest).
+
+    Raises:
+        ValueError: naming the fractions when one is negative or they add up to more than 1
+            (the cut points would run backwards and hand one split's items to another).
+    """
+    negative = [f"{name}={value}" for name, value in fractions.items() if value < 0]
+    if negative:
+        raise ValueError(f"split fractions must be >= 0: {', '.join(negative)}")
+    if sum(fractions.values()) > 1 + 1e-9:
+        listed = " + ".join(f"{name}={value}" for name, value in fractions.items())
+        raise ValueError(f"split fractions add up to more than 1: {listed}")
     order = list(items)
     random.Random(seed).shuffle(order)
     names = list(fractions)

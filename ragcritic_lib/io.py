@@ -177,14 +177,71 @@ def write_json(path: str | os.PathLike[str], obj: Any) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
+class DuplicateKeyError(yaml.YAMLError):
+    """A YAML mapping repeats a key; ``duplicates`` holds (line, dotted key, first line)."""
+
+    def __init__(self, duplicates: list[tuple[int, str, int]]):
+        super().__init__(f"{len(duplicates)} duplicate key(s)")
+        self.duplicates = duplicates
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects a key repeated in one mapping (PyYAML silently keeps the last).
+
+    The whole document is checked before it is built, so every duplicate is reported at once,
+    each with its dotted key path and 1-based lines.
+    """
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        found: list[tuple[int, str, int]] = []
+        stack: list[tuple[yaml.Node, str]] = [(node, "")]
+        while stack:
+            current, prefix = stack.pop()
+            if isinstance(current, yaml.SequenceNode):
+                stack.extend((child, f"{prefix}[{i}]") for i, child in enumerate(current.value))
+            elif isinstance(current, yaml.MappingNode):
+                first: dict[str, int] = {}
+                for key_node, value_node in current.value:
+                    key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else "?"
+                    dotted = f"{prefix}.{key}" if prefix else key
+                    line = key_node.start_mark.line + 1
+                    if key == "<<":  # merge key: its repeats are YAML's own business
+                        pass
+                    elif key in first:
+                        found.append((line, dotted, first[key]))
+                    else:
+                        first[key] = line
+                    stack.append((value_node, dotted))
+        if found:
+            raise DuplicateKeyError(sorted(found))
+        return super().construct_document(node)
+
+
 def read_yaml(path: str | os.PathLike[str]) -> Any:
+    """Parse a YAML file, rejecting duplicate keys.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        DataFormatError: one line per problem, ``<path>:<line>: ...``, for invalid UTF-8,
+            invalid YAML or a duplicate key.
+    """
     path = Path(path)
+    data = path.read_bytes()
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise DataFormatError(f"{path}:{line}: invalid UTF-8 (byte 0x{data[exc.start]:02x})") from None
+    try:
+        return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except DuplicateKeyError as exc:
+        raise DataFormatError("\n".join(f"{path}:{line}: duplicate key {key!r} (first at line {first})"
+                                         for line, key, first in exc.duplicates)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
-        raise DataFormatError(f"{path}{where}: invalid YAML ({exc})") from None
+        what = "; ".join(str(x) for x in (getattr(exc, "problem", None), getattr(exc, "context", None)) if x)
+        raise DataFormatError(f"{path}{where}: invalid YAML ({what or type(exc).__name__})") from None
 
 
 def write_yaml(path: str | os.PathLike[str], obj: Any) -> Path:
