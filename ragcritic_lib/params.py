@@ -3,8 +3,12 @@
 Layout: a ``common`` section (seed, generator, retriever, dataset registry) and one flat section
 per pipeline stage, named after the stage (notebook ``NN_<stage>.py``). A stage section's schema
 *is* its notebook's ``parameters`` cell: the same names, scalar literals whose types give the
-expected types. Unknown sections or keys, missing keys and wrong types are reported together in
-one :class:`ParamsError` that names each offending key, before anything runs.
+expected types. On top of the types, :func:`rules` holds one declarative table of value rules per
+section (ranges, choices, comma lists, input paths) and :data:`CROSS_RULES` the rules between
+keys (split fractions that share one set, min <= max, ...). Unknown sections or keys, missing
+keys, wrong types, out-of-range values, unknown choices, missing input files, YAML errors and
+duplicate YAML keys are reported together in one :class:`ParamsError`, one line per problem,
+each naming ``section.key`` (or ``file:line``), before anything runs.
 """
 
 from __future__ import annotations
@@ -12,22 +16,24 @@ from __future__ import annotations
 import ast
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from . import paths
-from .io import read_yaml
+from .io import DataFormatError, read_yaml
 
 _NB_NAME = re.compile(r"^(\d\d)_([a-z0-9_]+)\.py$")
 
 
 class ParamsError(ValueError):
-    """params.yaml does not match the schema; the message lists every problem."""
+    """params.yaml does not match the schema; the message lists every problem, one per line."""
 
 
-# The nested sections of `common` are checked by the modules that consume them
-# (ragcritic_lib.llm and ragcritic_lib.retrieval), so there is one definition of each schema.
+# The nested sections of `common` have their own rule tables below (generator, retriever,
+# datasets); their unknown-key lists come from the modules that consume them.
 COMMON_KEYS: dict[str, tuple[type, ...]] = {
     "seed": (int,), "generator": (dict,), "retriever": (dict,), "datasets": (dict,),
 }
@@ -48,7 +54,8 @@ def notebook_parameters(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The names and literal defaults of the cell tagged ``parameters`` in a jupytext notebook.
 
     Raises:
-        ParamsError: no such cell, more than one, or a non-literal / non-scalar assignment.
+        ParamsError: no such cell, more than one, invalid Python, or a non-literal / non-scalar
+            assignment.
     """
     path = Path(path)
     text = path.read_text(encoding="utf-8")
@@ -58,7 +65,11 @@ def notebook_parameters(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ParamsError(f"{path}: expected exactly one cell tagged 'parameters', found {len(tagged)}")
     body = tagged[0].split("\n", 1)[1] if "\n" in tagged[0] else ""
     out: dict[str, Any] = {}
-    for node in ast.parse(body).body:
+    try:
+        tree = ast.parse(body)
+    except SyntaxError as exc:
+        raise ParamsError(f"{path}: the parameters cell is not valid Python ({exc.msg})") from None
+    for node in tree.body:
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
             raise ParamsError(f"{path}: the parameters cell may only hold `name = literal` lines")
         try:
@@ -71,6 +82,400 @@ def notebook_parameters(path: str | os.PathLike[str]) -> dict[str, Any]:
     return out
 
 
+# ---------------------------------------------------------------------------------------------
+# Value rules: each rule maps (value, context) to a problem text or None
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Context:
+    """What the path rules need to know: the repository root and what dvc.yaml produces."""
+
+    root: Path
+    produced: tuple[Path, ...]  # absolute outs / metrics / plots of every dvc.yaml stage
+    datasets: tuple[str, ...]  # names in common.datasets (for path templates)
+
+    def resolve(self, value: str) -> Path:
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else self.root / p
+
+    def produced_by_stage(self, path: Path) -> bool:
+        return any(path == out or out in path.parents for out in self.produced)
+
+
+Rule = Callable[[Any, Context], "str | None"]  # (value, context) -> problem or None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def integer(low: int | None = None) -> Rule:
+    """An int, at least ``low`` when given."""
+    def rule(value: Any, ctx: Context) -> str | None:
+        if not _is_int(value):
+            return f"expected int, got {type(value).__name__} ({value!r})"
+        return None if low is None or value >= low else f"must be >= {low}, got {value}"
+    return rule
+
+
+def number(low: float | None = None, high: float | None = None, *,
+           low_open: bool = False, high_open: bool = False) -> Rule:
+    """An int or float inside the interval; ``*_open`` excludes that end."""
+    if high is None:
+        wanted = "a number" if low is None else f"{'>' if low_open else '>='} {low:g}"
+    else:
+        lo = "(-inf" if low is None else f"{'(' if low_open else '['}{low:g}"
+        wanted = f"in {lo}, {high:g}{')' if high_open else ']'}"
+
+    def rule(value: Any, ctx: Context) -> str | None:
+        if not _is_number(value):
+            return f"expected a number, got {type(value).__name__} ({value!r})"
+        ok = ((low is None or (value > low if low_open else value >= low))
+              and (high is None or (value < high if high_open else value <= high)))
+        return None if ok else f"must be {wanted}, got {value!r}"
+    return rule
+
+
+FRACTION = number(0, 1)  # a probability, share or rate
+
+
+def steps() -> Rule:
+    """A trainer step count: -1 keeps the recipe's own max_steps/epochs, else >= 1."""
+    def rule(value: Any, ctx: Context) -> str | None:
+        if not _is_int(value):
+            return f"expected int, got {type(value).__name__} ({value!r})"
+        return None if value == -1 or value >= 1 else f"must be -1 (the recipe's) or >= 1, got {value}"
+    return rule
+
+
+def boolean() -> Rule:
+    def rule(value: Any, ctx: Context) -> str | None:
+        return None if isinstance(value, bool) else f"expected bool, got {type(value).__name__} ({value!r})"
+    return rule
+
+
+def text(*, empty_ok: bool = False) -> Rule:
+    """A string (non-empty unless ``empty_ok``)."""
+    def rule(value: Any, ctx: Context) -> str | None:
+        if not isinstance(value, str):
+            return f"expected str, got {type(value).__name__} ({value!r})"
+        return None if empty_ok or value.strip() else "must be a non-empty string"
+    return rule
+
+
+def one_of(choices: Iterable[str]) -> Rule:
+    """One of a fixed set of strings (the set comes from the module that consumes the value)."""
+    allowed = tuple(choices)
+
+    def rule(value: Any, ctx: Context) -> str | None:
+        return None if value in allowed else f"must be one of {' | '.join(allowed)}, got {value!r}"
+    return rule
+
+
+_DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
+
+
+def device(*, auto: bool) -> Rule:
+    """A torch device the code handles: cpu, cuda, cuda:N (and auto where the code resolves it).
+
+    mps is not offered: the generator forks and seeds only the CPU and CUDA random generators,
+    so sampling on mps would not be reproducible.
+    """
+    names = "cpu | cuda | cuda:N" + (" | auto" if auto else "")
+
+    def rule(value: Any, ctx: Context) -> str | None:
+        ok = isinstance(value, str) and (bool(_DEVICE.match(value)) or (auto and value == "auto"))
+        return None if ok else f"must be {names}, got {value!r}"
+    return rule
+
+
+def comma_list(item: Callable[[str], str | None], what: str, *, unique: bool = True) -> Rule:
+    """A comma-separated list of items (``"1,3,5"``): no empty item, each passing ``item``."""
+    def rule(value: Any, ctx: Context) -> str | None:
+        if not isinstance(value, str):
+            return f"expected a comma-separated string of {what}, got {type(value).__name__} ({value!r})"
+        items = [x.strip() for x in value.split(",")]
+        if any(not x for x in items):
+            return f"empty item in {value!r} (expected a comma-separated list of {what})"
+        bad = [f"{x!r} ({why})" for x in items if (why := item(x))]
+        if bad:
+            return f"{', '.join(bad)} in {value!r} (expected a comma-separated list of {what})"
+        if unique and len(set(items)) < len(items):
+            return f"repeated item in {value!r}"
+        return None
+    return rule
+
+
+def empty_or(inner: Rule) -> Rule:
+    """``""`` (the feature is off) or a value that passes ``inner``."""
+    def rule(value: Any, ctx: Context) -> str | None:
+        return None if value == "" else inner(value, ctx)
+    return rule
+
+
+def _positive_int_item(x: str) -> str | None:
+    return None if x.isdigit() and int(x) >= 1 else "not an integer >= 1"
+
+
+def _url_item(x: str) -> str | None:
+    return None if re.match(r"^https?://[^\s/]+", x) else "not an http(s):// URL"
+
+
+def _choice_item(choices: Iterable[str]) -> Callable[[str], str | None]:
+    allowed = tuple(choices)
+    return lambda x: None if x in allowed else f"not one of {','.join(allowed)}"
+
+
+def _path_problem(value: str, ctx: Context) -> str | None:
+    p = ctx.resolve(value)
+    if p.exists() or ctx.produced_by_stage(p):
+        return None
+    return f"{value}: no such file or folder, and no dvc.yaml stage produces it"
+
+
+def input_path(*, empty_ok: bool = False) -> Rule:
+    """A path that exists now or is an output of a dvc.yaml stage (relative to the repo root)."""
+    def rule(value: Any, ctx: Context) -> str | None:
+        if not isinstance(value, str):
+            return f"expected str, got {type(value).__name__} ({value!r})"
+        if not value:
+            return None if empty_ok else "must name a file or folder"
+        return _path_problem(value, ctx)
+    return rule
+
+
+def under(folder: Path) -> Rule:
+    """A file name under ``folder`` that exists or that a stage produces."""
+    def rule(value: Any, ctx: Context) -> str | None:
+        if not isinstance(value, str) or not value:
+            return f"expected a file name, got {value!r}"
+        return _path_problem(str(folder / value), ctx)
+    return rule
+
+
+def dataset_template() -> Rule:
+    """A path with a ``{dataset}`` placeholder, valid for every dataset in common.datasets."""
+    def rule(value: Any, ctx: Context) -> str | None:
+        if not isinstance(value, str):
+            return f"expected str, got {type(value).__name__} ({value!r})"
+        try:
+            filled = [value.format(dataset=ds) for ds in ctx.datasets]
+        except (KeyError, IndexError, ValueError) as exc:
+            return f"{value!r}: only the placeholder {{dataset}} is allowed ({type(exc).__name__}: {exc})"
+        problems = [why for f in filled if (why := _path_problem(f, ctx))]
+        return problems[0] if problems else None
+    return rule
+
+
+# Torch dtypes a checkpoint can be written in, and those a generator can be loaded in.
+SAVE_DTYPES = ("float32", "bfloat16", "float16")
+LOAD_DTYPES = ("auto", *SAVE_DTYPES)
+LAUNCHERS = ("inprocess", "accelerate")  # ragcritic_lib.training.run_training
+CRITIC_PROMPTS = ("trained", "zeroshot")  # ragcritic_lib.critic.LLMCritic
+CRAG_REWRITERS = ("keywords", "llm")  # ragcritic_lib.baselines.crag
+SIMRAG_CRITICS = ("classifier", "llm")  # notebook 09: a feature classifier or a LoRA-tuned LLM
+
+
+@lru_cache(maxsize=1)
+def rules() -> dict[str, dict[str, Rule]]:
+    """The value rules, one table per section (``common.generator`` etc. for nested ones).
+
+    Choice lists are read from the modules that consume the values, so adding a prompt
+    variant or a metric there is enough. Keys without a rule here are checked by type only.
+    """
+    from . import llm, mining, rag, retrieval, teachers, testbed
+    from .agent import planner
+    from .critic import VERDICT_MODES
+    from .data import SPLITS
+
+    answer_variants = tuple(v for v in rag.PROMPT_VARIANTS if v != "closed_book")  # closed book: its own switch
+    teacher = one_of(teachers.TEACHER_CHOICES)
+    count, some = integer(1), integer(0)
+    tokens = integer(1)
+    return {
+        "common": {"seed": integer(0)},
+        "common.generator": {
+            "backend": one_of(sorted(llm._BACKEND_KEYS)),
+            "model": text(),
+            "adapter": input_path(empty_ok=True),
+            "dtype": one_of(LOAD_DTYPES),
+            "device": device(auto=True),
+            "cache": boolean(),
+            "batch_size": count,
+            "max_input_tokens": tokens,
+            "repetition_penalty": number(0, low_open=True),
+            "no_repeat_ngram_size": some,
+            "seed": integer(0),
+            "gpu_memory_utilization": number(0, 1, low_open=True),
+            "tensor_parallel_size": count,
+            "max_model_len": tokens,
+            "enforce_eager": boolean(),
+            "max_in_flight": count,
+            "timeout_s": number(0, low_open=True),
+            "max_retries": some,
+            "backoff_s": number(0),
+        },
+        "common.retriever": {
+            "kind": one_of(retrieval.KINDS),
+            "index": one_of(retrieval.INDEX_TYPES),
+            "encoder_type": one_of(retrieval.ENCODER_TYPES),
+            "device": device(auto=False),
+            "batch_size": count, "rerank_depth": count, "rerank_batch_size": count,
+            "fusion_depth": count, "hnsw_m": count, "max_length": count,
+            "hnsw_ef_construction": count, "hnsw_ef_search": count,
+            "nlist": some, "nprobe": count, "num_threads": some, "rrf_k": some,
+            "bm25_k1": number(0), "bm25_b": FRACTION,
+        },
+        "common.datasets.*": {"corpus": input_path(), "splits": input_path()},
+        "assets": {
+            "passage_words": count, "seed": integer(0), "dev_fraction": FRACTION,
+            "test_fraction": FRACTION, "model_dtype": one_of(SAVE_DTYPES), "corpus_articles": some,
+        },
+        "retrieval_rag": {
+            "recall_questions": count, "eval_questions": count, "top_k": count,
+            "recall_ks": comma_list(_positive_int_item, "integers >= 1"),
+            "prompt_variant": one_of(answer_variants),
+            "variant_probe_questions": count, "max_new_tokens": tokens, "max_passage_words": count,
+        },
+        "testbed": {
+            "seed": integer(0),
+            "domains": comma_list(_choice_item(testbed.DOMAINS), f"domains from {','.join(testbed.DOMAINS)}"),
+            "n_entities_per_domain": integer(4), "frac_dev": FRACTION, "frac_test": FRACTION,
+            "passage_words": integer(30),
+            **{k: FRACTION for k in ("distractor_rate", "conflict_rate", "split_fact_rate", "filler_rate",
+                                     "fact_sheet_rate", "name_mention_rate", "knob_focus")},
+            **{k: some for k in ("n_distractors", "withheld_per_entity", "questions_per_type_train",
+                                 "questions_per_type_dev", "questions_per_type_test")},
+            **{f"weight_{t}": number(0) for t in testbed.QUESTION_TYPES},
+        },
+        "error_sampling": {
+            "pool_file": input_path(), "split": one_of(SPLITS), "questions_per_dataset": count,
+            "chunk_size": count, "judge_metric": one_of(mining.METRICS), "judge_threshold": FRACTION,
+            "teacher": teacher, "teacher_config": input_path(empty_ok=True), "llm_teacher_subset": some,
+            "teacher_few_shot": some, "teacher_max_new_tokens": tokens,
+        },
+        "tagging": {
+            "teacher": teacher, "teacher_config": input_path(empty_ok=True), "min_tags": count,
+            "max_tags": count, "surface_noise": FRACTION, "alpha": count, "max_tag_tokens": tokens,
+            "llm_teacher_subset": some, "teacher_few_shot": some, "teacher_max_new_tokens": tokens,
+        },
+        "taxonomy": {
+            "n_clusters": integer(2), "max_tags_per_cluster": count, "cluster_namer": teacher,
+            "teacher_config": input_path(empty_ok=True), "name_weight": FRACTION,
+            "encoder": input_path(), "examples_per_label": some,
+        },
+        "critic_sft": {
+            "critic_dataset": input_path(), "correct_pool": input_path(), "dev_fraction": FRACTION,
+            "test_fraction": FRACTION, "max_train_samples": count, "top_k": count, "passage_words": count,
+            "max_analysis_words": count, "max_tag3": some, "recipe": input_path(), "max_steps": steps(),
+            "launcher": one_of(LAUNCHERS), "accelerate_config": input_path(empty_ok=True),
+            "num_processes": some, "merge_dtype": one_of(SAVE_DTYPES), "preview_samples": some,
+        },
+        "critic_dpo": {
+            "k_coarse": some, "k_fine": some, "max_train_samples": count, "max_pairs": count,
+            "recipe": input_path(), "max_steps": steps(), "launcher": one_of(LAUNCHERS),
+            "accelerate_config": input_path(empty_ok=True), "num_processes": some,
+            "merge_dtype": one_of(SAVE_DTYPES),
+        },
+        "benchmark": {
+            "per_label": count, "max_new_tokens": tokens,
+            "extra_critic_backend": one_of(sorted(llm._BACKEND_KEYS)),
+            "extra_critic_urls": empty_or(comma_list(_url_item, "http(s):// URLs")),
+            "extra_critic_variant": one_of(CRITIC_PROMPTS), "known_causes_file": input_path(),
+        },
+        "correction": {
+            "n_questions": count, "iterations": count, "critic_dir": input_path(),
+            "critic_max_new_tokens": tokens, "critic_verdict": one_of(VERDICT_MODES),
+            "planner_train_file": input_path(),
+            "planner_recipe": input_path(), "planner_max_steps": steps(), "planner_max_examples": count,
+            "planner_prompt": one_of(planner.PLANNER_VARIANTS), "planner_max_new_tokens": tokens,
+            "planner_decoding": one_of(planner.PLANNER_DECODINGS), "planner_launcher": one_of(LAUNCHERS),
+            "accelerate_config": input_path(empty_ok=True), "action_topk": count, "deep_topk": count,
+            "max_calls": count, "timeout_s": number(0, low_open=True), "case_studies": some,
+        },
+        "baselines": {
+            "max_test_questions": count, "n_boot": count, "ci_alpha": number(0, 1, low_open=True, high_open=True),
+            "rag_critic_results": dataset_template(), "rag_critic_pred_key": text(),
+            "self_refine_rounds": count, "crag_train_questions": count, "crag_dev_questions": count,
+            "crag_secondary": one_of(retrieval.KINDS), "crag_k_secondary": count, "crag_top_strips": count,
+            "crag_min_strip_score": number(),  # a cross-encoder logit: any sign
+            "crag_rewriter": one_of(CRAG_REWRITERS), "crag_ambiguous_credit": FRACTION,
+            "simrag_train_questions": count, "simrag_max_turns": count, "simrag_docs_per_turn": count,
+            "simrag_initial_docs": some, "simrag_match": one_of(mining.METRICS),
+            "simrag_critic": one_of(SIMRAG_CRITICS), "simrag_critic_recipe": input_path(),
+            "simrag_critic_steps": steps(), "simrag_heldout_frac": number(0, 1, low_open=True, high_open=True),
+            "ragec_votes": count, "ragec_temperature": number(0), "ragec_coverage_threshold": FRACTION,
+            "ragec_first_stage_depth": count, "repair_train_questions": count, "repair_grammar_plans": count,
+            "repair_sampled_plans": some, "repair_temperature": number(0), "repair_margin": number(0),
+            "repair_max_pairs": count, "repair_dpo_recipe": input_path(), "repair_dpo_beta": number(0, low_open=True),
+            "repair_offpolicy_steps": steps(), "repair_onpolicy_steps": steps(),
+            "repair_init_adapter": input_path(empty_ok=True),
+        },
+        "analysis": {
+            "digits": some, "main_metric": one_of(mining.METRICS), "top_tier2": count, "figure_dpi": count,
+            "error_qa_file": input_path(), "ragec_types_table": under(paths.TABLES_DIR.relative_to(paths.ROOT)),
+            "trained_critic": text(),
+        },
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Rules between keys of one section
+# ---------------------------------------------------------------------------------------------
+CrossRule = tuple[tuple[str, ...], Callable[[str, Mapping[str, Any]], "str | None"]]
+
+
+def split_fractions(dev: str, test: str) -> CrossRule:
+    """Two fractions cut from one set (the rest is train) must leave something for train."""
+    def rule(section: str, values: Mapping[str, Any]) -> str | None:
+        total = values[dev] + values[test]
+        if total < 1:
+            return None
+        return (f"{section}.{dev} + {section}.{test}: {values[dev]:g} + {values[test]:g} = {total:g}, "
+                "must be < 1 (nothing would be left for train)")
+    return (dev, test), rule
+
+
+def ordered(low: str, high: str) -> CrossRule:
+    def rule(section: str, values: Mapping[str, Any]) -> str | None:
+        if values[low] <= values[high]:
+            return None
+        return f"{section}.{low}: {values[low]} is above {section}.{high} ({values[high]})"
+    return (low, high), rule
+
+
+def required_when(key: str, value: str, needed: str) -> CrossRule:
+    def rule(section: str, values: Mapping[str, Any]) -> str | None:
+        if values[key] != value or values[needed]:
+            return None
+        return f"{section}.{needed}: required when {section}.{key} is {value!r}"
+    return (key, needed), rule
+
+
+def _urls_for_openai_critic(section: str, values: Mapping[str, Any]) -> str | None:
+    if values["extra_critic_model"] and values["extra_critic_backend"] == "openai" and not values["extra_critic_urls"]:
+        return f"{section}.extra_critic_urls: required when {section}.extra_critic_backend is 'openai'"
+    return None
+
+
+CROSS_RULES: dict[str, list[CrossRule]] = {
+    "assets": [split_fractions("dev_fraction", "test_fraction")],
+    "testbed": [split_fractions("frac_dev", "frac_test")],
+    "tagging": [ordered("min_tags", "max_tags")],
+    "critic_sft": [split_fractions("dev_fraction", "test_fraction"),
+                   required_when("launcher", "accelerate", "accelerate_config")],
+    "critic_dpo": [required_when("launcher", "accelerate", "accelerate_config")],
+    "benchmark": [(("extra_critic_model", "extra_critic_backend", "extra_critic_urls"), _urls_for_openai_critic)],
+    "correction": [required_when("planner_launcher", "accelerate", "accelerate_config")],
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation
+# ---------------------------------------------------------------------------------------------
 def _type_ok(value: Any, expected: tuple[type, ...]) -> bool:
     if isinstance(value, bool) and bool not in expected:
         return False
@@ -80,66 +485,135 @@ def _type_ok(value: Any, expected: tuple[type, ...]) -> bool:
 
 
 def _check_keys(where: str, section: Mapping[str, Any], schema: Mapping[str, tuple[type, ...]],
-                problems: list[str], *, required: bool) -> None:
+                problems: list[str], *, required: bool) -> set[str]:
+    """Unknown keys, wrong types and (when ``required``) missing keys; returns the keys at fault."""
+    flagged: set[str] = set()
     for key, value in section.items():
         if key not in schema:
             problems.append(f"{where}.{key}: unknown key (allowed: {', '.join(sorted(schema))})")
+            flagged.add(key)
         elif not _type_ok(value, schema[key]):
             names = "/".join(t.__name__ for t in schema[key])
             problems.append(f"{where}.{key}: expected {names}, got {type(value).__name__} ({value!r})")
+            flagged.add(key)
     if required:
         for key in schema:
             if key not in section:
                 problems.append(f"{where}.{key}: missing")
+                flagged.add(key)
+    return flagged
 
 
-def _generator_problems(cfg: Mapping[str, Any]) -> list[str]:
-    from .llm import _BACKEND_KEYS, _COMMON_KEYS
+def _apply_rules(where: str, section: Mapping[str, Any], table: Mapping[str, Rule], ctx: Context,
+                 problems: list[str], *, skip: set[str]) -> set[str]:
+    """Run the value rules of one section; returns the keys at fault (``skip`` ones are not run)."""
+    flagged = set(skip)
+    for key, rule in table.items():
+        if key in section and key not in skip:
+            why = rule(section[key], ctx)
+            if why:
+                problems.append(f"{where}.{key}: {why}")
+                flagged.add(key)
+    return flagged
 
+
+def _generator_problems(cfg: Mapping[str, Any], ctx: Context) -> list[str]:
+    from .llm import _BACKEND_KEYS, _COMMON_KEYS, _INACTIVE, _PORTABLE_KEYS
+
+    where = "common.generator"
     known = _COMMON_KEYS.union(*_BACKEND_KEYS.values())
-    out = [f"common.generator.{k}: unknown key (allowed: {', '.join(sorted(known))})"
-           for k in cfg if k not in known]
-    if cfg.get("backend") not in _BACKEND_KEYS:
-        out.append(f"common.generator.backend: must be one of {sorted(_BACKEND_KEYS)}, got {cfg.get('backend')!r}")
-    if not isinstance(cfg.get("model"), str) or not cfg.get("model"):
-        out.append("common.generator.model: must be a non-empty string")
-    for key in ("batch_size", "max_input_tokens", "max_in_flight", "no_repeat_ngram_size"):
-        if key in cfg and (not isinstance(cfg[key], int) or isinstance(cfg[key], bool)):
-            out.append(f"common.generator.{key}: expected int, got {type(cfg[key]).__name__} ({cfg[key]!r})")
+    out = [f"{where}.{k}: unknown key (allowed: {', '.join(sorted(known))})" for k in cfg if k not in known]
+    for key in ("backend", "model"):
+        if key not in cfg:
+            out.append(f"{where}.{key}: missing")
+    flagged = _apply_rules(where, cfg, rules()["common.generator"], ctx, out, skip=set())
+    backend = cfg.get("backend")
+    if "backend" not in flagged and backend in _BACKEND_KEYS:
+        # As load_llm: a key that changes outputs but that this backend cannot honour is an error.
+        unsupported = sorted(k for k in set(cfg) & known - _COMMON_KEYS - _BACKEND_KEYS[backend] - _PORTABLE_KEYS
+                             if cfg[k] not in _INACTIVE.get(k, (None,)))
+        out += [f"{where}.{k}: not supported by backend {backend!r}" for k in unsupported]
     return out
 
 
-def validate_params(params: Mapping[str, Any], notebooks: Mapping[str, Path] | None = None,
-                    *, source: str = "params.yaml") -> None:
-    """Check a params mapping against the common schema and every notebook's parameters cell.
+def _retriever_problems(cfg: Mapping[str, Any], ctx: Context) -> list[str]:
+    from .retrieval import RETRIEVER_DEFAULTS, validate_retriever_cfg
 
-    Raises:
-        ParamsError: listing every problem, each naming ``section.key``.
-    """
+    where = "common.retriever"
+    out: list[str] = []
+    schema = {k: (float,) if isinstance(v, float) else (type(v),) for k, v in RETRIEVER_DEFAULTS.items()}
+    flagged = _check_keys(where, cfg, schema, out, required=False)
+    _apply_rules(where, cfg, rules()["common.retriever"], ctx, out, skip=flagged)
+    if not out:
+        try:  # the retriever's own check, for any rule not in the table above
+            validate_retriever_cfg(cfg)
+        except (ValueError, TypeError) as exc:
+            out.append(f"{where}: {exc}")
+    return out
+
+
+def _library_check(section: str, values: Mapping[str, Any]) -> str | None:
+    """A stage's own config check, for rules that need more than one key (run on a clean section)."""
+    if section == "testbed":
+        from .testbed import TestbedConfig
+
+        try:
+            TestbedConfig.from_params(values)
+        except (ValueError, TypeError) as exc:
+            return str(exc) if str(exc).startswith("testbed") else f"testbed: {exc}"
+    return None
+
+
+def _context(params: Mapping[str, Any], problems: list[str]) -> Context:
+    """Paths that dvc.yaml stages produce, and the dataset names of common.datasets."""
+    produced: list[Path] = []
+    if paths.DVC_FILE.exists():
+        try:
+            dvc = read_yaml(paths.DVC_FILE) or {}
+        except DataFormatError as exc:
+            problems.extend(str(exc).splitlines())
+            dvc = {}
+        stages = dvc.get("stages") if isinstance(dvc, Mapping) else None
+        for stage in (stages or {}).values():
+            for field in ("outs", "metrics", "plots"):
+                for entry in (stage or {}).get(field) or []:
+                    out = entry if isinstance(entry, str) else next(iter(entry), None)
+                    if isinstance(out, str):
+                        produced.append(paths.resolve(out))
+    common = params.get("common")
+    datasets = common.get("datasets") if isinstance(common, Mapping) else None
+    names = tuple(datasets) if isinstance(datasets, Mapping) else ()
+    return Context(root=paths.ROOT, produced=tuple(produced), datasets=names)
+
+
+def params_problems(params: Any, notebooks: Mapping[str, Path] | None = None) -> list[str]:
+    """Every problem of a params mapping, one line each naming ``section.key`` (empty: valid)."""
     notebooks = notebook_paths() if notebooks is None else notebooks
-    problems: list[str] = []
     if not isinstance(params, Mapping):
-        raise ParamsError(f"{source}: top level must be a mapping of sections")
+        return [f"top level: expected a mapping of sections, got {type(params).__name__}"]
+    problems: list[str] = []
+    ctx = _context(params, problems)
+    table = rules()
     common = params.get("common")
     if not isinstance(common, Mapping):
-        problems.append("common: missing section")
+        problems.append("common: missing section" if common is None else "common: expected a mapping")
     else:
-        _check_keys("common", common, COMMON_KEYS, problems, required=True)
+        flagged = _check_keys("common", common, COMMON_KEYS, problems, required=True)
+        _apply_rules("common", common, table["common"], ctx, problems, skip=flagged)
         if isinstance(common.get("generator"), Mapping):
-            problems += _generator_problems(common["generator"])
+            problems += _generator_problems(common["generator"], ctx)
         if isinstance(common.get("retriever"), Mapping):
-            from .retrieval import validate_retriever_cfg
-
-            try:
-                validate_retriever_cfg(common["retriever"])
-            except (ValueError, TypeError) as exc:
-                problems.append(f"common.retriever: {exc}")
+            problems += _retriever_problems(common["retriever"], ctx)
         if isinstance(common.get("datasets"), Mapping):
+            if not common["datasets"]:
+                problems.append("common.datasets: register at least one dataset")
             for name, entry in common["datasets"].items():
+                where = f"common.datasets.{name}"
                 if not isinstance(entry, Mapping):
-                    problems.append(f"common.datasets.{name}: expected a mapping with corpus and splits")
+                    problems.append(f"{where}: expected a mapping with corpus and splits")
                     continue
-                _check_keys(f"common.datasets.{name}", entry, DATASET_KEYS, problems, required=True)
+                flagged = _check_keys(where, entry, DATASET_KEYS, problems, required=True)
+                _apply_rules(where, entry, table["common.datasets.*"], ctx, problems, skip=flagged)
     for section, values in params.items():
         if section == "common":
             continue
@@ -151,20 +625,75 @@ def validate_params(params: Mapping[str, Any], notebooks: Mapping[str, Path] | N
             continue
         schema = {k: (type(v),) if not isinstance(v, float) else (float,)
                   for k, v in notebook_parameters(notebooks[section]).items()}
-        _check_keys(section, values, schema, problems, required=True)
+        before = len(problems)
+        flagged = _check_keys(section, values, schema, problems, required=True)
+        flagged = _apply_rules(section, values, table.get(section, {}), ctx, problems, skip=flagged)
+        for keys, rule in CROSS_RULES.get(section, []):
+            if not flagged.intersection(keys) and all(k in values for k in keys):
+                why = rule(section, values)
+                if why:
+                    problems.append(why)
+        if len(problems) == before:
+            why = _library_check(section, values)
+            if why:
+                problems.append(why)
     for stage in notebooks:
         if stage not in params:
             problems.append(f"{stage}: missing section for notebook {notebooks[stage].name}")
+    return problems
+
+
+def _raise(source: str, problems: list[str]) -> None:
     if problems:
         raise ParamsError(f"{source} is invalid:\n  - " + "\n  - ".join(problems))
 
 
+def validate_params(params: Mapping[str, Any], notebooks: Mapping[str, Path] | None = None,
+                    *, source: str = "params.yaml") -> None:
+    """Check a params mapping: types from the notebooks, value rules, rules between keys.
+
+    Raises:
+        ParamsError: listing every problem, one line each, naming ``section.key``.
+    """
+    _raise(source, params_problems(params, notebooks))
+
+
+def _read(path: Path) -> Any:
+    """A YAML file's content; a missing or unreadable file, invalid UTF-8, invalid YAML and
+    duplicate keys are a :class:`ParamsError` (one line per problem)."""
+    try:
+        return read_yaml(path)
+    except FileNotFoundError:
+        raise ParamsError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise ParamsError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except DataFormatError as exc:
+        raise ParamsError(f"{path} is invalid:\n  - " + "\n  - ".join(str(exc).splitlines())) from None
+
+
 def load_params(path: str | os.PathLike[str] | None = None, *, validate: bool = True) -> dict[str, Any]:
-    """Load params.yaml (validated by default). The path defaults to the repository's."""
+    """Load params.yaml (validated by default). The path defaults to the repository's.
+
+    Raises:
+        ParamsError: every problem at once, one line each (YAML errors as ``file:line``).
+    """
+    import yaml
+
     path = Path(path) if path is not None else paths.PARAMS_FILE
-    params = read_yaml(path) or {}
+    try:
+        params = _read(path) or {}
+    except ParamsError as exc:
+        if not validate:
+            raise
+        # Duplicate keys stop the strict reader; read again last-wins only to report the rest too.
+        try:
+            fallback = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            raise exc from None
+        lines = str(exc).split("\n  - ")[1:]
+        raise ParamsError(f"{path} is invalid:\n  - " + "\n  - ".join(lines + params_problems(fallback or {}))) from None
     if validate:
-        validate_params(params, source=str(path))
+        _raise(str(path), params_problems(params))
     return params
 
 
@@ -179,6 +708,26 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
     return out
 
 
+def profile_params(profile: str, *, params_path: Path | None = None) -> tuple[dict[str, Any], str]:
+    """``configs/profiles/<profile>.yaml`` merged over params.yaml, validated; and its source label.
+
+    Raises:
+        ParamsError: no such profile, unreadable YAML, or every problem of the merged params.
+    """
+    params_path = params_path or paths.PARAMS_FILE
+    prof = paths.CONFIGS_DIR / "profiles" / f"{profile}.yaml"
+    if not prof.exists():
+        known = ", ".join(sorted(p.stem for p in prof.parent.glob("*.yaml")))
+        raise ParamsError(f"{prof}: no such params profile (known: {known})")
+    base, override = _read(params_path) or {}, _read(prof) or {}
+    if not isinstance(override, Mapping):
+        raise ParamsError(f"{prof}: expected a mapping of sections")
+    source = f"{params_path} + {prof.name}"
+    merged = deep_merge(base, override) if isinstance(base, Mapping) else base
+    validate_params(merged, source=source)
+    return merged, source
+
+
 def apply_profile(profile: str, *, params_path: Path | None = None) -> dict[str, Any]:
     """Merge ``configs/profiles/<profile>.yaml`` over params.yaml and write the result back.
 
@@ -188,28 +737,30 @@ def apply_profile(profile: str, *, params_path: Path | None = None) -> dict[str,
     from .io import write_yaml
 
     params_path = params_path or paths.PARAMS_FILE
-    prof = paths.CONFIGS_DIR / "profiles" / f"{profile}.yaml"
-    if not prof.exists():
-        raise ParamsError(f"{prof}: no such params profile")
-    merged = deep_merge(read_yaml(params_path) or {}, read_yaml(prof) or {})
-    validate_params(merged, source=f"{params_path} + {prof.name}")
+    merged, _ = profile_params(profile, params_path=params_path)
     write_yaml(params_path, merged)
     return merged
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``check [--profile NAME]`` or ``profile NAME``; exit code 2 with one line per problem."""
     import argparse
     import sys
 
     parser = argparse.ArgumentParser(prog="python -m ragcritic_lib.params",
                                      description="Validate params.yaml or switch params profile.")
     sub = parser.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("check", help="validate params.yaml")
+    check = sub.add_parser("check", help="validate params.yaml")
+    check.add_argument("--profile", help="validate params.yaml merged with configs/profiles/PROFILE.yaml "
+                                         "(nothing is written)")
     prof = sub.add_parser("profile", help="write params.yaml from a profile in configs/profiles/")
     prof.add_argument("name")
     args = parser.parse_args(argv)
     try:
-        if args.cmd == "check":
+        if args.cmd == "check" and args.profile:
+            _, source = profile_params(args.profile)
+            print(f"{source}: ok")
+        elif args.cmd == "check":
             load_params()
             print(f"{paths.PARAMS_FILE}: ok")
         else:

@@ -109,7 +109,7 @@ def test_unknown_key_and_wrong_type_rejected_together(params):
         validate_params(bad)
     msg = str(err.value)
     for needle in ("retrieval_rag.top_kk: unknown key", "retrieval_rag.eval_questions: expected int",
-                   "common.generator.batchsize: unknown key", "common.retriever: retriever config: unknown key", "nonsense: unknown section"):
+                   "common.generator.batchsize: unknown key", "common.retriever.kindd: unknown key", "nonsense: unknown section"):
         assert needle in msg
     missing = copy.deepcopy(params)
     del missing["retrieval_rag"]["top_k"]
