@@ -133,6 +133,8 @@ REFINED = [
     "Aldor\nThe Aldor is a river in the northern lowlands.",
     "Kestrel Bridge\nThe Kestrel Bridge crosses the Aldor river. It was completed in 1887.",
     "Velta\nThe Velta is a river that flows 640 km to the sea.",
+    # The supplementary retrieval skips the context passage (Aldor), so a third new hit comes in.
+    "Orun (band)\nOrun is a folk band formed in 1999.",
 ]
 
 

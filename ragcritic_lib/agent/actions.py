@@ -22,6 +22,20 @@ empty or unrelated (keywords for a rewrite, a pattern split for a decomposition,
 itself for a refinement). Passage deletion, refinement and summarization are extractive and cost
 no LLM call. Every call is logged in :attr:`ActionSet.events` with its fallback, if any.
 
+Per-sample context: before running a sample's program, the workflow calls
+:meth:`ActionSet.begin_sample` with the passages the answer was generated from, the answer being
+corrected and the critique. With it, Retrieval skips passages already in that context (so a
+supplementary retrieval adds new passages instead of repeating the top hits); GenerateAnswer is
+told which answer was rejected where the error-action table gives the critique's labels an
+answer-rewriting strategy, and abstains ("insufficient information") when the critique says the
+answer was unsupported and the new answer is still not found in its passages. None of this reads
+a gold answer or question metadata: only the sample's own passages, answer and critique.
+
+With a cross-encoder (``reranker``), Retrieval reranks ``rerank_depth`` candidates, RefineDoc's
+refine / summarize / delete keep the sentences (passages) the cross-encoder scores best for the
+question instead of counting shared words, and GenerateAnswer keeps the ``max_docs`` passages it
+scores best when a program hands it more (the embedded reader gets worse past a few passages).
+
 Prefetching: correction programs call the generator one action at a time. To batch those calls
 across samples, the workflow first runs all programs in *prefetch* mode, where an LLM call that
 is not yet known returns a marker instead of generating, and any action fed a marker returns a
@@ -40,7 +54,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ragcritic_lib.llm import GenParams
-from ragcritic_lib.rag import build_rag_messages, extract_answer
+from ragcritic_lib.metrics import normalize_words
+from ragcritic_lib.rag import ABSTAIN_ANSWER, build_rag_messages, extract_answer
 
 ACTION_NAMES: tuple[str, ...] = ("Retrieval", "RewriteQuery", "DecomposeQuery", "RefineDoc", "GenerateAnswer")
 
@@ -83,6 +98,14 @@ COMPACT_SIGNATURES = (
     "GenerateAnswer(query, docs, additional_instruction) -> str"
 )
 """The same five functions in one line, for prompts of small planners."""
+
+UNSUPPORTED_LABELS: frozenset[str] = frozenset({"Factual Inaccuracies"})
+"""Taxonomy labels saying the answer asserts what the passages do not support (abstain path)."""
+REFINE_KEEP_SENTENCES = {"refine": 3, "summarize": 2}
+"""Sentences a cross-encoder refinement keeps per passage (text order kept)."""
+DELETE_MIN_LOGIT = 0.0
+"""RefineDoc(delete) with a cross-encoder drops a passage whose best sentence scores below this
+relevance logit (ms-marco cross-encoders put unrelated text well below 0, related text above)."""
 
 PENDING = "\u2063pending\u2063"
 """Marker returned by actions in prefetch mode in place of a not-yet-generated output."""
@@ -283,6 +306,10 @@ class ActionSet:
         max_topk: upper bound on a program's ``topk``.
         max_docs: at most this many passages go into GenerateAnswer.
         aux_max_new_tokens: generation budget of RewriteQuery, DecomposeQuery and RefineDoc.
+        table: optional error-action table (``ragcritic_lib.agent.planner.ErrorActionTable``):
+            where a critique's label has an ``answer_strategy``, GenerateAnswer gets that
+            strategy and the rejected answer.
+        exclude_context: Retrieval skips passages of the sample's context (see begin_sample).
     """
 
     def __init__(
@@ -299,6 +326,8 @@ class ActionSet:
         max_topk: int = 20,
         max_docs: int = 10,
         aux_max_new_tokens: int = 40,
+        table: Any | None = None,
+        exclude_context: bool = True,
     ) -> None:
         if not isinstance(gen_params, GenParams):
             raise TypeError(f"gen_params must be a GenParams, got {type(gen_params).__name__}")
@@ -319,8 +348,12 @@ class ActionSet:
         self.rag_variant = rag_variant
         self.events: list[dict[str, Any]] = []
         self.counts: Counter[str] = Counter()
+        self.table = table
+        self.exclude_context = exclude_context
         self._memo: dict[str, Any] = {}
-        self._search_memo: dict[tuple[str, int], list[str]] = {}
+        self._search_memo: dict[tuple[Any, ...], list[str]] = {}
+        self._score_memo: dict[tuple[str, str], float] = {}
+        self.begin_sample()
         self._prefetching = False
         self._pending: dict[str, tuple[Any, GenParams]] = {}
 
@@ -351,6 +384,36 @@ class ActionSet:
             "RefineDoc": RefineDoc,
             "GenerateAnswer": GenerateAnswer,
         }
+
+    # -- per-sample context ----------------------------------------------------------------------
+    def begin_sample(self, docs: Sequence[str] = (), prediction: str = "", critique: Any = None) -> None:
+        """Set the context of the next program: its passages, the answer it corrects, the critique.
+
+        Args:
+            docs: the passages the answer was generated from (Retrieval skips them).
+            prediction: the answer being corrected.
+            critique: the critic's feedback (``{"tag1": [...], "tag2": [...]}`` or a CriticParse);
+                its labels pick the answer-rewriting strategy and the abstain path.
+        """
+        self._context_list = tuple(_flatten_docs(list(docs)))
+        self._context_docs = frozenset(self._context_list)
+        self._rejected = " ".join(str(prediction or "").split())
+        labels: list[str] = []
+        if critique is not None:
+            get = critique.get if isinstance(critique, Mapping) else (lambda k, d=None: getattr(critique, k, d))
+            for key in ("tag2", "tag1"):  # most specific first, as the rule-based planner reads them
+                value = get(key, None) or []
+                labels += [value] if isinstance(value, str) else [str(x) for x in value]
+        canonical = self.table.taxonomy.canonical if self.table is not None else (lambda x: x)
+        names = [n for n in (canonical(x) for x in labels) if n]
+        self._abstain = bool(set(names) & UNSUPPORTED_LABELS)
+        self._strategy = None
+        if self.table is not None:
+            for name in names:
+                rule = self.table.rule(name)
+                if rule is not None and rule.answer_strategy:
+                    self._strategy = self.table.answer_strategies[rule.answer_strategy]
+                    break
 
     # -- bookkeeping -----------------------------------------------------------------------------
     def drain_events(self) -> list[dict[str, Any]]:
@@ -423,18 +486,23 @@ class ActionSet:
         if not query:
             self._log("Retrieval", query=query, topk=k, n=0, fallback="empty_query")
             return []
-        docs = self._search_memo.get((query, k))
+        seen = self._context_docs if self.exclude_context else frozenset()
+        memo_key = (query, k, seen)
+        docs = self._search_memo.get(memo_key)
         if docs is None:
+            # Deep enough that k passages remain after skipping the ones already in the context.
+            depth = k + len(seen)
             if self.reranker is not None:
-                cands = self.retriever.search([query], max(k, self.rerank_depth))
-                hits = self.reranker.rerank([query], cands, k)[0]
+                depth = max(depth, self.rerank_depth)
+                cands = self.retriever.search([query], depth)
+                hits = self.reranker.rerank([query], cands, depth)[0]
             else:
-                hits = self.retriever.search([query], k)[0]
+                hits = self.retriever.search([query], depth)[0]
             # Full passages, as standard RAG's `docs` hold them, so duplicates are recognized;
             # prompts cut them to max_doc_words.
-            docs = [h.contents for h in hits]
-            self._search_memo[(query, k)] = docs
-        self._log("Retrieval", query=query, topk=k, n=len(docs))
+            docs = [h.contents for h in hits if h.contents not in seen][:k]
+            self._search_memo[memo_key] = docs
+        self._log("Retrieval", query=query, topk=k, n=len(docs), skipped_context=len(seen))
         return list(docs)
 
     # -- RewriteQuery ------------------------------------------------------------------------------
@@ -539,10 +607,19 @@ class ActionSet:
             return PENDING
         q_words = set(content_words(query))
         title, body = split_title(doc)
+        scorer = getattr(self.reranker, "score_pairs", None)
         if mode == "delete":
-            keep = not q_words or bool(overlap(content_words(doc), q_words))
+            if scorer is not None and query:
+                best = max(self._sentence_scores(query, title, body), default=float("-inf"))
+                keep = best >= DELETE_MIN_LOGIT
+            else:
+                keep = not q_words or bool(overlap(content_words(doc), q_words))
             self._log("RefineDoc", instruction=mode, kept=keep)
             return doc if keep else ""
+        if mode in ("refine", "summarize") and scorer is not None and query:
+            out = _join_title(title, self._select_sentences(query, title, body, REFINE_KEEP_SENTENCES[mode]))
+            self._log("RefineDoc", instruction=mode, output=out, selector="cross-encoder")
+            return out
         if mode in ("refine", "summarize"):
             out = _join_title(title, self._extract(body, q_words, mode))
             self._log("RefineDoc", instruction=mode, output=out)
@@ -565,6 +642,29 @@ class ActionSet:
         self._log("RefineDoc", instruction=mode, output=out, raw=text,
                   fallback=None if grounded else ("extractive" if mode == "correct" else "unchanged"))
         return out
+
+    def _pair_scores(self, query: str, texts: Sequence[str]) -> list[float]:
+        """Cross-encoder logits of (query, text) pairs, memoized (prefetch runs repeat them)."""
+        todo = [t for t in dict.fromkeys(texts) if (query, t) not in self._score_memo]
+        if todo:
+            scores = self.reranker.score_pairs([query] * len(todo), list(todo))
+            for t, v in zip(todo, scores):
+                self._score_memo[(query, t)] = float(v)
+        return [self._score_memo[(query, t)] for t in texts]
+
+    def _sentence_scores(self, query: str, title: str, body: str) -> list[float]:
+        # The title goes with each sentence: "It was completed in 1887." names no entity itself.
+        sents = split_sentences(body) or [body]
+        return self._pair_scores(query, [f"{title}. {s}" if title else s for s in sents])
+
+    def _select_sentences(self, query: str, title: str, body: str, keep: int) -> str:
+        """The ``keep`` sentences the cross-encoder scores best for the query, in text order."""
+        sents = split_sentences(body)
+        if len(sents) <= keep:
+            return body
+        scores = self._sentence_scores(query, title, body)
+        best = sorted(range(len(sents)), key=lambda i: (-scores[i], i))[:keep]
+        return " ".join(sents[i] for i in sorted(best))
 
     @staticmethod
     def _extract(body: str, q_words: set[str], mode: str) -> str:
@@ -598,14 +698,42 @@ class ActionSet:
         instruction = " ".join(str(additional_instruction).split()) if additional_instruction else None
         if _has_marker(query) or _has_marker(docs) or _has_marker(instruction or ""):
             return PENDING
-        used = _flatten_docs(docs)[: self.max_docs]
+        used = _flatten_docs(docs)
+        if not used and self._context_docs:
+            # Every passage was deleted or nothing new was found: answer from what was there.
+            used = list(self._context_list)
+        if len(used) > self.max_docs and getattr(self.reranker, "score_pairs", None) is not None and query:
+            # Keep the passages the cross-encoder scores best (best first), not simply the first ones.
+            scores = self._pair_scores(query, used)
+            used = [used[i] for i in sorted(range(len(used)), key=lambda i: (-scores[i], i))]
+        used = used[: self.max_docs]
+        if self._strategy and self._rejected:
+            # The table says the answer itself must be rewritten: say which answer was rejected.
+            note = f'{self._strategy} The earlier answer "{" ".join(self._rejected.split()[:20])}" was judged wrong.'
+            instruction = f"{instruction} {note}" if instruction else note
         text = self._generate(self.answer_messages(query, used, instruction), self.gen_params)
         if text == PENDING:
             return PENDING
         answer, followed = extract_answer(text, prefilled=self.rag_variant == "prefill")
+        abstained = False
+        if self._abstain and answer and not _grounded(answer, used, self._rejected):
+            answer, abstained = ABSTAIN_ANSWER, True
         self._log("GenerateAnswer", docs=used, instruction=instruction, raw=text, answer=answer,
-                  followed_prefix=followed)
+                  followed_prefix=followed, abstained=abstained)
         return answer
+
+
+def _grounded(answer: str, docs: Sequence[str], rejected: str) -> bool:
+    """Whether an answer is supported by the passages: every content word of it occurs in them
+    and it is not the answer the critique rejected as unsupported (an abstention counts as
+    grounded, so it is never replaced)."""
+    words = content_words(answer)
+    if not words or normalize_words(answer) in {normalize_words(ABSTAIN_ANSWER)}:
+        return True
+    if rejected and normalize_words(answer) == normalize_words(rejected):
+        return False
+    doc_words = set(content_words(" ".join(docs)))
+    return all(w in doc_words for w in words)
 
 
 def _normalize_mode(instruction: Any, modes: Mapping[str, str], *, default: str) -> str:

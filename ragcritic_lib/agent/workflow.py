@@ -199,7 +199,7 @@ def _state_record(rec: Mapping[str, Any], passages: list[str], prediction: str, 
 
 
 def _execute(program: str, actions: Any, fns: Mapping[str, Any], variables: Mapping[str, Any],
-             max_calls: int, timeout_s: float) -> dict[str, Any]:
+             max_calls: int, timeout_s: float, critique: Any = None) -> dict[str, Any]:
     """Run one program for real; never raises for the program's own faults.
 
     ``run_program`` reports every fault a program can cause (including ones no check foresaw,
@@ -208,6 +208,7 @@ def _execute(program: str, actions: Any, fns: Mapping[str, Any], variables: Mapp
     """
     if hasattr(actions, "drain_events"):
         actions.drain_events()
+    _begin_sample(actions, variables, critique)
     out: dict[str, Any] = {"answer": None, "trace": [], "reason": None, "message": None, "n_calls": 0}
     try:
         res = run_program(program, fns, variables=variables, max_calls=max_calls, timeout_s=timeout_s)
@@ -225,7 +226,13 @@ def _execute(program: str, actions: Any, fns: Mapping[str, Any], variables: Mapp
     return out
 
 
-def _prefetch(jobs: Sequence[tuple[str, Mapping[str, Any]]], actions: Any, fns: Mapping[str, Any],
+def _begin_sample(actions: Any, variables: Mapping[str, Any], critique: Any) -> None:
+    """Tell the actions which passages, answer and critique the next program corrects."""
+    if hasattr(actions, "begin_sample"):
+        actions.begin_sample(variables.get("docs", []), variables.get("prediction", ""), critique)
+
+
+def _prefetch(jobs: Sequence[tuple[Any, ...]], actions: Any, fns: Mapping[str, Any],
               max_calls: int, timeout_s: float, max_rounds: int) -> int:
     """Batch the programs' generator calls across samples (see ragcritic_lib.agent.actions)."""
     if not hasattr(actions, "begin_prefetch"):
@@ -234,7 +241,8 @@ def _prefetch(jobs: Sequence[tuple[str, Mapping[str, Any]]], actions: Any, fns: 
     for _ in range(max_rounds):
         actions.begin_prefetch()
         try:
-            for program, variables in jobs:
+            for program, variables, *critique in jobs:
+                _begin_sample(actions, variables, critique[0] if critique else None)
                 try:
                     run_program(program, fns, variables=variables, max_calls=max_calls, timeout_s=timeout_s)
                 except ProgramError:
@@ -333,11 +341,12 @@ def run_correction(
         with meter.phase("actions", [gen_llm]) as cost:
             before = Counter(getattr(actions, "counts", Counter()))
             jobs = {i: (plan.program, {"question": str(records[i]["question"]), "docs": list(docs[i]),
-                                       "prediction": preds[i]})
+                                       "prediction": preds[i]}, feedback[i])
                     for i, plan in zip(to_fix, plans) if plan.program}
             if prefetch and jobs:
                 _prefetch(list(jobs.values()), actions, fns, max_calls, timeout_s, max_prefetch_rounds)
-            results = {i: _execute(prog, actions, fns, var, max_calls, timeout_s) for i, (prog, var) in jobs.items()}
+            results = {i: _execute(prog, actions, fns, var, max_calls, timeout_s, fb)
+                       for i, (prog, var, fb) in jobs.items()}
             after = Counter(getattr(actions, "counts", Counter()))
             cost["calls"] += after["llm_calls"] - before["llm_calls"]
             cost["prompt_tokens"] += after["prompt_tokens"] - before["prompt_tokens"]

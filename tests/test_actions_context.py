@@ -1,0 +1,158 @@
+"""Actions that see the sample's context: retrieval that skips seen passages, cross-encoder
+sentence selection, the rejected answer for answer-rewriting strategies, the abstain path."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from ragcritic_lib.agent.actions import ActionSet
+from ragcritic_lib.agent.planner import load_error_actions
+from ragcritic_lib.llm import CallableLLM, GenParams
+from ragcritic_lib.retrieval import Hit
+
+CORPUS = {
+    "d1": "Kestrel Bridge\nThe Kestrel Bridge crosses the Aldor river. It was completed in 1887. It is made of stone.",
+    "d2": "Aldor\nThe Aldor is a river in the northern lowlands. It is 210 km long.",
+    "d3": "Velta\nThe Velta is a river that flows 640 km to the sea.",
+    "d4": "Orun (band)\nOrun is a folk band formed in 1999.",
+}
+
+
+class TinyRetriever:
+    """Word-overlap search over CORPUS; ties keep corpus order."""
+
+    def __init__(self) -> None:
+        self.queries: list[tuple[str, int]] = []
+
+    def search(self, queries, k):
+        out = []
+        for q in queries:
+            self.queries.append((q, k))
+            words = set(re.findall(r"[a-z0-9]+", q.lower()))
+            scored = sorted((-len(words & set(re.findall(r"[a-z0-9]+", t.lower()))), i, d, t)
+                            for i, (d, t) in enumerate(CORPUS.items()))
+            out.append([Hit(d, float(-s), t) for s, _, d, t in scored[:k]])
+        return out
+
+
+class KeywordScorer:
+    """A stand-in cross-encoder: the logit is the sum of the weights of the words it contains."""
+
+    WEIGHTS = {"completed": 5.0, "stone": 2.0, "crosses": 1.0, "river": -0.5, "band": -3.0}
+
+    def __init__(self) -> None:
+        self.pairs: list[tuple[str, str]] = []
+
+    def score_pairs(self, queries, passages):
+        self.pairs += list(zip(queries, passages))
+        return [sum(w for word, w in self.WEIGHTS.items() if word in p.lower()) - 1.0 for p in passages]
+
+    def rerank(self, queries, hits, k):
+        out = []
+        for q, hs in zip(queries, hits):
+            scores = self.score_pairs([q] * len(hs), [h.contents for h in hs])
+            order = sorted(range(len(hs)), key=lambda i: (-scores[i], i))[:k]
+            out.append([hs[i] for i in order])
+        return out
+
+
+def make(answer: str = "1887", **kw):
+    prompts: list = []
+
+    def fn(prompt, params):
+        prompts.append(prompt)
+        return f"The passages say so. So the final answer is: {answer}"
+
+    acts = ActionSet(CallableLLM(fn, name="scripted"), TinyRetriever(), gen_params=GenParams(max_new_tokens=32),
+                     topk=2, **kw)
+    return acts, prompts
+
+
+def test_retrieval_skips_passages_already_in_the_context():
+    acts, _ = make()
+    q = "Kestrel Bridge Aldor river"
+    assert acts.retrieval(q, 2) == [CORPUS["d1"], CORPUS["d2"]]
+    acts.begin_sample(docs=[CORPUS["d1"]], prediction="1850")
+    # Searched one deeper so that two unseen passages remain.
+    assert acts.retrieval(q, 2) == [CORPUS["d2"], CORPUS["d3"]]
+    assert acts.retriever.queries[-1] == (q, 3)
+    assert acts.events[-1]["skipped_context"] == 1
+    acts.begin_sample()
+    assert acts.retrieval(q, 2) == [CORPUS["d1"], CORPUS["d2"]]
+
+
+def test_retrieval_reranks_at_depth_then_skips_context():
+    acts, _ = make(reranker=KeywordScorer(), rerank_depth=4)
+    acts.begin_sample(docs=[CORPUS["d1"]])
+    # Reranked: d1 (completed, stone, crosses), then d2/d3 (river), d4 (band); d1 is in the context.
+    assert acts.retrieval("Kestrel Bridge", 2) == [CORPUS["d2"], CORPUS["d3"]]
+    assert acts.retriever.queries == [("Kestrel Bridge", 4)]
+
+
+def test_refine_and_summarize_keep_the_best_scored_sentences_in_text_order():
+    acts, prompts = make(reranker=KeywordScorer())
+    q = "When was the Kestrel Bridge completed?"
+    # Scores: "crosses the Aldor river" 1 - .5 - 1, "completed" 4, "stone" 1.
+    assert acts.refine_doc(q, CORPUS["d1"], "summarize") == (
+        "Kestrel Bridge\nIt was completed in 1887. It is made of stone.")
+    assert acts.refine_doc(q, CORPUS["d1"], "refine") == CORPUS["d1"]  # three sentences: all kept
+    # The title is scored with each sentence.
+    assert acts.reranker.pairs[0] == (q, "Kestrel Bridge. The Kestrel Bridge crosses the Aldor river.")
+    assert prompts == []
+
+
+def test_delete_uses_the_cross_encoder_threshold():
+    acts, _ = make(reranker=KeywordScorer())
+    q = "When was the Kestrel Bridge completed?"
+    assert acts.refine_doc(q, CORPUS["d1"], "delete") == CORPUS["d1"]
+    # "Orun is a folk band formed in 1999." shares no word with the question and scores -4.
+    assert acts.refine_doc(q, CORPUS["d4"], "delete") == ""
+    # Word overlap alone would keep a passage sharing one content word ("river") with the question.
+    assert acts.refine_doc("Which river is the Kestrel Bridge on?", CORPUS["d3"], "delete") == ""
+
+
+def test_generate_answer_keeps_the_best_scored_passages_and_falls_back_to_context():
+    acts, prompts = make(reranker=KeywordScorer(), max_docs=2)
+    q = "When was the Kestrel Bridge completed?"
+    assert acts.generate_answer(q, [CORPUS["d4"], CORPUS["d2"], CORPUS["d1"]]) == "1887"
+    assert acts.events[-1]["docs"] == [CORPUS["d1"], CORPUS["d2"]]
+    acts.begin_sample(docs=[CORPUS["d3"]])
+    acts.generate_answer(q, ["", ""])  # every passage deleted: the context passages are read
+    assert acts.events[-1]["docs"] == [CORPUS["d3"]]
+
+
+def test_rejected_answer_is_named_where_the_table_rewrites_the_answer():
+    table = load_error_actions()
+    acts, prompts = make(table=table)
+    q = "When was the Kestrel Bridge completed?"
+    acts.begin_sample(docs=[CORPUS["d1"]], prediction="1850", critique={"tag1": ["Erroneous Information"]})
+    acts.generate_answer(q, [CORPUS["d1"]], "Prefer recent facts.")
+    strategy = table.answer_strategies[table.rule("Erroneous Information").answer_strategy]
+    assert acts.events[-1]["instruction"] == f'Prefer recent facts. {strategy} The earlier answer "1850" was judged wrong.'
+    assert 'The earlier answer "1850" was judged wrong.' in str(prompts[-1])
+    # A label without a strategy leaves the instruction alone.
+    acts.begin_sample(docs=[CORPUS["d1"]], prediction="1850", critique={"tag1": ["Irrelevant Information"]})
+    acts.generate_answer(q, [CORPUS["d1"]], "Prefer recent facts.")
+    assert acts.events[-1]["instruction"] == "Prefer recent facts."
+
+
+@pytest.mark.parametrize(("answer", "expected"), [
+    ("1850", "insufficient information"),  # not in the passages: abstain
+    ("1887", "1887"),  # supported by the passages: kept
+    ("Kestrel", "insufficient information"),  # the rejected answer again: abstain
+    ("insufficient information", "insufficient information"),
+])
+def test_abstain_path_for_an_unsupported_answer_critique(answer, expected):
+    acts, _ = make(answer=answer, table=load_error_actions())
+    critique = {"tag1": ["Inaccurate or Misunderstood Response"], "tag2": ["Factual Inaccuracies"]}
+    acts.begin_sample(docs=[CORPUS["d1"]], prediction="Kestrel", critique=critique)
+    assert acts.generate_answer("When was the Kestrel Bridge completed?", [CORPUS["d1"]]) == expected
+    assert acts.events[-1]["abstained"] is (expected != answer)
+
+
+def test_no_abstain_without_the_unsupported_label():
+    acts, _ = make(answer="1850", table=load_error_actions())
+    acts.begin_sample(docs=[CORPUS["d1"]], prediction="Kestrel", critique={"tag1": ["Incomplete Information"]})
+    assert acts.generate_answer("When was the Kestrel Bridge completed?", [CORPUS["d1"]]) == "1850"
