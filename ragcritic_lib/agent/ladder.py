@@ -1,0 +1,190 @@
+"""The ablation ladder of the correction stage: which part of RAG-Critic moves the answers.
+
+Rows, all on the same questions: standard RAG; a *fixed action* (one program applied to every
+answer, no critic: does targeting matter?); RAG-Critic with its trained critic and planner after
+1 and 2 rounds; an *oracle verdict* (gold correctness, the trained critic's labels); an *oracle
+critique* (gold correctness and labels from the error's known causes, rule-based planner: the
+ceiling of the action layer). Each row reports EM / F1 / accuracy and its F1 difference to
+standard RAG with a paired bootstrap interval and a paired sign-flip permutation p-value
+(:mod:`ragcritic_lib.stats`); the minimum detectable F1 effect says what the sample size can see.
+
+The two oracles read gold answers and the testbed's construction metadata: they are labelled as
+oracles and exist only as ceilings; the actions they drive never see either.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ragcritic_lib.agent.workflow import records_at_iteration
+from ragcritic_lib.metrics import score_prediction
+from ragcritic_lib.stats import paired_comparison, paired_mde
+
+LADDER_ROWS: tuple[str, ...] = (
+    "standard RAG", "fixed action", "RAG-Critic (1 iter)", "RAG-Critic (2 iter)", "oracle verdict", "oracle critique",
+)
+DEGENERATE_PLAN_SHARE = 0.6
+"""A planner whose most frequent plan exceeds this share of its plans is flagged degenerate."""
+
+
+class AlwaysErrorCritic:
+    """Judges every answer wrong and names no label, so a rule-based planner applies the table's
+    default program to every answer: the "fixed action" row (no critic)."""
+
+    name = "always-error"
+    llm = None
+
+    def __init__(self) -> None:
+        self.last_generations: list[Any] = []
+
+    def critique(self, records: Sequence[Mapping[str, Any]]) -> list[Any]:
+        from ragcritic_lib.critic import ERROR, CriticParse
+
+        return [CriticParse(judgement=ERROR, analysis="", valid_json=True) for _ in records]
+
+
+class KnownCauseCritic:
+    """Oracle critique: gold correctness, labels from the known causes of each error.
+
+    Causes come from :func:`ragcritic_lib.evidence.error_causes` (the testbed's construction
+    causes first, then those the grounded evidence implies) and map to labels through
+    ``data/taxonomy/known_causes.yaml`` (:func:`ragcritic_lib.taxonomy.load_known_causes`).
+
+    Args:
+        known_causes: ``{cause: {"tier1": [...], "tier2": [...]}}``.
+        source_records: the standard-RAG records with their passage ids; a state whose id and
+            answer match one of them is diagnosed on it (the workflow's state records carry
+            passage texts only, and supporting-passage recall needs the ids).
+        passage_meta: corpus metadata by passage id (distractor entities), optional.
+        metric: "acc" or "em" decides correctness, as :class:`OracleCritic`.
+    """
+
+    name = "oracle-critique"
+    llm = None
+
+    def __init__(self, known_causes: Mapping[str, Mapping[str, Any]], source_records: Sequence[Mapping[str, Any]] = (),
+                 passage_meta: Mapping[str, Mapping[str, Any]] | None = None, metric: str = "acc") -> None:
+        if metric not in ("acc", "em"):
+            raise ValueError(f"KnownCauseCritic metric must be 'acc' or 'em', got {metric!r}")
+        self.known_causes = known_causes
+        self.sources = {str(r.get("id")): r for r in source_records}
+        self.passage_meta = passage_meta
+        self.metric = metric
+        self.last_generations: list[Any] = []
+
+    def causes(self, record: Mapping[str, Any]) -> list[str]:
+        """Error causes of one record (diagnosed on its source record when that is the same answer)."""
+        from ragcritic_lib.evidence import compute_evidence, error_causes
+
+        src = self.sources.get(str(record.get("id")))
+        if src is not None and str(src.get("prediction") or "") == str(record.get("prediction") or ""):
+            record = src
+        return error_causes(record, compute_evidence(record, passage_meta=self.passage_meta))
+
+    def labels(self, causes: Sequence[str]) -> tuple[list[str], list[str]]:
+        """(tier-1, tier-2) labels of the causes, in cause order, without repeats."""
+        t1: list[str] = []
+        t2: list[str] = []
+        for cause in causes:
+            spec = self.known_causes.get(cause)
+            if spec:
+                t1 += [x for x in spec.get("tier1", []) if x not in t1]
+                t2 += [x for x in spec.get("tier2", []) if x not in t2]
+        return t1, t2
+
+    def critique(self, records: Sequence[Mapping[str, Any]]) -> list[Any]:
+        from ragcritic_lib.critic import CORRECT, ERROR, CriticParse
+
+        out = []
+        for rec in records:
+            if score_prediction(str(rec.get("prediction") or ""), rec["golden_answers"])[self.metric] >= 1.0:
+                out.append(CriticParse(judgement=CORRECT, valid_json=True))
+                continue
+            causes = self.causes(rec)
+            t1, t2 = self.labels(causes)
+            out.append(CriticParse(judgement=ERROR, analysis="Known causes: " + ", ".join(causes) + ".",
+                                   tag1=t1, tag2=t2, valid_json=True))
+        return out
+
+
+def ladder_records(runs: Mapping[str, Sequence[Mapping[str, Any]]], rows: Mapping[str, tuple[str, int]]
+                   ) -> dict[str, list[dict[str, Any]]]:
+    """Scored records per ladder row: ``rows`` maps a row name to (method run name, round);
+    round 0 of any run is standard RAG."""
+    out = {}
+    for row, (method, iteration) in rows.items():
+        if method not in runs:
+            raise KeyError(f"ladder row {row!r}: no run named {method!r} (runs: {sorted(runs)})")
+        out[row] = records_at_iteration(runs[method], iteration)
+    return out
+
+
+def _row(recs: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]], n_boot: int, n_perm: int,
+         seed: int) -> dict[str, Any]:
+    f1 = [float(r["f1"]) for r in recs]
+    cmp = paired_comparison(f1, [float(r["f1"]) for r in base], n_boot=n_boot, n_perm=n_perm, seed=seed)
+    n = len(recs)
+    return {
+        "n": n,
+        "em": round(sum(r["em"] for r in recs) / n, 4), "f1": round(sum(f1) / n, 4),
+        "acc": round(sum(r["acc"] for r in recs) / n, 4),
+        "delta_f1": round(cmp["delta"], 4), "ci_low": round(cmp["ci_low"], 4), "ci_high": round(cmp["ci_high"], 4),
+        "p_value": round(cmp["p_value"], 4),
+    }
+
+
+def ladder_table(rows: Mapping[str, Sequence[Mapping[str, Any]]], *, baseline: str = "standard RAG",
+                 group: str = "type", n_boot: int = 1000, n_perm: int = 10000, seed: int = 0) -> dict[str, Any]:
+    """The ladder's numbers: every row against ``baseline``, overall and per ``metadata[group]``.
+
+    Args:
+        rows: row name -> scored records (``em``/``f1``/``acc`` per record), every row over the
+            same questions in the same order (checked by ``id``).
+
+    Returns:
+        {"all": {row: {n, em, f1, acc, delta_f1, ci_low, ci_high, p_value}},
+         "by_type": {type: {row: {...}}},
+         "paired_mde_f1": {row: MDE of that row's paired differences at its n},
+         "mde_f1": MDE at n from standard RAG's per-question F1 SD (pilot formula, conservative)}.
+    """
+    if baseline not in rows:
+        raise KeyError(f"baseline row {baseline!r} missing (rows: {list(rows)})")
+    base = list(rows[baseline])
+    ids = [str(r.get("id")) for r in base]
+    for name, recs in rows.items():
+        if [str(r.get("id")) for r in recs] != ids:
+            raise ValueError(f"ladder row {name!r} does not cover the same questions as {baseline!r}")
+    if len(base) < 2:
+        raise ValueError(f"the ladder needs at least 2 questions, got {len(base)}")
+    out: dict[str, Any] = {"all": {name: _row(recs, base, n_boot, n_perm, seed) for name, recs in rows.items()}}
+    groups: dict[str, list[int]] = {}
+    for i, r in enumerate(base):
+        groups.setdefault(str(r.get("metadata", {}).get(group, r.get(group))), []).append(i)
+    out["by_type"] = {
+        g: {name: _row([recs[i] for i in idx], [base[i] for i in idx], n_boot, n_perm, seed)
+            for name, recs in rows.items()}
+        for g, idx in sorted(groups.items()) if len(idx) >= 2
+    }
+    base_f1 = [float(r["f1"]) for r in base]
+    out["paired_mde_f1"] = {name: round(paired_mde([float(r["f1"]) for r in recs], base_f1), 4)
+                            for name, recs in rows.items() if name != baseline}
+    mean = sum(base_f1) / len(base_f1)
+    sd = (sum((x - mean) ** 2 for x in base_f1) / (len(base_f1) - 1)) ** 0.5
+    out["mde_f1"] = round(paired_mde(pilot_sd=sd, n=len(base_f1)), 4)
+    return out
+
+
+def plan_shares(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """How concentrated a method's plans are: programs run, distinct ones, the top one's share.
+
+    Programs read the sample through variables (question, docs, prediction), so two samples get
+    the same program text exactly when the planner chose the same plan for them.
+    """
+    plans = [step["program"] for r in results for step in r.get("steps", []) if step.get("program")]
+    counts = Counter(plans)
+    top = counts.most_common(1)[0][1] if counts else 0
+    share = top / len(plans) if plans else 0.0
+    return {"plans": len(plans), "distinct": len(counts), "top_share": round(share, 4),
+            "degenerate": bool(plans) and share > DEGENERATE_PLAN_SHARE}

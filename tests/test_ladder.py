@@ -1,0 +1,104 @@
+"""The correction ladder: oracle critique from known causes, fixed action, paired statistics."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragcritic_lib.agent.ladder import (
+    AlwaysErrorCritic, KnownCauseCritic, ladder_records, ladder_table, plan_shares,
+)
+from ragcritic_lib.agent.planner import RuleBasedPlanner, load_error_actions
+from ragcritic_lib.agent.workflow import critic_feedback
+from ragcritic_lib.taxonomy import load_known_causes
+
+PASSAGE = "Kestrel Bridge\nThe Kestrel Bridge crosses the Aldor river. It was completed in 1887."
+
+
+def rec(rid, f1, qtype="a"):
+    return {"id": rid, "metadata": {"type": qtype}, "f1": f1, "em": f1, "acc": f1}
+
+
+def test_ladder_table_exact_values():
+    rows = {"standard RAG": [rec("q1", 0.0), rec("q2", 0.0), rec("q3", 1.0, "b")],
+            "fixed action": [rec("q1", 1.0), rec("q2", 1.0), rec("q3", 1.0, "b")]}
+    table = ladder_table(rows, n_boot=1000, n_perm=1000)
+    assert table["all"]["standard RAG"] == {"n": 3, "em": 0.3333, "f1": 0.3333, "acc": 0.3333, "delta_f1": 0.0,
+                                            "ci_low": 0.0, "ci_high": 0.0, "p_value": 1.0}
+    # Differences 1, 1, 0: exact bootstrap over 27 resamples spans 0..1; two non-zero signs -> p 2/4.
+    assert table["all"]["fixed action"] == {"n": 3, "em": 1.0, "f1": 1.0, "acc": 1.0, "delta_f1": 0.6667,
+                                            "ci_low": 0.0, "ci_high": 1.0, "p_value": 0.5}
+    # Type "b" has one question: no per-type row; type "a" has two.
+    assert list(table["by_type"]) == ["a"]
+    assert table["by_type"]["a"]["fixed action"]["delta_f1"] == 1.0
+    assert table["by_type"]["a"]["fixed action"]["p_value"] == 0.5
+    # Paired: SD of (1, 1, 0) = sqrt(1/3); 2.801585 * 0.57735 / sqrt(3) = 0.9339.
+    assert table["paired_mde_f1"] == {"fixed action": 0.9339}
+    # Pilot: standard RAG's F1 SD sqrt(1/3), times sqrt(2): 2.801585 * 0.816497 / sqrt(3) = 1.3207.
+    assert table["mde_f1"] == 1.3207
+
+
+def test_ladder_table_rejects_rows_on_other_questions():
+    rows = {"standard RAG": [rec("q1", 0.0), rec("q2", 0.0)], "x": [rec("q2", 0.0), rec("q1", 0.0)]}
+    with pytest.raises(ValueError, match="'x' does not cover the same questions"):
+        ladder_table(rows)
+    with pytest.raises(KeyError, match="baseline row"):
+        ladder_table({"x": rows["x"]})
+
+
+def test_ladder_records_picks_rounds():
+    run = [{"id": "q1", "golden_answers": ["1887"], "predictions": ["1850", "1887", "1887"], "steps": []}]
+    out = ladder_records({"RAG-Critic": run}, {"standard RAG": ("RAG-Critic", 0), "RAG-Critic (1 iter)": ("RAG-Critic", 1)})
+    assert [r["f1"] for r in out["standard RAG"]] == [0.0]
+    assert [r["f1"] for r in out["RAG-Critic (1 iter)"]] == [1.0]
+    with pytest.raises(KeyError, match="no run named 'other'"):
+        ladder_records({"RAG-Critic": run}, {"x": ("other", 1)})
+
+
+def make_testbed_record(prediction, gold, passage_ids, *, answerable=True, supporting=("p9",)):
+    return {"id": "q1", "question": "When was the Kestrel Bridge completed?", "golden_answers": [gold],
+            "metadata": {"type": "temporal", "answerable": answerable, "knobs": {}, "supporting_ids": list(supporting)},
+            "passages": [{"id": pid, "contents": PASSAGE, "score": 1.0} for pid in passage_ids],
+            "prediction": prediction, "followed_prefix": True, "truncated": False}
+
+
+def test_known_cause_critic_labels_from_causes():
+    known = load_known_causes()
+    critic = KnownCauseCritic(known)
+    right = make_testbed_record("1887", "1887", ["p9"])
+    unanswerable = make_testbed_record("1887", "insufficient information", ["p9"], answerable=False, supporting=())
+    ok, bad = critic.critique([right, unanswerable])
+    assert critic_feedback(ok)["judgement"] == "Correct"
+    fb = critic_feedback(bad)
+    causes = critic.causes(unanswerable)
+    assert causes[0] == "unanswerable_answered"
+    # Labels are the union over causes, in cause order.
+    assert fb["tag1"][:2] == known["unanswerable_answered"]["tier1"]
+    assert fb["tag2"][:2] == known["unanswerable_answered"]["tier2"]
+    assert "Factual Inaccuracies" in fb["tag2"]
+    assert fb["analysis"] == "Known causes: " + ", ".join(causes) + "."
+
+
+def test_known_cause_critic_diagnoses_on_the_source_record():
+    source = make_testbed_record("1850", "1887", ["p9"])
+    state = dict(source, passages=[{"id": "", "contents": PASSAGE, "score": 0.0}])
+    with_source = KnownCauseCritic(load_known_causes(), source_records=[source])
+    without = KnownCauseCritic(load_known_causes())
+    # With the ids the supporting passage was retrieved; without them it looks missing.
+    assert "supporting_not_retrieved" not in with_source.causes(state)
+    assert "supporting_not_retrieved" in without.causes(state)
+    # A later answer is diagnosed on the state itself.
+    assert "supporting_not_retrieved" in with_source.causes(dict(state, prediction="1900"))
+
+
+def test_fixed_action_is_one_program_and_flagged_degenerate():
+    table = load_error_actions()
+    planner = RuleBasedPlanner(table)
+    parses = AlwaysErrorCritic().critique([{}, {}, {}])
+    programs = {planner.program_for(critic_feedback(p))[0] for p in parses}
+    assert [critic_feedback(p)["judgement"] for p in parses] == ["Error"] * 3
+    assert programs == {planner.program_for({"judgement": "Error", "tag1": [table.default_tier1]})[0]}
+    results = [{"steps": [{"program": "a"}]}, {"steps": [{"program": "a"}, {"program": "b"}]}, {"steps": []}]
+    assert plan_shares(results) == {"plans": 3, "distinct": 2, "top_share": 0.6667, "degenerate": True}
+    results[0]["steps"][0]["program"] = "c"
+    assert plan_shares(results)["degenerate"] is False  # top share 1/3
+    assert plan_shares([])["degenerate"] is False
