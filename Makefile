@@ -9,7 +9,7 @@ export DVC_NO_ANALYTICS := 1
 export PYTHONUNBUFFERED := 1
 STAMP := $(VENV)/.installed
 
-.PHONY: install assets pipeline test test-fast smoke lab notebooks exercises report bench clean-cache
+.PHONY: install assets pipeline test test-fast test-served smoke lab notebooks exercises report bench clean-cache
 
 $(STAMP): requirements-cpu.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,20 @@ test: assets
 ## Unit and contract tests only (skips the end-to-end smoke run).
 test-fast: assets
 	$(BIN)/python -m pytest -q -m "not smoke" tests
+
+## Real served model (slow, not part of `make test`): two llama.cpp servers on 127.0.0.1, one
+## killed mid-run; llama-cpp-python is built once into its own venv (AMX off: it crashes on some CPUs).
+LLAMACPP_VENV := .cache/llamacpp-venv
+$(LLAMACPP_VENV)/.installed:
+	test -x $(LLAMACPP_VENV)/bin/python || $(PYTHON) -m venv $(LLAMACPP_VENV)
+	CMAKE_BUILD_PARALLEL_LEVEL=2 CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF \
+	  -DGGML_AMX_BF16=OFF -DGGML_AVX2=ON -DGGML_AVX512=ON" \
+	  $(LLAMACPP_VENV)/bin/python -m pip install -q "llama-cpp-python[server]==0.3.36"
+	touch $@
+
+test-served: install $(LLAMACPP_VENV)/.installed
+	RAGCRITIC_SERVED_TEST=1 LLAMACPP_PYTHON=$(CURDIR)/$(LLAMACPP_VENV)/bin/python \
+	  $(BIN)/python -m pytest -q -s -m served tests/test_served_llamacpp.py
 
 ## Open the notebooks in JupyterLab on the project's kernel.
 lab: install

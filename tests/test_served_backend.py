@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections import deque
+from collections import Counter, deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -24,8 +24,11 @@ class ScriptedServer:
     -len(word) / 10 per word, unless ``logprobs=False`` (then it refuses echo like a server
     without prompt log-probabilities)."""
 
-    def __init__(self, script=(), *, refuse=(), logprobs: bool = True) -> None:
+    def __init__(self, script=(), *, refuse=(), logprobs: bool = True, meet=()) -> None:
         self.script = deque(script)
+        # Requests of the models in ``meet`` wait (at most 5 s) for ``met``: set when a request of
+        # one arrives while a request of another is in flight.
+        self.meet, self.active, self.met = set(meet), Counter(), threading.Event()
         self.refuse = set(refuse)  # prompts answered with HTTP 400
         self.logprobs = logprobs
         self.requests: list[tuple[str, dict]] = []
@@ -43,6 +46,15 @@ class ScriptedServer:
                 with server.lock:
                     server.requests.append((self.path, body))
                     scripted = server.script.popleft() if server.script else None
+                    model = body.get("model")
+                    if model in server.meet:
+                        if any(server.active[m] for m in server.meet - {model}):
+                            server.met.set()
+                        server.active[model] += 1
+                if model in server.meet:
+                    server.met.wait(timeout=5.0)
+                    with server.lock:
+                        server.active[model] -= 1
                 if scripted is not None:
                     return self._send(*scripted)
                 prompt = body.get("prompt") if self.path == "/v1/completions" else body["messages"][-1]["content"]
@@ -256,3 +268,27 @@ def test_retrained_adapter_served_under_the_same_name_misses_the_cache(server, t
     assert len(srv.requests) == 4
     with pytest.raises(ValueError, match="'adapter'"):
         load_llm({**cfg, "adapter": str(tmp_path / "missing")})
+
+
+def test_served_pool_members_are_sampled_at_the_same_time(server, tmp_path):
+    from ragcritic_lib import runtime
+    from ragcritic_lib.io import read_jsonl_tolerant
+    from ragcritic_lib.mining import PoolMember
+
+    srv = server(meet={"model-a", "model-b"})
+    records = [{"id": f"q{i}", "question": f"What is item {i}?", "golden_answers": ["x"],
+                "metadata": {"dataset": "toy"}} for i in range(3)]
+    pool = [PoolMember(name=name, llm={"backend": "openai", "model": model, "urls": srv.url, "cache": False},
+                       prompt_variant="closed_book")
+            for name, model in (("a", "model-a"), ("b", "model-b"))]
+    out = tmp_path / "samples.jsonl"
+    rows = runtime.sample_pool(records, pool, {}, out_path=out, chunk_size=2, parallel_members=2)
+    assert srv.met.is_set()  # both members had requests in flight together
+    assert [(r["pool_member"], r["id"]) for r in rows] == [(m, f"q{i}") for m in "ab" for i in range(3)]
+    assert all(r["raw_output"].startswith("echo ") for r in rows)
+    logged = read_jsonl_tolerant(out)
+    assert sorted((r["pool_member"], r["id"]) for r in logged) == sorted((r["pool_member"], r["id"]) for r in rows)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["samples.jsonl"]  # side logs removed
+    n = len(srv.requests)
+    again = runtime.sample_pool(records, pool, {}, out_path=out, chunk_size=2, parallel_members=2)
+    assert again == rows and len(srv.requests) == n  # resumed from the log: no new requests
