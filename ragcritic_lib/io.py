@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from ragcritic_lib.text import clean_text
+
 
 class DataFormatError(ValueError):
     """A data file is malformed; the message names the file and, where known, the line."""
@@ -101,7 +103,12 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 
 def dumps_jsonl(records: Iterable[Mapping[str, Any]]) -> str:
-    return "".join(json.dumps(r, ensure_ascii=False, sort_keys=False) + "\n" for r in records)
+    """Records as JSONL text; a lone surrogate in any string or key is written as U+FFFD.
+
+    Model output reaches the records, and a surrogate would make the UTF-8 write fail at the end
+    of a stage; cleaning the serialised text is the last line of defence (see ragcritic_lib.text).
+    """
+    return clean_text("".join(json.dumps(r, ensure_ascii=False, sort_keys=False) + "\n" for r in records))
 
 
 def write_jsonl(path: str | os.PathLike[str], records: Iterable[Mapping[str, Any]]) -> Path:
@@ -173,8 +180,9 @@ def read_json(path: str | os.PathLike[str]) -> Any:
 
 
 def write_json(path: str | os.PathLike[str], obj: Any) -> Path:
-    """Atomically write pretty, key-sorted JSON (stable bytes for DVC metrics)."""
-    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    """Atomically write pretty, key-sorted JSON (stable bytes for DVC metrics); lone surrogates
+    in strings or keys are written as U+FFFD, as in :func:`dumps_jsonl`."""
+    return atomic_write_text(path, clean_text(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False)) + "\n")
 
 
 class DuplicateKeyError(yaml.YAMLError):
