@@ -20,7 +20,7 @@
 
 # %% tags=["parameters"]
 recall_questions = 300
-eval_questions = 120
+eval_questions = 140
 top_k = 3
 recall_ks = "1,3,5,10,20"
 prompt_variant = "prefill"

@@ -387,7 +387,7 @@ def rules() -> dict[str, dict[str, Rule]]:
             "extra_critic_variant": one_of(CRITIC_PROMPTS), "known_causes_file": input_path(),
         },
         "correction": {
-            "n_questions": count, "iterations": count, "critic_dir": input_path(),
+            "n_questions": count, "trivia_questions": count, "iterations": count, "critic_dir": input_path(),
             "critic_max_new_tokens": tokens, "critic_verdict": one_of(VERDICT_MODES),
             "planner_train_file": input_path(),
             "planner_recipe": input_path(), "planner_max_steps": steps(), "planner_max_examples": count,
