@@ -1582,19 +1582,32 @@ def _adapter_rank(adapter: str) -> int:
 # OpenAI-compatible HTTP backend
 # ---------------------------------------------------------------------------------------------
 class _UrlPool:
-    """Hands out server slots: at most ``max_in_flight`` requests per URL, least loaded first."""
+    """Hands out server slots: at most ``max_in_flight`` requests per URL, least loaded first.
 
-    def __init__(self, urls: list[str], max_in_flight: int):
+    A URL whose request just failed rests for a cool-down (``backoff_s`` doubling per consecutive
+    failure, capped at ``backoff_max_s``): while another URL is healthy, new requests wait for a
+    slot there instead of hitting a server that is down. A success ends the cool-down.
+    """
+
+    def __init__(self, urls: list[str], max_in_flight: int, *, backoff_s: float = 1.0,
+                 backoff_max_s: float = 60.0, clock: Callable[[], float] = time.monotonic):
         self.urls = urls
         self.max_in_flight = max_in_flight
         self.load = [0] * len(urls)
+        self.failures = [0] * len(urls)
+        self.down_until = [0.0] * len(urls)
+        self.backoff_s, self.backoff_max_s, self.clock = backoff_s, backoff_max_s, clock
         self._next = 0
         self._cond = threading.Condition()
 
     def acquire(self, avoid: int | None = None) -> int:
         with self._cond:
             while True:
+                now = self.clock()
+                healthy = [i for i in range(len(self.urls)) if self.down_until[i] <= now]
                 free = [i for i in range(len(self.urls)) if self.load[i] < self.max_in_flight]
+                if healthy:
+                    free = [i for i in free if i in healthy]
                 if avoid is not None and len(free) > 1:
                     free = [i for i in free if i != avoid]  # retry elsewhere after a failure
                 if free:
@@ -1603,12 +1616,20 @@ class _UrlPool:
                     self._next = (pick + 1) % n
                     self.load[pick] += 1
                     return pick
-                self._cond.wait()
+                # Wake up when a slot frees or the earliest cool-down ends.
+                ends = [t - now for t in self.down_until if t > now]
+                self._cond.wait(timeout=min(ends) if ends else None)
 
-    def release(self, i: int) -> None:
+    def release(self, i: int, *, failed: bool = False) -> None:
         with self._cond:
             self.load[i] -= 1
-            self._cond.notify()
+            if failed:
+                self.failures[i] += 1
+                rest = min(self.backoff_max_s, self.backoff_s * 2 ** (self.failures[i] - 1))
+                self.down_until[i] = self.clock() + rest
+            else:
+                self.failures[i], self.down_until[i] = 0, 0.0
+            self._cond.notify_all()
 
 
 def _normalize_url(url: str) -> str:
@@ -1753,11 +1774,12 @@ class OpenAIBackend(LLM):
             timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)),
             limits=httpx.Limits(max_connections=total, max_keepalive_connections=total),
         )
-        self._pool = _UrlPool(self.urls, max_in_flight)
         self._flush_every = max(self._flush_every, total)
         self._warned_usage = False
         self._random = random.Random()  # jitter only: it never changes what is generated
         self._sleep, self._clock = time.sleep, time.monotonic  # replaceable in tests
+        self._pool = _UrlPool(self.urls, max_in_flight, backoff_s=self.backoff_s, backoff_max_s=self.backoff_max_s,
+                              clock=lambda: self._clock())
         self._lock = threading.Lock()
         self.retries = 0
         self.prompt_errors: list[str] = []
@@ -1837,7 +1859,7 @@ class OpenAIBackend(LLM):
         while True:
             u = self._pool.acquire(avoid)
             url = self.urls[u] + path
-            retry_after = None
+            retry_after, failed = None, True
             try:
                 resp = self._client.post(url, json=body, headers=self._headers)
             except httpx.TransportError as exc:
@@ -1848,11 +1870,13 @@ class OpenAIBackend(LLM):
                     last_error, avoid = f"{url}: HTTP {code}: {resp.text[:300]}", u
                     retry_after = retry_after_seconds(resp.headers.get("Retry-After"))
                 elif code >= 400:
+                    failed = False  # the server is fine; the prompt is not
                     raise PromptRejected(f"{url}: HTTP {code}: {resp.text[:500]}")
                 else:
+                    failed = False
                     return resp, url
             finally:
-                self._pool.release(u)
+                self._pool.release(u, failed=failed)
             attempt += 1
             if self.max_retries is not None and attempt > self.max_retries:
                 raise RuntimeError(f"request failed after {attempt} attempts; last error: {last_error}")

@@ -211,12 +211,15 @@ def test_failing_server_is_avoided_and_every_answer_arrives_once(server):
     bad = server([(503, {}, {})] * 1000)
     good = server()
     clock = FakeClock()
-    llm = _backend([bad.url, good.url], clock, max_in_flight=2, backoff_s=0.01)
+    llm = _backend([bad.url, good.url], clock, max_in_flight=1, backoff_s=1.0)
     prompts = [f"q{i}" for i in range(12)]
     out = llm.generate(prompts)
     assert [g.text for g in out] == [f"echo {p}" for p in prompts]
     answered = [b["prompt"] for _, b in good.requests]
     assert sorted(answered) == sorted(prompts)  # each prompt answered exactly once
+    # After its failure the bad server rests (the clock only moved by one retry wait, shorter
+    # than its cool-down): no further prompt was sent to it.
+    assert len(bad.requests) == 1 and llm.retries == 1
 
 
 def test_score_uses_one_echo_logprobs_request_per_prompt(server):
