@@ -102,3 +102,61 @@ def test_fixed_action_is_one_program_and_flagged_degenerate():
     results[0]["steps"][0]["program"] = "c"
     assert plan_shares(results)["degenerate"] is False  # top share 1/3
     assert plan_shares([])["degenerate"] is False
+
+
+def test_fixed_action_and_oracle_critique_through_the_workflow():
+    import re
+
+    from ragcritic_lib.agent.actions import ActionSet
+    from ragcritic_lib.agent.workflow import run_methods
+    from ragcritic_lib.llm import CallableLLM, GenParams
+    from ragcritic_lib.retrieval import Hit
+
+    corpus = {"d1": PASSAGE, "d2": "Aldor\nThe Aldor is a river in the northern lowlands.",
+              "d3": "Velta\nThe Velta is a river that flows 640 km to the sea."}
+
+    class Tiny:
+        def search(self, queries, k):
+            out = []
+            for q in queries:
+                words = set(re.findall(r"[a-z0-9]+", q.lower()))
+                ranked = sorted(corpus.items(), key=lambda kv: -len(words & set(re.findall(r"[a-z0-9]+", kv[1].lower()))))
+                out.append([Hit(d, 0.0, t) for d, t in ranked[:k]])
+            return out
+
+    def generator(prompt, params):
+        text = prompt[-1]["content"]
+        if "Query:" in text:
+            return "Kestrel Bridge completion year"
+        if "Question: When was the Kestrel Bridge completed?" in text:
+            return "So the final answer is: " + ("1887" if "completed in 1887" in text else "insufficient information")
+        return ""
+
+    def record(rid, question, gold, pid, prediction, qtype):
+        return {"id": rid, "question": question, "golden_answers": [gold], "prediction": prediction,
+                "metadata": {"type": qtype, "answerable": True, "knobs": {}, "supporting_ids": ["d1" if rid == "q1" else pid]},
+                "passages": [{"id": pid, "contents": corpus[pid], "score": 1.0}], "followed_prefix": True, "truncated": False}
+
+    recs = [record("q1", "When was the Kestrel Bridge completed?", "1887", "d2", "insufficient information", "temporal"),
+            record("q2", "How long is the Velta?", "640 km", "d3", "640 km", "numerical")]
+    table = load_error_actions()
+    rule = RuleBasedPlanner(table)
+    acts = ActionSet(CallableLLM(generator, name="gen"), Tiny(), gen_params=GenParams(max_new_tokens=16), topk=3,
+                     table=table)
+    methods = {"fixed action": {"critic": AlwaysErrorCritic(), "planner": rule},
+               "oracle critique": {"critic": KnownCauseCritic(load_known_causes(), source_records=recs), "planner": rule}}
+    runs, _ = run_methods(recs, methods, actions=acts)
+    # The oracle leaves the correct answer alone; the fixed action rewrites both (q2 keeps its answer
+    # because the scripted generator returns nothing for it).
+    assert [len(r["steps"][0].get("program") or "") > 0 for r in runs["oracle critique"]] == [True, False]
+    assert [r["final_prediction"] for r in runs["fixed action"]] == ["1887", "640 km"]
+    # An abstention on an answerable question whose supporting passage was not retrieved.
+    assert runs["oracle critique"][0]["steps"][0]["critic"]["tag1"][:2] == ["Incomplete or Missing Response",
+                                                                             "Incomplete Information"]
+    assert runs["oracle critique"][0]["final_prediction"] == "1887"
+    rows = ladder_records(runs, {"standard RAG": ("fixed action", 0), "fixed action": ("fixed action", 1),
+                                 "oracle critique": ("oracle critique", 1)})
+    table_ = ladder_table(rows, n_perm=100)
+    assert {k: table_["all"][k]["delta_f1"] for k in rows} == {"standard RAG": 0.0, "fixed action": 0.5,
+                                                              "oracle critique": 0.5}
+    assert plan_shares(runs["fixed action"])["degenerate"] is True
