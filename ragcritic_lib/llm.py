@@ -4,9 +4,12 @@ Backends:
 
 * :class:`HFBackend` -- transformers on CPU or GPU: batched, left-padded, chat templates, optional
   LoRA adapter (merged for inference).
-* :class:`VLLMBackend` -- vLLM offline engine (GPU only, imported lazily).
+* :class:`VLLMBackend` -- vLLM offline engine (GPU only, imported lazily): one engine per
+  process, shared by views of one base model that differ by LoRA adapter;
+  :func:`release_vllm_engine` frees it.
 * :class:`OpenAIBackend` -- any OpenAI-compatible HTTP server (``vllm serve``, llama.cpp server,
-  TGI, hosted APIs); several URLs, a bounded number of requests in flight to each.
+  TGI, hosted APIs); several URLs, a bounded number of requests in flight to each, patient
+  retries, refused prompts recorded per prompt (``Generation.error``).
 * :class:`CallableLLM` -- a plain Python function, for tests and rule-based stand-ins.
 
 Every backend answers :meth:`LLM.generate` the same way: prompts found in the persistent
@@ -1997,6 +2000,18 @@ class OpenAIBackend(LLM):
 
     def _score(self, prompts: list[Any], options: list[list[str]]) -> Iterator[tuple[int, list[float]]]:
         yield from self._concurrently(lambda i: self._score_one(prompts[i], options[i]), len(prompts))
+
+    def _choose(self, prompts: list[Any], options: list[list[str]]) -> Iterator[tuple[int, Choice]]:
+        """Greedy free generation matched to the nearest option (``Choice.constrained`` False),
+        like the base class; a prompt the server refused is an error, never matched to a guess."""
+        longest = max(self.count_tokens(o) for opts in options for o in opts)
+        params = GenParams(max_new_tokens=min(longest + 16, 1024), temperature=0.0)
+        for j, gen in self._generate(prompts, params):
+            if gen.error is not None:
+                raise RuntimeError(f"choose(): prompt {j} was refused by the server: {gen.error}")
+            k = nearest_option(gen.text, options[j])
+            yield j, Choice(index=k, text=options[j][k], prompt_tokens=gen.prompt_tokens,
+                            completion_tokens=gen.completion_tokens, constrained=False, raw=gen.text)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -295,3 +295,15 @@ def test_served_pool_members_are_sampled_at_the_same_time(server, tmp_path):
     n = len(srv.requests)
     again = runtime.sample_pool(records, pool, {}, out_path=out, chunk_size=2, parallel_members=2)
     assert again == rows and len(srv.requests) == n  # resumed from the log: no new requests
+
+
+def test_choose_on_a_refused_prompt_is_an_error_not_a_guess(server):
+    from ragcritic_lib.llm import nearest_option
+
+    srv = server(refuse={"too long"})
+    llm = _backend([srv.url], FakeClock(), tokenizer=None)
+    llm.count_tokens = lambda text: len(text.split())  # the stand-in server has no /tokenize
+    assert nearest_option("", ["Correct", "Error"]) == 0  # what an empty refusal would have picked
+    with pytest.raises(RuntimeError, match="prompt 0 was refused.*HTTP 400"):
+        llm.choose(["too long"], [["Correct", "Error"]])
+    assert llm.choose(["Error"], [["Correct", "Error"]])[0].text == "Error"  # "echo Error"
