@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from ragcritic_lib import paths
 from ragcritic_lib.text import clean_text
 
 
@@ -24,9 +25,20 @@ class DataFormatError(ValueError):
     """A data file is malformed; the message names the file and, where known, the line."""
 
 
+def _existing(path: str | os.PathLike[str]) -> Path:
+    """``path`` resolved from the repository root (wherever a notebook kernel started), or the
+    error naming the pipeline stage that writes it (:func:`paths.missing_file_error`)."""
+    p = paths.resolve(path)
+    if not p.exists():
+        raise paths.missing_file_error(p)
+    return p
+
+
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` to ``path`` so that readers see either the old or the new file, never half."""
-    path = Path(path)
+    """Write ``text`` to ``path`` so that readers see either the old or the new file, never half.
+
+    A relative path is taken from the repository root, as by the readers."""
+    path = paths.resolve(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     # mkstemp creates 0600 files; give the result the permissions a plain open() would.
@@ -78,9 +90,7 @@ def iter_jsonl_numbered(path: str | os.PathLike[str]) -> Iterator[tuple[int, dic
         FileNotFoundError: the file does not exist.
         DataFormatError: ``<path>:<line>: ...`` for invalid UTF-8, invalid JSON or a non-object.
     """
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no such file")
+    path = _existing(path)
     with path.open("rb") as fh:
         for lineno, raw in enumerate(fh, start=1):
             if raw.strip():
@@ -119,7 +129,7 @@ def write_jsonl(path: str | os.PathLike[str], records: Iterable[Mapping[str, Any
 def append_jsonl(path: str | os.PathLike[str], records: Iterable[Mapping[str, Any]]) -> None:
     """Append records and fsync; used by resumable stages (a torn last line is dropped, and
     cut off with ``repair=True``, by :func:`read_jsonl_tolerant`)."""
-    path = Path(path)
+    path = paths.resolve(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = dumps_jsonl(records).encode("utf-8")
     # Binary mode: the bytes on disk are exactly the UTF-8 of the records, whatever the platform.
@@ -144,7 +154,7 @@ def read_jsonl_tolerant(path: str | os.PathLike[str], *, repair: bool = False) -
     Raises:
         DataFormatError: ``<path>:<line>: ...`` for a malformed line that is not the last one.
     """
-    path = Path(path)
+    path = paths.resolve(path)
     if not path.exists():
         return []
     data = path.read_bytes()
@@ -172,7 +182,8 @@ def read_jsonl_tolerant(path: str | os.PathLike[str], *, repair: bool = False) -
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:
-    path = Path(path)
+    """Parse a JSON file (relative paths from the repository root)."""
+    path = _existing(path)
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
@@ -233,7 +244,7 @@ def read_yaml(path: str | os.PathLike[str]) -> Any:
         DataFormatError: one line per problem, ``<path>:<line>: ...``, for invalid UTF-8,
             invalid YAML or a duplicate key.
     """
-    path = Path(path)
+    path = _existing(path)
     data = path.read_bytes()
     try:
         text = data.decode("utf-8")

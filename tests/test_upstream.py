@@ -26,3 +26,18 @@ def test_relative_paths_resolve_from_root_wherever_the_kernel_starts(tmp_path, m
     monkeypatch.chdir(root / "notebooks")  # where `make lab` starts JupyterLab
     rows = load_method_results(rel, pred_key="final_prediction")
     assert [r["prediction"] for r in rows] == ["Paris"]
+
+
+def test_io_readers_resolve_from_root_and_name_the_stage(tmp_path, monkeypatch):
+    from ragcritic_lib.io import read_json, read_jsonl, read_yaml, write_json
+
+    root = tmp_path / "repo"
+    (root / "notebooks").mkdir(parents=True)
+    monkeypatch.setattr(paths, "ROOT", root)
+    monkeypatch.chdir(root / "notebooks")
+    write_json("reports/x.json", {"a": 1})  # relative: written under the root, not the cwd
+    assert (root / "reports" / "x.json").exists() and read_json("reports/x.json") == {"a": 1}
+    monkeypatch.setattr(paths, "ROOT", paths.DVC_FILE.parent)  # the real dvc.yaml's stages
+    for reader in (read_json, read_jsonl, read_yaml):
+        with pytest.raises(paths.MissingUpstreamError, match=r"stage 'critic_sft'.*dvc repro critic_sft"):
+            reader("data/critic_sft/no_such_output.json")
