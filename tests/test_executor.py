@@ -8,6 +8,7 @@ The actions here are small deterministic fakes that record every call.
 import ast
 import json
 import pickle
+import types
 from pathlib import Path
 from typing import Any
 
@@ -723,7 +724,8 @@ def test_compile_time_faults_are_program_errors(fake: FakeActions, source: str, 
     ("raised", "kind", "code"),
     [
         (ArithmeticError("boom"), ProgramRuntimeError, "evaluation_error"),
-        (UnicodeEncodeError("utf-8", "\ud83d", 0, 1, "surrogates not allowed"), ProgramRuntimeError, "evaluation_error"),
+        (UnicodeEncodeError("utf-8", "\ud83d", 0, 1, "surrogates not allowed"), ProgramRuntimeError,
+         "evaluation_error"),
         (MemoryError(), UnsafeProgramError, "size"),
         (RecursionError("deep"), UnsafeProgramError, "depth"),
     ],
@@ -750,7 +752,8 @@ def test_unforeseen_parser_exception_becomes_a_program_error(
     def failing_parse(*args: Any, **kwargs: Any) -> Any:
         raise OverflowError("parser overflow")
 
-    monkeypatch.setattr(executor.ast, "parse", failing_parse)
+    # Only the executor's view of the ast module changes (pytest itself parses with ast too).
+    monkeypatch.setattr(executor, "ast", types.SimpleNamespace(**{**vars(ast), "parse": failing_parse}))
     with pytest.raises(ProgramRuntimeError) as info:
         run(fake, FA)
     assert (info.value.reason_code, info.value.message) == ("evaluation_error", "OverflowError: parser overflow")

@@ -43,13 +43,14 @@ runtime limits (number of action calls, wall clock, value sizes). Errors that co
 ``n`` beyond U+10FFFF) raise :class:`ProgramRuntimeError`. Whatever the source text, these are the
 only errors a program can cause: an exception that the checks did not foresee (raised by the
 parser or by Python while evaluating a node) is reported as ``evaluation_error``, ``size``
-(MemoryError) or ``depth`` (RecursionError), never passed on as it is.
+(MemoryError) or ``depth`` (RecursionError), never passed on as it is. Both classes derive from
+:class:`ProgramError`, carry ``reason_code``, ``message`` and ``lineno``, and, when raised while
+running, the partial ``trace`` and ``n_calls``, so the workflow can keep the previous answer and
+still account for the calls that were made.
 
 Strings are model output, so every str a program can create (literals, f-string results, action
-results) goes through :func:`ragcritic_lib.text.clean_text`: a lone surrogate such as the literal
-``'\\ud83d'`` becomes U+FFFD and cannot make a later UTF-8 write fail. Both derive from :class:`ProgramError`, carry ``reason_code``,
-``message`` and ``lineno``, and, when raised while running, the partial ``trace`` and ``n_calls``,
-so the workflow can keep the previous answer and still account for the calls that were made.
+results, error messages) goes through :func:`ragcritic_lib.text.clean_text`: a lone surrogate such
+as the literal ``'\\ud83d'`` becomes U+FFFD and cannot make a later UTF-8 write fail.
 """
 
 from __future__ import annotations
