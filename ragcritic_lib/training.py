@@ -8,7 +8,17 @@ this module adds:
     lora_r, lora_alpha, lora_dropout, lora_target_modules   -> peft.LoraConfig
     model_dtype ("float32" | "bfloat16" | "auto")           -> dtype the model is loaded in
 
-Anything else is one clear error naming the key and the file. Device handling: without a GPU
+Anything else is one clear error naming the key and the file. Keys renamed between the
+transformers versions of the two environments (``activation_checkpointing`` in 5.23, called
+``gradient_checkpointing`` in 5.19) are written under the installed version's name.
+
+The seed is not a recipe key: every run takes ``params.yaml`` ``common.seed`` (or an explicit
+``seed``), as ``seed`` and ``data_seed`` of the trainer, so one number fixes every stage.
+Checkpoints during training are bounded (``save_total_limit``, default
+:data:`DEFAULT_SAVE_TOTAL_LIMIT`). Under a multi-process launcher, merging an adapter and
+writing a checkpoint happen on the main process only, and every process waits for it.
+
+Device handling: without a GPU
 the run is forced onto the CPU (``use_cpu=True``, ``bf16=False``, ``fp16=False``: TRL's bf16
 default raises there); with GPUs the recipe applies as written. Multi-GPU and DeepSpeed ZeRO-3
 runs go through ``accelerate launch`` and the CLI of this module::
@@ -53,6 +63,19 @@ OUR_KEYS = {
     "lora_target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
     "model_dtype": "float32",
 }
+
+# Trainer keys renamed between transformers releases: (newer name, older name). transformers 5.23
+# calls it activation_checkpointing (gradient_checkpointing is a deprecated alias); 5.19, the
+# version vLLM 0.32 allows in the GPU environment, knows only gradient_checkpointing.
+RENAMED_KEYS = (
+    ("activation_checkpointing", "gradient_checkpointing"),
+    ("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs"),
+)
+# The seed comes from params.yaml common.seed; a recipe must not hold a second one.
+SEED_KEYS = ("seed", "data_seed")
+# Checkpoints kept on disk when a recipe saves during training but sets no limit: a paper-scale
+# run saves every 200 steps, and each checkpoint of a 3B model with its optimizer state is ~40 GB.
+DEFAULT_SAVE_TOTAL_LIMIT = 2
 
 
 @dataclass
@@ -112,9 +135,30 @@ def _config_class(kind: str) -> type:
     raise ValueError(f"unknown training kind {kind!r} (expected 'sft' or 'dpo')")
 
 
+def portable_keys(recipe: Mapping[str, Any], fields: set[str] | frozenset[str]) -> dict[str, Any]:
+    """``recipe`` with each renamed trainer key written under the name ``fields`` knows.
+
+    Args:
+        recipe: flat recipe keys and values.
+        fields: field names of the trainer config of the installed transformers (or a recorded
+            list of another version's).
+    """
+    out = dict(recipe)
+    for new, old in RENAMED_KEYS:
+        for have, want in ((new, old), (old, new)):
+            if have in out and have not in fields and want in fields:
+                if want in out and out[want] != out[have]:
+                    raise ValueError(f"recipe sets both {have!r} and {want!r} (the same setting) to different values")
+                out[want] = out.pop(have)
+    return out
+
+
 def load_recipe(recipe: str | os.PathLike[str] | Mapping[str, Any], kind: str,
                 overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Read a flat recipe and check every key; ``overrides`` win over the file.
+
+    The recipe may not set ``seed`` / ``data_seed`` (they come from params.yaml, see
+    :func:`training_seed`); ``overrides`` may.
 
     Raises:
         ValueError: naming the first unknown key and the recipe it came from.
@@ -126,9 +170,14 @@ def load_recipe(recipe: str | os.PathLike[str] | Mapping[str, Any], kind: str,
         raw = read_yaml(paths.resolve(recipe)) or {}
         if not isinstance(raw, Mapping):
             raise ValueError(f"{source}: a recipe must be a flat mapping of keys to values")
-    merged = {**raw, **dict(overrides or {})}
+    for key in SEED_KEYS:
+        if key in raw:
+            raise ValueError(f"{source}: {key!r} is not a recipe key: every training run takes params.yaml "
+                             "common.seed (or the caller's seed)")
     cls = _config_class(kind)
-    allowed = {f.name for f in dataclasses.fields(cls)} | set(OUR_KEYS)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    merged = portable_keys({**raw, **dict(overrides or {})}, fields)
+    allowed = fields | set(OUR_KEYS)
     for key in merged:
         if key not in allowed:
             raise ValueError(
@@ -138,6 +187,60 @@ def load_recipe(recipe: str | os.PathLike[str] | Mapping[str, Any], kind: str,
         if key in merged:
             raise ValueError(f"{source}: {key!r} is set by the caller, not the recipe")
     return merged
+
+
+def training_seed(seed: int | None = None, overrides: Mapping[str, Any] | None = None) -> int:
+    """The seed of a training run: ``seed``, else ``overrides["seed"]``, else params.yaml ``common.seed``.
+
+    Raises:
+        ValueError: params.yaml has no integer ``common.seed``.
+    """
+    if seed is None and overrides and overrides.get("seed") is not None:
+        seed = overrides["seed"]
+    if seed is None:
+        from ragcritic_lib.params import load_params
+
+        common = load_params(validate=False).get("common") or {}
+        seed = common.get("seed")
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise ValueError(f"{paths.PARAMS_FILE}: common.seed must be an integer (the seed of every training run), "
+                             f"got {seed!r}")
+    return int(seed)
+
+
+def _seeded(overrides: Mapping[str, Any] | None, seed: int | None) -> dict[str, Any]:
+    s = training_seed(seed, overrides)
+    return {**dict(overrides or {}), "seed": s, "data_seed": s}
+
+
+def is_main_process() -> bool:
+    """True unless this is a non-zero rank of an initialised torch.distributed group or launcher."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank() == 0
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def on_main_process(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run ``fn`` on the main process only; every process waits until it has finished.
+
+    Without a multi-process group this just calls ``fn``. Under ``accelerate launch`` (or
+    torchrun) several ranks would otherwise merge into the same folder at once and read each
+    other's half-written files. The other ranks return None.
+    """
+    import torch.distributed as dist
+
+    launched = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if not (dist.is_available() and dist.is_initialized()) and not launched:
+        return fn(*args, **kwargs)
+    if not dist.is_initialized():
+        from accelerate import PartialState
+
+        PartialState()  # joins the launcher's process group, so there is a barrier to wait at
+    result = fn(*args, **kwargs) if dist.get_rank() == 0 else None
+    dist.barrier()
+    return result
 
 
 def has_gpu() -> bool:
@@ -151,6 +254,8 @@ def build_configs(recipe: Mapping[str, Any], kind: str, output_dir: str | os.Pat
     resolved = {**OUR_KEYS, **dict(recipe)}
     trl_kwargs = {k: v for k, v in resolved.items() if k not in OUR_KEYS}
     trl_kwargs.setdefault("report_to", "none")
+    if trl_kwargs.get("save_strategy", "steps") != "no" and trl_kwargs.get("save_total_limit") is None:
+        trl_kwargs["save_total_limit"] = DEFAULT_SAVE_TOTAL_LIMIT
     if not has_gpu():
         # TRL defaults bf16 to True, which raises on a CPU; mixed precision is a GPU matter.
         trl_kwargs.update(use_cpu=True, bf16=False, fp16=False)
@@ -271,6 +376,7 @@ def train_sft(
     *,
     base_model: str,
     overrides: Mapping[str, Any] | None = None,
+    seed: int | None = None,
 ) -> TrainResult:
     """Supervised fine-tuning (loss on the assistant turn only) with TRL's SFTTrainer.
 
@@ -279,13 +385,14 @@ def train_sft(
         recipe: recipe file or dict (see module docstring); ``overrides`` win over it.
         output_dir: where the adapter (or full model) and tokenizer are saved.
         base_model: local model folder.
+        seed: seed and data_seed of the run; default: see :func:`training_seed`.
     """
     import datasets
     from trl import SFTTrainer
 
     if not examples:
         raise ValueError("train_sft: no training examples")
-    recipe_d = load_recipe(recipe, "sft", overrides)
+    recipe_d = load_recipe(recipe, "sft", _seeded(overrides, seed))
     output_dir = Path(output_dir)
     cfg, lora, resolved = build_configs(recipe_d, "sft", output_dir)
     tok = _load_tokenizer(base_model)
@@ -309,6 +416,7 @@ def train_dpo(
     base_model: str,
     init_adapter: str | None = None,
     overrides: Mapping[str, Any] | None = None,
+    seed: int | None = None,
 ) -> TrainResult:
     """Direct preference optimization (sigmoid loss, ``beta`` from the recipe) with DPOTrainer.
 
@@ -318,13 +426,14 @@ def train_dpo(
             adapter; otherwise e.g. a merged SFT checkpoint).
         init_adapter: a LoRA adapter (the SFT critic) to continue from; it is also the frozen
             reference. With ``peft: false`` it is merged into the base first.
+        seed: seed and data_seed of the run; default: see :func:`training_seed`.
     """
     import datasets
     from trl import DPOTrainer
 
     if not pairs:
         raise ValueError("train_dpo: no preference pairs")
-    recipe_d = load_recipe(recipe, "dpo", overrides)
+    recipe_d = load_recipe(recipe, "dpo", _seeded(overrides, seed))
     output_dir = Path(output_dir)
     cfg, lora, resolved = build_configs(recipe_d, "dpo", output_dir)
     tok = _load_tokenizer(base_model)
@@ -345,7 +454,8 @@ def train_dpo(
         model = PeftModel.from_pretrained(base, str(init_adapter), is_trainable=True)
         lora = None  # continue the SFT adapter; TRL keeps a frozen copy as the reference
     elif init_adapter:
-        model = str(merge_adapter(base_model, init_adapter, output_dir / "_init_merged", dtype="float32"))
+        merge_adapter(base_model, init_adapter, output_dir / "_init_merged", dtype="float32")
+        model = str(output_dir / "_init_merged")
     trainer = DPOTrainer(model=model, args=cfg, train_dataset=datasets.Dataset.from_list(rows),
                          processing_class=tok, peft_config=lora)
     t0 = time.perf_counter()
@@ -355,13 +465,13 @@ def train_dpo(
     result = _finish(trainer, tok, output_dir, is_adapter, base_model, seconds, len(rows), dropped, resolved)
     if is_adapter and init_adapter:
         _drop_ref_adapter(output_dir)
-    shutil.rmtree(output_dir / "_init_merged", ignore_errors=True)
+    on_main_process(shutil.rmtree, output_dir / "_init_merged", ignore_errors=True)
     return result
 
 
 def _drop_ref_adapter(output_dir: Path) -> None:
     """``save_model`` also writes the frozen "ref" copy as a sub-folder; it is not an output."""
-    shutil.rmtree(output_dir / "ref", ignore_errors=True)
+    on_main_process(shutil.rmtree, output_dir / "ref", ignore_errors=True)
 
 
 def merge_adapter(
@@ -375,12 +485,19 @@ def merge_adapter(
 
     The merge is computed in float32, then the weights are cast to ``dtype``. The tokenizer
     (with its chat template) is copied from the adapter folder when present, else from the base.
+    Under a multi-process launcher only the main process merges; all return when it is written.
     """
+    out_dir = Path(out_dir)
+    on_main_process(_merge_adapter, base, adapter_dir, out_dir, dtype)
+    return out_dir
+
+
+def _merge_adapter(base: str | os.PathLike[str], adapter_dir: str | os.PathLike[str], out_dir: Path,
+                   dtype: str) -> None:
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    out_dir = Path(out_dir)
     model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
     merged = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
     merged = merged.to(getattr(torch, dtype))
@@ -396,7 +513,6 @@ def merge_adapter(
     merged.save_pretrained(str(out_dir), safe_serialization=True)
     tok_src = adapter_dir if (Path(adapter_dir) / "tokenizer_config.json").exists() else base
     AutoTokenizer.from_pretrained(str(tok_src)).save_pretrained(str(out_dir))
-    return out_dir
 
 
 def inference_checkpoint(result: TrainResult, out_dir: str | os.PathLike[str], *, dtype: str = "bfloat16") -> Path:
@@ -404,13 +520,17 @@ def inference_checkpoint(result: TrainResult, out_dir: str | os.PathLike[str], *
     re-saved in ``dtype``."""
     if result.is_adapter:
         return merge_adapter(paths.resolve(result.base_model), paths.resolve(result.adapter_dir), out_dir, dtype=dtype)
+    out_dir = Path(out_dir)
+    on_main_process(_resave, paths.resolve(result.adapter_dir), out_dir, dtype)
+    return out_dir
+
+
+def _resave(src: Path, out_dir: Path, dtype: str) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    src, out_dir = paths.resolve(result.adapter_dir), Path(out_dir)
     AutoModelForCausalLM.from_pretrained(str(src), dtype=getattr(torch, dtype)).save_pretrained(str(out_dir))
     AutoTokenizer.from_pretrained(str(src)).save_pretrained(str(out_dir))
-    return out_dir
 
 
 def dpo_start(sft: TrainResult) -> dict[str, str | None]:
@@ -472,6 +592,7 @@ def run_training(
     launcher: str = "inprocess",
     accelerate_config: str | None = None,
     num_processes: int = 0,
+    seed: int | None = None,
 ) -> TrainResult:
     """Run one training stage in this process or under ``accelerate launch``.
 
@@ -480,13 +601,16 @@ def run_training(
         launcher: "inprocess" (CPU or one GPU) or "accelerate" (the data are written next to
             the output and the CLI below runs under ``accelerate launch --config_file
             accelerate_config``; ``num_processes`` > 0 overrides the config's process count).
+        seed: seed of the run, resolved here (default params.yaml ``common.seed``, see
+            :func:`training_seed`) and handed to the launched processes explicitly.
     """
     output_dir = Path(output_dir)
+    seed = training_seed(seed, overrides)
     if launcher == "inprocess":
         if kind == "sft":
-            return train_sft(data, recipe, output_dir, base_model=base_model, overrides=overrides)
+            return train_sft(data, recipe, output_dir, base_model=base_model, overrides=overrides, seed=seed)
         return train_dpo(data, recipe, output_dir, base_model=base_model, init_adapter=init_adapter,
-                         overrides=overrides)
+                         overrides=overrides, seed=seed)
     if launcher != "accelerate":
         raise ValueError(f"unknown launcher {launcher!r} (expected 'inprocess' or 'accelerate')")
     if not accelerate_config:
@@ -497,7 +621,7 @@ def run_training(
     if num_processes > 0:
         cmd += ["--num_processes", str(num_processes)]
     cmd += ["-m", "ragcritic_lib.training", kind, "--recipe", str(recipe), "--data", str(data_file),
-            "--out", str(output_dir), "--base-model", str(base_model)]
+            "--out", str(output_dir), "--base-model", str(base_model), "--seed", str(seed)]
     if init_adapter:
         cmd += ["--init-adapter", str(init_adapter)]
     for k, v in (overrides or {}).items():
@@ -529,15 +653,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--base-model", required=True)
     ap.add_argument("--init-adapter", default=None)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="recipe override")
+    ap.add_argument("--seed", type=int, default=None, help="default: params.yaml common.seed")
     args = ap.parse_args(argv)
     data = read_jsonl(args.data)
     overrides = _parse_set(args.set)
     if args.kind == "sft":
-        result = train_sft(data, args.recipe, args.out, base_model=args.base_model, overrides=overrides)
+        result = train_sft(data, args.recipe, args.out, base_model=args.base_model, overrides=overrides,
+                           seed=args.seed)
     else:
         result = train_dpo(data, args.recipe, args.out, base_model=args.base_model,
-                           init_adapter=args.init_adapter, overrides=overrides)
-    if int(os.environ.get("RANK", "0")) == 0:
+                           init_adapter=args.init_adapter, overrides=overrides, seed=args.seed)
+    if is_main_process():
         write_json(Path(args.out) / "train_result.json", result.to_dict())
         write_loss_curve(result.log_history, Path(args.out) / "loss_curve.json")
     return 0

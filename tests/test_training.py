@@ -18,8 +18,8 @@ from ragcritic_lib.critic_data import dpo_pairs, make_samples, sft_examples
 from ragcritic_lib.io import read_yaml, write_json
 from ragcritic_lib.taxonomy import load_taxonomy
 from ragcritic_lib.training import (
-    TrainResult, build_configs, dpo_start, inference_checkpoint, load_recipe, load_train_result, loss_curve,
-    merge_adapter, train_dpo, train_sft, write_loss_curve,
+    DEFAULT_SAVE_TOTAL_LIMIT, OUR_KEYS, TrainResult, build_configs, dpo_start, inference_checkpoint, load_recipe,
+    load_train_result, loss_curve, merge_adapter, portable_keys, train_dpo, train_sft, training_seed, write_loss_curve,
 )
 
 CHATML = (
@@ -226,3 +226,181 @@ def test_accelerate_launcher_runs_the_cli(tiny_model: Path, taxonomy, tmp_path: 
     assert json.loads((tmp_path / "out" / "loss_curve.json").read_text())[0]["step"] == 1
     with pytest.raises(ValueError, match="unknown launcher 'slurm'"):
         run_training("sft", examples, "x.yaml", tmp_path / "o2", base_model="m", launcher="slurm")
+
+
+# --------------------------------------------------------------------------------------------
+# Recipes valid under both environments' transformers (CPU: installed; GPU: 5.19, recorded)
+# --------------------------------------------------------------------------------------------
+RECIPES = ["critic_sft", "critic_dpo", "planner_sft", "critic_sft_paper", "critic_dpo_paper", "planner_sft_paper"]
+FIELDS_519 = Path(__file__).parent / "data" / "transformers_5.19.0_training_args_fields.txt"
+
+
+def _dataclass_field_names(source: str, cls: str = "TrainingArguments") -> set[str]:
+    """Field names of a dataclass read from its source: the annotated names of the class body."""
+    import ast
+
+    node = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == cls)
+    return {st.target.id for st in node.body
+            if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)
+            and "ClassVar" not in ast.unparse(st.annotation)}
+
+
+def _recorded_519_fields() -> set[str]:
+    return {ln.strip() for ln in FIELDS_519.read_text().splitlines() if ln.strip() and not ln.startswith("#")}
+
+
+def test_field_reader_matches_the_installed_training_arguments() -> None:
+    """The reader that produced the recorded 5.19 list gives dataclasses.fields on this version."""
+    import dataclasses
+
+    import transformers
+    import transformers.training_args as ta
+
+    assert _dataclass_field_names(Path(ta.__file__).read_text()) == {
+        f.name for f in dataclasses.fields(transformers.TrainingArguments)}
+    recorded = _recorded_519_fields()
+    assert "gradient_checkpointing" in recorded and "activation_checkpointing" not in recorded
+    assert {"seed", "data_seed", "max_steps", "save_total_limit", "num_train_epochs"} <= recorded
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_recipe_keys_are_valid_for_transformers_519(name: str) -> None:
+    import dataclasses
+
+    import transformers
+
+    from trl import DPOConfig, SFTConfig
+
+    kind = "dpo" if "dpo" in name else "sft"
+    config = DPOConfig if kind == "dpo" else SFTConfig
+    installed_ta = {f.name for f in dataclasses.fields(transformers.TrainingArguments)}
+    trl_own = {f.name for f in dataclasses.fields(config)} - installed_ta  # trl is pinned alike in both sets
+    fields_519 = _recorded_519_fields() | trl_own
+    raw = read_yaml(paths.CONFIGS_DIR / "train" / f"{name}.yaml")
+    keys = portable_keys(raw, fields_519)
+    unknown = sorted(k for k in keys if k not in fields_519 and k not in OUR_KEYS)
+    assert unknown == []
+    if "activation_checkpointing" in raw:
+        assert keys["gradient_checkpointing"] == raw["activation_checkpointing"]
+
+
+def test_renamed_keys_follow_the_installed_version() -> None:
+    assert portable_keys({"activation_checkpointing": True, "lr": 1}, {"gradient_checkpointing", "lr"}) == {
+        "gradient_checkpointing": True, "lr": 1}
+    assert portable_keys({"gradient_checkpointing": False}, {"activation_checkpointing"}) == {
+        "activation_checkpointing": False}
+    both = {"activation_checkpointing", "gradient_checkpointing"}
+    assert portable_keys({"activation_checkpointing": True}, both) == {"activation_checkpointing": True}
+    with pytest.raises(ValueError, match="'activation_checkpointing' and 'gradient_checkpointing'"):
+        portable_keys({"activation_checkpointing": True, "gradient_checkpointing": False}, {"gradient_checkpointing"})
+
+
+# --------------------------------------------------------------------------------------------
+# One seed (params.yaml common.seed), bounded checkpoints, full epochs, rank-0 merges
+# --------------------------------------------------------------------------------------------
+def _params_with_seed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed) -> None:
+    f = tmp_path / "params.yaml"
+    f.write_text(f"common:\n  seed: {seed}\n")
+    monkeypatch.setattr(paths, "PARAMS_FILE", f)
+
+
+def test_recipes_hold_no_seed_and_a_recipe_seed_is_refused() -> None:
+    for name in RECIPES:
+        raw = read_yaml(paths.CONFIGS_DIR / "train" / f"{name}.yaml")
+        assert "seed" not in raw and "data_seed" not in raw
+    with pytest.raises(ValueError, match="'seed' is not a recipe key.*common.seed"):
+        load_recipe({"seed": 1}, "sft")
+    with pytest.raises(ValueError, match="'data_seed' is not a recipe key"):
+        load_recipe({"data_seed": 1}, "dpo")
+    assert load_recipe({}, "sft", {"seed": 4})["seed"] == 4  # callers may pass it through
+
+
+def test_training_seed_comes_from_params_unless_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _params_with_seed(tmp_path, monkeypatch, 7)
+    assert training_seed() == 7
+    assert training_seed(None, {"seed": 3}) == 3
+    assert training_seed(5, {"seed": 3}) == 5
+    _params_with_seed(tmp_path, monkeypatch, "x")
+    with pytest.raises(ValueError, match="common.seed must be an integer"):
+        training_seed()
+
+
+def test_sft_run_is_seeded_from_params(tiny_model: Path, taxonomy, tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    _params_with_seed(tmp_path, monkeypatch, 7)
+    examples = sft_examples(_samples(taxonomy), taxonomy, top_k=1, passage_words=10)
+    result = train_sft(examples, paths.CONFIGS_DIR / "train" / "critic_sft.yaml", tmp_path / "sft",
+                       base_model=str(tiny_model), overrides=TINY_SFT)
+    assert (result.recipe["seed"], result.recipe["data_seed"]) == (7, 7)
+
+
+def test_checkpoints_during_training_are_bounded(tiny_model: Path, taxonomy, tmp_path: Path) -> None:
+    cfg, _, _ = build_configs({"save_strategy": "steps", "save_steps": 5}, "sft", tmp_path)
+    assert cfg.save_total_limit == DEFAULT_SAVE_TOTAL_LIMIT == 2
+    assert build_configs({"save_strategy": "steps", "save_total_limit": 3}, "sft", tmp_path)[0].save_total_limit == 3
+    assert build_configs({"save_strategy": "no"}, "sft", tmp_path)[0].save_total_limit is None
+    for name in RECIPES:
+        raw = read_yaml(paths.CONFIGS_DIR / "train" / f"{name}.yaml")
+        kind = "dpo" if "dpo" in name else "sft"
+        if raw.get("save_strategy", "steps") != "no":
+            assert build_configs(load_recipe(raw, kind), kind, tmp_path)[0].save_total_limit == 2
+    examples = sft_examples(_samples(taxonomy), taxonomy, top_k=1, passage_words=10)
+    train_sft(examples, paths.CONFIGS_DIR / "train" / "critic_sft.yaml", tmp_path / "run", base_model=str(tiny_model),
+              overrides={**TINY_SFT, "max_steps": 4, "save_strategy": "steps", "save_steps": 1}, seed=0)
+    assert sorted(p.name for p in (tmp_path / "run").glob("checkpoint-*")) == ["checkpoint-3", "checkpoint-4"]
+
+
+def test_max_steps_minus_one_trains_full_epochs(tiny_model: Path, taxonomy, tmp_path: Path) -> None:
+    for name in ("critic_sft_paper", "critic_dpo_paper", "planner_sft_paper"):
+        kind = "dpo" if "dpo" in name else "sft"
+        assert build_configs(load_recipe(paths.CONFIGS_DIR / "train" / f"{name}.yaml", kind), kind,
+                             tmp_path)[0].max_steps == -1
+    examples = sft_examples(_samples(taxonomy), taxonomy, top_k=1, passage_words=10)  # 3 examples
+    result = train_sft(examples, paths.CONFIGS_DIR / "train" / "critic_sft.yaml", tmp_path / "ep",
+                       base_model=str(tiny_model), overrides={**TINY_SFT, "max_steps": -1, "num_train_epochs": 2}, seed=0)
+    assert result.steps == 4  # ceil(3 / batch 2) = 2 steps per epoch, 2 epochs
+
+
+def _merge_worker(rank: int, tiny: str, adapter: str, out: str, log: str, pg_file: str) -> None:
+    """One of two gloo ranks calling merge_adapter; every save_pretrained is logged with its rank."""
+    import os as _os
+
+    import torch.distributed as dist
+    from transformers import PreTrainedModel
+
+    _os.environ.update(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank))
+    dist.init_process_group("gloo", init_method=f"file://{pg_file}", rank=rank, world_size=2)
+    original = PreTrainedModel.save_pretrained
+
+    def logged(self, *args, **kwargs):
+        import time as _time
+
+        with open(log, "a") as fh:
+            fh.write(f"{rank}\n")
+        _time.sleep(1.0)  # a rank that did not wait would look for the files before they exist
+        return original(self, *args, **kwargs)
+
+    PreTrainedModel.save_pretrained = logged
+    merge_adapter(tiny, adapter, out, dtype="float32")
+    # After merge_adapter returns, the merged checkpoint is complete on every rank.
+    seen = (Path(out) / "model.safetensors").exists() and (Path(out) / "tokenizer_config.json").exists()
+    with open(log, "a") as fh:
+        fh.write(f"seen{rank}={seen}\n")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def test_merge_runs_once_on_rank_zero_and_all_ranks_wait(tiny_model: Path, tmp_path: Path) -> None:
+    import torch.multiprocessing as tmp_mp
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(str(tiny_model)),
+                           LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj"], task_type="CAUSAL_LM"))
+    model.save_pretrained(str(tmp_path / "adapter"))
+    log = tmp_path / "log.txt"
+    tmp_mp.spawn(_merge_worker, args=(str(tiny_model), str(tmp_path / "adapter"), str(tmp_path / "merged"), str(log),
+                                      str(tmp_path / "pg")), nprocs=2, join=True)
+    lines = log.read_text().split()
+    assert [ln for ln in lines if not ln.startswith("seen")] == ["0"]
+    assert sorted(ln for ln in lines if ln.startswith("seen")) == ["seen0=True", "seen1=True"]
