@@ -9,7 +9,7 @@ export DVC_NO_ANALYTICS := 1
 export PYTHONUNBUFFERED := 1
 STAMP := $(VENV)/.installed
 
-.PHONY: install assets pipeline test test-fast test-served smoke lab notebooks exercises report bench clean-cache
+.PHONY: install assets pipeline test test-fast test-served smoke lab notebooks exercises report bench clean-cache check-requirements gpu-smoke
 
 $(STAMP): requirements-cpu.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -51,6 +51,15 @@ $(LLAMACPP_VENV)/.installed:
 test-served: install $(LLAMACPP_VENV)/.installed
 	RAGCRITIC_SERVED_TEST=1 LLAMACPP_PYTHON=$(CURDIR)/$(LLAMACPP_VENV)/bin/python \
 	  $(BIN)/python -m pytest -q -s -m served tests/test_served_llamacpp.py
+
+## Both pinned sets (requirements-cpu.txt, requirements-gpu.txt) resolve: pip's resolver, dry run
+## against the package index (CPython 3.11 on Linux x86_64; needs no GPU, installs nothing).
+check-requirements:
+	$(PYTHON) .ci/check_requirements.py
+
+## GPU smoke run on one CUDA GPU in the GPU environment (environment.yml); fails without CUDA.
+gpu-smoke:
+	python benchmarks/gpu_smoke.py
 
 ## Open the notebooks in JupyterLab on the project's kernel.
 lab: install

@@ -1,38 +1,87 @@
-"""The conda environment for GPU machines must not drift from the pinned CPU stack."""
+"""The pinned GPU set (requirements-gpu.txt, installed by environment.yml) must not drift from the
+pinned CPU set: every package both pin has the same version unless the exception table below
+says why not. Whether each set resolves is checked against the index by .ci/check_requirements.py."""
 
 import re
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from ragcritic_lib import paths
 
-GPU_ONLY = {"vllm", "deepspeed"}
-CPU_ONLY = {"faiss-cpu"}  # faiss-gpu comes from conda instead; both share an import name
+# Packages both sets pin at different versions, each with the constraint that forces it.
+# Remove an entry as soon as the two versions can be equal again.
+PIN_EXCEPTIONS = {
+    # vllm 0.32.0 requires transformers >=5.16.1,<5.20; the CPU set runs 5.23 (newest).
+    "transformers": "vllm 0.32.0 requires transformers <5.20",
+    # vllm's mistral_common[image] needs numpy <2.4 on Python <= 3.12; the CPU set runs 2.4.6.
+    "numpy": "vllm 0.32.0 (mistral_common[image]) requires numpy <2.4 on Python 3.11",
+}
+CPU_ONLY = {"faiss-cpu"}  # the GPU set has faiss-gpu: same import name, never both in one env
+GPU_ONLY = {"faiss-gpu", "vllm", "deepspeed"}
+_PIN = re.compile(r"^([A-Za-z0-9_.\-]+)==(\S+)$")
 
 
-def _pins(lines):
+def _pins(path):
+    """{normalised name: version} of a requirements file; anything but `name==version` is an error."""
     out = {}
-    for line in lines:
-        line = line.split("#")[0].strip()
-        m = re.match(r"^([A-Za-z0-9_.\-]+)==(\S+)$", line)
-        if m:
-            out[m.group(1).lower()] = m.group(2)
+    for n, raw in enumerate(path.read_text().splitlines(), 1):
+        line = raw.split("#")[0].strip()
+        if not line:
+            continue
+        m = _PIN.match(line)
+        assert m, f"{path.name}:{n}: not an exact pin (name==version): {raw!r}"
+        name = re.sub(r"[-_.]+", "-", m.group(1)).lower()
+        assert name not in out, f"{path.name}:{n}: {name} pinned twice"
+        out[name] = m.group(2)
     return out
 
 
-def test_environment_pins_match_requirements():
-    req = _pins((paths.ROOT / "requirements-cpu.txt").read_text().splitlines())
+@pytest.fixture(scope="module")
+def cpu():
+    return _pins(paths.ROOT / "requirements-cpu.txt")
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    return _pins(paths.ROOT / "requirements-gpu.txt")
+
+
+def test_shared_packages_have_equal_pins_unless_excepted(cpu, gpu):
+    differ = {k: (cpu[k], gpu[k]) for k in cpu.keys() & gpu.keys() if cpu[k] != gpu[k]}
+    assert sorted(differ) == sorted(PIN_EXCEPTIONS), (
+        f"pins that differ: {differ}; exceptions listed: {sorted(PIN_EXCEPTIONS)} "
+        "(make the pins equal, or add/remove an exception with its reason)")
+
+
+def test_each_set_carries_exactly_the_packages_it_should(cpu, gpu):
+    assert set(cpu) - set(gpu) == CPU_ONLY
+    assert set(gpu) - set(cpu) == GPU_ONLY
+
+
+def test_faiss_cpu_never_beside_faiss_gpu(cpu, gpu):
+    for name, pins in (("requirements-cpu.txt", cpu), ("requirements-gpu.txt", gpu)):
+        assert not {"faiss-cpu", "faiss-gpu"} <= set(pins), name
+    assert "faiss-gpu" in gpu and "faiss-cpu" in cpu
+
+
+def test_gpu_pins_satisfy_the_known_vllm_constraints(gpu):
+    """The constraints behind the exceptions, as checked with pip's resolver (see the table)."""
+    assert gpu["vllm"] == "0.32.0" and gpu["torch"] == "2.13.0"
+    assert (5, 16, 1) <= tuple(int(x) for x in gpu["transformers"].split(".")) < (5, 20)
+    assert tuple(int(x) for x in gpu["numpy"].split(".")) < (2, 4)
+
+
+def test_conda_environment_installs_the_gpu_set_only():
     env = yaml.safe_load((paths.ROOT / "environment.yml").read_text())
-    pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
-    envpins = _pins(pip_section)
-    shared_req = {k: v for k, v in req.items() if k not in CPU_ONLY}
-    shared_env = {k: v for k, v in envpins.items() if k not in GPU_ONLY}
-    assert shared_env == shared_req
-    conda = [d for d in env["dependencies"] if isinstance(d, str)]
-    assert any(d.startswith("faiss-gpu") for d in conda)
-    assert "faiss-cpu" not in envpins
+    deps = env["dependencies"]
+    conda = sorted(d.split("=")[0] for d in deps if isinstance(d, str))
+    assert conda == ["pip", "python"]
+    assert "python=3.11" in deps
+    pip_section = next(d["pip"] for d in deps if isinstance(d, dict) and "pip" in d)
+    assert pip_section == ["-r requirements-gpu.txt"]
 
 
 def test_import_is_light():
@@ -44,3 +93,19 @@ def test_import_is_light():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_gpu_profile_passes_params_check_with_models_to_fill_in():
+    """`params check --profile gpu` accepts the profile as committed (models still USER_TO_FILL)."""
+    out = subprocess.run([sys.executable, "-m", "ragcritic_lib.params", "check", "--profile", "gpu"],
+                         capture_output=True, text=True, cwd=paths.ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("gpu.yaml: ok")
+    prof = yaml.safe_load((paths.CONFIGS_DIR / "profiles" / "gpu.yaml").read_text())
+    gen = prof["common"]["generator"]
+    assert (gen["backend"], gen["device"]) == ("vllm", "cuda") and "USER_TO_FILL" in gen["model"]
+    assert prof["benchmark"]["per_label"] == 50 and prof["baselines"]["ragec_votes"] == 10
+    for stage in ("critic_sft", "critic_dpo"):
+        assert prof[stage]["max_steps"] == -1 and prof[stage]["recipe"].endswith("_paper.yaml")
+        recipe = yaml.safe_load((paths.ROOT / prof[stage]["recipe"]).read_text())
+        assert recipe["max_steps"] == -1  # full epochs
