@@ -45,9 +45,14 @@ def host_is_target() -> bool:
 
 
 def _pip_explanation(output: str) -> str:
-    """pip's error lines, without its per-location warnings about local indexes."""
+    """pip's explanation of a failure: the conflict's causes when pip names them, and its ERROR
+    lines; not the progress lines and per-location warnings around them."""
     lines = [ln for ln in output.splitlines() if ln.strip() and not ln.startswith("WARNING: Location")]
-    return "\n    ".join(lines[-30:])
+    cause = next((i for i, ln in enumerate(lines) if "conflict is caused by" in ln), None)
+    picked = [ln for ln in lines[cause:] if not ln.startswith(("INFO:", "To fix this", "1. ", "2. "))] if cause is not None else []
+    picked = [ln for ln in picked if not ln.lstrip().startswith("Collecting")][:20]
+    errors = [ln for ln in lines if ln.startswith("ERROR") and ln not in picked]
+    return "\n    ".join(picked + errors or lines[-30:])
 
 
 def resolve(name: str) -> dict[str, str]:
@@ -58,11 +63,12 @@ def resolve(name: str) -> dict[str, str]:
         sys.exit(f"check_requirements: {filename} does not exist")
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
-        cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+        # Not --quiet: pip then leaves out its explanation of a conflict ("The conflict is caused by").
+        cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--progress-bar", "off",
                "--disable-pip-version-check", "--report", str(report), *extra, "-r", str(req)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0 or not report.exists():
-            detail = _pip_explanation(proc.stderr + proc.stdout) or f"pip exited with status {proc.returncode}"
+            detail = _pip_explanation(proc.stdout + "\n" + proc.stderr) or f"pip exited with status {proc.returncode}"
             sys.exit(f"check_requirements: {filename} does not resolve (pip's resolver, dry run):\n    {detail}")
         data = json.loads(report.read_text())
     return {item["metadata"]["name"].lower().replace("_", "-"): item["metadata"]["version"]

@@ -109,3 +109,32 @@ def test_gpu_profile_passes_params_check_with_models_to_fill_in():
         assert prof[stage]["max_steps"] == -1 and prof[stage]["recipe"].endswith("_paper.yaml")
         recipe = yaml.safe_load((paths.ROOT / prof[stage]["recipe"]).read_text())
         assert recipe["max_steps"] == -1  # full epochs
+
+
+def _check_requirements_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("check_requirements", paths.ROOT / ".ci" / "check_requirements.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_requirements_check_reports_pips_conflict_explanation_only():
+    """The CI check's message keeps pip's causes and errors, not its download log."""
+    output = (
+        "Looking in links: /opt/wheels\nWARNING: Location 'file:///x/simple/trl/' is ignored\n"
+        "Collecting trl==1.16.0 (from -r bad.txt (line 1))\n  Downloading trl-1.16.0-py3-none-any.whl (948 kB)\n"
+        "INFO: pip is looking at multiple versions of trl\nThe conflict is caused by:\n"
+        "    The user requested transformers==4.50.0\n    trl 1.16.0 depends on transformers>=4.56.2\n"
+        "To fix this you could try to:\n1. loosen the range\n2. remove package versions\n"
+        "ERROR: ResolutionImpossible: for help visit https://pip.pypa.io\n"
+    )
+    assert _check_requirements_module()._pip_explanation(output).split("\n    ") == [
+        "The conflict is caused by:", "    The user requested transformers==4.50.0",
+        "    trl 1.16.0 depends on transformers>=4.56.2", "ERROR: ResolutionImpossible: for help visit https://pip.pypa.io"]
+
+
+def test_requirements_check_refuses_an_unknown_set():
+    with pytest.raises(SystemExit, match="unknown set 'gpu2'"):
+        _check_requirements_module().main(["gpu2"])
