@@ -17,10 +17,12 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import tempfile
 import time
 from abc import ABC, abstractmethod
+from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +31,8 @@ from typing import Any
 import numpy as np
 
 from ragcritic_lib import paths
+from ragcritic_lib.corpus_store import fingerprint_update
+from ragcritic_lib.corpus_store import record_fields as _record_fields
 from ragcritic_lib.io import DataFormatError, read_json, write_json
 
 logger = logging.getLogger(__name__)
@@ -49,12 +53,17 @@ RETRIEVER_DEFAULTS: dict[str, Any] = {
     "pooling": "cls",  # onnx encoders: "cls" | "mean"
     "max_length": 512,  # onnx encoders: token limit per text
     "index": "flat",  # "flat" (exact) | "hnsw" | "ivf" (approximate, for large corpora)
+    "index_factory": "",  # a FAISS factory string ("IVF4096,PQ64", "IVF1024,SQ8"); overrides index
+    "train_size": 0,  # passages sampled to train IVF/PQ/SQ indexes; 0 = auto_train_size
     "hnsw_m": 32,
     "hnsw_ef_construction": 200,
     "hnsw_ef_search": 128,
     "nlist": 0,  # ivf lists; 0 picks about 4*sqrt(N)
     "nprobe": 16,
     "device": "cpu",  # "cpu" | "cuda" | "cuda:N"
+    "gpu_shard": False,  # faiss-gpu: split the index over all visible GPUs
+    "gpu_float16": False,  # faiss-gpu: store vectors as float16 on the GPU
+    "mmap": True,  # open cached FAISS / bm25s indexes memory-mapped (read-only)
     "batch_size": 64,  # encoder batch size
     "num_threads": 0,  # onnxruntime intra-op / bm25s retrieval threads; 0 = library default
     "bm25_k1": 1.5,
@@ -78,15 +87,38 @@ RETRIEVER_DEFAULTS: dict[str, Any] = {
 
 @dataclass
 class Corpus:
-    """Passages in FlashRAG order: ``contents[i]`` is ``"Title\\ntext"`` of passage ``ids[i]``."""
+    """Passages in FlashRAG order: ``contents[i]`` is ``"Title\\ntext"`` of passage ``ids[i]``.
 
-    ids: list[str]
-    contents: list[str]
+    ``ids`` and ``contents`` are lists, or memory-mapped sequences for a corpus opened from an
+    on-disk store (:func:`ragcritic_lib.corpus_store.open_corpus`); both read the same way.
+    """
+
+    ids: Sequence[str]
+    contents: Sequence[str]
     _pos: dict[str, int] | None = field(default=None, init=False, repr=False, compare=False)
+    # Set only for immutable stored corpora: the fingerprint computed at build time and an
+    # id -> row lookup that does not need a dict of every id.
+    _fingerprint: str | None = field(default=None, init=False, repr=False, compare=False)
+    _lookup: Callable[[str], int] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.ids) != len(self.contents):
             raise ValueError(f"Corpus: {len(self.ids)} ids but {len(self.contents)} contents")
+
+    @classmethod
+    def stored(
+        cls, ids: Sequence[str], contents: Sequence[str], *, fingerprint: str, lookup: Callable[[str], int]
+    ) -> Corpus:
+        """A read-only corpus over memory-mapped columns, with its precomputed fingerprint."""
+        corpus = cls(ids, contents)
+        corpus._fingerprint = fingerprint
+        corpus._lookup = lookup
+        return corpus
+
+    @property
+    def is_stored(self) -> bool:
+        """True for a corpus backed by an on-disk store (texts read on demand)."""
+        return self._lookup is not None
 
     @classmethod
     def from_records(cls, records: Iterable[Mapping[str, Any]], *, source: str = "corpus") -> Corpus:
@@ -142,6 +174,8 @@ class Corpus:
 
     def position(self, doc_id: str) -> int:
         """Row of ``doc_id``; raises KeyError for an unknown id."""
+        if self._lookup is not None:
+            return self._lookup(doc_id)
         if self._pos is None or len(self._pos) != len(self.ids):
             self._pos = {d: i for i, d in enumerate(self.ids)}
         return self._pos[doc_id]
@@ -161,27 +195,6 @@ class Corpus:
         return rest if sep else head
 
 
-def _record_fields(rec: Any, where: str) -> tuple[str, str]:
-    if not isinstance(rec, Mapping):
-        raise DataFormatError(f"{where}: expected a JSON object, got {type(rec).__name__}")
-    if "id" not in rec:
-        raise DataFormatError(f"{where}: missing key 'id'")
-    doc_id = rec["id"]
-    if not isinstance(doc_id, (str, int)) or isinstance(doc_id, bool):
-        raise DataFormatError(f"{where}: key 'id' must be a string, got {type(doc_id).__name__}")
-    if "contents" in rec:
-        text = rec["contents"]
-        if not isinstance(text, str):
-            raise DataFormatError(f"{where}: key 'contents' must be a string")
-    elif isinstance(rec.get("text"), str):
-        # BEIR-style records: the FlashRAG convention puts the title on the first line.
-        title = rec.get("title") or ""
-        text = f"{title}\n{rec['text']}" if isinstance(title, str) and title else rec["text"]
-    else:
-        raise DataFormatError(f"{where}: missing key 'contents'")
-    return str(doc_id), text
-
-
 @dataclass(frozen=True)
 class Hit:
     """One retrieved passage."""
@@ -196,15 +209,16 @@ class Hit:
 
 
 def corpus_fingerprint(corpus: Corpus) -> str:
-    """sha256 over ids and contents in order: equal iff the corpus content is equal."""
+    """sha256 over ids and contents in order: equal iff the corpus content is equal.
+
+    A stored corpus returns the value computed when its store was built (same formula), so
+    opening 21M passages does not re-hash them in every process.
+    """
+    if corpus._fingerprint is not None:
+        return corpus._fingerprint
     h = hashlib.sha256()
     for doc_id, text in zip(corpus.ids, corpus.contents):
-        # Length prefixes keep ("ab", "c") and ("a", "bc") apart.
-        b_id, b_text = doc_id.encode("utf-8"), text.encode("utf-8")
-        h.update(len(b_id).to_bytes(8, "little"))
-        h.update(b_id)
-        h.update(len(b_text).to_bytes(8, "little"))
-        h.update(b_text)
+        fingerprint_update(h, doc_id, text)
     return h.hexdigest()
 
 
@@ -328,28 +342,65 @@ class HybridRetriever(Retriever):
 # --------------------------------------------------------------------------------------------
 
 
-def _stemmer() -> tuple[Callable[[str], str] | None, str]:
-    """PyStemmer's English stemmer when installed, else none (no extra dependency)."""
+def _stemmer() -> tuple[Any, str]:
+    """PyStemmer's English stemmer when installed, else none (no extra dependency).
+
+    The stemmer object itself is returned: bm25s calls its ``stemWords`` on the unique tokens.
+    """
     try:
         import Stemmer  # PyStemmer
     except ImportError:
         return None, "none"
-    return Stemmer.Stemmer("english").stemWord, "snowball-english"
+    return Stemmer.Stemmer("english"), "snowball-english"
+
+
+def tokenize_to_ids(
+    texts: Sequence[str], stemmer: Any, *, chunk_size: int = 100_000
+) -> tuple[list[array], dict[str, int]]:
+    """bm25s token ids of every text, tokenized ``chunk_size`` texts at a time.
+
+    Each chunk goes through ``bm25s.tokenize(..., return_ids=True)`` (same tokens as the
+    string form) and its ids are renumbered into one vocabulary. Documents are kept as compact
+    ``array('I')`` rows instead of lists of strings: no token string is held per document, and
+    a memory-mapped corpus is read one chunk at a time.
+
+    Returns:
+        ``(ids per text, token -> id)``, ready for ``bm25s.BM25.index((ids, vocab))``.
+    """
+    import bm25s
+
+    vocab: dict[str, int] = {}
+    docs: list[array] = []
+    for start in range(0, len(texts), chunk_size):
+        chunk = texts[start : start + chunk_size]
+        local = bm25s.tokenize(list(chunk), stopwords="en", stemmer=stemmer, return_ids=True, show_progress=False)
+        remap = np.zeros(len(local.vocab), dtype=np.int64)
+        for token, local_id in local.vocab.items():
+            remap[local_id] = vocab.setdefault(token, len(vocab))
+        for row in local.ids:
+            docs.append(array("I", remap[row].tolist() if row else []))
+    return docs, vocab
 
 
 class BM25Retriever(Retriever):
-    """Lexical retrieval with bm25s (its tokenizer, English stopwords, optional stemming)."""
+    """Lexical retrieval with bm25s (its tokenizer, English stopwords, optional stemming).
+
+    Queries are tokenized to strings and mapped through the index vocabulary, or, for an
+    index whose folder holds a bm25s ``Tokenizer`` vocabulary (e.g. FlashRAG's bm25s
+    indexes), through that tokenizer's ids.
+    """
 
     name = "bm25"
 
-    def __init__(self, corpus: Corpus, index: Any, *, num_threads: int = 0) -> None:
+    def __init__(self, corpus: Corpus, index: Any, *, num_threads: int = 0, tokenizer: Any = None) -> None:
         self.corpus = corpus
         self.index = index
         self.num_threads = num_threads
+        self.tokenizer = tokenizer
         self._stem, self.stemmer_name = _stemmer()
 
     @staticmethod
-    def tokenize(texts: Sequence[str], stemmer: Callable[[str], str] | None) -> list[list[str]]:
+    def tokenize(texts: Sequence[str], stemmer: Any) -> list[list[str]]:
         import bm25s
 
         return bm25s.tokenize(
@@ -366,28 +417,48 @@ class BM25Retriever(Retriever):
         method: str = "lucene",
         num_threads: int = 0,
     ) -> BM25Retriever:
-        """Tokenize and index the corpus."""
+        """Tokenize (to token ids, chunk by chunk) and index the corpus."""
         import bm25s
 
         if len(corpus) == 0:
             raise ValueError("cannot index an empty corpus")
         stem, _ = _stemmer()
-        tokens = cls.tokenize(corpus.contents, stem)
+        ids, vocab = tokenize_to_ids(corpus.contents, stem)
         index = bm25s.BM25(k1=k1, b=b, method=method)
-        index.index(tokens, show_progress=False)
+        index.index((ids, vocab), show_progress=False)
         return cls(corpus, index, num_threads=num_threads)
 
     def save(self, folder: str | os.PathLike[str]) -> None:
         self.index.save(str(folder), show_progress=False)
+        if self.tokenizer is not None:
+            self.tokenizer.save_vocab(str(folder))
+            self.tokenizer.save_stopwords(str(folder))
 
     @classmethod
-    def load(cls, folder: str | os.PathLike[str], corpus: Corpus, *, num_threads: int = 0) -> BM25Retriever:
+    def load(
+        cls, folder: str | os.PathLike[str], corpus: Corpus, *, num_threads: int = 0, mmap: bool = True
+    ) -> BM25Retriever:
+        """Open a saved bm25s index; ``mmap`` maps its score matrix from disk (read-only).
+
+        A folder holding ``vocab.tokenizer.json`` (a saved bm25s ``Tokenizer``) gets that
+        tokenizer for its queries, with the stopwords saved beside it when present.
+        """
         import bm25s
 
-        index = bm25s.BM25.load(str(folder), load_corpus=False, show_progress=False)
+        folder = Path(folder)
+        index = bm25s.BM25.load(str(folder), load_corpus=False, mmap=mmap, show_progress=False)
         if int(index.scores["num_docs"]) != len(corpus):
             raise ValueError(f"{folder}: index has {index.scores['num_docs']} docs, corpus {len(corpus)}")
-        return cls(corpus, index, num_threads=num_threads)
+        tokenizer = None
+        if (folder / "vocab.tokenizer.json").exists():
+            from bm25s.tokenization import Tokenizer
+
+            stem, _ = _stemmer()
+            tokenizer = Tokenizer(stopwords="en", stemmer=stem)
+            tokenizer.load_vocab(str(folder))
+            if (folder / "stopwords.tokenizer.json").exists():
+                tokenizer.load_stopwords(str(folder))
+        return cls(corpus, index, num_threads=num_threads, tokenizer=tokenizer)
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
         """Top-k by BM25 score. Always k hits (corpus permitting): zero-score ones come last."""
@@ -395,7 +466,11 @@ class BM25Retriever(Retriever):
         if not queries:
             return []
         k = min(k, len(self.corpus))
-        tokens = self.tokenize(queries, self._stem)
+        tokens: Any
+        if self.tokenizer is not None:
+            tokens = self.tokenizer.tokenize(list(queries), update_vocab=False, return_as="ids", show_progress=False)
+        else:
+            tokens = self.tokenize(queries, self._stem)
         docs, scores = self.index.retrieve(
             tokens, k=k, show_progress=False, n_threads=self.num_threads, return_as="tuple"
         )
@@ -643,8 +718,63 @@ def _auto_nlist(n: int) -> int:
     return max(1, min(int(round(4 * math.sqrt(n))), n // 39))
 
 
+# Factory strings whose index needs no training (everything else is trained on a sample).
+_UNTRAINED_FACTORY = re.compile(r"Flat|HNSW\d+(,Flat)?")
+
+
+def factory_string(index_type: str, *, hnsw_m: int = 32, nlist: int = 1) -> str:
+    """The FAISS index-factory string of a named index type; other strings pass through.
+
+    ``flat`` -> ``"Flat"``, ``hnsw`` -> ``"HNSW{m},Flat"``, ``ivf`` -> ``"IVF{nlist},Flat"``;
+    e.g. ``"IVF4096,PQ64"``, ``"IVF1024,SQ8"`` or ``"HNSW32,Flat"`` are returned unchanged.
+    """
+    if index_type == "flat":
+        return "Flat"
+    if index_type == "hnsw":
+        return f"HNSW{hnsw_m},Flat"
+    if index_type == "ivf":
+        return f"IVF{nlist},Flat"
+    if not index_type or index_type != index_type.strip():
+        raise ValueError(f"index must be one of {INDEX_TYPES} or a FAISS factory string, got {index_type!r}")
+    return index_type
+
+
+def factory_nlist(factory: str) -> int:
+    """Number of inverted lists in a factory string (``"IVF1024,SQ8"`` -> 1024; 0 without IVF)."""
+    m = re.search(r"IVF(\d+)", factory)
+    return int(m.group(1)) if m else 0
+
+
+def auto_train_size(n: int, factory: str) -> int:
+    """Training sample for a factory string: 256 points per IVF list, at least 16384 for codecs.
+
+    PQ codebooks have 256 centroids per sub-quantizer and faiss wants ~39 points per centroid,
+    hence the floor for PQ/SQ-type codecs; a plain ``IVFn,Flat`` keeps ``256 * n`` exactly.
+    """
+    size = 256 * factory_nlist(factory)
+    if not re.fullmatch(r"IVF\d+,Flat", factory):
+        size = max(size, 16384)
+    return min(n, size)
+
+
+def needs_training(factory: str) -> bool:
+    """Whether indexes of this factory string are trained before vectors are added."""
+    return _UNTRAINED_FACTORY.fullmatch(factory) is None
+
+
+def _train_rows(n: int, size: int, seed: int) -> np.ndarray:
+    if size >= n:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))
+
+
 class DenseRetriever(Retriever):
-    """Inner-product search over normalized passage embeddings in a FAISS index."""
+    """Inner-product search over normalized passage embeddings in a FAISS index.
+
+    ``index_type`` is ``flat`` | ``hnsw`` | ``ivf`` (today's names) or any FAISS index-factory
+    string, e.g. ``"IVF4096,PQ64"`` (21M e5-base vectors in ~1.5 GB instead of 64 GB flat),
+    ``"IVF1024,SQ8"`` or ``"HNSW32,Flat"``. ``nprobe`` applies to IVF indexes, ``ef_search`` to HNSW.
+    """
 
     def __init__(
         self,
@@ -656,6 +786,8 @@ class DenseRetriever(Retriever):
         ef_search: int = 128,
         nprobe: int = 16,
         device: str = "cpu",
+        gpu_shard: bool = False,
+        gpu_float16: bool = False,
     ) -> None:
         if index.ntotal != len(corpus):
             raise ValueError(f"index holds {index.ntotal} vectors, corpus has {len(corpus)} passages")
@@ -665,46 +797,63 @@ class DenseRetriever(Retriever):
         self.index_type = index_type
         self.name = f"dense-{index_type}"
         self._set_search_params(ef_search, nprobe)
-        self._search_index = self._maybe_to_gpu(index, device)
+        self._search_index = self._maybe_to_gpu(index, device, shard=gpu_shard, float16=gpu_float16)
 
     def _set_search_params(self, ef_search: int, nprobe: int) -> None:
         import faiss
 
-        if self.index_type == "hnsw":
-            self.index.hnsw.efSearch = ef_search
-        elif self.index_type == "ivf":
-            faiss.extract_index_ivf(self.index).nprobe = nprobe
+        ivf = faiss.try_extract_index_ivf(self.index)
+        if ivf is not None:
+            ivf.nprobe = nprobe
+        inner = faiss.downcast_index(self.index)
+        if hasattr(inner, "hnsw"):
+            inner.hnsw.efSearch = ef_search
 
-    def _maybe_to_gpu(self, index: Any, device: str) -> Any:
+    def _maybe_to_gpu(self, index: Any, device: str, *, shard: bool, float16: bool) -> Any:
+        """The index to search: the CPU one, or a GPU copy (sharded over all GPUs if asked).
+
+        Sharding splits the vectors over the GPUs (each holds 1/ngpu, results are merged);
+        float16 halves GPU memory for Flat/IVF-Flat. Needs faiss-gpu (conda, environment.yml);
+        with faiss-cpu or no GPU the CPU index is searched and a log line says so.
+        """
         import faiss
 
         # faiss-gpu has no HNSW; the CPU index stays the one that is saved.
-        if not device.startswith("cuda") or self.index_type == "hnsw":
+        if not device.startswith("cuda") or hasattr(faiss.downcast_index(index), "hnsw"):
             return index
         if not hasattr(faiss, "StandardGpuResources") or faiss.get_num_gpus() == 0:
             logger.info("device %s asked but faiss has no GPU support; searching on CPU", device)
             return index
+        if shard and faiss.get_num_gpus() > 1:
+            co = faiss.GpuMultipleClonerOptions()
+            co.shard = True
+            co.useFloat16 = float16
+            return faiss.index_cpu_to_all_gpus(index, co=co)
         dev_id = int(device.split(":", 1)[1]) if ":" in device else 0
         self._gpu_res = faiss.StandardGpuResources()
-        return faiss.index_cpu_to_gpu(self._gpu_res, dev_id, index)
+        co1 = faiss.GpuClonerOptions()
+        co1.useFloat16 = float16
+        return faiss.index_cpu_to_gpu(self._gpu_res, dev_id, index, co1)
 
     @staticmethod
     def new_index(
         dim: int, index_type: str, *, hnsw_m: int = 32, ef_construction: int = 200, nlist: int = 1
     ) -> Any:
-        """An empty inner-product FAISS index of the given type."""
+        """An empty inner-product FAISS index from a named type or a factory string."""
         import faiss
 
-        if index_type == "flat":
-            return faiss.IndexFlatIP(dim)
-        if index_type == "hnsw":
-            index = faiss.IndexHNSWFlat(dim, hnsw_m, faiss.METRIC_INNER_PRODUCT)
-            index.hnsw.efConstruction = ef_construction
-            return index
-        if index_type == "ivf":
-            quantizer = faiss.IndexFlatIP(dim)
-            return faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
-        raise ValueError(f"index must be one of {INDEX_TYPES}, got {index_type!r}")
+        factory = factory_string(index_type, hnsw_m=hnsw_m, nlist=nlist)
+        if factory == "Flat":
+            return faiss.IndexFlatIP(dim)  # what index_factory makes, under its own class name
+        try:
+            index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+        except RuntimeError as exc:
+            first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            raise ValueError(f"index {index_type!r}: faiss cannot build {factory!r} for dim {dim} ({first})") from None
+        inner = faiss.downcast_index(index)
+        if hasattr(inner, "hnsw"):
+            inner.hnsw.efConstruction = ef_construction
+        return index
 
     @classmethod
     def build(
@@ -721,34 +870,33 @@ class DenseRetriever(Retriever):
         device: str = "cpu",
         chunk_size: int = 16384,
         seed: int = 0,
+        train_size: int = 0,
         show_progress: bool = False,
+        gpu_shard: bool = False,
+        gpu_float16: bool = False,
     ) -> DenseRetriever:
         """Embed the corpus chunk by chunk (bounded memory) into a new index.
 
-        For ``ivf`` the coarse quantizer is trained on a seeded random sample of up to
-        256 passages per list before the corpus is added.
+        An index that needs training (IVF, PQ, SQ, ...) is trained first on a seeded random
+        sample of ``train_size`` passages (0: :func:`auto_train_size`; for ``ivf``, 256 per list).
         """
-        if index_type not in INDEX_TYPES:
-            raise ValueError(f"index must be one of {INDEX_TYPES}, got {index_type!r}")
         n = len(corpus)
         if n == 0:
             raise ValueError("cannot index an empty corpus")
+        nlist = min(nlist if nlist > 0 else _auto_nlist(n), n)
+        factory = factory_string(index_type, hnsw_m=hnsw_m, nlist=nlist)
         index: Any = None
-        starts = range(0, n, chunk_size)
+        starts: Iterable[int] = range(0, n, chunk_size)
         if show_progress:
             from tqdm.auto import tqdm
 
             starts = tqdm(starts, desc=f"embed {n} passages", unit="chunk")
-        if index_type == "ivf":
-            nlist = nlist if nlist > 0 else _auto_nlist(n)
-            nlist = min(nlist, n)
-            sample_n = min(n, nlist * 256)
-            rng = np.random.default_rng(seed)
-            sample = np.sort(rng.choice(n, size=sample_n, replace=False)) if sample_n < n else np.arange(n)
-            x = encoder.encode_passages([corpus.contents[i] for i in sample])
-            index = cls.new_index(x.shape[1], "ivf", nlist=nlist)
+        if needs_training(factory):
+            sample = _train_rows(n, train_size or auto_train_size(n, factory), seed)
+            x = encoder.encode_passages([corpus.contents[int(i)] for i in sample])
+            index = cls.new_index(x.shape[1], index_type, hnsw_m=hnsw_m, ef_construction=ef_construction, nlist=nlist)
             index.train(x)
-            if sample_n == n:
+            if len(sample) == n:
                 # Small corpus: the sample is the corpus, so do not embed it twice.
                 index.add(x)
                 starts = range(0)
@@ -758,7 +906,8 @@ class DenseRetriever(Retriever):
                 index = cls.new_index(x.shape[1], index_type, hnsw_m=hnsw_m, ef_construction=ef_construction)
             index.add(x)
         return cls(
-            corpus, encoder, index, index_type=index_type, ef_search=ef_search, nprobe=nprobe, device=device
+            corpus, encoder, index, index_type=index_type, ef_search=ef_search, nprobe=nprobe, device=device,
+            gpu_shard=gpu_shard, gpu_float16=gpu_float16,
         )
 
     @classmethod
@@ -776,23 +925,32 @@ class DenseRetriever(Retriever):
         nprobe: int = 16,
         device: str = "cpu",
         seed: int = 0,
+        train_size: int = 0,
+        chunk_size: int = 262144,
+        gpu_shard: bool = False,
+        gpu_float16: bool = False,
     ) -> DenseRetriever:
-        """Index passage vectors computed elsewhere (row i = passage i, unit-normalized)."""
-        x = np.ascontiguousarray(embeddings, dtype=np.float32)
-        if x.ndim != 2 or x.shape[0] != len(corpus):
-            raise ValueError(f"embeddings of shape {x.shape} do not match {len(corpus)} passages")
-        n = len(corpus)
-        if index_type == "ivf":
-            nlist = min(nlist if nlist > 0 else _auto_nlist(n), n)
-            index = cls.new_index(x.shape[1], "ivf", nlist=nlist)
-            sample_n = min(n, nlist * 256)
-            rows = np.sort(np.random.default_rng(seed).choice(n, size=sample_n, replace=False))
-            index.train(x[rows])
-        else:
-            index = cls.new_index(x.shape[1], index_type, hnsw_m=hnsw_m, ef_construction=ef_construction)
-        index.add(x)
+        """Index passage vectors computed elsewhere (row i = passage i, unit-normalized).
+
+        ``embeddings`` may be a ``np.memmap`` (e.g. a saved ``.npy`` opened with
+        ``mmap_mode="r"``): only the training sample and one chunk are in memory at a time.
+        """
+        if embeddings.ndim != 2 or embeddings.shape[0] != len(corpus):
+            raise ValueError(f"embeddings of shape {embeddings.shape} do not match {len(corpus)} passages")
+        n, dim = embeddings.shape
+        if n == 0:
+            raise ValueError("cannot index an empty corpus")
+        nlist = min(nlist if nlist > 0 else _auto_nlist(n), n)
+        factory = factory_string(index_type, hnsw_m=hnsw_m, nlist=nlist)
+        index = cls.new_index(dim, index_type, hnsw_m=hnsw_m, ef_construction=ef_construction, nlist=nlist)
+        if needs_training(factory):
+            rows = _train_rows(n, train_size or auto_train_size(n, factory), seed)
+            index.train(np.ascontiguousarray(embeddings[rows], dtype=np.float32))
+        for start in range(0, n, chunk_size):
+            index.add(np.ascontiguousarray(embeddings[start : start + chunk_size], dtype=np.float32))
         return cls(
-            corpus, encoder, index, index_type=index_type, ef_search=ef_search, nprobe=nprobe, device=device
+            corpus, encoder, index, index_type=index_type, ef_search=ef_search, nprobe=nprobe, device=device,
+            gpu_shard=gpu_shard, gpu_float16=gpu_float16,
         )
 
     def save(self, folder: str | os.PathLike[str]) -> None:
@@ -811,12 +969,19 @@ class DenseRetriever(Retriever):
         ef_search: int = 128,
         nprobe: int = 16,
         device: str = "cpu",
+        mmap: bool = True,
+        gpu_shard: bool = False,
+        gpu_float16: bool = False,
+        filename: str = "index.faiss",
     ) -> DenseRetriever:
-        import faiss
+        """Open a saved index; ``mmap`` maps its vectors/codes from disk instead of reading them.
 
-        index = faiss.read_index(str(Path(folder) / "index.faiss"))
+        A memory-mapped index is read-only and shares the page cache between processes, so
+        several stage processes over one 21M-passage index hold it once.
+        """
         return cls(
-            corpus, encoder, index, index_type=index_type, ef_search=ef_search, nprobe=nprobe, device=device
+            corpus, encoder, read_faiss_index(Path(folder) / filename, mmap=mmap), index_type=index_type,
+            ef_search=ef_search, nprobe=nprobe, device=device, gpu_shard=gpu_shard, gpu_float16=gpu_float16,
         )
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
@@ -832,6 +997,23 @@ class DenseRetriever(Retriever):
             [Hit(ids[i], float(s), contents[i]) for s, i in zip(row_s, row_i) if i >= 0]
             for row_s, row_i in zip(scores, rows)
         ]
+
+
+def read_faiss_index(path: str | os.PathLike[str], *, mmap: bool = True) -> Any:
+    """Read a FAISS index file, memory-mapped (read-only) when ``mmap`` is true.
+
+    ``IO_FLAG_MMAP_IFC`` maps flat codes (Flat, SQ, PQ, HNSW storage) and inverted lists
+    alike in faiss >= 1.9; older faiss builds fall back to ``IO_FLAG_MMAP`` (IVF lists only).
+    """
+    import faiss
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such FAISS index file")
+    if not mmap:
+        return faiss.read_index(str(path))
+    flag = getattr(faiss, "IO_FLAG_MMAP_IFC", faiss.IO_FLAG_MMAP)
+    return faiss.read_index(str(path), flag | faiss.IO_FLAG_READ_ONLY)
 
 
 # --------------------------------------------------------------------------------------------
@@ -955,6 +1137,10 @@ def validate_retriever_cfg(cfg: Mapping[str, Any]) -> dict[str, Any]:
     for key, allowed in choices.items():
         if out[key] not in allowed:
             raise ValueError(f"retriever config: key {key!r} must be one of {allowed}, got {out[key]!r}")
+    if out["index_factory"] != str(out["index_factory"]).strip():
+        raise ValueError(f"retriever config: key 'index_factory' has surrounding spaces: {out['index_factory']!r}")
+    if out["train_size"] < 0:
+        raise ValueError(f"retriever config: key 'train_size' must be >= 0, got {out['train_size']}")
     for key in ("batch_size", "rerank_depth", "rerank_batch_size", "fusion_depth", "hnsw_m", "max_length"):
         if out[key] < 1:
             raise ValueError(f"retriever config: key {key!r} must be >= 1, got {out[key]}")
@@ -1085,7 +1271,7 @@ def _build_bm25(c: Mapping[str, Any], corpus: Corpus, fingerprint: str, cache: P
         lambda: BM25Retriever.build(
             corpus, k1=c["bm25_k1"], b=c["bm25_b"], method=c["bm25_method"], num_threads=c["num_threads"]
         ),
-        lambda folder: BM25Retriever.load(folder, corpus, num_threads=c["num_threads"]),
+        lambda folder: BM25Retriever.load(folder, corpus, num_threads=c["num_threads"], mmap=c["mmap"]),
     )
 
 
@@ -1104,17 +1290,28 @@ def _build_dense(
             num_threads=c["num_threads"],
             show_progress=c["show_progress"],
         )
-    index_params: dict[str, Any] = {"index": c["index"]}
-    if c["index"] == "hnsw":
+    index_type = c["index_factory"] or c["index"]
+    index_params: dict[str, Any] = {"index": index_type}
+    if c["index_factory"]:
+        # Factory strings carry their own sizes; sampling and HNSW build depth still matter.
+        factory = factory_string(c["index_factory"])
+        index_params.update(train_size=c["train_size"] or auto_train_size(len(corpus), factory))
+        if "HNSW" in factory:
+            index_params.update(ef_construction=c["hnsw_ef_construction"])
+    elif c["index"] == "hnsw":
         index_params.update(hnsw_m=c["hnsw_m"], ef_construction=c["hnsw_ef_construction"])
     elif c["index"] == "ivf":
         index_params.update(nlist=c["nlist"] if c["nlist"] > 0 else _auto_nlist(len(corpus)))
+        if c["train_size"]:
+            index_params.update(train_size=c["train_size"])
     key = {"kind": "dense", "corpus": fingerprint, "encoder": encoder.identity(), **index_params}
     search_kw = {
-        "index_type": c["index"],
+        "index_type": index_type,
         "ef_search": c["hnsw_ef_search"],
         "nprobe": c["nprobe"],
         "device": c["device"],
+        "gpu_shard": c["gpu_shard"],
+        "gpu_float16": c["gpu_float16"],
     }
     return _cached_build(
         cache,
@@ -1125,8 +1322,87 @@ def _build_dense(
             hnsw_m=c["hnsw_m"],
             ef_construction=c["hnsw_ef_construction"],
             nlist=index_params.get("nlist", 0),
+            train_size=c["train_size"],
             show_progress=c["show_progress"],
             **search_kw,
         ),
-        lambda folder: DenseRetriever.load(folder, corpus, encoder, **search_kw),
+        lambda folder: DenseRetriever.load(folder, corpus, encoder, mmap=c["mmap"], **search_kw),
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Existing FlashRAG indexes
+# --------------------------------------------------------------------------------------------
+
+
+def open_flashrag(
+    corpus_jsonl: str | os.PathLike[str],
+    *,
+    faiss_index: str | os.PathLike[str] | None = None,
+    encoder: TextEncoder | None = None,
+    bm25_dir: str | os.PathLike[str] | None = None,
+    store_dir: str | os.PathLike[str] | None = None,
+    mmap: bool = True,
+    nprobe: int = 16,
+    ef_search: int = 128,
+    device: str = "cpu",
+    gpu_shard: bool = False,
+    gpu_float16: bool = False,
+    rrf_k: int = 60,
+    fusion_depth: int = 100,
+) -> Retriever:
+    """Use a FlashRAG corpus and its prebuilt indexes as they are, without re-embedding.
+
+    FlashRAG's ``index_builder`` writes a FAISS file (e.g. ``e5_Flat.index``: inner product over
+    the corpus rows in file order) and, for BM25 with the bm25s backend, a bm25s folder (with
+    the tokenizer vocabulary beside the index). Both are opened memory-mapped by default, and
+    the corpus through a memory-mapped store (:mod:`ragcritic_lib.corpus_store`), so a 21M-
+    passage Wikipedia costs offsets plus page cache, not 50 GB of strings.
+
+    Args:
+        corpus_jsonl: the FlashRAG corpus the indexes were built from (same rows, same order).
+        faiss_index: the ``.index`` file; needs ``encoder``, the same model with the same pooling
+            and query instruction the index was built with (for e5: mean pooling, ``"query: "``).
+        encoder: query encoder for ``faiss_index``.
+        bm25_dir: a bm25s index folder.
+        store_dir: where the corpus store lives (default ``.cache/corpora``).
+        mmap: memory-map the FAISS and bm25s files.
+        nprobe, ef_search: IVF / HNSW search depth, when the index is one.
+        device, gpu_shard, gpu_float16: GPU placement of the FAISS index (faiss-gpu only).
+        rrf_k, fusion_depth: reciprocal rank fusion when both indexes are given.
+
+    Returns:
+        A dense, BM25, or (both given) hybrid retriever.
+
+    Raises:
+        ValueError: neither index given, a FAISS index without an encoder, or an index whose
+            size differs from the corpus (names the file).
+    """
+    from ragcritic_lib.corpus_store import DEFAULT_STORE_DIR, open_corpus
+
+    if faiss_index is None and bm25_dir is None:
+        raise ValueError("open_flashrag: give faiss_index (with encoder), bm25_dir, or both")
+    if faiss_index is not None and encoder is None:
+        raise ValueError(f"open_flashrag: faiss_index {faiss_index} needs the encoder it was built with")
+    corpus = open_corpus(corpus_jsonl, store_dir if store_dir is not None else DEFAULT_STORE_DIR)
+    members: list[Retriever] = []
+    if bm25_dir is not None:
+        members.append(BM25Retriever.load(bm25_dir, corpus, mmap=mmap))
+    if faiss_index is not None:
+        assert encoder is not None
+        import faiss
+
+        index = read_faiss_index(faiss_index, mmap=mmap)
+        if index.ntotal != len(corpus):
+            raise ValueError(f"{faiss_index}: index holds {index.ntotal} vectors, {corpus_jsonl} has {len(corpus)} passages")
+        if index.metric_type != faiss.METRIC_INNER_PRODUCT:
+            logger.warning("%s: metric %s is not inner product; scores are distances", faiss_index, index.metric_type)
+        members.append(
+            DenseRetriever(
+                corpus, encoder, index, index_type=Path(faiss_index).stem, ef_search=ef_search, nprobe=nprobe,
+                device=device, gpu_shard=gpu_shard, gpu_float16=gpu_float16,
+            )
+        )
+    if len(members) == 1:
+        return members[0]
+    return HybridRetriever(members, rrf_k=rrf_k, depth=fusion_depth)
