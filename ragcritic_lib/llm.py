@@ -752,9 +752,12 @@ def plan_batches(lengths: Sequence[int], batch_size: int, multiple: int = PAD_MU
     Greedy decoding of a row is not invariant to the shape of its batch: the attention's
     reduction runs over the padded width, and on CPU a different width (or a different number
     of rows) changes the rounding and so, at a near tie, the argmax. Hence each prompt is padded
-    to :func:`padded_width` of its own length, only prompts of equal width share a batch, and
-    the caller fills every batch to ``batch_size`` rows. Then which other prompts a call holds
-    (for instance the cache misses of a re-run) cannot change any prompt's answer.
+    to :func:`padded_width` of its own length and only prompts of equal width share a batch, so
+    which other prompts a call holds (for instance the cache misses of a re-run) cannot change the
+    width a prompt is computed at. The number of rows still varies with the call: measured, it
+    changed no answer (bf16 and fp32 probes, 1 vs 4 rows, and one call vs two calls in
+    tests/test_batch_invariance.py), while filling every batch to ``batch_size`` rows with copies
+    cost up to 2.5x the CPU on small calls, so batches hold real prompts only.
 
     Args:
         lengths: token count of each prompt.
@@ -775,8 +778,8 @@ def plan_batches(lengths: Sequence[int], batch_size: int, multiple: int = PAD_MU
 
 
 def _left_padded(rows: Sequence[Sequence[int]], width: int, n_rows: int, pad_id: int) -> tuple[Any, Any]:
-    """Input ids and attention mask of ``rows`` left-padded to ``width``, filled up to ``n_rows``
-    rows with copies of the first row (the filler rows' outputs are discarded)."""
+    """Input ids and attention mask of ``rows`` left-padded to ``width`` (``n_rows`` rows: more
+    than ``len(rows)`` fills with copies of the first row, whose outputs are discarded)."""
     import torch
 
     filled = list(rows) + [rows[0]] * (n_rows - len(rows))
@@ -832,11 +835,11 @@ class HFBackend(LLM):
     """transformers causal LM: batched, left-padded generation on CPU or GPU.
 
     Prompts are rendered with the tokenizer's chat template (``add_generation_prompt=True``)
-    and encoded without adding special tokens; raw str prompts are encoded as they are. Every
-    batch has the same shape for a given prompt whatever else the call holds (``batch_size``
-    rows, the prompt left-padded to :func:`padded_width` of its own length, see
-    :func:`plan_batches`), so a prompt's output does not depend on its batch neighbours nor on
-    which prompts an earlier run left in the cache. Greedy when temperature is 0, else sampling
+    and encoded without adding special tokens; raw str prompts are encoded as they are. A prompt
+    is computed at the same width whatever else the call holds (left-padded to
+    :func:`padded_width` of its own length, batched with equal widths only, at most
+    ``batch_size`` rows, see :func:`plan_batches`), so its output does not depend on its batch
+    neighbours nor on which prompts an earlier run left in the cache. Greedy when temperature is 0, else sampling
     from a random stream seeded by ``GenParams.seed`` and the prompt itself (the caller's torch
     RNG state is left untouched).
 
@@ -936,7 +939,7 @@ class HFBackend(LLM):
     def identity(self) -> dict[str, Any]:
         # The batch shape a prompt is computed at (rows, width granularity) and the sampler are
         # part of what decides its output, so entries made under other settings never match.
-        batching = {"rows": self.batch_size, "pad_multiple": PAD_MULTIPLE, "sampler": "row-gumbel"}
+        batching = {"rows": self.batch_size, "fill": "none", "pad_multiple": PAD_MULTIPLE, "sampler": "row-gumbel"}
         return {**self._identity, "batching": batching}
 
     def render(self, prompt: Prompt) -> str:
@@ -965,11 +968,11 @@ class HFBackend(LLM):
             yield from zip(idx, outs)
 
     def _generate_batch(self, batch: list[list[int]], params: GenParams, *, width: int) -> list[Generation]:
-        """Generate one batch at a fixed shape: ``width`` columns and ``batch_size`` rows."""
+        """Generate one batch at a fixed width (``width`` columns, one row per prompt)."""
         import torch
         from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
-        input_ids, attention = _left_padded(batch, width, self.batch_size, self.pad_token_id)
+        input_ids, attention = _left_padded(batch, width, len(batch), self.pad_token_id)
         # Sampling is greedy decoding over Gumbel-perturbed scores (_row_sampler), so HF's own
         # sampler, which draws for the whole batch from one stream, is never used.
         gen_cfg: dict[str, Any] = {
@@ -985,7 +988,6 @@ class HFBackend(LLM):
         processors = LogitsProcessorList()
         if not params.greedy:
             seeds = [_row_seed(params.seed, ids) for ids in batch]
-            seeds += [seeds[0]] * (self.batch_size - len(batch))
             processors.append(_row_sampler(seeds, float(params.temperature), float(params.top_p)))
         stopping = StoppingCriteriaList()
         stop_rule = None
@@ -1091,9 +1093,8 @@ class HFBackend(LLM):
             seqs.append(full)
         # Fixed batch shapes, as in _generate: a choice never depends on the other prompts.
         for idx, width in plan_batches([len(ids) for ids in encoded], self.batch_size):
-            input_ids, attention = _left_padded([encoded[i] for i in idx], width, self.batch_size,
-                                                self.pad_token_id)
-            rows = idx + [idx[0]] * (self.batch_size - len(idx))  # filler rows repeat the first
+            input_ids, attention = _left_padded([encoded[i] for i in idx], width, len(idx), self.pad_token_id)
+            rows = idx
             longest = max(len(ids) for i in idx for ids in seqs[i])
 
             def allowed(row: int, ids: Any, _idx: list[int] = rows, _w: int = width) -> list[int]:

@@ -162,5 +162,5 @@ def test_choices_do_not_depend_on_batch_composition(bf16_dir):
 
 def test_batch_shape_is_part_of_the_cache_identity(bf16_dir):
     a, b = _backend(bf16_dir, batch_size=4), _backend(bf16_dir, batch_size=8)
-    assert a.identity()["batching"] == {"rows": 4, "pad_multiple": 64, "sampler": "row-gumbel"}
+    assert a.identity()["batching"] == {"rows": 4, "fill": "none", "pad_multiple": 64, "sampler": "row-gumbel"}
     assert a.identity() != b.identity()
