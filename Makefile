@@ -39,12 +39,14 @@ test-fast: assets
 	$(BIN)/python -m pytest -q -m "not smoke" tests
 
 ## Real served model (slow, not part of `make test`): two llama.cpp servers on 127.0.0.1, one
-## killed mid-run; llama-cpp-python is built once into its own venv (AMX off: it crashes on some CPUs).
+## killed mid-run; llama-cpp-python is built once into its own venv (AMX off: it crashes on some
+## CPUs; AVX512 only where the CPU has it, or the server dies with SIGILL).
 LLAMACPP_VENV := .cache/llamacpp-venv
+LLAMACPP_AVX512 := $(shell grep -qw avx512f /proc/cpuinfo 2>/dev/null && echo ON || echo OFF)
 $(LLAMACPP_VENV)/.installed:
 	test -x $(LLAMACPP_VENV)/bin/python || $(PYTHON) -m venv $(LLAMACPP_VENV)
 	CMAKE_BUILD_PARALLEL_LEVEL=2 CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF \
-	  -DGGML_AMX_BF16=OFF -DGGML_AVX2=ON -DGGML_AVX512=ON" \
+	  -DGGML_AMX_BF16=OFF -DGGML_AVX2=ON -DGGML_AVX512=$(LLAMACPP_AVX512)" \
 	  $(LLAMACPP_VENV)/bin/python -m pip install -q "llama-cpp-python[server]==0.3.36"
 	touch $@
 
