@@ -13,8 +13,11 @@ writes them as a FlashRAG JSONL, and measures, each phase with its own peak RSS:
 * bm25s over the stored corpus (token ids): build and query time;
 * a linear extrapolation of memory and build time to 21M passages (stated assumptions).
 
-    nice -n 10 .venv/bin/python benchmarks/bench_retrieval_scale.py --n 200000
-    nice -n 10 .venv/bin/python benchmarks/bench_retrieval_scale.py            # 1M, ~15 min
+    nice -n 10 .venv/bin/python benchmarks/bench_retrieval_scale.py --n 200000 --nlist 256 --hnsw-n 100000 --threads 1
+    nice -n 10 .venv/bin/python benchmarks/bench_retrieval_scale.py            # 1M
+
+The 200k command took ~11 min on a shared 2-core machine (load ~10); HNSW construction and
+bm25s tokenization dominate, so --hnsw-n caps the HNSW build and 1M runs take longer.
 
 Numbers only, no asserts.
 """
