@@ -19,12 +19,12 @@
 # later table compares against (RAG-Critic §4, Table 3).
 
 # %% tags=["parameters"]
-recall_questions = 300
+recall_questions = 200
 eval_questions = 140
 top_k = 3
 recall_ks = "1,3,5,10,20"
 prompt_variant = "prefill"
-variant_probe_questions = 30
+variant_probe_questions = 20
 max_new_tokens = 32
 max_passage_words = 60
 closed_book = True

@@ -21,7 +21,7 @@
 # %% tags=["parameters"]
 pool_file = "configs/pools/embedded.yaml"
 split = "train"
-questions_per_dataset = 96
+questions_per_dataset = 64
 chunk_size = 32
 judge_metric = "f1"
 judge_threshold = 0.5

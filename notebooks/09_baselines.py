@@ -19,7 +19,7 @@
 # stage and error type (RAGEC Tables 2 and 4) and is compared with RAG-Critic's tier-1 labels.
 
 # %% tags=["parameters"]
-max_test_questions = 20
+max_test_questions = 16
 n_boot = 1000
 ci_alpha = 0.05
 rag_critic_results = "data/correction/{dataset}/rag_critic_test.jsonl"
