@@ -47,7 +47,8 @@ $(LLAMACPP_VENV)/.installed:
 	test -x $(LLAMACPP_VENV)/bin/python || $(PYTHON) -m venv $(LLAMACPP_VENV)
 	CMAKE_BUILD_PARALLEL_LEVEL=2 CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF \
 	  -DGGML_AMX_BF16=OFF -DGGML_AVX2=ON -DGGML_AVX512=$(LLAMACPP_AVX512)" \
-	  $(LLAMACPP_VENV)/bin/python -m pip install -q "llama-cpp-python[server]==0.3.36"
+	  $(LLAMACPP_VENV)/bin/python -m pip install -q --no-cache-dir --force-reinstall --no-binary llama-cpp-python \
+	  "llama-cpp-python[server]==0.3.36"
 	touch $@
 
 test-served: install $(LLAMACPP_VENV)/.installed
