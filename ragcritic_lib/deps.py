@@ -6,6 +6,13 @@ import`` statements (at module level and inside functions, since lazy imports of
 still run) from a notebook's ``.py`` twin through ``ragcritic_lib``, including each package's
 ``__init__.py``. ``python -m ragcritic_lib.deps check`` lists what dvc.yaml lacks, ``fix`` adds it, and
 ``closure NOTEBOOK`` prints one notebook's closure.
+
+An import whose line ends with the marker ``# deps: check-only`` is left out of the closure. It is
+for imports that only validate parameters before a stage runs (``params.rules`` reads choice lists
+from the modules that use them): such code can refuse a run but cannot change what a stage writes,
+so editing, say, the planner's list of prompt variants does not re-run the retrieval stage.
+``check`` also lists library files that dvc.yaml names but a stage never runs through, and ``fix``
+removes them, so the deps are the closure exactly.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from pathlib import Path
 from . import paths
 
 PACKAGE = "ragcritic_lib"
+CHECK_ONLY = "# deps: check-only"
 
 
 def _module_file(module: str, root: Path) -> Path | None:
@@ -40,11 +48,15 @@ def _package_of(file: Path, root: Path) -> str:
 
 def _imported_modules(file: Path, root: Path) -> set[str]:
     """Dotted names of package modules that ``file`` imports (absolute or relative)."""
-    tree = ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
+    source = file.read_text(encoding="utf-8")
+    lines = source.splitlines()
+    tree = ast.parse(source, filename=str(file))
     in_package = file.is_relative_to(root / PACKAGE)
     package = _package_of(file, root) if in_package else ""
     found: set[str] = set()
     for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and lines[node.lineno - 1].rstrip().endswith(CHECK_ONLY):
+            continue
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -90,6 +102,19 @@ def import_closure(source: str | Path, *, root: Path | None = None) -> set[str]:
     return {p.relative_to(root).as_posix() for p in seen}
 
 
+def stage_closure(cmd: str, *, root: Path | None = None) -> set[str]:
+    """The closure of a stage command: its ``python -m`` module (itself included) and its notebook."""
+    root = Path(root or paths.ROOT)
+    words = cmd.split()
+    out = import_closure(words[-1], root=root)
+    if "-m" in words[:-1]:
+        module = words[words.index("-m") + 1]
+        file = _module_file(module, root)
+        if file is not None:
+            out |= {file.relative_to(root).as_posix()} | import_closure(file, root=root)
+    return out
+
+
 def _covered(path: str, deps: list[str]) -> bool:
     return any(path == d or path.startswith(d.rstrip("/") + "/") for d in deps)
 
@@ -100,11 +125,40 @@ def missing_deps(dvc: dict, *, root: Path | None = None) -> dict[str, list[str]]
     out: dict[str, list[str]] = {}
     for name, stage in dvc.get("stages", {}).items():
         deps = [d if isinstance(d, str) else next(iter(d)) for d in stage.get("deps", [])]
-        notebook = stage["cmd"].split()[-1]
-        missing = sorted(p for p in import_closure(notebook, root=root) if not _covered(p, deps))
+        missing = sorted(p for p in stage_closure(stage["cmd"], root=root) if not _covered(p, deps))
         if missing:
             out[name] = missing
     return out
+
+
+def _library_deps(stage: dict) -> list[str]:
+    deps = [d if isinstance(d, str) else next(iter(d)) for d in stage.get("deps", [])]
+    return [d for d in deps if d.startswith(PACKAGE + "/") and d.endswith(".py")]
+
+
+def extra_deps(dvc: dict, *, root: Path | None = None) -> dict[str, list[str]]:
+    """Per stage, the library files dvc.yaml lists that its notebook never runs through."""
+    root = Path(root or paths.ROOT)
+    out: dict[str, list[str]] = {}
+    for name, stage in dvc.get("stages", {}).items():
+        closure = stage_closure(stage["cmd"], root=root)
+        extra = sorted(d for d in _library_deps(stage) if d not in closure)
+        if extra:
+            out[name] = extra
+    return out
+
+
+def drop_extra(dvc_text: str, extra: dict[str, list[str]]) -> str:
+    """dvc.yaml text without each stage's extra library deps (other lines kept as they are)."""
+    out, stage = [], None
+    for line in dvc_text.splitlines(keepends=True):
+        stripped = line.strip()
+        if line.startswith("  ") and not line.startswith("   ") and stripped.endswith(":"):
+            stage = stripped[:-1]
+        elif stage in extra and stripped.startswith("- ") and stripped[2:].split(" #")[0].strip() in extra[stage]:
+            continue
+        out.append(line)
+    return "".join(out)
 
 
 def add_missing(dvc_text: str, missing: dict[str, list[str]]) -> str:
@@ -133,8 +187,8 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m ragcritic_lib.deps", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("check", help="list stages whose dvc.yaml deps miss files they import")
-    sub.add_parser("fix", help="add the missing files to dvc.yaml (comments and layout kept)")
+    sub.add_parser("check", help="list stages whose dvc.yaml library deps differ from what they import")
+    sub.add_parser("fix", help="add missing and drop extra library deps in dvc.yaml (comments and layout kept)")
     one = sub.add_parser("closure", help="print the import closure of a notebook or module")
     one.add_argument("source")
     args = parser.parse_args(argv)
@@ -142,13 +196,16 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(sorted(import_closure(args.source))))
         return 0
     text = paths.DVC_FILE.read_text(encoding="utf-8")
-    missing = missing_deps(yaml.safe_load(text))
+    missing, extra = missing_deps(yaml.safe_load(text)), extra_deps(yaml.safe_load(text))
     if args.cmd == "fix":
-        paths.DVC_FILE.write_text(add_missing(text, missing), encoding="utf-8")
-        missing = missing_deps(yaml.safe_load(paths.DVC_FILE.read_text(encoding="utf-8")))
+        paths.DVC_FILE.write_text(drop_extra(add_missing(text, missing), extra), encoding="utf-8")
+        fixed = yaml.safe_load(paths.DVC_FILE.read_text(encoding="utf-8"))
+        missing, extra = missing_deps(fixed), extra_deps(fixed)
     for stage, files in missing.items():
         print(f"dvc.yaml: stage {stage} runs through but does not depend on: {', '.join(files)}")
-    return 1 if missing else 0
+    for stage, files in extra.items():
+        print(f"dvc.yaml: stage {stage} depends on but never runs through: {', '.join(files)}")
+    return 1 if missing or extra else 0
 
 
 if __name__ == "__main__":

@@ -286,10 +286,10 @@ def rules() -> dict[str, dict[str, Rule]]:
     Choice lists are read from the modules that consume the values, so adding a prompt
     variant or a metric there is enough. Keys without a rule here are checked by type only.
     """
-    from . import llm, mining, rag, retrieval, teachers, testbed
-    from .agent import planner
-    from .critic import VERDICT_MODES
-    from .data import SPLITS
+    from . import llm, mining, rag, retrieval, teachers, testbed  # deps: check-only
+    from .agent import planner  # deps: check-only
+    from .critic import VERDICT_MODES  # deps: check-only
+    from .data import SPLITS  # deps: check-only
 
     answer_variants = tuple(v for v in rag.PROMPT_VARIANTS if v != "closed_book")  # closed book: its own switch
     teacher = one_of(teachers.TEACHER_CHOICES)
@@ -518,7 +518,7 @@ def _apply_rules(where: str, section: Mapping[str, Any], table: Mapping[str, Rul
 
 
 def _generator_problems(cfg: Mapping[str, Any], ctx: Context) -> list[str]:
-    from .llm import _BACKEND_KEYS, _COMMON_KEYS, _INACTIVE, _PORTABLE_KEYS
+    from .llm import _BACKEND_KEYS, _COMMON_KEYS, _INACTIVE, _PORTABLE_KEYS  # deps: check-only
 
     where = "common.generator"
     known = _COMMON_KEYS.union(*_BACKEND_KEYS.values())
@@ -537,7 +537,7 @@ def _generator_problems(cfg: Mapping[str, Any], ctx: Context) -> list[str]:
 
 
 def _retriever_problems(cfg: Mapping[str, Any], ctx: Context) -> list[str]:
-    from .retrieval import RETRIEVER_DEFAULTS, validate_retriever_cfg
+    from .retrieval import RETRIEVER_DEFAULTS, validate_retriever_cfg  # deps: check-only
 
     where = "common.retriever"
     out: list[str] = []
@@ -555,7 +555,7 @@ def _retriever_problems(cfg: Mapping[str, Any], ctx: Context) -> list[str]:
 def _library_check(section: str, values: Mapping[str, Any]) -> str | None:
     """A stage's own config check, for rules that need more than one key (run on a clean section)."""
     if section == "testbed":
-        from .testbed import TestbedConfig
+        from .testbed import TestbedConfig  # deps: check-only
 
         try:
             TestbedConfig.from_params(values)
