@@ -158,6 +158,38 @@ def format_critique(
     return json.dumps(out, ensure_ascii=False)
 
 
+def redact_reference(critique: Mapping[str, Any], record: Mapping[str, Any]) -> dict[str, Any]:
+    """The critique with every reference answer in its analysis and tags replaced by "the answer".
+
+    A critic judges without the reference, so a training target that quotes it teaches the critic
+    to invent references (and hand them to the planner). Teachers that saw the reference (an LLM
+    judge) may quote it; this removes it. A reference that is part of the prediction is kept, since
+    the analysis may quote the prediction.
+    """
+    from ragcritic_lib.evidence import is_abstention
+
+    prediction = str(record.get("prediction") or "").lower()
+    golds = sorted({str(g).strip() for g in record.get("golden_answers") or []
+                    if str(g).strip() and not is_abstention(str(g))}, key=len, reverse=True)
+    patterns = [re.compile(rf"(?<!\w){re.escape(g)}(?!\w)", re.IGNORECASE) for g in golds
+                if g.lower() not in prediction]
+
+    def clean(text: Any) -> Any:
+        if not isinstance(text, str):
+            return text
+        for pat in patterns:
+            text = pat.sub("the answer", text)
+        return text
+
+    out = dict(critique)
+    if patterns:
+        out["Error_analysis"] = clean(out.get("Error_analysis", ""))
+        for key in ("tag1", "tag2", "tag3"):
+            if isinstance(out.get(key), list):
+                out[key] = [clean(t) for t in out[key]]
+    return out
+
+
 def critic_target(
     record: Mapping[str, Any], *, max_analysis_words: int | None = None, max_tag3: int | None = None
 ) -> str:
@@ -180,6 +212,7 @@ def critic_target(
                 raise DataFormatError(f"record {rid}: 'critic_target' is not valid JSON") from None
         if not isinstance(target, Mapping):
             raise DataFormatError(f"record {rid}: 'critic_target' must be an object")
+        target = redact_reference(target, record)
         return format_critique(target, max_analysis_words=max_analysis_words, max_tag3=max_tag3)
     if record.get("correct") is True:
         return json.dumps({"Judgement": CORRECT})
@@ -191,6 +224,7 @@ def critic_target(
             "tag3": record.get("tag3", []),
             "Error_analysis": record.get("Error_analysis", record.get("rationale", "")),
         }
+        critique = redact_reference(critique, record)
         return format_critique(critique, max_analysis_words=max_analysis_words, max_tag3=max_tag3)
     raise DataFormatError(
         f"record {rid}: no 'critic_target', no 'correct': true and no 'tag1'/'tag2' keys"

@@ -263,7 +263,29 @@ def _known_causes(
     return causes
 
 
-_NUM = re.compile(r"\d")
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september",
+           "october", "november", "december")
+
+
+def _numbers(text: str) -> set[str]:
+    """The numbers a text states, thousands separators dropped (``1,200`` and ``1200`` agree)."""
+    return {m.group(0).replace(",", "") for m in _NUMBER.finditer(text)}
+
+
+def _looks_like_date(text: str) -> bool:
+    words = set(re.findall(r"[a-z]+", text.lower()))
+    return any(m in words for m in _MONTHS) or any(
+        1000 <= int(n.split(".")[0]) <= 2100 for n in _numbers(text) if n.split(".")[0].isdigit())
+
+
+def _picked_other_option(question: str, prediction: str, golds: Sequence[str]) -> bool:
+    """The question names the options and the answer is one of them, but not the reference one."""
+    q = f" {normalize_words(question)} "
+    pred = normalize_words(prediction)
+    if not pred or f" {pred} " not in q:
+        return False
+    return any(normalize_words(g) and f" {normalize_words(g)} " in q and normalize_words(g) != pred for g in golds)
 
 
 def error_causes(record: Mapping[str, Any], evidence: Mapping[str, Any] | None = None) -> list[str]:
@@ -273,8 +295,6 @@ def error_causes(record: Mapping[str, Any], evidence: Mapping[str, Any] | None =
     :data:`EVIDENCE_CAUSES`; at least one cause is always returned (``wrong_answer`` last resort).
     """
     ev = evidence if evidence is not None else compute_evidence(record)
-    meta = _meta(record)
-    qtype = str(meta.get("type", ""))
     causes = list(ev.get("known_causes") or [])
     prediction = str(record.get("prediction") or "")
     golds = [str(g) for g in record.get("golden_answers") or []]
@@ -295,13 +315,17 @@ def error_causes(record: Mapping[str, Any], evidence: Mapping[str, Any] | None =
             causes.append("wrong_span_from_context")
         if not ev["prediction_in_passages"] and "outdated_statement" not in causes:
             causes.append("unsupported_answer")
-        if qtype == "numerical" and _NUM.search(prediction):
-            causes.append("numeric_error")
-        elif qtype == "temporal":
-            causes.append("temporal_error")
-        elif qtype == "comparison":
+        # What went wrong is read from the answer against the reference and the question, not
+        # from the question's type: a wrong number, a wrong date, the other option of a choice.
+        content_golds = [g for g in golds if not is_abstention(g)]
+        pred_nums = _numbers(prediction)
+        gold_nums = set().union(*(_numbers(g) for g in content_golds)) if content_golds else set()
+        if pred_nums and gold_nums and not pred_nums & gold_nums:
+            dated = any(_looks_like_date(g) for g in content_golds) and _looks_like_date(prediction)
+            causes.append("temporal_error" if dated else "numeric_error")
+        elif _picked_other_option(str(record.get("question") or ""), prediction, content_golds):
             causes.append("comparison_error")
-        elif qtype == "summary" and (ev.get("key_point_coverage") or 0) < 1:
+        if ev.get("key_point_coverage") is not None and ev["key_point_coverage"] < 1:
             causes.append("incomplete_summary")
         if ev.get("distractor_retrieved") and "distractor_entity" not in causes:
             causes.append("entity_mismatch")

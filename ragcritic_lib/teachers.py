@@ -802,16 +802,19 @@ _EXPLANATIONS: dict[str, tuple[str, ...]] = {
                      "The response is simply incorrect."),
 }
 
+# Rationales are critic training targets: they explain what went wrong from the question, the
+# passages and the answer, and never quote the reference answer (a critic that learns to recite
+# references invents them at test time, where it has none).
 _OPENINGS = (
-    'The model answered "{pred}", but the expected answer is "{gold}".',
-    'The prediction "{pred}" does not match the reference answer "{gold}".',
-    'The answer "{pred}" is incorrect; the correct answer is "{gold}".',
-    '"{pred}" is wrong: the question asks for "{gold}".',
-    'The response gives "{pred}" whereas the reference says "{gold}".',
+    'The model answered "{pred}", and that answer is wrong.',
+    'The prediction "{pred}" does not answer the question correctly.',
+    'The answer "{pred}" is incorrect.',
+    '"{pred}" is not the right answer to this question.',
+    'The response gives "{pred}", which is not correct.',
 )
 _OPENINGS_EMPTY = (
-    'The model gave no usable answer; the expected answer is "{gold}".',
-    'No answer can be read from the response, while the reference is "{gold}".',
+    "The model gave no usable answer.",
+    "No answer can be read from the response.",
 )
 _OPENINGS_UNANSWERABLE = (
     'The question cannot be answered from the passages, yet the model answered "{pred}".',
@@ -824,9 +827,9 @@ _CAUSE_SENTENCES: dict[str, tuple[str, ...]] = {
         "The supporting passage was not among the retrieved results, which left the answer without evidence.",
     ),
     "gold_not_retrieved": (
-        'The string "{gold}" occurs in none of the {k} retrieved passages, so retrieval did not supply the needed evidence.',
+        "The answer occurs in none of the {k} retrieved passages, so retrieval did not supply the needed evidence.",
         "The retrieved context does not contain the answer at all.",
-        "Retrieval failed: no passage mentions the expected answer.",
+        "Retrieval failed: no passage mentions the answer.",
     ),
     "partial_support": (
         "Only {found} of the {total} passages needed for this multi-step question were retrieved, so one link of the reasoning is missing.",
@@ -858,7 +861,7 @@ _CAUSE_SENTENCES: dict[str, tuple[str, ...]] = {
         "No passage backs the claim made in the answer.",
     ),
     "abstained_when_answerable": (
-        'The model declined to answer although {where} states "{gold}".',
+        "The model declined to answer although {where} states the answer.",
         "The response claims the information is missing, but the answer was available.",
     ),
     "answer_not_extracted": (
@@ -879,7 +882,7 @@ _CAUSE_SENTENCES: dict[str, tuple[str, ...]] = {
     ),
     "empty_answer": ("The response is empty.", "Nothing was generated as an answer."),
     "numeric_error": (
-        "The number is wrong: the evidence supports {gold}, not {pred}.",
+        "The number is wrong: the evidence does not support {pred}.",
         "The numerical value was calculated or copied incorrectly.",
     ),
     "temporal_error": (
@@ -903,7 +906,8 @@ _CAUSE_SENTENCES: dict[str, tuple[str, ...]] = {
         "The final answer does not match what the question asks for.",
     ),
 }
-_CLOSINGS = ("", 'A correct response should state "{gold}".', 'It should have answered "{gold}".',
+_CLOSINGS = ("", "A correct response should state the value the passages give for what was asked.",
+             "It should have answered from the right passage.",
              "The model should have relied on the evidence instead.", "")
 
 
@@ -985,7 +989,7 @@ class GroundedTeacher(Teacher):
         supporting = (rec.get("metadata") or {}).get("supporting_ids") or []
         recall = ev.get("supporting_recall")
         slots = _SafeDict(
-            pred=pred, gold=golds[0] if golds else "", k=len(rec.get("passages") or []),
+            pred=pred, k=len(rec.get("passages") or []),
             rank=ranks[0] + 1 if ranks else "?",
             where=f"passage [{ranks[0] + 1}]" if ranks else "the knowledge source",
             total=len(supporting), found=round((recall or 0) * len(supporting)),
