@@ -36,6 +36,7 @@ planner_max_examples = 160
 planner_prompt = "compact"
 planner_max_new_tokens = 160
 planner_decoding = "constrained"
+planner_candidates = "critique"
 planner_launcher = "inprocess"
 accelerate_config = "configs/accelerate/multi_gpu.yaml"
 zeroshot_planner_model = ""
@@ -139,7 +140,7 @@ trained_critic = load_trained_critic(params, paths.resolve(critic_dir), taxonomy
                                      max_new_tokens=critic_max_new_tokens, name="trained")
 threshold = trained_critic.threshold
 trained_planner = LLMPlanner(planner_llm, variant=planner_prompt, max_new_tokens=planner_max_new_tokens, name="trained",
-                             decoding=planner_decoding, candidates=rule_planner)
+                             decoding=planner_decoding, candidates=rule_planner, scope=planner_candidates)
 known_causes = load_known_causes(taxonomy=taxonomy)
 
 

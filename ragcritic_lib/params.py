@@ -393,6 +393,7 @@ def rules() -> dict[str, dict[str, Rule]]:
             "planner_recipe": input_path(), "planner_max_steps": steps(), "planner_max_examples": count,
             "planner_prompt": one_of(planner.PLANNER_VARIANTS), "planner_max_new_tokens": tokens,
             "planner_decoding": one_of(planner.PLANNER_DECODINGS), "planner_launcher": one_of(LAUNCHERS),
+            "planner_candidates": one_of(planner.PLANNER_CANDIDATE_SCOPES),
             "accelerate_config": input_path(empty_ok=True), "action_topk": count, "deep_topk": count,
             "max_calls": count, "timeout_s": number(0, low_open=True), "case_studies": some,
         },

@@ -143,6 +143,10 @@ def test_rejected_answer_is_named_where_the_table_rewrites_the_answer():
     ("1887", "1887"),  # supported by the passages: kept
     ("Kestrel", "insufficient information"),  # the rejected answer again: abstain
     ("insufficient information", "insufficient information"),
+    # A longer answer most of whose words the passages state is grounded (a summary paraphrases);
+    # one with most words invented is not.
+    ("Kestrel Bridge completed 1887 after long delays", "Kestrel Bridge completed 1887 after long delays"),
+    ("Kestrel Bridge painted purple by Venetian sailors", "insufficient information"),
 ])
 def test_abstain_path_for_an_unsupported_answer_critique(answer, expected):
     acts, _ = make(answer=answer, table=load_error_actions())

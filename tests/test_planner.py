@@ -209,7 +209,7 @@ def test_candidate_programs_are_distinct_valid_and_start_with_the_rule_plan(tabl
 
     planner = RuleBasedPlanner(table)
     critique = err(tag2=["Data Insufficiency in Retrieval"])
-    cands = planner.candidate_programs(critique, "old answer")
+    cands = planner.candidate_programs(critique, "old answer", scope="table")
     programs = [p for p, _ in cands]
     assert programs[0] == planner.program_for(critique, "old answer")[0]
     assert len(programs) == len(set(programs)) > 5
@@ -220,7 +220,7 @@ def test_candidate_programs_are_distinct_valid_and_start_with_the_rule_plan(tabl
                          variables=["question", "docs", "prediction"])
         assert program.splitlines()[-1].startswith("final_answer = GenerateAnswer(")
     # The set does not depend on the critique, only its order (own plan first) does.
-    other = [p for p, _ in planner.candidate_programs(err(tag1=["Irrelevant Information"]))]
+    other = [p for p, _ in planner.candidate_programs(err(tag1=["Irrelevant Information"]), scope="table")]
     assert set(other) | {programs[0]} >= set(programs) - {programs[0]}
 
 
@@ -233,7 +233,7 @@ def test_constrained_llm_planner_returns_one_candidate_per_context(table):
         seen.append(prompt)
         return target.replace("question", "questoin")  # near, not equal: matched to the nearest option
 
-    planner = LLMPlanner(CallableLLM(fn), decoding="constrained", candidates=rule)
+    planner = LLMPlanner(CallableLLM(fn), decoding="constrained", candidates=rule, scope="table")
     ctxs = [PlannerContext(question="Q?", passages=["T\nx"], prediction="p", critic=err(tag1=["Incomplete Information"]),
                            table=table) for _ in range(2)]
     plans = planner.plan(ctxs)
@@ -249,7 +249,7 @@ def test_scored_llm_planner_ranks_candidates_by_mean_logprob(table):
     target = rule.program_for(err(tag1=["Irrelevant Information"]))[0]
     ctx = PlannerContext(question="Q?", passages=["T\nx"], prediction="p", critic=err(tag1=["Incomplete Information"]),
                          table=table)
-    opts = [p for p, _ in rule.candidate_programs(ctx.critic, ctx.prediction)]
+    opts = [p for p, _ in rule.candidate_programs(ctx.critic, ctx.prediction, scope="table")]
     short = min((o for o in opts if o != target), key=lambda o: len(o.split()))
     n_t, n_s = len(target.split()), len(short.split())
     assert target in opts and n_s < n_t
@@ -260,14 +260,48 @@ def test_scored_llm_planner_ranks_candidates_by_mean_logprob(table):
         return [-0.2 * n_t if o == target else (-0.2 * n_t + 0.01 if o == short else -0.5 * len(o.split()))
                 for o in options]
 
-    planner = LLMPlanner(CallableLLM(lambda p, g: "", score_fn=score_fn), decoding="scored", candidates=rule)
+    planner = LLMPlanner(CallableLLM(lambda p, g: "", score_fn=score_fn), decoding="scored", candidates=rule,
+                         scope="table")
     (plan,) = planner.plan([ctx])
     assert plan.program == target and plan.info["decoding"] == "scored"
     assert plan.info["plan_label"] == "Irrelevant Information" and opts[plan.info["option"]] == target
     assert plan.info["margin"] > 0 and planner.stats["same_as_rule"] == 0
     # Without log-probabilities (a served model), scored decoding says so.
     with pytest.raises(NotImplementedError, match="cannot score"):
-        LLMPlanner(CallableLLM(lambda p, g: ""), decoding="scored", candidates=rule).plan([ctx])
+        LLMPlanner(CallableLLM(lambda p, g: ""), decoding="scored", candidates=rule, scope="table").plan([ctx])
+
+
+def test_critique_scope_offers_only_the_programs_of_the_named_labels(table):
+    rule = RuleBasedPlanner(table)
+    two = err(tag1=["Incomplete Information"], tag2=["Data Insufficiency in Retrieval"])
+    opts = rule.candidate_programs(two, "p")
+    own = {rule.program_for(two, "p")[0], rule.program_for(err(tag1=["Incomplete Information"]), "p")[0],
+           rule.program_for(err(tag2=["Data Insufficiency in Retrieval"]), "p")[0]}
+    assert {p for p, _ in opts} == own and opts[0][0] == rule.program_for(two, "p")[0]
+    assert len(opts) < len(rule.candidate_programs(two, "p", scope="table"))
+    # Different diagnoses, different options: the choice follows the critique.
+    other = {p for p, _ in rule.candidate_programs(err(tag1=["Irrelevant Information"]), "p")}
+    assert other.isdisjoint({p for p, _ in opts}) or other != {p for p, _ in opts}
+    with pytest.raises(ValueError, match="scope"):
+        rule.candidate_programs(two, "p", scope="everything")
+
+
+def test_single_candidate_samples_are_planned_without_the_model(table):
+    rule = RuleBasedPlanner(table)
+    calls = []
+
+    def fn(prompt, params):
+        calls.append(prompt)
+        return ""
+
+    one = err(tag1=["Irrelevant Information"])
+    assert len(rule.candidate_programs(one, "p")) == 1
+    ctx = PlannerContext(question="Q?", passages=["T\nx"], prediction="p", critic=one, table=table)
+    for decoding in ("constrained", "scored"):
+        planner = LLMPlanner(CallableLLM(fn, score_fn=lambda p, o: [0.0] * len(o)), decoding=decoding, candidates=rule)
+        (plan,) = planner.plan([ctx])
+        assert plan.program == rule.program_for(one, "p")[0] and plan.info["n_options"] == 1
+    assert calls == []
 
 
 def test_constrained_planner_needs_candidates_and_known_decoding(table):

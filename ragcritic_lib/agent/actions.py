@@ -723,17 +723,23 @@ class ActionSet:
         return answer
 
 
+GROUNDED_MIN_SHARE = 0.5
+"""Share of an answer's content words that must occur in the passages for it to count as
+grounded on the abstain path. Not all: a correct long answer paraphrases (a summary that keeps
+most words but not every one would otherwise be replaced by an abstention)."""
+
+
 def _grounded(answer: str, docs: Sequence[str], rejected: str) -> bool:
-    """Whether an answer is supported by the passages: every content word of it occurs in them
-    and it is not the answer the critique rejected as unsupported (an abstention counts as
-    grounded, so it is never replaced)."""
+    """Whether an answer is supported by the passages: at least :data:`GROUNDED_MIN_SHARE` of its
+    content words occur in them and it is not the answer the critique rejected as unsupported
+    (an abstention counts as grounded, so it is never replaced)."""
     words = content_words(answer)
     if not words or normalize_words(answer) in {normalize_words(ABSTAIN_ANSWER)}:
         return True
     if rejected and normalize_words(answer) == normalize_words(rejected):
         return False
     doc_words = set(content_words(" ".join(docs)))
-    return all(w in doc_words for w in words)
+    return sum(w in doc_words for w in words) >= GROUNDED_MIN_SHARE * len(words)
 
 
 def _normalize_mode(instruction: Any, modes: Mapping[str, str], *, default: str) -> str:

@@ -427,17 +427,29 @@ class RuleBasedPlanner:
                 "sub_actions": list(plan_rule.sub_actions), "tier1": t1, "tier2": t2}
         return "\n".join(lines), info
 
-    def candidate_programs(self, critic: Mapping[str, Any], prediction: str = "") -> list[tuple[str, dict[str, Any]]]:
-        """Every distinct program the table yields for one sample, each with its info.
+    def candidate_programs(self, critic: Mapping[str, Any], prediction: str = "", *,
+                           scope: str = "critique") -> list[tuple[str, dict[str, Any]]]:
+        """The distinct programs a planner may choose from for one sample, each with its info.
 
-        The critique's own rule-based program comes first, then the program of every rule with a
-        plan as if the critic had named only that label (tier-1 rules, then tier-2, in table
-        order). These are the options of the planner's constrained decoding: whatever it
-        picks is a program the table recommends for some error, with this sample's arguments.
+        The critique's own rule-based program comes first, then the program of each label the
+        critique names, alone (tier-2 labels, then tier-1, in the critique's order): with
+        ``scope="critique"`` that is all, so the choice follows the diagnosis and two samples
+        with different critiques get different options. ``scope="table"`` adds the program of
+        every rule with a plan (tier-1 rules, then tier-2, in table order), as if the critic had
+        named that label: any program the table recommends for some error.
         """
+        if scope not in PLANNER_CANDIDATE_SCOPES:
+            raise ValueError(f"unknown candidate scope {scope!r}; choose from {PLANNER_CANDIDATE_SCOPES}")
         out: dict[str, dict[str, Any]] = {}
         program, info = self.program_for(critic, prediction)
         out[program] = info
+        for tier in ("tag2", "tag1"):
+            named = critic.get(tier) or []
+            for label in [named] if isinstance(named, str) else list(named):
+                program, info = self.program_for({"judgement": "Error", tier: [str(label)]}, prediction)
+                out.setdefault(program, info)
+        if scope == "critique":
+            return list(out.items())
         for tier, rules in (("tag1", self.table.tier1), ("tag2", self.table.tier2)):
             for label, rule in rules.items():
                 if rule.plan:
@@ -554,6 +566,18 @@ def build_planner_messages(ctx: PlannerContext, *, variant: str = "compact", max
 
 
 PLANNER_DECODINGS = ("free", "constrained", "scored")
+PLANNER_CANDIDATE_SCOPES = ("critique", "table")
+"""Options of constrained/scored decoding: the programs for the critique's labels, or the whole table's."""
+
+
+@dataclass
+class _Only:
+    """The choice of a sample with one candidate program (no model call)."""
+
+    text: str
+    index: int = 0
+    raw: str = ""
+    constrained: bool = True
 
 
 class LLMPlanner:
@@ -575,11 +599,17 @@ class LLMPlanner:
             program; one scoring pass per candidate, so a few times slower than "constrained").
         candidates: the rule-based planner whose candidates constrained or scored decoding
             chooses from (required for both).
+        scope: which candidates (:meth:`RuleBasedPlanner.candidate_programs`): "critique" (the
+            programs for the labels the critique names) or "table" (every program of the table).
+            A sample with a single candidate is planned without calling the model.
     """
 
     def __init__(self, llm: Any, *, variant: str = "compact", max_new_tokens: int = 160,
                  name: str | None = None, decoding: str = "free",
-                 candidates: RuleBasedPlanner | None = None) -> None:
+                 candidates: RuleBasedPlanner | None = None, scope: str = "critique") -> None:
+        if scope not in PLANNER_CANDIDATE_SCOPES:
+            raise ValueError(f"unknown planner candidate scope {scope!r}; choose from {PLANNER_CANDIDATE_SCOPES}")
+        self.scope = scope
         if variant not in PLANNER_VARIANTS:
             raise ValueError(f"unknown planner prompt variant {variant!r}")
         if decoding not in PLANNER_DECODINGS:
@@ -595,9 +625,12 @@ class LLMPlanner:
     def _plan_constrained(self, contexts: Sequence[PlannerContext], prompts: list[Any],
                           desc: str | None) -> list[Plan]:
         assert self.candidates is not None
-        options = [self.candidates.candidate_programs(c.critic, c.prediction) for c in contexts]
-        choices = self.llm.choose(prompts, [[p for p, _ in opts] for opts in options], desc=desc)
-        self.last_generations = list(choices)
+        options = [self.candidates.candidate_programs(c.critic, c.prediction, scope=self.scope) for c in contexts]
+        ask = [i for i, opts in enumerate(options) if len(opts) > 1]
+        asked = self.llm.choose([prompts[i] for i in ask], [[p for p, _ in options[i]] for i in ask], desc=desc) if ask else []
+        self.last_generations = list(asked)
+        by_index = dict(zip(ask, asked))
+        choices = [by_index.get(i) or _Only(options[i][0][0]) for i in range(len(options))]
         out = []
         for opts, ch in zip(options, choices):
             self.stats["plans"] += 1
@@ -610,10 +643,13 @@ class LLMPlanner:
     def _plan_scored(self, contexts: Sequence[PlannerContext], prompts: list[Any],
                      desc: str | None) -> list[Plan]:
         assert self.candidates is not None
-        options = [self.candidates.candidate_programs(c.critic, c.prediction) for c in contexts]
+        options = [self.candidates.candidate_programs(c.critic, c.prediction, scope=self.scope) for c in contexts]
         texts = [[p for p, _ in opts] for opts in options]
-        scores = self.llm.score(prompts, texts, desc=desc)
-        self.last_generations = list(scores)
+        ask = [i for i, t in enumerate(texts) if len(t) > 1]
+        asked = self.llm.score([prompts[i] for i in ask], [texts[i] for i in ask], desc=desc) if ask else []
+        self.last_generations = list(asked)
+        by_index = dict(zip(ask, asked))
+        scores = [by_index[i] if i in by_index else [0.0] for i in range(len(texts))]
         out = []
         for opts, text, total in zip(options, texts, scores):
             mean = [lp / max(1, self.llm.count_tokens(t)) for lp, t in zip(total, text)]
