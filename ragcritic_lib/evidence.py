@@ -31,6 +31,12 @@ ABSTAIN_PHRASES: tuple[str, ...] = (
 # A prediction equal to one of these words is also an abstention.
 ABSTAIN_WORDS: frozenset[str] = frozenset({"unknown", "none", "na", "unclear", "insufficient"})
 
+# A prediction of more than this many words is "in the passages" when one passage holds at least
+# SUPPORT_SHARE of its words (a sentence-long answer paraphrases; exact containment never holds).
+SUPPORT_MIN_WORDS = 4
+SUPPORT_SHARE = 0.6
+_FUNCTION_WORDS = frozenset("a an the of in on at to for by with from and or is are was were be it its as that this".split())
+
 VERBOSE_MIN_TOKENS = 20      # a short-form answer longer than this is verbose ...
 VERBOSE_GOLD_FACTOR = 3      # ... and longer than 3x the longest gold answer
 
@@ -67,6 +73,21 @@ def passage_title(contents: str) -> str:
 
 def _ranks(passages: Sequence[Mapping[str, Any]], needles: Sequence[str]) -> list[int]:
     return [i for i, p in enumerate(passages) if contains_answer(str(p.get("contents", "")), needles)]
+
+
+def _support_ranks(passages: Sequence[Mapping[str, Any]], prediction: str) -> list[int]:
+    """Passages that state the prediction: contain it, or (for a long prediction) hold at least
+    :data:`SUPPORT_SHARE` of its words other than function words."""
+    exact = _ranks(passages, [prediction])
+    words = [w for w in normalize_words(prediction).split() if w not in _FUNCTION_WORDS]
+    if len(words) <= SUPPORT_MIN_WORDS:
+        return exact
+    out = set(exact)
+    for i, p in enumerate(passages):
+        have = set(normalize_words(str(p.get("contents", ""))).split())
+        if sum(w in have for w in words) >= SUPPORT_SHARE * len(words):
+            out.add(i)
+    return sorted(out)
 
 
 def _meta(record: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -151,7 +172,7 @@ def compute_evidence(
     content_golds = [g for g in golds if not is_abstention(g)]
 
     gold_ranks = _ranks(passages, content_golds) if content_golds else []
-    pred_ranks = _ranks(passages, [prediction]) if norm_pred and not abstained else []
+    pred_ranks = _support_ranks(passages, prediction) if norm_pred and not abstained else []
     titles = {normalize_words(passage_title(p.get("contents", ""))) for p in passages}
     pred_tokens = len(prediction.split())
     longest_gold = max((len(g.split()) for g in golds), default=1)

@@ -60,3 +60,14 @@ def test_evidence_is_unchanged_by_the_question_type():
     a = _record("When was Harbor Bank founded?", "1990", ["1987"], passages, type="temporal")
     b = _record("When was Harbor Bank founded?", "1990", ["1987"], passages, type="numerical")
     assert error_causes(a, compute_evidence(a)) == error_causes(b, compute_evidence(b))
+
+
+def test_a_long_answer_paraphrasing_a_passage_is_supported_not_invented():
+    passages = ["Calombel\nCalombel Sensorics works in industrial sensors and was founded in 1956 in Gormington."]
+    para = _record("Summarize Calombel Sensorics.", "Calombel Sensorics makes industrial sensors, founded 1956 in Gormington",
+                   ["Calombel Sensorics works in industrial sensors."], passages)
+    ev = compute_evidence(para)
+    assert ev["prediction_in_passages"] and "unsupported_answer" not in error_causes(para, ev)
+    invented = _record("Summarize Calombel Sensorics.", "A shipping firm from Norway trading timber and copper since 1802",
+                       ["Calombel Sensorics works in industrial sensors."], passages)
+    assert "unsupported_answer" in error_causes(invented)

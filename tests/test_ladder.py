@@ -160,3 +160,16 @@ def test_fixed_action_and_oracle_critique_through_the_workflow():
     assert {k: table_["all"][k]["delta_f1"] for k in rows} == {"standard RAG": 0.0, "fixed action": 0.5,
                                                               "oracle critique": 0.5}
     assert plan_shares(runs["fixed action"])["degenerate"] is True
+
+
+def test_verdict_shares_flag_a_critic_with_one_verdict():
+    from ragcritic_lib.agent.ladder import verdict_shares
+
+    def rec(*verdicts):
+        return {"steps": [{"iteration": i + 1, "critic": {"judgement": v}} for i, v in enumerate(verdicts)]}
+
+    mixed = verdict_shares([rec("Error", "Correct"), rec("Correct"), rec(None)])
+    assert mixed == {"counts": {"Error": 1, "Correct": 1, "unparsed": 1}, "error_share": 0.5, "degenerate": False}
+    assert verdict_shares([rec("Error"), rec("Error", "Error")])["degenerate"] is True
+    assert verdict_shares([rec("Error", "Correct"), rec("Error")], iteration=2)["degenerate"] is False  # one verdict seen
+    assert verdict_shares([])["error_share"] is None

@@ -188,3 +188,18 @@ def plan_shares(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     share = top / len(plans) if plans else 0.0
     return {"plans": len(plans), "distinct": len(counts), "top_share": round(share, 4),
             "degenerate": bool(plans) and share > DEGENERATE_PLAN_SHARE}
+
+
+def verdict_shares(results: Sequence[Mapping[str, Any]], *, iteration: int = 1) -> dict[str, Any]:
+    """How a critic's verdicts split in one round: counts of Error / Correct / unparsed, and a
+    ``degenerate`` flag when every parsed verdict is the same (a critic that flags everything
+    turns correction into a fixed action; one that flags nothing changes no answer)."""
+    counts: Counter[str] = Counter()
+    for r in results:
+        for step in r.get("steps", []):
+            if step.get("iteration") == iteration:
+                critic = step.get("critic") or {}
+                counts[str(critic.get("judgement") or "unparsed")] += 1
+    parsed = {k: v for k, v in counts.items() if k != "unparsed"}
+    return {"counts": dict(counts), "error_share": round(parsed.get("Error", 0) / sum(parsed.values()), 4) if parsed else None,
+            "degenerate": len(parsed) == 1 and sum(parsed.values()) > 1}

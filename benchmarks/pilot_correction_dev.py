@@ -1,0 +1,96 @@
+"""Dev-split pilot of the correction action layer: fixed action and oracle critique.
+
+Runs the two ladder rows that need no trained critic or planner on the first N questions of the
+testbed's *dev* split (standard-RAG answers from stage retrieval_rag), and prints the ladder with
+per-type F1 differences and the time taken. It is the place to try action settings: thresholds
+and choices are tuned here, on dev, never on the test split that notebook 08 reports.
+
+    .venv/bin/python benchmarks/pilot_correction_dev.py --n 56
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ragcritic_lib import paths, runtime  # noqa: E402
+from ragcritic_lib.agent.actions import ActionSet  # noqa: E402
+from ragcritic_lib.agent.ladder import AlwaysErrorCritic, KnownCauseCritic, ladder_records, ladder_table  # noqa: E402
+from ragcritic_lib.agent.planner import RuleBasedPlanner, load_error_actions  # noqa: E402
+from ragcritic_lib.agent.workflow import run_methods  # noqa: E402
+from ragcritic_lib.data import dataset_paths, load_corpus_records  # noqa: E402
+from ragcritic_lib.io import read_jsonl  # noqa: E402
+from ragcritic_lib.llm import GenParams  # noqa: E402
+from ragcritic_lib.mining import passage_metadata  # noqa: E402
+from ragcritic_lib.params import load_params  # noqa: E402
+from ragcritic_lib.retrieval import CrossEncoderReranker  # noqa: E402
+from ragcritic_lib.taxonomy import load_known_causes, load_taxonomy  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=56, help="dev questions (the split cycles through the types)")
+    ap.add_argument("--dataset", default="testbed")
+    ap.add_argument("--rows", default="fixed action,oracle critique")
+    ap.add_argument("--dump", default="", help="write each row's corrected records to DUMP/<row>.jsonl")
+    args = ap.parse_args(argv)
+
+    params = load_params()
+    rag_cfg, corr = params["retrieval_rag"], params["correction"]
+    source = paths.require(paths.stage_dir("retrieval_rag") / args.dataset / "dev.jsonl")
+    records = read_jsonl(source)[: args.n]
+    taxonomy = load_taxonomy()
+    table = load_error_actions(taxonomy=taxonomy)
+    rule_planner = RuleBasedPlanner(table, topk=corr["action_topk"], deep_topk=corr["deep_topk"])
+    corpus = load_corpus_records(dataset_paths(params["common"]["datasets"], args.dataset)["corpus"])
+    methods = {
+        "fixed action": {"critic": AlwaysErrorCritic(), "planner": rule_planner},
+        "oracle critique": {"critic": KnownCauseCritic(load_known_causes(taxonomy=taxonomy), source_records=records,
+                                                       passage_meta=passage_metadata(corpus)),
+                            "planner": rule_planner},
+    }
+    wanted = [r.strip() for r in args.rows.split(",") if r.strip()]
+    methods = {k: v for k, v in methods.items() if k in wanted}
+    retriever_cfg = runtime.retriever_config(params)
+    actions = ActionSet(runtime.load_generator(params), runtime.load_retriever(params, args.dataset),
+                        gen_params=GenParams(max_new_tokens=rag_cfg["max_new_tokens"], stop=("\nQuestion:", "<|im_end|>")),
+                        topk=rag_cfg["top_k"], max_doc_words=rag_cfg["max_passage_words"],
+                        rag_variant=rag_cfg["prompt_variant"], reranker=CrossEncoderReranker(retriever_cfg["reranker"]),
+                        rerank_depth=retriever_cfg["rerank_depth"], max_docs=rag_cfg["top_k"], table=table)
+    start = time.perf_counter()
+    runs, _ = run_methods(records, methods, actions=actions, max_calls=corr["max_calls"], timeout_s=corr["timeout_s"],
+                          table=table)
+    seconds = time.perf_counter() - start
+    if args.dump:
+        from ragcritic_lib.agent.workflow import method_slug
+        from ragcritic_lib.io import write_jsonl
+
+        for name, results in runs.items():
+            write_jsonl(Path(args.dump) / f"{method_slug(name)}.jsonl", results)
+    rows = {"standard RAG": (next(iter(runs)), 0), **{name: (name, 1) for name in runs}}
+    ladder = ladder_table(ladder_records(runs, rows), seed=params["common"]["seed"])
+    print(f"dev pilot: {args.dataset}, n={len(records)}, {seconds:.0f} s for {len(runs)} rows")
+    for row, vals in ladder["all"].items():
+        print(f"  {row:18s} " + json.dumps(vals))
+    print(f"  mde_f1 {ladder['mde_f1']}")
+    for qtype, by_row in ladder["by_type"].items():
+        print(f"  {qtype:13s} " + "  ".join(f"{r}: {v['delta_f1']:+.3f}" for r, v in by_row.items() if r != "standard RAG"))
+    for name, results in runs.items():
+        finals = [r for r in results]
+        changed = Counter()
+        for r in finals:
+            before, after = r.get("prediction", ""), r.get("final_prediction", "")
+            if before != after:
+                changed["abstained" if "insufficient" in str(after).lower() else "changed"] += 1
+        print(f"  {name}: answers changed {dict(changed)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
