@@ -36,6 +36,7 @@ accelerate_config = "configs/accelerate/deepspeed_zero3.yaml"
 num_processes = 0
 merge_dtype = "bfloat16"
 preview_samples = 4
+base_model = ""
 
 # %%
 import json
@@ -56,11 +57,12 @@ from ragcritic_lib.training import inference_checkpoint, run_training, write_los
 
 params = load_params()
 seed = params["common"]["seed"]
-base_model = runtime.generator_config(params)["model"]
+# The local model folder trained from: base_model, or the generator's model ("" and a local generator).
+train_base = runtime.resolve_base_model(params, base_model, key="critic_sft.base_model")
 taxonomy = load_taxonomy()
 out_dir = paths.stage_dir("critic_sft")
 prompt = {"variant": "trained", "top_k": top_k, "passage_words": passage_words, "label_list": label_list}
-base_model
+train_base
 
 # %% [markdown]
 # ## Critic samples and question-level splits
@@ -104,7 +106,7 @@ for m in examples[0]["messages"]:
 
 # %%
 overrides = {"max_steps": max_steps} if max_steps > 0 else {}
-result = run_training("sft", examples, recipe, out_dir / "adapter", base_model=base_model, overrides=overrides,
+result = run_training("sft", examples, recipe, out_dir / "adapter", base_model=train_base, overrides=overrides,
                       launcher=launcher, accelerate_config=accelerate_config, num_processes=num_processes)
 write_loss_curve(result.log_history, out_dir / "loss.json")
 write_json(out_dir / "train_result.json", result.to_dict())

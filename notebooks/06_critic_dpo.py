@@ -80,12 +80,15 @@ for p in [next((p for p in pairs if p["kind"] == kind), None) for kind in ("coar
 # %%
 overrides = {"max_steps": max_steps} if max_steps > 0 else {}
 beta = load_recipe(recipe, "dpo", overrides)["beta"]
+# The SFT critic's own record: its adapter on the base it was trained on (critic_sft.base_model or
+# the generator's model), or its fully fine-tuned checkpoint.
 start = dpo_start(load_train_result(sft_dir / "train_result.json"))
 result = run_training("dpo", pairs, recipe, out_dir / "adapter", **start, overrides=overrides, launcher=launcher,
                       accelerate_config=accelerate_config, num_processes=num_processes)
 write_loss_curve(result.log_history, out_dir / "loss.json")
 write_json(out_dir / "train_result.json", result.to_dict())
-{"beta": beta, "steps": result.steps, "seconds": result.seconds, "s_per_step": round(result.seconds_per_step, 2),
+{"start": start, "beta": beta, "steps": result.steps, "seconds": result.seconds,
+ "s_per_step": round(result.seconds_per_step, 2),
  "pairs": result.examples, "dropped_too_long": result.dropped_too_long, "device": result.device}
 
 # %%

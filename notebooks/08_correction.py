@@ -40,6 +40,7 @@ planner_candidates = "critique"
 planner_launcher = "inprocess"
 accelerate_config = "configs/accelerate/multi_gpu.yaml"
 zeroshot_planner_model = ""
+planner_base_model = ""
 action_topk = 3
 deep_topk = 8
 max_calls = 16
@@ -54,7 +55,9 @@ from ragcritic_lib.agent.actions import ActionSet
 from ragcritic_lib.agent.ladder import (
     AlwaysErrorCritic, KnownCauseCritic, ladder_records, ladder_table, plan_shares, verdict_shares,
 )
-from ragcritic_lib.agent.planner import LLMPlanner, RuleBasedPlanner, load_error_actions, planner_sft_examples
+from ragcritic_lib.agent.planner import (
+    LLMPlanner, RuleBasedPlanner, load_error_actions, load_trained_planner, planner_sft_examples,
+)
 from ragcritic_lib.agent.workflow import (
     OracleCritic, action_usage, comparison_rows, cost_rows, iteration_table,
     method_slug, pick_case_studies, rag_cost, rejection_counts, render_case_study, run_methods, stable_costs,
@@ -63,7 +66,7 @@ from ragcritic_lib.agent.workflow import (
 from ragcritic_lib.critic import load_trained_critic
 from ragcritic_lib.data import dataset_paths, load_corpus_records
 from ragcritic_lib.evidence import compute_evidence
-from ragcritic_lib.io import atomic_write_text, read_jsonl, write_jsonl
+from ragcritic_lib.io import atomic_write_text, read_jsonl, write_json, write_jsonl
 from ragcritic_lib.llm import GenParams
 from ragcritic_lib.mining import passage_metadata
 from ragcritic_lib.params import load_params
@@ -116,11 +119,13 @@ print(f"{len(train_records)} training records -> {len(sft_examples)} SFT example
 print(sft_examples[0]["messages"][1]["content"][-600:], "\n---\n", sft_examples[0]["messages"][2]["content"])
 
 # %%
-base_model = runtime.generator_config(params)["model"]
-trained = run_training("sft", sft_examples, planner_recipe, out_dir / "planner_adapter", base_model=base_model,
+# The local model folder trained from: planner_base_model, or the generator's model ("" and a local generator).
+planner_base = runtime.resolve_base_model(params, planner_base_model, key="correction.planner_base_model")
+trained = run_training("sft", sft_examples, planner_recipe, out_dir / "planner_adapter", base_model=planner_base,
                        overrides={"max_steps": planner_max_steps, "seed": seed}, launcher=planner_launcher,
                        accelerate_config=accelerate_config)
 write_loss_curve(trained.log_history, out_dir / "planner_loss.json")
+write_json(out_dir / "planner_train_result.json", trained.to_dict())  # records the base the adapter belongs on
 {k: v for k, v in trained.to_dict().items() if k in ("steps", "seconds", "seconds_per_step", "examples", "device")}
 
 # %% [markdown]
@@ -137,13 +142,14 @@ write_loss_curve(trained.log_history, out_dir / "planner_loss.json")
 
 # %%
 generator = runtime.load_generator(params)
-planner_llm = runtime.load_generator(params, adapter=trained.adapter_dir)
 # The critic notebook 07 benchmarked: the checkpoint notebook 06 calibrated, its prompt settings and threshold.
 trained_critic = load_trained_critic(params, paths.resolve(critic_dir), taxonomy, verdict=critic_verdict,
                                      max_new_tokens=critic_max_new_tokens, name="trained")
 threshold = trained_critic.threshold
-trained_planner = LLMPlanner(planner_llm, variant=planner_prompt, max_new_tokens=planner_max_new_tokens, name="trained",
-                             decoding=planner_decoding, candidates=rule_planner, scope=planner_candidates)
+# A LoRA planner runs on its recorded base (planner_base), a fully fine-tuned one as it is.
+trained_planner = load_trained_planner(params, trained.adapter_dir, variant=planner_prompt,
+                                       max_new_tokens=planner_max_new_tokens, name="trained",
+                                       decoding=planner_decoding, candidates=rule_planner, scope=planner_candidates)
 known_causes = load_known_causes(taxonomy=taxonomy)
 
 

@@ -58,6 +58,8 @@ repair_dpo_beta = 0.1
 repair_offpolicy_steps = 4
 repair_onpolicy_steps = 2
 repair_init_adapter = "data/correction/planner_adapter"
+repair_base_model = ""
+simrag_critic_base_model = ""
 
 # %%
 import dataclasses
@@ -79,6 +81,7 @@ from ragcritic_lib.params import load_params
 from ragcritic_lib.rag import run_standard_rag
 from ragcritic_lib.stage_metrics import write_stage_metrics
 from ragcritic_lib.taxonomy import load_taxonomy
+from ragcritic_lib.training import dpo_start
 
 params = load_params()
 seed = params["common"]["seed"]
@@ -86,14 +89,14 @@ rr = params["retrieval_rag"]  # standard RAG's settings: every method reuses the
 datasets = runtime.dataset_names(params)
 gen = GenParams(max_new_tokens=rr["max_new_tokens"], stop=("\nQuestion:", "<|im_end|>"))
 short = dataclasses.replace(gen, max_new_tokens=24, stop=("\n",))  # search queries
-base_model = str(paths.resolve(params["common"]["generator"]["model"]))
 out_dir = paths.stage_dir("baselines")
 llm = runtime.load_generator(params)
 taxonomy = load_taxonomy()
 retrievers = {ds: runtime.load_retriever(params, ds) for ds in datasets}
 split = lambda ds, name, n: runtime.load_split(params, ds, name, limit=n)  # noqa: E731
 results, costs = {}, {}
-{"datasets": datasets, "generator": base_model, "retriever": runtime.retriever_config(params)["kind"]}
+{"datasets": datasets, "generator": runtime.generator_config(params)["model"],
+ "retriever": runtime.retriever_config(params)["kind"]}
 
 # %% [markdown]
 # ## The shared test questions: standard RAG (notebook 01) and RAG-Critic (notebook 08)
@@ -188,9 +191,10 @@ pd.DataFrame([{"examples": len(practice), "accepted": sum(e["label"] == "Accept"
 
 # %%
 if simrag_critic == "llm":
-    res = simrag.train_llm_critic(balanced, simrag_critic_recipe, out_dir / "simrag_critic", base_model=base_model,
+    simrag_base = runtime.resolve_base_model(params, simrag_critic_base_model, key="baselines.simrag_critic_base_model")
+    res = simrag.train_llm_critic(balanced, simrag_critic_recipe, out_dir / "simrag_critic", base_model=simrag_base,
                                   overrides={"max_steps": simrag_critic_steps})
-    critic_llm = MeteredLLM(runtime.load_generator(params, adapter=str(res.adapter_dir)))
+    critic_llm = MeteredLLM(runtime.load_trained_model(params, res.adapter_dir, base_model=res.base_model))
     sufficiency = simrag.LLMSufficiencyCritic(critic_llm)
 else:
     critic_llm, sufficiency = None, simrag.ClassifierCritic(seed=seed).fit(balanced)
@@ -234,7 +238,15 @@ gen_m = MeteredLLM(llm)
 actions = {ds: ActionSet(gen_m, retrievers[ds], **act_kw) for ds in datasets}
 init_path = paths.resolve(repair_init_adapter) if repair_init_adapter else None
 init_adapter = str(init_path) if init_path is not None and init_path.exists() else None
-planner = MeteredLLM(runtime.load_generator(params, adapter=init_adapter) if init_adapter else llm)
+# An init adapter continues on its recorded base (a full checkpoint is its own base); without one
+# the planner starts as repair_base_model, or the generator's model.
+repair_key = "baselines.repair_base_model"
+if init_adapter:
+    repair_start = runtime.training_start(init_adapter, base_model=repair_base_model, key=repair_key)
+else:
+    repair_start = {"base_model": runtime.resolve_base_model(params, repair_base_model, key=repair_key),
+                    "init_adapter": None}
+planner = MeteredLLM(runtime.load_start_model(params, repair_start))
 with stopwatch() as t_train:
     repair_train = {ds: run_standard_rag(gen_m, split(ds, "train", repair_train_questions), retriever=retrievers[ds],
                                          **rag_kw) for ds in datasets}
@@ -252,17 +264,17 @@ off_pairs, off_log = [p for ps, _ in off for p in ps], [c for _, cs in off for c
 # %%
 dpo = {"beta": repair_dpo_beta, "max_length": 1024}
 with stopwatch() as t_dpo:
-    res_off = repair.train_planner(off_pairs, repair_dpo_recipe, out_dir / "repair_planner_off", base_model=base_model,
-                                   init_adapter=init_adapter, overrides={**dpo, "max_steps": repair_offpolicy_steps})
-    adapter_off = str(res_off.adapter_dir) if res_off else init_adapter
-    planner_off = MeteredLLM(runtime.load_generator(params, adapter=adapter_off)) if adapter_off else planner
+    res_off = repair.train_planner(off_pairs, repair_dpo_recipe, out_dir / "repair_planner_off", **repair_start,
+                                   overrides={**dpo, "max_steps": repair_offpolicy_steps})
+    start_on = dpo_start(res_off) if res_off else repair_start  # continue the off-policy planner
+    planner_off = MeteredLLM(runtime.load_start_model(params, start_on)) if res_off else planner
     on = [repair.collect_preferences(repair_train[ds], actions[ds], phase="on", planner=planner_off, n_grammar=0,
                                      judged_correct=judge_flags(repair_train[ds]), seed=seed + 1, **pref_kw)
           for ds in datasets]
     on_pairs, on_log = [p for ps, _ in on for p in ps], [c for _, cs in on for c in cs]
-    res_on = repair.train_planner(on_pairs, repair_dpo_recipe, out_dir / "repair_planner", base_model=base_model,
-                                  init_adapter=adapter_off, overrides={**dpo, "max_steps": repair_onpolicy_steps})
-adapter_final = str(res_on.adapter_dir) if res_on else adapter_off
+    res_on = repair.train_planner(on_pairs, repair_dpo_recipe, out_dir / "repair_planner", **start_on,
+                                  overrides={**dpo, "max_steps": repair_onpolicy_steps})
+final_start = dpo_start(res_on) if res_on else start_on
 training_cost = add_costs(gen_m.cost(), planner.cost(), planner_off.cost() if planner_off is not planner else {})
 pd.DataFrame([{"phase": phase, "candidates": len(log), "pairs": len(pairs), "dpo_steps": res.steps if res else 0,
                "s_per_step": round(res.seconds_per_step, 1) if res else None}
@@ -274,7 +286,7 @@ pd.DataFrame([{"phase": phase, "candidates": len(log), "pairs": len(pairs), "dpo
 # a rejected or failing plan keeps the standard RAG answer.
 
 # %%
-final_planner = MeteredLLM(runtime.load_generator(params, adapter=adapter_final) if adapter_final else llm)
+final_planner = MeteredLLM(runtime.load_start_model(params, final_start))
 gen_m_test = MeteredLLM(llm)
 test_actions = {ds: ActionSet(gen_m_test, retrievers[ds], **act_kw) for ds in datasets}
 with stopwatch() as t:

@@ -277,6 +277,9 @@ LAUNCHERS = ("inprocess", "accelerate")  # ragcritic_lib.training.run_training
 CRITIC_PROMPTS = ("trained", "zeroshot")  # ragcritic_lib.critic.LLMCritic
 CRAG_REWRITERS = ("keywords", "llm")  # ragcritic_lib.baselines.crag
 SIMRAG_CRITICS = ("classifier", "llm")  # notebook 09: a feature classifier or a LoRA-tuned LLM
+# The base model a critic or planner is trained from: a local folder (or a stage's output), or ""
+# for the generator's model (see runtime.resolve_base_model; a served name cannot be trained).
+BASE_MODEL = input_path(empty_ok=True)
 
 
 @lru_cache(maxsize=1)
@@ -373,6 +376,7 @@ def rules() -> dict[str, dict[str, Rule]]:
             "max_analysis_words": count, "max_tag3": some, "recipe": input_path(), "max_steps": steps(),
             "launcher": one_of(LAUNCHERS), "accelerate_config": input_path(empty_ok=True),
             "num_processes": some, "merge_dtype": one_of(SAVE_DTYPES), "preview_samples": some,
+            "base_model": BASE_MODEL,
         },
         "critic_dpo": {
             "k_coarse": some, "k_fine": some, "max_train_samples": count, "max_pairs": count,
@@ -389,7 +393,7 @@ def rules() -> dict[str, dict[str, Rule]]:
         "correction": {
             "n_questions": count, "trivia_questions": count, "iterations": count, "critic_dir": input_path(),
             "critic_max_new_tokens": tokens, "critic_verdict": one_of(VERDICT_MODES),
-            "planner_train_file": input_path(),
+            "planner_train_file": input_path(), "planner_base_model": BASE_MODEL,
             "planner_recipe": input_path(), "planner_max_steps": steps(), "planner_max_examples": count,
             "planner_prompt": one_of(planner.PLANNER_VARIANTS), "planner_max_new_tokens": tokens,
             "planner_decoding": one_of(planner.PLANNER_DECODINGS), "planner_launcher": one_of(LAUNCHERS),
@@ -413,7 +417,8 @@ def rules() -> dict[str, dict[str, Rule]]:
             "repair_sampled_plans": some, "repair_temperature": number(0), "repair_margin": number(0),
             "repair_max_pairs": count, "repair_dpo_recipe": input_path(), "repair_dpo_beta": number(0, low_open=True),
             "repair_offpolicy_steps": steps(), "repair_onpolicy_steps": steps(),
-            "repair_init_adapter": input_path(empty_ok=True),
+            "repair_init_adapter": input_path(empty_ok=True), "repair_base_model": BASE_MODEL,
+            "simrag_critic_base_model": BASE_MODEL,
         },
         "analysis": {
             "digits": some, "main_metric": one_of(mining.METRICS), "top_tier2": count, "figure_dpi": count,
@@ -565,6 +570,34 @@ def _library_check(section: str, values: Mapping[str, Any]) -> str | None:
     return None
 
 
+# Keys naming the base model a stage trains from, with the (key, value) under which it trains
+# from it at all; "" there means the generator's model, so a served generator needs them set.
+BASE_MODEL_KEYS: dict[tuple[str, str], tuple[str, Any] | None] = {
+    ("critic_sft", "base_model"): None,
+    ("correction", "planner_base_model"): None,
+    ("baselines", "repair_base_model"): ("repair_init_adapter", ""),  # an init checkpoint brings its base
+    ("baselines", "simrag_critic_base_model"): ("simrag_critic", "llm"),
+}
+
+
+def _served_base_problems(params: Mapping[str, Any]) -> list[str]:
+    """With a served generator (backend openai), every stage that trains needs a local base model."""
+    common = params.get("common")
+    gen = common.get("generator") if isinstance(common, Mapping) else None
+    if not isinstance(gen, Mapping) or gen.get("backend") != "openai":
+        return []
+    out = []
+    for (section, key), when in BASE_MODEL_KEYS.items():
+        values = params.get(section)
+        if not isinstance(values, Mapping) or values.get(key) != "":
+            continue
+        if when is not None and values.get(when[0]) != when[1]:
+            continue
+        out.append(f"{section}.{key}: required when common.generator.backend is 'openai' (a served model "
+                   f"{gen.get('model')!r} cannot be trained; set a local checkpoint folder)")
+    return out
+
+
 def _context(params: Mapping[str, Any], problems: list[str]) -> Context:
     """Paths that dvc.yaml stages produce, and the dataset names of common.datasets."""
     produced: list[Path] = []
@@ -641,7 +674,7 @@ def params_problems(params: Any, notebooks: Mapping[str, Path] | None = None) ->
     for stage in notebooks:
         if stage not in params:
             problems.append(f"{stage}: missing section for notebook {notebooks[stage].name}")
-    return problems
+    return problems + _served_base_problems(params)
 
 
 def _raise(source: str, problems: list[str]) -> None:

@@ -89,15 +89,183 @@ def generator_config(params: Mapping[str, Any], **overrides: Any) -> dict[str, A
 _LLMS: dict[tuple, Any] = {}
 
 
-def load_generator(params: Mapping[str, Any], **overrides: Any):
-    """The generator LLM of ``common.generator`` (memoized per config)."""
+def _memoized_llm(cfg: Mapping[str, Any]):
     from .llm import load_llm
 
-    cfg = generator_config(params, **overrides)
     key = tuple(sorted((k, str(v)) for k, v in cfg.items()))
     if key not in _LLMS:
         _LLMS[key] = load_llm(cfg)
     return _LLMS[key]
+
+
+def load_generator(params: Mapping[str, Any], **overrides: Any):
+    """The generator LLM of ``common.generator`` (memoized per config)."""
+    return _memoized_llm(generator_config(params, **overrides))
+
+
+# ---------------------------------------------------------------------------------------------
+# Base models of trained critics and planners, and their checkpoints
+# ---------------------------------------------------------------------------------------------
+def resolve_base_model(params: Mapping[str, Any], override: str, *, key: str) -> str:
+    """The local model folder a critic or planner is trained from.
+
+    ``override`` (a params key such as ``critic_sft.base_model``, named by ``key`` in errors)
+    wins when set; ``""`` means the generator's model, which must then be a local folder: a
+    served generator (backend openai) or a model name that is no folder here cannot be trained.
+
+    Raises:
+        ValueError: naming ``key`` when neither gives a local model folder with a config.json.
+    """
+    if not isinstance(override, str):
+        raise ValueError(f"{key}: expected a local model folder or \"\", got {override!r}")
+    if override.strip():
+        folder = paths.resolve(override.strip())
+        if not folder.is_dir():
+            raise ValueError(f"{key}: {override!r} is not a local model folder")
+        if not (folder / "config.json").is_file():
+            what = "a LoRA adapter (merge it into its base first)" if (folder / "adapter_config.json").is_file() \
+                else "no model checkpoint (no config.json)"
+            raise ValueError(f"{key}: {override!r} is {what}")
+        return str(folder)
+    gen = params["common"]["generator"]
+    backend, model = gen.get("backend", "hf"), gen.get("model")
+    if backend == "openai":
+        raise ValueError(f"{key}: the generator is served (backend {backend}, model {model!r}); "
+                         "set a local checkpoint folder to train from")
+    folder = paths.resolve(model) if isinstance(model, str) and model else None
+    if folder is None or not (folder / "config.json").is_file():
+        raise ValueError(f"{key}: the generator's model {model!r} (backend {backend}) is not a local model "
+                         "folder; set a local checkpoint folder to train from")
+    return str(folder)
+
+
+def checkpoint_kind(checkpoint: str | Path) -> str:
+    """``"adapter"`` for a LoRA adapter folder (adapter_config.json), ``"full"`` for a model
+    checkpoint (config.json).
+
+    Raises:
+        FileNotFoundError: the folder is missing or is neither.
+    """
+    folder = Path(checkpoint)
+    if (folder / "adapter_config.json").is_file():
+        return "adapter"
+    if (folder / "config.json").is_file():
+        return "full"
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: no such checkpoint folder")
+    raise FileNotFoundError(f"{folder}: neither a LoRA adapter (adapter_config.json) nor a model checkpoint "
+                            "(config.json)")
+
+
+def _read_json_object(path: Path) -> dict[str, Any]:
+    import json
+
+    from .io import DataFormatError
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DataFormatError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    if not isinstance(data, dict):
+        raise DataFormatError(f"{path}: expected a JSON object")
+    return data
+
+
+def recorded_base_model(adapter_dir: str | Path) -> str:
+    """The local base model a LoRA adapter was trained on.
+
+    Read from the training result that records it: ``train_result.json`` inside the adapter
+    folder, or a ``*train_result.json`` beside it whose ``adapter_dir`` is this folder (repo-relative
+    paths, so the record survives a move of the repository); else from peft's
+    ``adapter_config.json`` (``base_model_name_or_path``, as given at training time).
+
+    Raises:
+        FileNotFoundError: naming the record, when the recorded base is no local folder, or the
+            adapter folder when no base is recorded anywhere.
+    """
+    folder = paths.resolve(adapter_dir)
+    real = folder.resolve()
+    records = [folder / "train_result.json"] + sorted(folder.parent.glob("*train_result.json"))
+    for rec in records:
+        if not rec.is_file():
+            continue
+        data = _read_json_object(rec)
+        trained = data.get("adapter_dir")
+        if rec.parent != folder and not (isinstance(trained, str) and paths.resolve(trained).resolve() == real):
+            continue
+        base = data.get("base_model")
+        if not isinstance(base, str) or not base:
+            raise FileNotFoundError(f"{rec}: records no base_model for the adapter {folder}")
+        if not paths.resolve(base).is_dir():
+            raise FileNotFoundError(f"{rec}: the base model {base!r} of the adapter {folder} is not a local folder")
+        return str(paths.resolve(base))
+    base = _read_json_object(folder / "adapter_config.json").get("base_model_name_or_path")
+    if isinstance(base, str) and base and paths.resolve(base).is_dir():
+        return str(paths.resolve(base))
+    raise FileNotFoundError(f"{folder}: LoRA adapter without a local base model (no train_result.json records "
+                            f"one; adapter_config.json names {base!r})")
+
+
+def training_start(checkpoint: str | Path, *, base_model: str = "", key: str = "base_model") -> dict[str, str | None]:
+    """Where further training (e.g. DPO) starts from a trained checkpoint: an adapter continues on
+    its recorded base, a full checkpoint is its own base.
+
+    ``base_model`` (the value of params key ``key``) may name the base too; it must then agree.
+
+    Raises:
+        ValueError: naming ``key`` when ``base_model`` disagrees with the checkpoint.
+    """
+    folder = paths.resolve(checkpoint)
+    if checkpoint_kind(folder) == "full":
+        if base_model:
+            raise ValueError(f"{key}: set to {base_model!r}, but {folder} is a full checkpoint and training "
+                             "continues from it; leave it empty")
+        return {"base_model": str(folder), "init_adapter": None}
+    base = recorded_base_model(folder)
+    if base_model and paths.resolve(base_model).resolve() != Path(base).resolve():
+        raise ValueError(f"{key}: {base_model!r} is not the base the adapter {folder} was trained on ({base})")
+    return {"base_model": base, "init_adapter": str(folder)}
+
+
+def trained_model_config(params: Mapping[str, Any], checkpoint: str | Path, *,
+                         base_model: str | None = None) -> dict[str, Any]:
+    """The LLM config of a trained critic or planner: ``common.generator``'s runtime settings with
+    the checkpoint as the model (full fine-tuning) or as a LoRA adapter on its own base (recorded
+    at training time, or ``base_model``), never on the generator unless that is the base.
+
+    Trained weights are local, so with a served generator (backend openai) they run on the hf
+    backend; the server settings are left out.
+    """
+    from .llm import _BACKEND_KEYS, _COMMON_KEYS
+
+    folder = paths.resolve(checkpoint)
+    kind = checkpoint_kind(folder)
+    cfg = generator_config(params)
+    if cfg.get("backend") == "openai":
+        cfg = {k: v for k, v in cfg.items() if k in _COMMON_KEYS | _BACKEND_KEYS["hf"]}
+        cfg["backend"] = "hf"
+    if cfg.get("adapter"):  # the generator's own adapter belongs to the generator, not to a trained model
+        del cfg["adapter"]
+    if kind == "adapter":
+        cfg["model"] = str(paths.resolve(base_model)) if base_model else recorded_base_model(folder)
+        cfg["adapter"] = str(folder)
+    else:
+        cfg["model"] = str(folder)
+    return cfg
+
+
+def load_trained_model(params: Mapping[str, Any], checkpoint: str | Path, *, base_model: str | None = None):
+    """The LLM of a trained checkpoint, full or adapter (see :func:`trained_model_config`; memoized)."""
+    return _memoized_llm(trained_model_config(params, checkpoint, base_model=base_model))
+
+
+def load_start_model(params: Mapping[str, Any], start: Mapping[str, Any]):
+    """The model a training start describes (``{"base_model", "init_adapter"}``, from
+    :func:`training_start` or :func:`ragcritic_lib.training.dpo_start`): the adapter on that
+    base, or the base model itself."""
+    if start.get("init_adapter"):
+        return load_trained_model(params, start["init_adapter"], base_model=start["base_model"])
+    return load_trained_model(params, start["base_model"])
 
 
 def release_llms() -> bool:

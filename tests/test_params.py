@@ -130,6 +130,8 @@ def test_stage_outputs_need_not_exist_yet(params):
 def test_backend_unsupported_key_is_reported(params):
     # as load_llm: a setting that changes outputs but that the backend cannot honour
     bad = _bad(params, "common.generator", {"backend": "openai", "no_repeat_ngram_size": 3, "urls": "http://x:1"})
+    local = "data/assets/models/smollm2-135m-instruct"  # a served generator: trained models need a local base
+    bad["critic_sft"]["base_model"] = bad["correction"]["planner_base_model"] = local
     assert params_problems(bad) == ["common.generator.no_repeat_ngram_size: not supported by backend 'openai'"]
     bad["common"]["generator"]["no_repeat_ngram_size"] = 0  # off: harmless
     assert params_problems(bad) == []

@@ -9,10 +9,14 @@ from ragcritic_lib.critic import load_trained_critic
 from ragcritic_lib.taxonomy import load_taxonomy
 
 
+PARAMS = {"common": {"generator": {"backend": "hf", "model": "the-generator"}}}
+
+
 @pytest.fixture
 def loads(monkeypatch):
     seen = []
-    monkeypatch.setattr(runtime, "load_generator", lambda params, **kw: seen.append(kw) or object())
+    monkeypatch.setattr(runtime, "_memoized_llm", lambda cfg: seen.append(
+        {k: cfg[k] for k in ("model", "adapter") if k in cfg}) or object())
     return seen
 
 
@@ -24,32 +28,39 @@ def _stage(tmp_path, *, merged=True, adapter_config=False):
     (d / "adapter").mkdir(parents=True)
     if merged:
         (d / "merged").mkdir()
+        (d / "merged" / "config.json").write_text("{}")
     if adapter_config:
         (d / "adapter" / "adapter_config.json").write_text("{}")
+        (tmp_path / "sft_base").mkdir()
+        (d / "train_result.json").write_text(json.dumps({"adapter_dir": str(d / "adapter"),
+                                                         "base_model": str(tmp_path / "sft_base")}))
+    else:
+        (d / "adapter" / "config.json").write_text("{}")
     (d / "verdict_calibration.json").write_text(json.dumps({"threshold": -1.25}))
     return d, prompt
 
 
 def test_loads_the_calibrated_merged_checkpoint_with_its_prompt_settings(tmp_path, loads):
     d, prompt = _stage(tmp_path)
-    critic = load_trained_critic({}, d, load_taxonomy(), prompt_file=prompt)
+    critic = load_trained_critic(PARAMS, d, load_taxonomy(), prompt_file=prompt)
     assert loads == [{"model": str(d / "merged")}]
     assert (critic.top_k, critic.passage_words, critic.label_list) == (2, 17, False)
     assert (critic.verdict, critic.threshold) == ("calibrated", -1.25)
-    plain = load_trained_critic({}, d, load_taxonomy(), prompt_file=prompt, verdict="generate")
+    plain = load_trained_critic(PARAMS, d, load_taxonomy(), prompt_file=prompt, verdict="generate")
     assert (plain.verdict, plain.threshold) == ("generate", 0.0)
 
 
-def test_without_merged_checkpoint_adapter_or_full_model(tmp_path, loads):
+def test_without_merged_checkpoint_adapter_on_its_recorded_base_or_full_model(tmp_path, loads):
     d, prompt = _stage(tmp_path, merged=False, adapter_config=True)
-    load_trained_critic({}, d, load_taxonomy(), prompt_file=prompt)
+    load_trained_critic(PARAMS, d, load_taxonomy(), prompt_file=prompt)
     d2, prompt2 = _stage(tmp_path / "full", merged=False)
-    load_trained_critic({}, d2, load_taxonomy(), prompt_file=prompt2)
-    assert loads == [{"adapter": str(d / "adapter")}, {"model": str(d2 / "adapter")}]
+    load_trained_critic(PARAMS, d2, load_taxonomy(), prompt_file=prompt2)
+    assert loads == [{"model": str(tmp_path / "sft_base"), "adapter": str(d / "adapter")},
+                     {"model": str(d2 / "adapter")}]
 
 
 def test_missing_calibration_is_one_clear_error(tmp_path, loads):
     d, prompt = _stage(tmp_path)
     (d / "verdict_calibration.json").unlink()
     with pytest.raises(FileNotFoundError, match="verdict_calibration.json"):
-        load_trained_critic({}, d, load_taxonomy(), prompt_file=prompt)
+        load_trained_critic(PARAMS, d, load_taxonomy(), prompt_file=prompt)

@@ -9,6 +9,7 @@
 * :class:`LLMPlanner` prompts a model with :func:`build_planner_messages` (Prompt F in our own
   words) and extracts the program with :func:`ragcritic_lib.agent.executor.extract_program`;
   model output is data, validated and run only by the restricted executor.
+  :func:`load_trained_planner` builds one on a trained checkpoint (full or LoRA adapter).
 """
 
 from __future__ import annotations
@@ -683,6 +684,22 @@ class LLMPlanner:
                 self.stats["no_program"] += 1
             out.append(Plan(program=program, raw=gen.text, source="llm", error=None if program else "no_program"))
         return out
+
+
+def load_trained_planner(params: Mapping[str, Any], checkpoint: str | Path, **planner_kwargs: Any) -> LLMPlanner:
+    """The trained planner: a fully fine-tuned checkpoint, or a LoRA adapter on the base it was
+    trained on (recorded in its training result, see
+    :func:`ragcritic_lib.runtime.load_trained_model`), wrapped in :class:`LLMPlanner`.
+
+    ``planner_kwargs`` go to :class:`LLMPlanner` (variant, decoding, candidates, ...).
+
+    Raises:
+        FileNotFoundError: the checkpoint is missing, is neither an adapter nor a model, or its
+            recorded base is no local folder.
+    """
+    from ragcritic_lib import runtime
+
+    return LLMPlanner(runtime.load_trained_model(params, paths.require(checkpoint)), **planner_kwargs)
 
 
 def planner_sft_examples(records: Sequence[Mapping[str, Any]], table: ErrorActionTable, *,
