@@ -158,15 +158,12 @@ def methods_for(ds: str) -> dict:
     The first dataset gets the whole ladder; the others RAG-Critic and the oracle critique."""
     corpus = load_corpus_records(dataset_paths(params["common"]["datasets"], ds)["corpus"])
     oracle_critique = KnownCauseCritic(known_causes, source_records=test_sets[ds], passage_meta=passage_metadata(corpus))
-    methods = {
-        "RAG-Critic": {"critic": trained_critic, "planner": trained_planner, "iterations": iterations},
-        "fixed action": {"critic": AlwaysErrorCritic(), "planner": rule_planner},
-        "oracle verdict": {"critic": OracleCritic(tagger=trained_critic), "planner": trained_planner},
-        "oracle critique": {"critic": oracle_critique, "planner": rule_planner},
-    }
-    if ds != datasets[0]:
-        methods = {k: v for k, v in methods.items() if k in ("RAG-Critic", "oracle critique")}
-    return methods
+    methods = {"RAG-Critic": {"critic": trained_critic, "planner": trained_planner, "iterations": iterations},
+               "fixed action": {"critic": AlwaysErrorCritic(), "planner": rule_planner},
+               "oracle verdict": {"critic": OracleCritic(tagger=trained_critic), "planner": trained_planner},
+               "oracle critique": {"critic": oracle_critique, "planner": rule_planner}}
+    keep = list(methods) if ds == datasets[0] else ["RAG-Critic", "oracle critique"]
+    return {k: methods[k] for k in keep}
 
 
 print(f"critic verdict: {critic_verdict} (threshold {threshold:+.3f}); planner decoding: {planner_decoding}")
