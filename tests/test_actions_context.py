@@ -160,3 +160,17 @@ def test_no_abstain_without_the_unsupported_label():
     acts, _ = make(answer="1850", table=load_error_actions())
     acts.begin_sample(docs=[CORPUS["d1"]], prediction="Kestrel", critique={"tag1": ["Incomplete Information"]})
     assert acts.generate_answer("When was the Kestrel Bridge completed?", [CORPUS["d1"]]) == "1850"
+
+
+def test_an_abstention_does_not_replace_an_answer_unless_the_critique_says_unsupported():
+    acts, _ = make(answer="insufficient information", table=load_error_actions())
+    acts.begin_sample(docs=[CORPUS["d1"]], prediction="1887", critique={"tag1": ["Incomplete Information"]})
+    assert acts.generate_answer("When was the Kestrel Bridge completed?", [CORPUS["d1"]]) == "1887"
+    assert acts.events[-1]["kept_previous"] is True
+    # With the unsupported label, the abstention stands.
+    critique = {"tag1": ["Inaccurate or Misunderstood Response"], "tag2": ["Factual Inaccuracies"]}
+    acts.begin_sample(docs=[CORPUS["d1"]], prediction="1850", critique=critique)
+    assert acts.generate_answer("When was the Kestrel Bridge completed?", [CORPUS["d1"]]) == "insufficient information"
+    # A first answer that was itself an abstention may stay one.
+    acts.begin_sample(docs=[CORPUS["d1"]], prediction="not mentioned", critique={"tag1": ["Incomplete Information"]})
+    assert acts.generate_answer("When was the Kestrel Bridge completed?", [CORPUS["d1"]]) == "insufficient information"

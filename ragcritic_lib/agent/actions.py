@@ -53,6 +53,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from ragcritic_lib.evidence import is_abstention
 from ragcritic_lib.llm import GenParams
 from ragcritic_lib.metrics import normalize_words
 from ragcritic_lib.rag import ABSTAIN_ANSWER, build_rag_messages, extract_answer
@@ -715,11 +716,16 @@ class ActionSet:
         if text == PENDING:
             return PENDING
         answer, followed = extract_answer(text, prefilled=self.rag_variant == "prefill")
-        abstained = False
+        abstained = kept_previous = False
         if self._abstain and answer and not _grounded(answer, used, self._rejected):
             answer, abstained = ABSTAIN_ANSWER, True
+        elif (not self._abstain and self._rejected and is_abstention(answer)
+              and not is_abstention(self._rejected)):
+            # Only a critique saying the answer is unsupported may turn it into an abstention;
+            # otherwise a reader that gives up on the new context keeps the answer it had.
+            answer, kept_previous = self._rejected, True
         self._log("GenerateAnswer", docs=used, instruction=instruction, raw=text, answer=answer,
-                  followed_prefix=followed, abstained=abstained)
+                  followed_prefix=followed, abstained=abstained, kept_previous=kept_previous)
         return answer
 
 
