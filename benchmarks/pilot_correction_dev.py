@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=56, help="dev questions (the split cycles through the types)")
     ap.add_argument("--dataset", default="testbed")
     ap.add_argument("--rows", default="fixed action,oracle critique")
+    ap.add_argument("--answer-mode", default="free", help="GenerateAnswer mode: free | spans")
     ap.add_argument("--dump", default="", help="write each row's corrected records to DUMP/<row>.jsonl")
     args = ap.parse_args(argv)
 
@@ -62,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
                         gen_params=GenParams(max_new_tokens=rag_cfg["max_new_tokens"], stop=("\nQuestion:", "<|im_end|>")),
                         topk=rag_cfg["top_k"], max_doc_words=rag_cfg["max_passage_words"],
                         rag_variant=rag_cfg["prompt_variant"], reranker=CrossEncoderReranker(retriever_cfg["reranker"]),
-                        rerank_depth=retriever_cfg["rerank_depth"], max_docs=rag_cfg["top_k"], table=table)
+                        rerank_depth=retriever_cfg["rerank_depth"], max_docs=rag_cfg["top_k"], table=table,
+                        answer_mode=args.answer_mode)
     start = time.perf_counter()
     runs, _ = run_methods(records, methods, actions=actions, max_calls=corr["max_calls"], timeout_s=corr["timeout_s"],
                           table=table)

@@ -174,3 +174,40 @@ def test_an_abstention_does_not_replace_an_answer_unless_the_critique_says_unsup
     # A first answer that was itself an abstention may stay one.
     acts.begin_sample(docs=[CORPUS["d1"]], prediction="not mentioned", critique={"tag1": ["Incomplete Information"]})
     assert acts.generate_answer("When was the Kestrel Bridge completed?", [CORPUS["d1"]]) == "insufficient information"
+
+
+def test_answer_candidates_are_spans_of_the_passages_and_options_of_the_question():
+    from ragcritic_lib.agent.actions import answer_candidates
+
+    docs = ["Harbor Bank\nHarbor Bank was founded on 3 July 1987 in Lisbon and employs 1,250 people. It is run by Ana Silva.",
+            "Delta Trust\nDelta Trust was founded in 1990. Revenue was $211 million in 2023."]
+    cands = answer_candidates("Which is older, Harbor Bank or Delta Trust?", docs, first="1990 and")
+    assert cands[:3] == ["1990", "Harbor Bank", "Delta Trust"]  # the free answer, then the question's options
+    for span in ("3 July 1987", "1,250 people", "Ana Silva", "Lisbon", "$211 million", "2023"):
+        assert span in cands, span
+    assert cands[-1] == "insufficient information" and len(cands) == len({c.lower() for c in cands})
+    assert not any(c.endswith(" It") or c in ("July", "It") for c in cands)
+    assert len(answer_candidates("Q?", docs * 10, max_candidates=5)) == 5
+
+
+def test_span_mode_answers_with_the_option_the_model_chooses():
+    prompts: list = []
+
+    def fn(prompt, params):
+        prompts.append(prompt)
+        if isinstance(prompt, list) and prompt[-1]["role"] == "assistant":
+            return " 1887"  # the constrained choice after the answer phrase
+        return "So the final answer is: 1850"
+
+    acts = ActionSet(CallableLLM(fn, name="scripted"), TinyRetriever(), gen_params=GenParams(max_new_tokens=32), topk=2,
+                     answer_mode="spans")
+    assert acts.generate_answer("When was the Kestrel Bridge completed?", [CORPUS["d1"]]) == "1887"
+    assert acts.events[-1]["free_answer"] == "1850" and acts.counts["choose_calls"] == 1
+    # A long free answer (a summary) is kept as written.
+    long = "The Kestrel Bridge crosses the Aldor river and was completed in 1887 from local stone blocks"
+    acts = ActionSet(CallableLLM(lambda p, g: f"So the final answer is: {long}"), TinyRetriever(),
+                     gen_params=GenParams(max_new_tokens=32), topk=2, answer_mode="spans")
+    assert acts.generate_answer("Describe the Kestrel Bridge.", [CORPUS["d1"]]).startswith("The Kestrel Bridge crosses")
+    assert acts.counts["choose_calls"] == 0
+    with pytest.raises(ValueError, match="answer mode"):
+        ActionSet(CallableLLM(fn), TinyRetriever(), gen_params=GenParams(), answer_mode="guess")

@@ -56,7 +56,7 @@ from typing import Any
 from ragcritic_lib.evidence import is_abstention
 from ragcritic_lib.llm import GenParams
 from ragcritic_lib.metrics import normalize_words
-from ragcritic_lib.rag import ABSTAIN_ANSWER, build_rag_messages, extract_answer
+from ragcritic_lib.rag import ABSTAIN_ANSWER, ANSWER_PREFIX, build_rag_messages, extract_answer
 
 ACTION_NAMES: tuple[str, ...] = ("Retrieval", "RewriteQuery", "DecomposeQuery", "RefineDoc", "GenerateAnswer")
 
@@ -311,6 +311,11 @@ class ActionSet:
             where a critique's label has an ``answer_strategy``, GenerateAnswer gets that
             strategy and the rejected answer.
         exclude_context: Retrieval skips passages of the sample's context (see begin_sample).
+        answer_mode: "free" (GenerateAnswer writes the answer) or "spans" (it writes one, then the
+            model chooses, by constrained decoding over its log-probabilities, among that answer,
+            the candidate spans of the passages and the question (:func:`answer_candidates`) and
+            the abstention; a free answer longer than :data:`SPAN_MODE_MAX_WORDS` is kept).
+        max_candidates: at most this many options in span mode.
     """
 
     def __init__(
@@ -329,7 +334,12 @@ class ActionSet:
         aux_max_new_tokens: int = 40,
         table: Any | None = None,
         exclude_context: bool = True,
+        answer_mode: str = "free",
+        max_candidates: int = 24,
     ) -> None:
+        if answer_mode not in ANSWER_MODES:
+            raise ValueError(f"unknown answer mode {answer_mode!r}; choose from {ANSWER_MODES}")
+        self.answer_mode, self.max_candidates = answer_mode, max_candidates
         if not isinstance(gen_params, GenParams):
             raise TypeError(f"gen_params must be a GenParams, got {type(gen_params).__name__}")
         if topk < 1 or max_topk < topk:
@@ -354,6 +364,7 @@ class ActionSet:
         self._memo: dict[str, Any] = {}
         self._search_memo: dict[tuple[Any, ...], list[str]] = {}
         self._score_memo: dict[tuple[str, str], float] = {}
+        self._span_memo: dict[str, str] = {}
         self.begin_sample()
         self._prefetching = False
         self._pending: dict[str, tuple[Any, GenParams]] = {}
@@ -716,6 +727,9 @@ class ActionSet:
         if text == PENDING:
             return PENDING
         answer, followed = extract_answer(text, prefilled=self.rag_variant == "prefill")
+        free_answer = answer
+        if self.answer_mode == "spans" and len(answer.split()) <= SPAN_MODE_MAX_WORDS:
+            answer = self._choose_span(query, used, instruction, answer)
         abstained = kept_previous = False
         if self._abstain and answer and not _grounded(answer, used, self._rejected):
             answer, abstained = ABSTAIN_ANSWER, True
@@ -725,14 +739,37 @@ class ActionSet:
             # otherwise a reader that gives up on the new context keeps the answer it had.
             answer, kept_previous = self._rejected, True
         self._log("GenerateAnswer", docs=used, instruction=instruction, raw=text, answer=answer,
-                  followed_prefix=followed, abstained=abstained, kept_previous=kept_previous)
+                  followed_prefix=followed, abstained=abstained, kept_previous=kept_previous,
+                  **({"free_answer": free_answer} if self.answer_mode == "spans" else {}))
         return answer
+
+    def _choose_span(self, query: str, docs: Sequence[str], instruction: str | None, free_answer: str) -> str:
+        """Span mode: the option the model's constrained decoding picks after the answer phrase."""
+        options = [f" {c}" for c in answer_candidates(query, docs, first=free_answer, max_candidates=self.max_candidates)]
+        if len(options) < 2:
+            return free_answer
+        prompt = _span_prompt(self.answer_messages(query, docs, instruction))
+        key = json.dumps([prompt, options], sort_keys=True, ensure_ascii=False)
+        if key not in self._span_memo:
+            (choice,) = self.llm.choose([prompt], [options])
+            self._span_memo[key] = choice.text.strip()
+        if not self._prefetching:
+            self.counts["llm_calls"] += 1
+            self.counts["choose_calls"] += 1
+        return self._span_memo[key]
 
 
 GROUNDED_MIN_SHARE = 0.5
 """Share of an answer's content words that must occur in the passages for it to count as
 grounded on the abstain path. Not all: a correct long answer paraphrases (a summary that keeps
 most words but not every one would otherwise be replaced by an abstention)."""
+
+
+def _span_prompt(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The answer prompt ending in an open assistant turn that the chosen span continues."""
+    if messages and messages[-1]["role"] == "assistant":
+        return messages
+    return [*messages, {"role": "assistant", "content": ANSWER_PREFIX}]
 
 
 def _grounded(answer: str, docs: Sequence[str], rejected: str) -> bool:
@@ -746,6 +783,67 @@ def _grounded(answer: str, docs: Sequence[str], rejected: str) -> bool:
         return False
     doc_words = set(content_words(" ".join(docs)))
     return sum(w in doc_words for w in words) >= GROUNDED_MIN_SHARE * len(words)
+
+
+ANSWER_MODES = ("free", "spans")
+"""GenerateAnswer modes: free generation, or a choice among candidate spans of the passages."""
+SPAN_MODE_MAX_WORDS = 8
+"""Span mode reads a short answer only: a free answer longer than this (a summary) is kept."""
+
+_MONTH = r"(?:January|February|March|April|May|June|July|August|September|October|November|December)"
+_DATE_SPAN_RE = re.compile(rf"\b\d{{1,2}} {_MONTH} \d{{4}}\b|\b{_MONTH} \d{{1,2}}, \d{{4}}\b|\b{_MONTH} \d{{4}}\b|\b\d{{4}}-\d{{2}}-\d{{2}}\b")
+_NUMBER_SPAN_RE = re.compile(
+    r"(?:[$\u20ac\u00a3] ?)?\b\d[\d,]*(?:\.\d+)?(?: ?(?:%|percent\b|million\b|billion\b|thousand\b|[a-z]+\b))?"
+)
+_NAME_SPAN_RE = re.compile(r"\b[A-Z][\w'\u2019-]*(?:(?: (?:of|the|de|del|da|van|von|and|on|upon|v))* [A-Z][\w'\u2019-]*)*")
+_MONTH_NAMES = frozenset("january february march april may june july august september october november december".split())
+_NAME_STOP = frozenset("the a an it its in on at he she they this that these those there his her their what which "
+                       "who when where how why was is are were did does do for from by with and or but as of "
+                       "passage passages question answer final so".split())
+
+
+def answer_candidates(question: str, docs: Sequence[str], *, first: str = "", max_candidates: int = 24) -> list[str]:
+    """Short answers a passage states or the question names, for GenerateAnswer's span mode.
+
+    In order, without duplicates (case-insensitive): ``first`` (the free answer), the options the
+    question names (capitalized spans, as in "Which is older, A or B?"), then from each passage
+    in turn its dates, numbers with their unit and names (capitalized word sequences), and the
+    abstention last. Generic over corpora: no pattern knows a dataset's templates.
+    """
+    out: dict[str, str] = {}
+
+    def add(span: str) -> None:
+        words = span.strip(" .,;:()[]\"'").split()
+        while words and words[-1].lower() in _NAME_STOP:  # "1956 and" -> "1956"
+            words.pop()
+        span = " ".join(words)
+        low = [w.lower() for w in words]
+        if (not span or len(words) > SPAN_MODE_MAX_WORDS or all(w in _NAME_STOP for w in low)
+                or all(w in _MONTH_NAMES for w in low)):
+            return
+        out.setdefault(span.lower(), span)
+
+    if first:
+        add(first)
+    q = " ".join(str(question).split())
+    for m in _NAME_SPAN_RE.finditer(q):
+        if m.start() > 0:  # the first word of a question is capitalized anyway
+            add(m.group(0))
+    for doc in docs:
+        title, body = split_title(str(doc))
+        text = " ".join(body.split())
+        spans = [m.group(0) for m in _DATE_SPAN_RE.finditer(text)]
+        dated = " ".join(spans)
+        spans += [m.group(0) for m in _NUMBER_SPAN_RE.finditer(text) if m.group(0).split()[0] not in dated]
+        spans += [m.group(0) for m in _NAME_SPAN_RE.finditer(text)]
+        if title:
+            spans.append(title)
+        for span in spans:
+            add(span)
+    found = list(out.values())[: max(1, max_candidates - 1)]
+    if ABSTAIN_ANSWER.lower() not in {c.lower() for c in found}:
+        found.append(ABSTAIN_ANSWER)
+    return found
 
 
 def _normalize_mode(instruction: Any, modes: Mapping[str, str], *, default: str) -> str:
