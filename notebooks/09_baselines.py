@@ -33,7 +33,8 @@ crag_k_secondary = 3
 crag_top_strips = 4
 crag_min_strip_score = -0.5
 crag_rewriter = "keywords"
-simrag_train_questions = 20
+simrag_train_questions = 34
+simrag_min_examples = 200
 simrag_max_turns = 3
 simrag_docs_per_turn = 2
 simrag_initial_docs = 0
@@ -173,8 +174,10 @@ pd.DataFrame(crag_info).T[["upper", "lower", "dev_f1", "action_f1", "actions", "
 # ## SIM-RAG
 # Self-practice on train questions (Algorithm 1: answer + rationale, Accept/Reject against the
 # gold answer, then search and append, for `simrag_max_turns` turns), label balancing, a split by
-# question id, a sufficiency critic, and multi-round inference on test with that critic and with
-# the oracle critic (the ceiling).
+# question id, a sufficiency critic that never sees the turn index, and multi-round inference on
+# test with that critic and with the oracle critic (the ceiling). Fewer than
+# `simrag_min_examples` self-practice examples, a missing label, or a critic that accepts every
+# answer at some turn are reported as degenerate.
 
 # %%
 sim_kw = dict(max_turns=simrag_max_turns, gen_params=gen, query_params=short, docs_per_turn=simrag_docs_per_turn,
@@ -185,10 +188,11 @@ practice = [ex for ds in datasets
             for ex in simrag.self_practice(m, retrievers[ds], split(ds, "train", simrag_train_questions),
                                            match_fn=match, **sim_kw)]
 practice_cost = m.cost()
+practice_info = simrag.practice_summary(practice, min_examples=simrag_min_examples)
 train_ex, heldout_ex = simrag.split_by_question(practice, heldout_frac=simrag_heldout_frac, seed=seed)
 balanced = simrag.balance_labels(train_ex, seed=seed)
-pd.DataFrame([{"examples": len(practice), "accepted": sum(e["label"] == "Accept" for e in practice),
-               "train_balanced": len(balanced), "heldout": len(heldout_ex)}])
+pd.DataFrame([{"examples": len(practice), "accepted": practice_info["accept"], "train_balanced": len(balanced),
+               "heldout": len(heldout_ex), "degenerate": practice_info["degenerate"]}])
 
 # %%
 if simrag_critic == "llm":
@@ -198,7 +202,8 @@ if simrag_critic == "llm":
     sufficiency = simrag.LLMSufficiencyCritic(critic_llm)
 else:
     critic_llm, sufficiency = None, simrag.ClassifierCritic(seed=seed).fit(balanced)
-confusion = simrag.confusion_matrix([e["label"] for e in heldout_ex], sufficiency.accept(heldout_ex))
+held_accept = sufficiency.accept(heldout_ex)
+confusion = simrag.confusion_matrix([e["label"] for e in heldout_ex], held_accept)
 shares = confusion["shares"]
 pd.DataFrame([[shares["correct_accept"], shares["correct_reject"]], [shares["wrong_accept"], shares["wrong_reject"]]],
              index=["answer correct", "answer wrong"], columns=["critic: Accept", "critic: Reject"]).round(3)
@@ -215,7 +220,12 @@ results["simrag"], results["simrag_oracle_critic"] = score_records(sim_out), sco
 costs["simrag"] = {**add_costs(m.cost(), critic_llm.cost() if critic_llm else {}), "wall_seconds": t["seconds"],
                    "training_calls": practice_cost["calls"]}
 costs["simrag_oracle_critic"] = {**oracle_m.cost(), "wall_seconds": t_oracle["seconds"]}
-pd.Series([r["simrag_turns"] for r in sim_out]).value_counts().sort_index().rename("questions by turns used")
+sim_report = simrag.critic_report(sufficiency, heldout_ex, sim_out, accepted=held_accept)
+degenerate["simrag"] = practice_info["degenerate"] + sim_report["degenerate"]
+held, tested = sim_report["heldout_accept_rate_by_turn"], sim_report["inference_accept_rate_by_turn"]
+pd.DataFrame({"held-out accept rate": {t_: r["accept_rate"] for t_, r in held.items()},
+              "test answers": {t_: r["n"] for t_, r in tested.items()},
+              "test accept rate": {t_: r["accept_rate"] for t_, r in tested.items()}}).rename_axis("turn").round(3)
 
 # %% [markdown]
 # ## RePAIR
@@ -401,7 +411,10 @@ metrics = {
     "cost": {k: {c: v for c, v in d.items() if c in deterministic} for k, d in costs.items()},
     "degenerate": degenerate,
     "crag": crag_info,
-    "simrag": {"practice_examples": len(practice), "balanced_train": len(balanced), "heldout_confusion": confusion},
+    "simrag": {"practice_examples": len(practice), "practice": practice_info, "balanced_train": len(balanced),
+               "heldout_confusion": confusion, "accept_rate_by_turn": {k: sim_report[k] for k in (
+                   "heldout_accept_rate_by_turn", "inference_accept_rate_by_turn")},
+               "degenerate": degenerate["simrag"]},
     "repair": {"offpolicy_pairs": len(off_pairs), "onpolicy_pairs": len(on_pairs), "action_usage": usage,
                "dpo_steps": [res_off.steps if res_off else 0, res_on.steps if res_on else 0],
                "planner_start": "adapter" if init_adapter else "base model"},

@@ -403,7 +403,8 @@ def rules() -> dict[str, dict[str, Rule]]:
             "crag_secondary": one_of(retrieval.KINDS), "crag_k_secondary": count, "crag_top_strips": count,
             "crag_min_strip_score": number(),  # a cross-encoder logit: any sign
             "crag_rewriter": one_of(CRAG_REWRITERS),
-            "simrag_train_questions": count, "simrag_max_turns": count, "simrag_docs_per_turn": count,
+            "simrag_train_questions": count, "simrag_min_examples": count, "simrag_max_turns": count,
+            "simrag_docs_per_turn": count,
             "simrag_initial_docs": some, "simrag_match": one_of(mining.METRICS),
             "simrag_critic": one_of(SIMRAG_CRITICS), "simrag_critic_recipe": input_path(),
             "simrag_critic_steps": steps(), "simrag_heldout_frac": number(0, 1, low_open=True, high_open=True),
