@@ -43,10 +43,11 @@ simrag_critic = "classifier"
 simrag_critic_recipe = "configs/train/critic_sft.yaml"
 simrag_critic_steps = 30
 simrag_heldout_frac = 0.3
-ragec_votes = 5
+ragec_votes = 10
 ragec_temperature = 0.7
 ragec_coverage_threshold = 0.8
 ragec_first_stage_depth = 20
+ragec_rerank = True
 repair_train_questions = 8
 repair_grammar_plans = 4
 repair_sampled_plans = 2
@@ -311,27 +312,37 @@ usage = repair.action_usage_table(repair.count_actions(rc_programs), repair.coun
 pd.DataFrame(usage)
 
 # %% [markdown]
-# ## RAGEC on standard RAG's wrong answers
+# ## RAGEC on the wrong answers of a pipeline with a reranker
 # Stage attribution by rules (ground-truth chunks, more-than-half, reranker drop, concept coverage
 # 0.8), then `ragec_votes` LLM votes per error among the blamed stage's types (K = 10 in the
-# paper). The reranking stage exists only when `common.retriever.rerank` is on: then the
-# first-stage list is the retriever without the reranker at `ragec_first_stage_depth`.
+# paper). The reranking stage (types E7/E8) exists only when a reranker sits between the first
+# stage and the generator: when standard RAG has none (`common.retriever.rerank` off) and
+# `ragec_rerank` is on, the test questions are answered again with the cross-encoder reranking
+# the first stage's top `ragec_first_stage_depth`, and RAGEC diagnoses that run's wrong answers.
+# More than half invalid votes, or no reranking stage, is reported as degenerate.
 # Table like RAGEC Table 2 (modal and second-modal type), one column per dataset.
 
 # %%
 types = ragec.load_ragec_types()
 rerank_on = bool(runtime.retriever_config(params).get("rerank"))
-m, ragec_out = MeteredLLM(llm), []
+m, ragec_out, ragec_inputs = MeteredLLM(llm), [], []
 with stopwatch() as t:
     for ds in datasets:
         recs = test[ds]
-        if rerank_on:
-            first_stage = runtime.load_retriever(params, ds, rerank=False)
+        first_stage = runtime.load_retriever(params, ds, rerank=False)
+        if not rerank_on and ragec_rerank:
+            reranked = runtime.load_retriever(params, ds, rerank=True, rerank_depth=ragec_first_stage_depth)
+            recs = ragec.reranked_records(m, recs, reranked=reranked, first_stage=first_stage,
+                                          depth=ragec_first_stage_depth, **rag_kw)
+        elif rerank_on:
             recs = ragec.attach_first_stage(recs, first_stage, ragec_first_stage_depth)
+        ragec_inputs += recs
         gold_fn = ragec.make_chunk_gold_fn(runtime.load_corpus(params, ds))
         ragec_out += ragec.run_ragec(m, recs, types, chunk_gold_fn=gold_fn, coverage_threshold=ragec_coverage_threshold,
                                      k=ragec_votes, temperature=ragec_temperature, seed=seed)
 costs["ragec (diagnosis)"] = {**m.cost(), "wall_seconds": t["seconds"]}
+ragec_info = ragec.ragec_summary(ragec_out, ragec_votes, reranking_stage=rerank_on or ragec_rerank)
+degenerate["ragec"] = ragec_info["degenerate"]
 ragec_table = pd.DataFrame(ragec.distribution_table(ragec_out, types, group_key="dataset"))
 ragec_table
 
@@ -347,6 +358,8 @@ pd.DataFrame(ragec.distribution_table(ragec_out, types, group_key="question_type
 # %% [markdown]
 # Agreement with RAG-Critic's tier-1 labels on the same wrong answers (the critic's first-round
 # critique in notebook 08; the grounded heuristic critic when notebook 08's results are absent).
+# The critic judged standard RAG's answers, so when RAGEC diagnosed a re-answered run only the
+# questions answered the same way in both runs are compared (the others count as missing).
 # Side agreement: RAGEC's stage and the critic's labels blame the same side (retrieval vs
 # response); type agreement: the tier-1 label mapped from the modal E-type is among the critic's.
 
@@ -358,8 +371,10 @@ if "rag_critic" in results:
 else:
     critic_source = "heuristic critic (notebook 08 results absent)"
     labels = ragec.critic_tier1_labels(wrong, judge.critique(wrong))
+same = ragec.same_answer_keys(all_test, ragec_inputs)
+labels = {key: v for key, v in labels.items() if key in same}
 agreement = ragec.tier1_agreement(ragec_out, labels, types, canonical=taxonomy.canonical)
-{"critic": critic_source, **{k: v for k, v in agreement.items() if k != "by_stage"}}
+{"critic": critic_source, "same_answer_questions": len(same), **{k: v for k, v in agreement.items() if k != "by_stage"}}
 
 # %% [markdown]
 # ## One comparison table
@@ -418,10 +433,8 @@ metrics = {
     "repair": {"offpolicy_pairs": len(off_pairs), "onpolicy_pairs": len(on_pairs), "action_usage": usage,
                "dpo_steps": [res_off.steps if res_off else 0, res_on.steps if res_on else 0],
                "planner_start": "adapter" if init_adapter else "base model"},
-    "ragec": {"errors": len(ragec_out), "stages": ragec.stage_counts(ragec_out), "mode_frequency": mode_freq,
-              "invalid_votes": sum(r["n_invalid"] for r in ragec_out),
-              "grounded_fallbacks": sum(r["source"] == "grounded" for r in ragec_out),
-              "agreement": agreement, "critic_source": critic_source, "reranking_stage": rerank_on},
+    "ragec": {**ragec_info, "mode_frequency": mode_freq, "agreement": agreement, "critic_source": critic_source,
+              "same_answer_questions": len(same)},
 }
 write_stage_metrics("09_baselines", jsonable(metrics))
 sorted(metrics)

@@ -409,7 +409,7 @@ def rules() -> dict[str, dict[str, Rule]]:
             "simrag_critic": one_of(SIMRAG_CRITICS), "simrag_critic_recipe": input_path(),
             "simrag_critic_steps": steps(), "simrag_heldout_frac": number(0, 1, low_open=True, high_open=True),
             "ragec_votes": count, "ragec_temperature": number(0), "ragec_coverage_threshold": FRACTION,
-            "ragec_first_stage_depth": count, "repair_train_questions": count, "repair_grammar_plans": count,
+            "ragec_first_stage_depth": count, "ragec_rerank": boolean(), "repair_train_questions": count, "repair_grammar_plans": count,
             "repair_sampled_plans": some, "repair_temperature": number(0), "repair_margin": number(0),
             "repair_max_pairs": count, "repair_dpo_recipe": input_path(), "repair_dpo_beta": number(0, low_open=True),
             "repair_offpolicy_steps": steps(), "repair_onpolicy_steps": steps(),
