@@ -119,7 +119,9 @@ if estimate is not None:
 # %% [markdown]
 # ## Self-Refine
 # The generator reviews its own answer against the same passages and rewrites it, up to
-# `self_refine_rounds` times, stopping when its feedback finds no problem.
+# `self_refine_rounds` times, stopping as soon as its feedback finds no problem. Feedback and
+# rewrite both see the earlier answers of the question with the feedback they got. Feedback that
+# never approves (or approves every original answer) is reported as degenerate.
 
 # %%
 m = MeteredLLM(llm)
@@ -128,6 +130,9 @@ with stopwatch() as t:
                                       max_words=rr["max_passage_words"])
 results["self_refine"] = score_records(refined)
 costs["self_refine"] = {**add_costs(costs["standard_rag"], m.cost()), "wall_seconds": t["seconds"]}
+refine_info = self_refine.self_refine_summary(refined)
+degenerate["self_refine"] = refine_info["degenerate"]
+print({k: refine_info[k] for k in ("approval_rate", "approval_rate_by_round", "refinements", "degenerate")})
 pd.DataFrame([{"rounds_used": r["self_refine_rounds"], "stopped_by_feedback": r["self_refine_stopped"]}
               for r in refined]).value_counts().rename("questions").to_frame()
 
@@ -425,6 +430,7 @@ metrics = {
     "comparison": [{k: v for k, v in r.items() if k != "wall_seconds"} for r in rows],
     "cost": {k: {c: v for c, v in d.items() if c in deterministic} for k, d in costs.items()},
     "degenerate": degenerate,
+    "self_refine": refine_info,
     "crag": crag_info,
     "simrag": {"practice_examples": len(practice), "practice": practice_info, "balanced_train": len(balanced),
                "heldout_confusion": confusion, "accept_rate_by_turn": {k: sim_report[k] for k in (
