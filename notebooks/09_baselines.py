@@ -70,8 +70,9 @@ import pandas as pd
 from ragcritic_lib import paths, runtime
 from ragcritic_lib.agent.actions import ActionSet
 from ragcritic_lib.baselines import (
-    MeteredLLM, add_costs, comparison_table, cost_from_per_sample, crag, is_wrong, jsonable, load_method_results,
-    markdown_table, ragec, records_cost, repair, score_records, self_refine, simrag, stopwatch,
+    MeteredLLM, add_costs, comparison_table, cost_from_per_sample, crag, dataset_costs, is_wrong, jsonable,
+    load_method_results, markdown_table, per_dataset, ragec, records_cost, repair, score_records, self_refine, simrag,
+    stopwatch,
 )
 from ragcritic_lib.critic import HeuristicCritic
 from ragcritic_lib.io import read_json, read_jsonl, write_jsonl
@@ -93,7 +94,9 @@ llm = runtime.load_generator(params)
 taxonomy = load_taxonomy()
 retrievers = {ds: runtime.load_retriever(params, ds) for ds in datasets}
 split = lambda ds, name, n: runtime.load_split(params, ds, name, limit=n)  # noqa: E731
-results, costs, degenerate = {}, {}, {}  # degenerate: method -> what ran in a degenerate regime
+# costs: method -> cost over all datasets; ds_costs: method -> dataset -> cost (every LLM call of the
+# method's test-time run; training and tuning calls as "training_calls"); degenerate: method -> lines
+results, costs, ds_costs, degenerate = {}, {}, {}, {}
 {"datasets": datasets, "generator": base_model, "retriever": runtime.retriever_config(params)["kind"]}
 
 # %% [markdown]
@@ -106,6 +109,7 @@ results, costs, degenerate = {}, {}, {}  # degenerate: method -> what ran in a d
 test = {ds: read_jsonl(paths.stage_dir("retrieval_rag") / ds / "test.jsonl")[:max_test_questions] for ds in datasets}
 all_test = [r for ds in datasets for r in test[ds]]
 results["standard_rag"], costs["standard_rag"] = score_records(all_test), records_cost(all_test)
+ds_costs["standard_rag"] = {ds: records_cost(test[ds]) for ds in datasets}
 critic_runs = {ds: load_method_results(rag_critic_results.format(dataset=ds), ids=[r["id"] for r in test[ds]],
                                        pred_key=rag_critic_pred_key) for ds in datasets}
 results["rag_critic"] = [r for ds in datasets for r in critic_runs[ds]]
@@ -114,6 +118,8 @@ per_question = {ds: c.get("RAG-Critic", {}).get("total", {}) for ds, c in m08_co
 estimate = cost_from_per_sample(per_question, {ds: len(critic_runs[ds]) for ds in datasets})
 if estimate is not None:
     costs["rag_critic"] = add_costs(costs["standard_rag"], estimate)
+    ds_costs["rag_critic"] = dataset_costs(ds_costs["standard_rag"], {
+        ds: cost_from_per_sample(per_question, {ds: len(critic_runs[ds])}) for ds in datasets})
 {ds: {"questions": len(test[ds]), "rag_critic": len(critic_runs[ds])} for ds in datasets}
 
 # %% [markdown]
@@ -124,12 +130,15 @@ if estimate is not None:
 # never approves (or approves every original answer) is reported as degenerate.
 
 # %%
-m = MeteredLLM(llm)
+m, refined = MeteredLLM(llm), []
 with stopwatch() as t:
-    refined = self_refine.self_refine(m, all_test, rounds=self_refine_rounds, gen_params=gen,
-                                      max_words=rr["max_passage_words"])
+    for ds in datasets:
+        with m.dataset(ds):
+            refined += self_refine.self_refine(m, test[ds], rounds=self_refine_rounds, gen_params=gen,
+                                               max_words=rr["max_passage_words"])
 results["self_refine"] = score_records(refined)
 costs["self_refine"] = {**add_costs(costs["standard_rag"], m.cost()), "wall_seconds": t["seconds"]}
+ds_costs["self_refine"] = dataset_costs(ds_costs["standard_rag"], m.cost_by_dataset())
 refine_info = self_refine.self_refine_summary(refined)
 degenerate["self_refine"] = refine_info["degenerate"]
 print({k: refine_info[k] for k in ("approval_rate", "approval_rate_by_round", "refinements", "degenerate")})
@@ -164,9 +173,11 @@ with stopwatch() as t:
         dev = crag.attach_passages(split(ds, "dev", crag_dev_questions), retrievers[ds], rr["top_k"])
         evaluator = crag.fit_evaluator(train, ce, seed=seed)
         secondary = runtime.load_retriever(params, ds, kind=crag_secondary, rerank=False)
-        best = crag.tune_on_dev(tune_m, dev, evaluator=evaluator, ce_scorer=ce, secondary=secondary, **crag_kw)
-        out_ds = crag.run_crag(m, test[ds], evaluator=evaluator, ce_scorer=ce, secondary=secondary,
-                               upper=best["upper"], lower=best["lower"], **crag_kw)
+        with tune_m.dataset(ds):
+            best = crag.tune_on_dev(tune_m, dev, evaluator=evaluator, ce_scorer=ce, secondary=secondary, **crag_kw)
+        with m.dataset(ds):
+            out_ds = crag.run_crag(m, test[ds], evaluator=evaluator, ce_scorer=ce, secondary=secondary,
+                                   upper=best["upper"], lower=best["lower"], **crag_kw)
         crag_out += out_ds
         crag_info[ds] = {**{k: v for k, v in best.items() if k != "action_f1_per_question"},
                          "train_pairs": evaluator.train_size, "train_positive_rate": evaluator.positive_rate,
@@ -174,6 +185,8 @@ with stopwatch() as t:
 results["crag"] = score_records(crag_out)
 degenerate["crag"] = [f"{ds}: {d}" for ds in datasets for d in crag_info[ds]["degenerate"]]
 costs["crag"] = {**m.cost(), "wall_seconds": t["seconds"], "training_calls": tune_m.cost()["calls"]}
+ds_costs["crag"] = dataset_costs(m.cost_by_dataset(),
+                                 {ds: {"training_calls": c["calls"]} for ds, c in tune_m.cost_by_dataset().items()})
 pd.DataFrame(crag_info).T[["upper", "lower", "dev_f1", "action_f1", "actions", "test_actions", "degenerate"]]
 
 # %% [markdown]
@@ -189,13 +202,14 @@ pd.DataFrame(crag_info).T[["upper", "lower", "dev_f1", "action_f1", "actions", "
 sim_kw = dict(max_turns=simrag_max_turns, gen_params=gen, query_params=short, docs_per_turn=simrag_docs_per_turn,
               initial_docs=simrag_initial_docs)
 match = simrag.make_match_fn(simrag_match)
-m = MeteredLLM(llm)
-practice = [ex for ds in datasets
-            for ex in simrag.self_practice(m, retrievers[ds], split(ds, "train", simrag_train_questions),
-                                           match_fn=match, **sim_kw)]
-practice_cost = m.cost()
+practice_m, practice = MeteredLLM(llm), []
+for ds in datasets:
+    with practice_m.dataset(ds):
+        practice += simrag.self_practice(practice_m, retrievers[ds], split(ds, "train", simrag_train_questions),
+                                         match_fn=match, **sim_kw)
 practice_info = simrag.practice_summary(practice, min_examples=simrag_min_examples)
 train_ex, heldout_ex = simrag.split_by_question(practice, heldout_frac=simrag_heldout_frac, seed=seed)
+heldout_ex = sorted(heldout_ex, key=lambda e: datasets.index(e["dataset"]))  # grouped by dataset, order kept
 balanced = simrag.balance_labels(train_ex, seed=seed)
 pd.DataFrame([{"examples": len(practice), "accepted": practice_info["accept"], "train_balanced": len(balanced),
                "heldout": len(heldout_ex), "degenerate": practice_info["degenerate"]}])
@@ -204,28 +218,39 @@ pd.DataFrame([{"examples": len(practice), "accepted": practice_info["accept"], "
 if simrag_critic == "llm":
     res = simrag.train_llm_critic(balanced, simrag_critic_recipe, out_dir / "simrag_critic", base_model=base_model,
                                   overrides={"max_steps": simrag_critic_steps})
-    critic_llm = MeteredLLM(runtime.load_generator(params, adapter=str(res.adapter_dir)))
-    sufficiency = simrag.LLMSufficiencyCritic(critic_llm)
+    critic_model = runtime.load_generator(params, adapter=str(res.adapter_dir))
+    critic_llm, critic_eval_m = MeteredLLM(critic_model), MeteredLLM(critic_model)  # test run / held-out check
+    sufficiency, held_critic = simrag.LLMSufficiencyCritic(critic_llm), simrag.LLMSufficiencyCritic(critic_eval_m)
 else:
-    critic_llm, sufficiency = None, simrag.ClassifierCritic(seed=seed).fit(balanced)
-held_accept = sufficiency.accept(heldout_ex)
+    critic_llm = critic_eval_m = None
+    sufficiency = held_critic = simrag.ClassifierCritic(seed=seed).fit(balanced)
+held_accept = []
+for ds in datasets:
+    with per_dataset(ds, critic_eval_m):
+        held_accept += held_critic.accept([e for e in heldout_ex if e["dataset"] == ds])
 confusion = simrag.confusion_matrix([e["label"] for e in heldout_ex], held_accept)
 shares = confusion["shares"]
 pd.DataFrame([[shares["correct_accept"], shares["correct_reject"]], [shares["wrong_accept"], shares["wrong_reject"]]],
              index=["answer correct", "answer wrong"], columns=["critic: Accept", "critic: Reject"]).round(3)
 
 # %%
-m, oracle_m = MeteredLLM(llm), MeteredLLM(llm)
+m, oracle_m, oracle, sim_out, sim_oracle = MeteredLLM(llm), MeteredLLM(llm), simrag.OracleCritic(match), [], []
 with stopwatch() as t:
-    sim_out = [r for ds in datasets for r in simrag.simrag_infer(m, retrievers[ds], test[ds], sufficiency, **sim_kw)]
+    for ds in datasets:
+        with per_dataset(ds, m, critic_llm):
+            sim_out += simrag.simrag_infer(m, retrievers[ds], test[ds], sufficiency, **sim_kw)
 with stopwatch() as t_oracle:
-    oracle = simrag.OracleCritic(match)
-    sim_oracle = [r for ds in datasets
-                  for r in simrag.simrag_infer(oracle_m, retrievers[ds], test[ds], oracle, **sim_kw)]
+    for ds in datasets:
+        with oracle_m.dataset(ds):
+            sim_oracle += simrag.simrag_infer(oracle_m, retrievers[ds], test[ds], oracle, **sim_kw)
 results["simrag"], results["simrag_oracle_critic"] = score_records(sim_out), score_records(sim_oracle)
+sim_training = dataset_costs(practice_m.cost_by_dataset(), critic_eval_m.cost_by_dataset() if critic_eval_m else {})
 costs["simrag"] = {**add_costs(m.cost(), critic_llm.cost() if critic_llm else {}), "wall_seconds": t["seconds"],
-                   "training_calls": practice_cost["calls"]}
+                   "training_calls": sum(c["calls"] for c in sim_training.values())}
+ds_costs["simrag"] = dataset_costs(m.cost_by_dataset(), critic_llm.cost_by_dataset() if critic_llm else {},
+                                   {ds: {"training_calls": c["calls"]} for ds, c in sim_training.items()})
 costs["simrag_oracle_critic"] = {**oracle_m.cost(), "wall_seconds": t_oracle["seconds"]}
+ds_costs["simrag_oracle_critic"] = oracle_m.cost_by_dataset()
 sim_report = simrag.critic_report(sufficiency, heldout_ex, sim_out, accepted=held_accept)
 degenerate["simrag"] = practice_info["degenerate"] + sim_report["degenerate"]
 held, tested = sim_report["heldout_accept_rate_by_turn"], sim_report["inference_accept_rate_by_turn"]
@@ -255,11 +280,14 @@ actions = {ds: ActionSet(gen_m, retrievers[ds], **act_kw) for ds in datasets}
 init_path = paths.resolve(repair_init_adapter) if repair_init_adapter else None
 init_adapter = str(init_path) if init_path is not None and init_path.exists() else None
 planner = MeteredLLM(runtime.load_generator(params, adapter=init_adapter) if init_adapter else llm)
+repair_train, off = {}, []
 with stopwatch() as t_train:
-    repair_train = {ds: run_standard_rag(gen_m, split(ds, "train", repair_train_questions), retriever=retrievers[ds],
-                                         **rag_kw) for ds in datasets}
-    off = [repair.collect_preferences(repair_train[ds], actions[ds], phase="off", planner=planner,
-                                      n_grammar=repair_grammar_plans, seed=seed, **pref_kw) for ds in datasets]
+    for ds in datasets:
+        with per_dataset(ds, gen_m, planner):
+            repair_train[ds] = run_standard_rag(gen_m, split(ds, "train", repair_train_questions),
+                                                retriever=retrievers[ds], **rag_kw)
+            off.append(repair.collect_preferences(repair_train[ds], actions[ds], phase="off", planner=planner,
+                                                  n_grammar=repair_grammar_plans, seed=seed, **pref_kw))
 off_pairs, off_log = [p for ps, _ in off for p in ps], [c for _, cs in off for c in cs]
 {"planner_start": init_adapter or "base model", "candidates": len(off_log), "pairs": len(off_pairs),
  "failed_train_answers": len({(c["dataset"], c["qid"]) for c in off_log}),
@@ -276,14 +304,19 @@ with stopwatch() as t_dpo:
                                    init_adapter=init_adapter, overrides={**dpo, "max_steps": repair_offpolicy_steps})
     adapter_off = str(res_off.adapter_dir) if res_off else init_adapter
     planner_off = MeteredLLM(runtime.load_generator(params, adapter=adapter_off)) if adapter_off else planner
-    on = [repair.collect_preferences(repair_train[ds], actions[ds], phase="on", planner=planner_off, n_grammar=0,
-                                     judged_correct=judge_flags(repair_train[ds]), seed=seed + 1, **pref_kw)
-          for ds in datasets]
+    on = []
+    for ds in datasets:
+        with per_dataset(ds, gen_m, planner_off):
+            on.append(repair.collect_preferences(repair_train[ds], actions[ds], phase="on", planner=planner_off,
+                                                 n_grammar=0, judged_correct=judge_flags(repair_train[ds]),
+                                                 seed=seed + 1, **pref_kw))
     on_pairs, on_log = [p for ps, _ in on for p in ps], [c for _, cs in on for c in cs]
     res_on = repair.train_planner(on_pairs, repair_dpo_recipe, out_dir / "repair_planner", base_model=base_model,
                                   init_adapter=adapter_off, overrides={**dpo, "max_steps": repair_onpolicy_steps})
 adapter_final = str(res_on.adapter_dir) if res_on else adapter_off
 training_cost = add_costs(gen_m.cost(), planner.cost(), planner_off.cost() if planner_off is not planner else {})
+repair_training = dataset_costs(gen_m.cost_by_dataset(), planner.cost_by_dataset(),
+                                planner_off.cost_by_dataset() if planner_off is not planner else {})
 pd.DataFrame([{"phase": phase, "candidates": len(log), "pairs": len(pairs), "dpo_steps": res.steps if res else 0,
                "s_per_step": round(res.seconds_per_step, 1) if res else None}
               for phase, log, pairs, res in [("off-policy", off_log, off_pairs, res_off),
@@ -297,13 +330,19 @@ pd.DataFrame([{"phase": phase, "candidates": len(log), "pairs": len(pairs), "dpo
 final_planner = MeteredLLM(runtime.load_generator(params, adapter=adapter_final) if adapter_final else llm)
 gen_m_test = MeteredLLM(llm)
 test_actions = {ds: ActionSet(gen_m_test, retrievers[ds], **act_kw) for ds in datasets}
+repair_out = []
 with stopwatch() as t:
-    repair_out = [r for ds in datasets for r in repair.repair_infer(final_planner, test[ds], test_actions[ds],
-                                                                      judged_correct=judge_flags(test[ds]))]
+    for ds in datasets:
+        with per_dataset(ds, final_planner, gen_m_test):
+            repair_out += repair.repair_infer(final_planner, test[ds], test_actions[ds],
+                                              judged_correct=judge_flags(test[ds]))
 results["repair"] = score_records(repair_out)
 costs["repair"] = {**add_costs(costs["standard_rag"], final_planner.cost(), gen_m_test.cost()),
                    "wall_seconds": t["seconds"], "training_calls": training_cost["calls"],
                    "training_seconds": t_train["seconds"] + t_dpo["seconds"]}
+ds_costs["repair"] = dataset_costs(ds_costs["standard_rag"], final_planner.cost_by_dataset(),
+                                   gen_m_test.cost_by_dataset(),
+                                   {ds: {"training_calls": c["calls"]} for ds, c in repair_training.items()})
 pd.Series([r["repair_error"] or "ok" for r in repair_out]).value_counts().rename("plans by outcome")
 
 # %% [markdown]
@@ -333,19 +372,21 @@ rerank_on = bool(runtime.retriever_config(params).get("rerank"))
 m, ragec_out, ragec_inputs = MeteredLLM(llm), [], []
 with stopwatch() as t:
     for ds in datasets:
-        recs = test[ds]
-        first_stage = runtime.load_retriever(params, ds, rerank=False)
-        if not rerank_on and ragec_rerank:
-            reranked = runtime.load_retriever(params, ds, rerank=True, rerank_depth=ragec_first_stage_depth)
-            recs = ragec.reranked_records(m, recs, reranked=reranked, first_stage=first_stage,
-                                          depth=ragec_first_stage_depth, **rag_kw)
-        elif rerank_on:
-            recs = ragec.attach_first_stage(recs, first_stage, ragec_first_stage_depth)
-        ragec_inputs += recs
+        recs, first_stage = test[ds], runtime.load_retriever(params, ds, rerank=False)
         gold_fn = ragec.make_chunk_gold_fn(runtime.load_corpus(params, ds))
-        ragec_out += ragec.run_ragec(m, recs, types, chunk_gold_fn=gold_fn, coverage_threshold=ragec_coverage_threshold,
-                                     k=ragec_votes, temperature=ragec_temperature, seed=seed)
+        with m.dataset(ds):
+            if not rerank_on and ragec_rerank:
+                reranked = runtime.load_retriever(params, ds, rerank=True, rerank_depth=ragec_first_stage_depth)
+                recs = ragec.reranked_records(m, recs, reranked=reranked, first_stage=first_stage,
+                                              depth=ragec_first_stage_depth, **rag_kw)
+            elif rerank_on:
+                recs = ragec.attach_first_stage(recs, first_stage, ragec_first_stage_depth)
+            ragec_out += ragec.run_ragec(m, recs, types, chunk_gold_fn=gold_fn, k=ragec_votes,
+                                         coverage_threshold=ragec_coverage_threshold, temperature=ragec_temperature,
+                                         seed=seed)
+        ragec_inputs += recs
 costs["ragec (diagnosis)"] = {**m.cost(), "wall_seconds": t["seconds"]}
+ds_costs["ragec (diagnosis)"] = m.cost_by_dataset()
 ragec_info = ragec.ragec_summary(ragec_out, ragec_votes, reranking_stage=rerank_on or ragec_rerank)
 degenerate["ragec"] = ragec_info["degenerate"]
 ragec_table = pd.DataFrame(ragec.distribution_table(ragec_out, types, group_key="dataset"))
@@ -384,13 +425,16 @@ agreement = ragec.tier1_agreement(ragec_out, labels, types, canonical=taxonomy.c
 # %% [markdown]
 # ## One comparison table
 # EM / F1 / acc per method and dataset (then per question type), the F1 change against standard
-# RAG with a paired bootstrap interval over questions, and the cost of each method on the test
-# questions: logical LLM calls and tokens (cache hits included), end to end, so methods that start
-# from the standard RAG answer (Self-Refine, RePAIR, RAG-Critic) include its generation; RAG-Critic's
-# cost is notebook 08's per-question mean scaled to these questions; wall time is this run's.
+# RAG with a paired bootstrap interval over questions, and the cost of each method on that
+# dataset's test questions: every logical LLM call (generate, score and choose; cache hits
+# included) and its tokens, end to end, so methods that start from the standard RAG answer
+# (Self-Refine, RePAIR, RAG-Critic) include its generation; RAG-Critic's cost is notebook 08's
+# per-question mean scaled to these questions; wall time is this run's, over both datasets. Calls
+# spent on training or tuning (SIM-RAG self-practice, CRAG's dev answers, RePAIR's preference
+# data) are counted per dataset as `training_calls`. The cost cell lists the degenerate regimes.
 
 # %%
-rows = comparison_table(results, n_boot=n_boot, alpha=ci_alpha, seed=seed, costs=costs)
+rows = comparison_table(results, n_boot=n_boot, alpha=ci_alpha, seed=seed, costs=costs, dataset_costs=ds_costs)
 table = pd.DataFrame(rows)
 table[table.type == "all"][["dataset", "method", "n", "em", "f1", "acc", "d_f1", "d_f1_low", "d_f1_high", "calls"]].round(3)
 
@@ -408,7 +452,9 @@ fig.savefig(paths.FIGURES_DIR / "09_delta_f1.svg")
 
 # %%
 cost_table = pd.DataFrame(costs).T.fillna(0).round(2)
-cost_table
+cost_by_dataset = pd.DataFrame([{"method": k, "dataset": ds, **c} for k, d in ds_costs.items() for ds, c in d.items()])
+print("degenerate regimes:", {k: v for k, v in degenerate.items() if v} or "none")
+cost_by_dataset.fillna(0).round(2)
 
 # %%
 for name, recs in results.items():
@@ -425,10 +471,13 @@ table.to_csv(paths.TABLES_DIR / "09_comparison.csv", index=False)
 ragec_table.to_csv(paths.TABLES_DIR / "09_ragec_types.csv", index=False)
 cost_table.to_csv(paths.TABLES_DIR / "09_costs.csv")
 pd.DataFrame(usage).to_csv(paths.TABLES_DIR / "09_repair_action_usage.csv", index=False)
-deterministic = ("calls", "prompt_tokens", "completion_tokens", "training_calls")
+deterministic = ("calls", "generate_calls", "score_calls", "choose_calls", "prompt_tokens", "completion_tokens",
+                 "training_calls")
 metrics = {
     "comparison": [{k: v for k, v in r.items() if k != "wall_seconds"} for r in rows],
     "cost": {k: {c: v for c, v in d.items() if c in deterministic} for k, d in costs.items()},
+    "cost_by_dataset": {k: {ds: {c: v for c, v in row.items() if c in deterministic} for ds, row in d.items()}
+                        for k, d in ds_costs.items()},
     "degenerate": degenerate,
     "self_refine": refine_info,
     "crag": crag_info,
