@@ -343,6 +343,8 @@ costs["repair"] = {**add_costs(costs["standard_rag"], final_planner.cost(), gen_
 ds_costs["repair"] = dataset_costs(ds_costs["standard_rag"], final_planner.cost_by_dataset(),
                                    gen_m_test.cost_by_dataset(),
                                    {ds: {"training_calls": c["calls"]} for ds, c in repair_training.items()})
+repair_info = repair.repair_summary(off_pairs, on_pairs, repair_out)
+degenerate["repair"] = repair_info["degenerate"]
 pd.Series([r["repair_error"] or "ok" for r in repair_out]).value_counts().rename("plans by outcome")
 
 # %% [markdown]
@@ -487,7 +489,8 @@ metrics = {
                "degenerate": degenerate["simrag"]},
     "repair": {"offpolicy_pairs": len(off_pairs), "onpolicy_pairs": len(on_pairs), "action_usage": usage,
                "dpo_steps": [res_off.steps if res_off else 0, res_on.steps if res_on else 0],
-               "planner_start": "adapter" if init_adapter else "base model"},
+               "planner_start": "adapter" if init_adapter else "base model", "summary": repair_info,
+               "degenerate": repair_info["degenerate"]},
     "ragec": {**ragec_info, "mode_frequency": mode_freq, "agreement": agreement, "critic_source": critic_source,
               "same_answer_questions": len(same)},
 }
