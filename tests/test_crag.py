@@ -37,23 +37,45 @@ def test_action_thresholds_at_the_boundaries(scores, action):
     assert crag.retrieval_action(scores, 0.59, -0.99) == action
 
 
-def test_tune_thresholds_grid():
+def _f1(correct, ambiguous, incorrect):
+    return {"Correct": correct, "Ambiguous": ambiguous, "Incorrect": incorrect}
+
+
+def test_tune_thresholds_credits_each_action_with_its_measured_f1():
+    # Each question does best with a different action: the tuning must open an Ambiguous band
+    # between the thresholds (a fixed Ambiguous credit below 1 could never pick it here).
+    scores = [[0.9], [0.2, -0.8], [-0.5]]
+    f1 = [_f1(1.0, 0.5, 0.0), _f1(0.0, 1.0, 0.0), _f1(0.0, 0.0, 1.0)]
+    best = crag.tune_thresholds(scores, f1, grid=[-1.0, 0.0, 0.5, 1.0])
+    assert (best["upper"], best["lower"], best["dev_f1"]) == (0.5, 0.0, 1.0)
+    assert best["actions"] == {"Correct": 1, "Ambiguous": 1, "Incorrect": 1}
+    assert best["degenerate"] == [] and best["n"] == 3
+    assert best["action_f1"] == {"Correct": pytest.approx(1 / 3), "Ambiguous": pytest.approx(0.5),
+                                 "Incorrect": pytest.approx(1 / 3)}
+    assert best["oracle_f1"] == 1.0 and best["all_actions"] == {"upper": 0.5, "lower": 0.0, "dev_f1": 1.0}
+
+
+def test_tune_thresholds_reports_a_collapsed_action():
+    # Ambiguous is never better than both others: the optimum drops it and says so, and the best
+    # pair that still uses all three actions is reported with its lower F1.
     scores = [[0.9], [0.2], [-0.5]]
-    relevant = [True, True, False]
-    best = crag.tune_thresholds(scores, relevant, grid=[-1.0, 0.0, 0.5, 1.0])
-    # upper 0.0 / lower 0.0 calls the first two Correct and the third Incorrect: all right.
-    assert (best["upper"], best["lower"], best["action_accuracy"]) == (0.0, 0.0, 1.0)
-    assert best["actions"] == {"Correct": 2, "Ambiguous": 0, "Incorrect": 1}
-    # On a coarse grid three settings tie at 2/3 and the first in grid order wins; a larger
-    # credit for Ambiguous makes the hedging setting (upper 0.5, lower -0.5) the best.
-    tie = crag.tune_thresholds(scores, relevant, grid=[-0.5, 0.5])
-    assert (tie["upper"], tie["lower"], tie["action_accuracy"]) == (-0.5, -0.5, pytest.approx(2 / 3))
-    hedge = crag.tune_thresholds(scores, relevant, grid=[-0.5, 0.5], ambiguous_credit=0.9)
-    assert (hedge["upper"], hedge["lower"]) == (0.5, -0.5)
-    assert hedge["action_accuracy"] == pytest.approx((1 + 0.9 + 0.9) / 3)
+    f1 = [_f1(1.0, 0.5, 0.0), _f1(1.0, 0.5, 0.0), _f1(0.0, 0.5, 1.0)]
+    best = crag.tune_thresholds(scores, f1, grid=[-1.0, 0.0, 1.0])
+    assert best["dev_f1"] == 1.0 and best["actions"] == {"Correct": 2, "Ambiguous": 0, "Incorrect": 1}
+    assert best["degenerate"] == ["crag: Ambiguous never chosen on dev at the F1-best thresholds"]
+    assert best["all_actions"]["dev_f1"] == pytest.approx(2.5 / 3)
+
+
+def test_tune_thresholds_ties_prefer_more_actions():
+    # All actions score the same: every pair ties, and the tie goes to a pair using all three.
+    scores = [[0.9], [0.2], [-0.5]]
+    best = crag.tune_thresholds(scores, [_f1(0.5, 0.5, 0.5)] * 3, grid=[-1.0, 0.0, 0.5, 1.0])
+    assert best["actions"] == {"Correct": 1, "Ambiguous": 1, "Incorrect": 1} and best["degenerate"] == []
     assert -0.99 in crag.default_threshold_grid() and 0.59 in crag.default_threshold_grid()
     with pytest.raises(ValueError, match="differ in length"):
         crag.tune_thresholds([[0.1]], [])
+    with pytest.raises(ValueError, match=r"action_f1\[0\] lacks the F1 of \['Ambiguous'\]"):
+        crag.tune_thresholds([[0.1]], [{"Correct": 1.0, "Incorrect": 0.0}])
 
 
 def test_split_strips_merges_short_sentences():
@@ -140,3 +162,31 @@ def test_run_crag_actions_end_to_end():
                         ce_scorer=crag.make_ce_scorer(None), secondary=secondary, upper=1.1, lower=0.0,
                         gen_params=GenParams(max_new_tokens=16), k_secondary=1)
     assert amb[0]["crag_action"] == "Ambiguous" and len(amb[0]["knowledge"]) == 2
+
+
+def test_measure_action_f1_and_tune_on_dev_use_each_actions_knowledge():
+    good = {"id": "d1", "contents": "Danube\nThe Danube river flows through Vienna and Budapest."}
+    recs = [{"id": "1", "question": Q, "golden_answers": ["Danube"], "metadata": {}, "passages": [good]}]
+    secondary = FakeRetriever([Hit("w1", 1.0, "Web\nThe Rhine river flows through Basel, not Vienna.")])
+    seen = []
+
+    def fn(prompt, params):
+        last = prompt[-1]["content"]
+        seen.append(last)
+        # Answers Danube only when the Danube strip is the sole passage: Ambiguous (both sources)
+        # and Incorrect (second retrieval only) get the Rhine.
+        return "So the final answer is: " + ("Rhine" if "Rhine" in last else "Danube")
+
+    kw = dict(evaluator=crag.RetrievalEvaluator(None), ce_scorer=crag.make_ce_scorer(None), secondary=secondary,
+              gen_params=GenParams(max_new_tokens=16), k_secondary=1)
+    m = crag.measure_action_f1(CallableLLM(fn), recs, **kw)
+    assert m["action_f1"] == [{"Correct": 1.0, "Ambiguous": 0.0, "Incorrect": 0.0}]
+    assert m["predictions"] == [{"Correct": "Danube", "Ambiguous": "Rhine", "Incorrect": "Rhine"}]
+    assert len(seen) == 3 and "Danube" in seen[1] and "Rhine" in seen[1]  # Ambiguous reads both sources
+    assert secondary.queries == ["river flows vienna"]
+    best = crag.tune_on_dev(CallableLLM(fn), recs, grid=[-1.0, 0.0, 1.0], **kw)
+    assert best["actions"]["Correct"] == 1 and best["dev_f1"] == 1.0 and best["positive_rate"] == 1.0
+    assert len(best["degenerate"]) == 2 and best["action_f1_per_question"] == m["action_f1"]
+    assert crag.knowledge_of("Ambiguous", ["a"], ["b"]) == ["a", "b"]
+    with pytest.raises(ValueError, match="unknown CRAG action"):
+        crag.knowledge_of("Maybe", [], [])

@@ -232,3 +232,56 @@ def test_critic_tier1_labels_from_parses_and_workflow_steps():
         ("tb", "a"): ["Irrelevant Information"], ("tb", "b"): None, ("tb", "c"): None}
     results = [{"steps": [{"critic": {"judgement": "Error", "tag1": ["X"]}}, {"critic": {}}]}, {"steps": []}]
     assert ragec.first_round_critiques(results) == [{"judgement": "Error", "tag1": ["X"]}, {}]
+
+
+def test_ragec_summary_reports_invalid_votes_and_flags_degenerate_runs():
+    rows = [{"dataset": "testbed", "n_valid": 1, "n_invalid": 3, "source": "llm", "stage": "Generation"},
+            {"dataset": "trivia", "n_valid": 0, "n_invalid": 4, "source": "grounded", "stage": "Reranking"},
+            {"dataset": "trivia", "n_valid": 3, "n_invalid": 1, "source": "llm", "stage": "Retrieval"}]
+    s = ragec.ragec_summary(rows, 4, reranking_stage=True)
+    assert (s["errors"], s["votes"], s["invalid_votes"], s["grounded_fallbacks"]) == (3, 12, 8, 1)
+    assert s["invalid_vote_rate"] == pytest.approx(8 / 12)
+    assert s["invalid_vote_rate_by_dataset"] == {"testbed": 0.75, "trivia": 0.625}
+    assert s["stages"] == {"Chunking": 0, "Retrieval": 1, "Reranking": 1, "Generation": 1}
+    assert s["degenerate"] == ["ragec: 8 of 12 votes (67%) name no type of the blamed stage"]
+    # Exactly half invalid is not degenerate; a pipeline without a reranker is.
+    half = ragec.ragec_summary(rows[2:] + [dict(rows[0], n_valid=3, n_invalid=3)], 4, reranking_stage=False)
+    assert half["invalid_vote_rate"] == 0.4
+    assert half["degenerate"] == ["ragec: the diagnosed pipeline has no reranking stage, so E7/E8 cannot be chosen"]
+
+
+class _Ranked:
+    """A retriever returning fixed hits (the first stage, or the reranked top k)."""
+
+    def __init__(self, ids):
+        self.ids, self.calls = ids, []
+
+    def search(self, queries, k):
+        from ragcritic_lib.retrieval import Hit
+
+        self.calls.append(k)
+        return [[Hit(i, 1.0, TEXT[i]) for i in self.ids[:k]] for _ in queries]
+
+
+def test_reranked_records_make_the_reranking_stage_reachable(types, gold_fn):
+    q = "Which river flows through the capital of Austria?"
+    # Standard RAG's record: its own answer and a judged flag that must not leak into the new run.
+    old = dict(record(q, supporting=["p1", "p2"], passed=["p1", "p2"]), correct=True, prediction="Danube")
+    llm = CallableLLM(lambda p, g: "So the final answer is: Rhine")
+    first, reranked = _Ranked(["p1", "p3", "p2", "p4"]), _Ranked(["p3", "p1"])
+    (new,) = ragec.reranked_records(llm, [old], reranked=reranked, first_stage=first, depth=4, k=2)
+    assert "correct" not in new and new["prediction"] == "Rhine" and new["em"] == 0.0
+    assert [p["id"] for p in new["passages"]] == ["p3", "p1"] and [p["id"] for p in new["retrieved"]] == [
+        "p1", "p3", "p2", "p4"]
+    assert (first.calls, reranked.calls) == ([4], [2])
+    (res,) = ragec.run_ragec(None, [new], types, chunk_gold_fn=gold_fn, k=0)
+    assert (res["stage"], res["mode"]) == ("Reranking", "E7")  # p2 was retrieved, then dropped
+    assert ragec.same_answer_keys([old], [new]) == set()
+    assert ragec.same_answer_keys([old], [dict(new, prediction="the Danube.")]) == {("testbed", "q")}
+
+
+def test_params_ask_ten_votes_with_a_reranking_stage():
+    from ragcritic_lib.params import load_params
+
+    section = load_params()["baselines"]
+    assert section["ragec_votes"] == 10 and section["ragec_rerank"] is True

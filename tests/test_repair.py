@@ -128,3 +128,15 @@ def test_action_usage_table():
     rows = repair.action_usage_table({"Retrieval": 4, "RewriteQuery": 2}, counts)
     assert rows[0] == {"action": "Retrieval", "with_error_categories": 4, "repair": 2, "change_pct": -50.0}
     assert rows[2] == {"action": "DecomposeQuery", "with_error_categories": 0, "repair": 0, "change_pct": None}
+
+
+def test_repair_summary_flags_untrained_phases_and_no_executed_plan(actions, llm):
+    out = repair.repair_infer(llm, [REC, dict(REC, id="q3")], actions, judged_correct=[False, True])
+    s = repair.repair_summary([{"chosen": "a"}], [{"chosen": "b"}], out)
+    assert (s["plans"], s["executed"], s["executed_rate"], s["errors"]) == (2, 1, 0.5, {"ok": 1, "no_program": 1})
+    assert s["degenerate"] == []
+    failed = repair.repair_infer(llm, [dict(REC, id="q3")], actions, judged_correct=[True])
+    bad = repair.repair_summary([], [{"chosen": "b"}], failed)
+    assert bad["degenerate"] == [
+        "repair: no off-policy preference pairs, so the off-policy DPO phase did not train the planner",
+        "repair: none of the 1 test plans executed; every answer is standard RAG's"]

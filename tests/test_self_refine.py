@@ -63,3 +63,48 @@ def test_prompts_carry_question_passages_and_feedback():
     assert "[1] Vienna: The Danube flows." in fb and "Proposed answer: Rhine" in fb and sr.OK_MARKER in fb
     rf = sr.build_refine_messages(REC["question"], [], "", "Say Danube")[1]["content"]
     assert "(no passages)" in rf and "Previous answer: (empty)" in rf and "Feedback: Say Danube" in rf
+
+
+def test_each_round_sees_the_earlier_answers_and_feedback():
+    prompts = []
+
+    def fn(prompt, params):
+        user = prompt[-1]["content"]
+        prompts.append(user)
+        if "Proposed answer:" in user:
+            return {"Rhine": "Wrong: not the Rhine.", "Elbe": "Wrong: not the Elbe either."}.get(
+                user.split("Proposed answer: ")[1].split("\n")[0], "NO ISSUES")
+        # The rewrite only avoids the Rhine again when it is shown the first round.
+        return "So the final answer is: " + ("Danube" if "Attempt 1: Rhine" in user else "Elbe")
+
+    (out,) = sr.self_refine(CallableLLM(fn), [REC], rounds=3, gen_params=GEN)
+    fb1, rf1, fb2, rf2, fb3 = prompts
+    assert "Earlier attempts" not in fb1 and "Earlier attempts" not in rf1  # nothing earlier yet
+    assert "Attempt 1: Rhine\nFeedback 1: Wrong: not the Rhine." in fb2  # feedback sees round 1
+    # The second rewrite sees both earlier answers with their feedback, then the current one.
+    assert "Attempt 1: Rhine\nFeedback 1: Wrong: not the Rhine." in rf2
+    assert "Previous answer: Elbe\nFeedback: Wrong: not the Elbe either." in rf2 and "Attempt 2" not in rf2
+    assert "Attempt 2: Elbe" in fb3 and "Proposed answer: Danube" in fb3
+    assert (out["prediction"], out["self_refine_rounds"], out["self_refine_stopped"]) == ("Danube", 2, True)
+    assert [h["reviewed"] for h in out["self_refine_history"]] == ["Rhine", "Elbe", "Danube"]
+
+
+def test_stops_at_the_first_approval_and_reports_the_approval_rate():
+    llm = CallableLLM(scripted)
+    recs = [REC, dict(REC, id="2", prediction="Danube")]
+    out = sr.self_refine(llm, recs, rounds=3, gen_params=GEN)
+    # Question 2 is approved at once: one feedback call and no rewrite; question 1 stops after one.
+    assert [r["self_refine_rounds"] for r in out] == [1, 0] and llm.stats.calls == 4
+    s = sr.self_refine_summary(out)
+    assert (s["questions"], s["approved"], s["approval_rate"], s["feedback_calls"], s["refinements"]) == (
+        2, 2, 1.0, 3, 1)
+    assert s["approval_rate_by_round"] == {1: {"n": 2, "approval_rate": 0.5}, 2: {"n": 1, "approval_rate": 1.0}}
+    assert s["degenerate"] == []
+    never = CallableLLM(lambda p, g: "It is wrong." if "Proposed answer:" in p[-1]["content"] else "Answer: Danube")
+    bad = sr.self_refine_summary(sr.self_refine(never, recs, rounds=2, gen_params=GEN))
+    assert bad["approval_rate"] == 0.0
+    assert bad["degenerate"] == ["self_refine: feedback never approves (4 feedback calls on 2 questions)"]
+    always = sr.self_refine_summary(sr.self_refine(CallableLLM(lambda p, g: "NO ISSUES"), recs, rounds=2,
+                                                   gen_params=GEN))
+    assert always["degenerate"] == ["self_refine: feedback approves every original answer (2 questions), "
+                                    "nothing refined"]

@@ -146,3 +146,63 @@ def test_inference_loop_stops_when_critic_accepts():
     first = simrag.simrag_infer(CallableLLM(reasoner), FakeRetriever(), [Q], Always(True), max_turns=3,
                                 gen_params=GEN, query_params=QRY)[0]
     assert (first["prediction"], first["simrag_turns"], first["simrag_context"]) == ("Rhine", 1, [])
+
+
+def test_critic_features_ignore_the_turn_index():
+    # The same answer, context and rationale at turn 0 and at turn 2 must look identical to the
+    # critic; otherwise it learns "accept late turns" instead of judging the information.
+    early = _labelled("Danube", "The Danube flows through Vienna.", "Accept", "a")
+    late = {**early, "turn": 2}
+    assert simrag.dense_features(early) == simrag.dense_features(late)
+    assert simrag.critic_text(early) == simrag.critic_text(late)
+    assert "turn" not in simrag.DENSE_FEATURES and "n_searches" not in simrag.DENSE_FEATURES
+    assert len(simrag.dense_features(early)) == len(simrag.DENSE_FEATURES)
+
+
+def test_practice_summary_counts_and_flags():
+    exs = [{**_ex(f"q{i // 3}", "Accept" if i % 3 == 2 else "Reject", turn=i % 3), "dataset": "testbed"}
+           for i in range(210)]
+    ok = simrag.practice_summary(exs, min_examples=200)
+    assert (ok["examples"], ok["questions"], ok["accept"], ok["reject"], ok["degenerate"]) == (210, 70, 70, 140, [])
+    assert ok["label_accept_rate_by_turn"] == {0: {"n": 70, "accept_rate": 0.0}, 1: {"n": 70, "accept_rate": 0.0},
+                                               2: {"n": 70, "accept_rate": 1.0}}
+    few = simrag.practice_summary(exs[:30], min_examples=200)
+    assert few["degenerate"] == ["simrag: 30 self-practice examples, fewer than 200"]
+    rejects = [e for e in exs if e["label"] == "Reject"]
+    one = simrag.practice_summary(rejects, min_examples=100)
+    assert one["degenerate"] == ["simrag: self-practice produced no Accept example (140 examples): "
+                                 "the critic can only predict one label"]
+    with pytest.raises(ValueError, match="no Accept example"):
+        simrag.practice_summary(rejects, strict=True)
+
+
+class ByTurn:
+    """Accepts exactly the answers at the given turns (a critic that reads the turn)."""
+
+    def __init__(self, turns):
+        self.turns = set(turns)
+
+    def accept(self, examples):
+        return [e["turn"] in self.turns for e in examples]
+
+
+def test_critic_report_per_turn_confusion_and_degenerate():
+    held = [{**_labelled("Danube", "", "Accept" if t else "Reject", f"h{i}"), "turn": t}
+            for i, t in enumerate([0, 0, 1, 1])]
+    rep = simrag.critic_report(ByTurn({1}), held)
+    assert rep["confusion"]["correct_accept"] == 2 and rep["confusion"]["wrong_reject"] == 2
+    assert rep["heldout_accept_rate_by_turn"] == {0: {"n": 2, "accept_rate": 0.0, "label_accept_rate": 0.0},
+                                                  1: {"n": 2, "accept_rate": 1.0, "label_accept_rate": 1.0}}
+    assert rep["degenerate"] == ["simrag: the critic accepts every held-out answer at turn 1 (2 answers)"]
+    infer = simrag.simrag_infer(CallableLLM(reasoner), FakeRetriever(), [Q, {**Q, "id": "q2"}], Always(True),
+                                max_turns=3, gen_params=GEN, query_params=QRY)
+    rep = simrag.critic_report(Always(True), held[:1], infer)
+    assert rep["inference_accept_rate_by_turn"] == {0: {"n": 2, "accept_rate": 1.0}}
+    assert rep["degenerate"] == ["simrag: the critic accepts every held-out answer at turn 0 (1 answers)",
+                                 "simrag: the critic accepts every inference answer at turn 0 (2 answers)"]
+    never = simrag.critic_report(Always(False), held)
+    assert never["degenerate"] == ["simrag: the critic never accepts (4 verdicts)"]
+    given = simrag.critic_report(None, held, accepted=[False, False, True, False])  # the critic is not asked
+    assert given["heldout_accept_rate_by_turn"][1]["accept_rate"] == 0.5 and given["degenerate"] == []
+    with pytest.raises(ValueError, match="differ in length"):
+        simrag.critic_report(None, held, accepted=[True])

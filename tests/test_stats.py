@@ -128,3 +128,44 @@ def test_cost_from_per_sample_scales_means():
     assert cost_from_per_sample(per, {"tb": 4, "trivia": 2}) == {"calls": 12.0, "prompt_tokens": 400.0,
                                                                   "completion_tokens": 40.0}
     assert cost_from_per_sample(per, {"other": 1}) is None
+
+
+def test_metered_llm_counts_generate_score_and_choose_per_dataset():
+    from ragcritic_lib.baselines import dataset_costs, per_dataset, records_cost_by_dataset
+
+    inner = CallableLLM(lambda p, g: "yes", score_fn=lambda p, opts: [-1.0] * len(opts))
+    m, other = MeteredLLM(inner), MeteredLLM(inner)
+    with per_dataset("tb", m, other, None):
+        m.generate(["a b", "c"], GenParams(max_new_tokens=4))
+        picks = m.choose(["pick one"], [["yes", "no"]])
+    with m.dataset("trivia"):
+        scores = m.score(["x y z"], [["Correct", "Error"]])
+    m.generate(["outside"], GenParams(max_new_tokens=4))
+    assert picks[0].text == "yes" and scores == [[-1.0, -1.0]]
+    total = m.cost()
+    assert (total["calls"], total["generate_calls"], total["choose_calls"], total["score_calls"]) == (5, 3, 1, 1)
+    # score: the prompt (3 words) plus both options (1 each) are read by the model.
+    by = m.cost_by_dataset()
+    assert sorted(by) == ["(none)", "tb", "trivia"]
+    assert (by["tb"]["calls"], by["tb"]["prompt_tokens"], by["tb"]["completion_tokens"]) == (3, 5, 3)
+    assert (by["trivia"]["calls"], by["trivia"]["score_calls"], by["trivia"]["prompt_tokens"]) == (1, 1, 5)
+    assert by["(none)"]["calls"] == 1 and other.cost()["calls"] == 0
+    assert sum(row["calls"] for row in by.values()) == total["calls"] == m.calls
+    with pytest.raises(RuntimeError, match="inside dataset"):
+        with m.dataset("tb"), m.dataset("trivia"):
+            pass
+    merged = dataset_costs({"tb": {"calls": 2}}, {"tb": {"calls": 1}, "trivia": {"calls": 4}})
+    assert merged == {"tb": {"calls": 3}, "trivia": {"calls": 4}}
+    assert records_cost_by_dataset([{"dataset": "tb", "prompt_tokens": 3}, {"dataset": "trivia"}]) == {
+        "tb": {"calls": 1, "prompt_tokens": 3, "completion_tokens": 0},
+        "trivia": {"calls": 1, "prompt_tokens": 0, "completion_tokens": 0}}
+
+
+def test_comparison_table_takes_costs_per_dataset():
+    base = [_rec("1", "tb", "factual", 0.0), _rec("1", "tv", "trivia", 1.0)]
+    rows = comparison_table({"standard_rag": base, "new": base}, n_boot=50, by_type=False,
+                            costs={"new": {"calls": 10, "wall_seconds": 2.0}},
+                            dataset_costs={"new": {"tb": {"calls": 3}, "tv": {"calls": 7}}})
+    calls = {(r["dataset"], r["method"]): (r.get("calls"), r.get("wall_seconds")) for r in rows}
+    assert calls == {("tb", "standard_rag"): (None, None), ("tb", "new"): (3, 2.0),
+                     ("tv", "standard_rag"): (None, None), ("tv", "new"): (7, 2.0)}

@@ -116,34 +116,144 @@ def dataset_name(record: Mapping[str, Any]) -> str:
 
 
 # ----------------------------------------------------------------------------------- cost
+_COST_KEYS = ("calls", "generate_calls", "score_calls", "choose_calls", "prompt_tokens", "completion_tokens",
+              "cached_calls")
+
+
 class MeteredLLM:
-    """Wrap an LLM to count what a method costs: every logical call (cache hits included, so the
-    numbers are those of a cold run and do not depend on the cache), its prompt and completion
-    tokens, and the backend's generation time. Everything else is passed through."""
+    """Wrap an LLM to count what a method costs: every logical call of ``generate``, ``score`` and
+    ``choose`` (cache hits included, so the numbers are those of a cold run and do not depend on
+    the cache), its prompt and completion tokens, and the backend's time. Everything else is
+    passed through.
+
+    Counts go to the total and, inside ``with meter.dataset(name):``, to that dataset as well
+    (:meth:`cost_by_dataset`); calls made outside any dataset scope are listed under "(none)".
+    ``score`` returns log-probabilities only: its prompt tokens are counted with the backend's
+    tokenizer (prompt plus each option, what the model reads) and it has no completion tokens.
+    """
 
     def __init__(self, llm: Any) -> None:
         self.llm = llm
-        self.calls = self.prompt_tokens = self.completion_tokens = self.cached_calls = 0
-        self.seconds = 0.0
+        self.totals: dict[str, float] = dict.fromkeys(_COST_KEYS, 0)
+        self.totals["llm_seconds"] = 0.0
+        self.by_dataset: dict[str, dict[str, float]] = {}
+        self._scope: str | None = None
+
+    # the old attribute names, read by callers of the first version
+    calls = property(lambda self: self.totals["calls"])
+    prompt_tokens = property(lambda self: self.totals["prompt_tokens"])
+    completion_tokens = property(lambda self: self.totals["completion_tokens"])
+    cached_calls = property(lambda self: self.totals["cached_calls"])
+    seconds = property(lambda self: self.totals["llm_seconds"])
+
+    @contextmanager
+    def dataset(self, name: str):
+        """Attribute the calls made inside the block to dataset ``name`` (scopes may not nest)."""
+        if self._scope is not None:
+            raise RuntimeError(f"MeteredLLM.dataset({name!r}) inside dataset({self._scope!r})")
+        self._scope = str(name)
+        try:
+            yield self
+        finally:
+            self._scope = None
+
+    def _add(self, op: str, n: int, *, cached: int, prompt_tokens: int, completion_tokens: int,
+             seconds: float) -> None:
+        key = self._scope if self._scope is not None else "(none)"
+        row = self.by_dataset.setdefault(key, {**dict.fromkeys(_COST_KEYS, 0), "llm_seconds": 0.0})
+        for target in (self.totals, row):
+            target["calls"] += n
+            target[f"{op}_calls"] += n
+            target["cached_calls"] += cached
+            target["prompt_tokens"] += prompt_tokens
+            target["completion_tokens"] += completion_tokens
+            target["llm_seconds"] += seconds
 
     def generate(self, prompts: Sequence[Any], params: Any = None, *, desc: str | None = None) -> list[Any]:
         t0 = time.perf_counter()
         gens = self.llm.generate(prompts, params, desc=desc) if params is not None else self.llm.generate(prompts, desc=desc)
-        self.seconds += time.perf_counter() - t0
-        for g in gens:
-            self.calls += 1
-            self.cached_calls += int(bool(getattr(g, "cached", False)))
-            self.prompt_tokens += int(getattr(g, "prompt_tokens", 0))
-            self.completion_tokens += int(getattr(g, "completion_tokens", 0))
+        self._add("generate", len(gens), cached=sum(int(bool(getattr(g, "cached", False))) for g in gens),
+                  prompt_tokens=sum(int(getattr(g, "prompt_tokens", 0)) for g in gens),
+                  completion_tokens=sum(int(getattr(g, "completion_tokens", 0)) for g in gens),
+                  seconds=time.perf_counter() - t0)
         return gens
 
+    def choose(self, prompts: Sequence[Any], options: Sequence[Sequence[str]], *, desc: str | None = None) -> list[Any]:
+        t0 = time.perf_counter()
+        picks = self.llm.choose(prompts, options, desc=desc)
+        self._add("choose", len(picks), cached=sum(int(bool(getattr(c, "cached", False))) for c in picks),
+                  prompt_tokens=sum(int(getattr(c, "prompt_tokens", 0)) for c in picks),
+                  completion_tokens=sum(int(getattr(c, "completion_tokens", 0)) for c in picks),
+                  seconds=time.perf_counter() - t0)
+        return picks
+
+    def _tokens(self, prompt: Any) -> int:
+        count = getattr(self.llm, "count_tokens", None)
+        if count is None:
+            return 0
+        if isinstance(prompt, str):
+            return int(count(prompt))
+        render = getattr(self.llm, "render", None)
+        if render is not None:
+            return int(count(render(prompt)))
+        return int(count("\n".join(str(m.get("content", "")) for m in prompt)))
+
+    def score(self, prompts: Sequence[Any], options: Sequence[Sequence[str]], *, desc: str | None = None) -> list[Any]:
+        stats = getattr(self.llm, "stats", None)
+        before = stats.snapshot()["cached_calls"] if stats is not None else 0
+        t0 = time.perf_counter()
+        out = self.llm.score(prompts, options, desc=desc)
+        seconds = time.perf_counter() - t0
+        cached = (stats.snapshot()["cached_calls"] - before) if stats is not None else 0
+        tokens = sum(self._tokens(p) + sum(self._tokens(o) for o in opts) for p, opts in zip(prompts, options))
+        self._add("score", len(out), cached=int(cached), prompt_tokens=tokens, completion_tokens=0, seconds=seconds)
+        return out
+
+    @staticmethod
+    def _public(row: Mapping[str, float]) -> dict[str, float]:
+        out = {k: row[k] for k in _COST_KEYS}
+        out["llm_seconds"] = round(float(row["llm_seconds"]), 3)
+        return out
+
     def cost(self) -> dict[str, float]:
-        """{"calls", "prompt_tokens", "completion_tokens", "cached_calls", "llm_seconds"}."""
-        return {"calls": self.calls, "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                "cached_calls": self.cached_calls, "llm_seconds": round(self.seconds, 3)}
+        """{"calls", "generate_calls", "score_calls", "choose_calls", "prompt_tokens",
+        "completion_tokens", "cached_calls", "llm_seconds"} over every call."""
+        return self._public(self.totals)
+
+    def cost_by_dataset(self) -> dict[str, dict[str, float]]:
+        """:meth:`cost` per dataset scope (calls outside a scope under "(none)")."""
+        return {ds: self._public(row) for ds, row in sorted(self.by_dataset.items())}
 
     def __getattr__(self, name: str) -> Any:
+        if name == "llm":
+            raise AttributeError(name)
         return getattr(self.llm, name)
+
+
+@contextmanager
+def per_dataset(name: str, *meters: Any):
+    """``with per_dataset(ds, m1, m2): ...`` attributes the calls of every given
+    :class:`MeteredLLM` (None and repeated meters skipped) to dataset ``name``."""
+    from contextlib import ExitStack
+
+    seen: set[int] = set()
+    with ExitStack() as stack:
+        for m in meters:
+            if m is None or id(m) in seen:
+                continue
+            seen.add(id(m))
+            stack.enter_context(m.dataset(name))
+        yield
+
+
+def dataset_costs(*parts: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:
+    """Dataset-wise :func:`add_costs` of several ``{dataset: cost}`` maps (e.g. the
+    :meth:`MeteredLLM.cost_by_dataset` of a method's meters)."""
+    out: dict[str, dict[str, float]] = {}
+    for part in parts:
+        for ds, c in part.items():
+            out[ds] = add_costs(out.get(ds, {}), c)
+    return out
 
 
 def add_costs(*costs: Mapping[str, float]) -> dict[str, float]:
@@ -159,6 +269,14 @@ def records_cost(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """Cost of one generation per record from the token counts stored in result records."""
     return {"calls": len(records), "prompt_tokens": sum(int(r.get("prompt_tokens", 0) or 0) for r in records),
             "completion_tokens": sum(int(r.get("completion_tokens", 0) or 0) for r in records)}
+
+
+def records_cost_by_dataset(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+    """:func:`records_cost` per dataset (:func:`dataset_name` of each record)."""
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for r in records:
+        groups.setdefault(dataset_name(r), []).append(r)
+    return {ds: records_cost(rs) for ds, rs in sorted(groups.items())}
 
 
 @contextmanager
@@ -235,8 +353,13 @@ def comparison_table(
     seed: int = 0,
     by_type: bool = True,
     costs: Mapping[str, Mapping[str, Any]] | None = None,
+    dataset_costs: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per (dataset, question type, method) with EM/F1/acc and the change vs baseline.
+
+    Cost columns go on the "all" rows: a method's cost on that dataset from ``dataset_costs``
+    ({method: {dataset: cost}}) when it has one, else from ``costs`` ({method: cost}, the
+    method's total over every dataset; wall time always comes from there).
 
     Each method's records must carry em/f1/acc (see :func:`score_records`), an ``id`` and a
     dataset name. Differences are paired on the questions both the method and the baseline
@@ -283,10 +406,11 @@ def comparison_table(
                     if m == "f1":
                         row["p_f1"] = d["p_value"]
                 rows.append(row)
-    if costs:
+    if costs or dataset_costs:
         for row in rows:
             if row["type"] == "all":
-                c = costs.get(row["method"], {})
+                c = dict((costs or {}).get(row["method"], {}))
+                c.update(((dataset_costs or {}).get(row["method"]) or {}).get(row["dataset"], {}))
                 for k in ("calls", "prompt_tokens", "completion_tokens", "wall_seconds"):
                     if k in c:
                         row[k] = c[k]
@@ -320,6 +444,6 @@ def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], *,
 __all__ = [
     "STOPWORDS", "tokens", "content_words", "overlap_fraction", "split_sentences", "split_title",
     "contains_answer", "is_wrong", "score_records", "question_type", "dataset_name", "MeteredLLM", "add_costs",
-    "records_cost", "stopwatch", "load_method_results", "jsonable", "cost_from_per_sample",
-    "comparison_table", "markdown_table", "METRICS",
+    "per_dataset", "dataset_costs", "records_cost", "records_cost_by_dataset", "stopwatch", "load_method_results",
+    "jsonable", "cost_from_per_sample", "comparison_table", "markdown_table", "METRICS",
 ]

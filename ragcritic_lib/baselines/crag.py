@@ -9,16 +9,19 @@ Reproduces Corrective RAG (Yan et al.) in our harness:
   contains a gold answer (trivia). Scores are mapped to [-1, 1] (``2 p - 1``), the scale on which
   the paper reports its thresholds (PopQA: upper 0.59, lower -0.99).
 - **Action trigger.** Any passage scoring >= upper -> Correct; else any >= lower -> Ambiguous;
-  else Incorrect. Both thresholds are tuned on dev by grid search maximising action accuracy
-  against the oracle (Correct when a relevant passage was retrieved, Incorrect otherwise;
-  Ambiguous earns partial credit).
+  else Incorrect. Both thresholds are tuned on dev answer F1: every dev question is answered
+  three times, once with the knowledge of each action, and the grid search picks the
+  (upper, lower) pair whose actions give the highest mean F1. Each action is thus credited with
+  the F1 it really achieves (Ambiguous: refined internal strips plus the second retrieval), not
+  with a fixed share; when the optimum never uses an action, the tuning says so (``degenerate``).
 - **Correct -> knowledge refinement** (decompose-then-recompose): split the passages into
   sentence strips, score each strip with the same evaluator, keep the top strips, recompose
   them in document order.
-- **Incorrect -> search elsewhere.** There is no web here. The stand-in for web search is a
-  second retriever named in params (default: BM25 over the same corpus, the keyword engine that
-  the primary hybrid + rerank retriever is not), queried with a keyword rewrite of the question
-  (rule-based by default: its content words; optionally the LLM writes the keywords).
+- **Incorrect -> a second retrieval.** The paper searches the web; this harness has no web, so
+  the secondary source is a second retrieval over the same corpus with a rewritten query: the
+  retriever named in params (default: BM25, the keyword engine that the primary hybrid
+  retriever is not), queried with a keyword rewrite of the question (rule-based by default: its
+  content words; optionally the LLM writes the keywords).
 - **Ambiguous -> both**, internal knowledge first.
 
 Generation then uses the standard RAG prompt of :mod:`ragcritic_lib.rag` on the new knowledge.
@@ -177,22 +180,6 @@ def fit_evaluator(records: Sequence[Mapping[str, Any]], ce_scorer: CEScorer, *, 
     return train_evaluator([f for fs in feats for f in fs], [y for ys in labels for y in ys], seed=seed)
 
 
-def tune_on_dev(
-    records: Sequence[Mapping[str, Any]],
-    evaluator: RetrievalEvaluator,
-    ce_scorer: CEScorer,
-    *,
-    grid: Sequence[float] | None = None,
-    ambiguous_credit: float = 0.5,
-) -> dict[str, Any]:
-    """:func:`tune_thresholds` on dev records (oracle: some retrieved passage is relevant)."""
-    feats, labels = featurize_records(records, ce_scorer)
-    scores = [evaluator.score(f) for f in feats]
-    best = tune_thresholds(scores, [any(ys) for ys in labels], grid=grid, ambiguous_credit=ambiguous_credit)
-    best["positive_rate"] = sum(any(ys) for ys in labels) / max(1, len(labels))
-    return best
-
-
 # ------------------------------------------------------------------------ action trigger
 def retrieval_action(scores: Sequence[float], upper: float, lower: float) -> str:
     """CRAG's confidence: Correct if any score >= upper, else Ambiguous if any >= lower, else
@@ -210,41 +197,67 @@ def default_threshold_grid() -> list[float]:
     return sorted(grid)
 
 
-def action_credit(action: str, relevant: bool, ambiguous_credit: float = 0.5) -> float:
-    """Credit of an action against the oracle (Correct iff some retrieved passage is relevant)."""
-    if action == "Ambiguous":
-        return ambiguous_credit
-    return 1.0 if (action == "Correct") == relevant else 0.0
+def _max_score(scores: Sequence[float]) -> float | None:
+    return max(scores) if scores else None
 
 
 def tune_thresholds(
     scores: Sequence[Sequence[float]],
-    relevant: Sequence[bool],
+    action_f1: Sequence[Mapping[str, float]],
     *,
     grid: Sequence[float] | None = None,
-    ambiguous_credit: float = 0.5,
 ) -> dict[str, Any]:
-    """Grid search of (upper, lower), lower <= upper, maximising mean action credit on dev.
+    """Grid search of (upper, lower), lower <= upper, maximising mean dev F1 of the chosen actions.
 
-    Ties go to the first pair in grid order (upper ascending, then lower ascending).
+    Args:
+        scores: per dev question, the evaluator scores of its retrieved passages.
+        action_f1: per dev question, {"Correct", "Ambiguous", "Incorrect"} -> the F1 of the answer
+            generated with that action's knowledge (:func:`measure_action_f1`).
+        grid: candidate thresholds; default :func:`default_threshold_grid`. The questions' best
+            passage scores are always added, so every split of the questions by score is tried.
+
+    Ties (within 1e-12) go to the pair that uses more distinct actions on dev, then to the first
+    pair in grid order (upper ascending, then lower ascending).
 
     Returns:
-        {"upper", "lower", "action_accuracy", "actions": {action: count}, "n"}.
+        {"upper", "lower", "dev_f1", "actions": {action: count}, "n", "degenerate": [one line per
+        action the optimum never chooses], "action_f1": {action: mean F1 when always taken},
+        "oracle_f1": mean of the best action per question, "all_actions": the best pair that
+        chooses every action at least once ({"upper", "lower", "dev_f1"}, None when no pair does)}.
+
+    Raises:
+        ValueError: when the lists differ in length or an action's F1 is missing.
     """
-    if len(scores) != len(relevant):
-        raise ValueError(f"scores ({len(scores)}) and relevant ({len(relevant)}) differ in length")
-    grid = sorted(set(grid if grid is not None else default_threshold_grid()))
+    if len(scores) != len(action_f1):
+        raise ValueError(f"scores ({len(scores)}) and action_f1 ({len(action_f1)}) differ in length")
+    for i, row in enumerate(action_f1):
+        missing = [a for a in ACTIONS if a not in row]
+        if missing:
+            raise ValueError(f"action_f1[{i}] lacks the F1 of {missing}")
+    observed = {m for m in (_max_score(s) for s in scores) if m is not None}
+    grid = sorted(set(grid if grid is not None else default_threshold_grid()) | observed)
+    n = len(scores)
     best: dict[str, Any] | None = None
+    full: dict[str, Any] | None = None
     for upper in grid:
         for lower in grid:
             if lower > upper:
                 break
             acts = [retrieval_action(s, upper, lower) for s in scores]
-            acc = sum(action_credit(a, bool(r), ambiguous_credit) for a, r in zip(acts, relevant)) / max(1, len(acts))
-            if best is None or acc > best["action_accuracy"] + 1e-12:
-                best = {"upper": upper, "lower": lower, "action_accuracy": acc,
-                        "actions": {a: acts.count(a) for a in ACTIONS}, "n": len(acts)}
+            f1 = sum(float(row[a]) for a, row in zip(acts, action_f1)) / max(1, n)
+            used = len(set(acts))
+            if best is None or f1 > best["dev_f1"] + 1e-12 or (
+                    abs(f1 - best["dev_f1"]) <= 1e-12 and used > len([a for a in ACTIONS if best["actions"][a]])):
+                best = {"upper": upper, "lower": lower, "dev_f1": f1,
+                        "actions": {a: acts.count(a) for a in ACTIONS}, "n": n}
+            if used == len(ACTIONS) and (full is None or f1 > full["dev_f1"] + 1e-12):
+                full = {"upper": upper, "lower": lower, "dev_f1": f1}
     assert best is not None
+    best["degenerate"] = [f"crag: {a} never chosen on dev at the F1-best thresholds"
+                          for a in ACTIONS if n and best["actions"][a] == 0]
+    best["action_f1"] = {a: sum(float(row[a]) for row in action_f1) / n if n else float("nan") for a in ACTIONS}
+    best["oracle_f1"] = sum(max(float(row[a]) for a in ACTIONS) for row in action_f1) / n if n else float("nan")
+    best["all_actions"] = full
     return best
 
 
@@ -358,6 +371,171 @@ def parse_keywords(text: str, question: str, *, max_keywords: int = 8) -> str:
 
 
 # ------------------------------------------------------------------------------ pipeline
+def _rewrite_queries(llm: Any, questions: Sequence[str], rewriter: str) -> list[str]:
+    if rewriter == "llm":
+        from ragcritic_lib.llm import GenParams
+
+        gens = llm.generate([build_rewrite_messages(q) for q in questions],
+                            GenParams(max_new_tokens=24, stop=("\n",)), desc="crag rewrite") if questions else []
+        return [parse_keywords(g.text, q) for q, g in zip(questions, gens)]
+    if rewriter == "keywords":
+        return [keyword_query(q) for q in questions]
+    raise ValueError(f"crag rewriter must be 'keywords' or 'llm', got {rewriter!r}")
+
+
+def gather_knowledge(
+    llm: Any,
+    records: Sequence[Mapping[str, Any]],
+    *,
+    internal_for: Sequence[int],
+    external_for: Sequence[int],
+    evaluator: RetrievalEvaluator,
+    ce_scorer: CEScorer,
+    secondary: Any,
+    k_secondary: int = 3,
+    top_strips: int = 4,
+    min_strip_score: float = -0.5,
+    rewriter: str = "keywords",
+    refine_external: bool = True,
+) -> tuple[list[list[str]], list[list[str]], list[str | None]]:
+    """The two knowledge sources of CRAG for chosen records.
+
+    Args:
+        internal_for: indices of records whose retrieved passages are refined (Correct, Ambiguous).
+        external_for: indices of records that get the second retrieval over the corpus with a
+            rewritten query (Incorrect, Ambiguous).
+
+    Returns:
+        (internal, external, queries): per record the refined internal strips, the (refined)
+        passages of the second retrieval, and the rewritten query (None where not searched).
+    """
+    passages = [[str(p.get("contents", "")) for p in rec.get("passages") or []] for rec in records]
+    questions = [str(rec["question"]) for rec in records]
+    internal: list[list[str]] = [[] for _ in records]
+    idx = list(internal_for)
+    for i, ref in zip(idx, refine_knowledge([questions[i] for i in idx], [passages[i] for i in idx], evaluator,
+                                            ce_scorer, top_strips=top_strips, min_score=min_strip_score)):
+        internal[i] = ref
+    external: list[list[str]] = [[] for _ in records]
+    queries: list[str | None] = [None] * len(records)
+    idx = list(external_for)
+    if idx:
+        rewritten = _rewrite_queries(llm, [questions[i] for i in idx], rewriter)
+        found = [[h.contents for h in hl] for hl in secondary.search(rewritten, k_secondary)]
+        if refine_external:
+            found = refine_knowledge([questions[i] for i in idx], found, evaluator, ce_scorer,
+                                     top_strips=top_strips, min_score=min_strip_score)
+        for i, q, f in zip(idx, rewritten, found):
+            queries[i], external[i] = q, f
+    return internal, external, queries
+
+
+def knowledge_of(action: str, internal: Sequence[str], external: Sequence[str]) -> list[str]:
+    """What the generator reads after ``action``: refined internal strips (Correct), the second
+    retrieval (Incorrect), or both, internal first (Ambiguous)."""
+    if action == "Correct":
+        return list(internal)
+    if action == "Incorrect":
+        return list(external)
+    if action == "Ambiguous":
+        return list(internal) + list(external)
+    raise ValueError(f"unknown CRAG action {action!r}; expected one of {ACTIONS}")
+
+
+def _answer(llm: Any, questions: Sequence[str], knowledge: Sequence[Sequence[str]], gen_params: Any,
+            rag_variant: str, max_passage_words: int, desc: str) -> list[tuple[Any, str, bool]]:
+    from ragcritic_lib.rag import build_rag_messages, extract_answer
+
+    prompts = [build_rag_messages(q, list(kn), variant=rag_variant, max_passage_words=max_passage_words)
+               for q, kn in zip(questions, knowledge)]
+    gens = llm.generate(prompts, gen_params, desc=desc) if prompts else []
+    return [(g, *extract_answer(g.text, prefilled=rag_variant == "prefill")) for g in gens]
+
+
+def evaluator_scores(
+    records: Sequence[Mapping[str, Any]], evaluator: RetrievalEvaluator, ce_scorer: CEScorer
+) -> list[list[float]]:
+    """The evaluator's score of every retrieved passage, per record."""
+    feats, _ = featurize_records(records, ce_scorer)
+    return [evaluator.score(f) for f in feats]
+
+
+def measure_action_f1(
+    llm: Any,
+    records: Sequence[Mapping[str, Any]],
+    *,
+    evaluator: RetrievalEvaluator,
+    ce_scorer: CEScorer,
+    secondary: Any,
+    gen_params: Any,
+    k_secondary: int = 3,
+    top_strips: int = 4,
+    min_strip_score: float = -0.5,
+    rewriter: str = "keywords",
+    refine_external: bool = True,
+    rag_variant: str = "default",
+    max_passage_words: int = 80,
+) -> dict[str, Any]:
+    """Answer every (dev) question once per action and score each answer against the golds.
+
+    The knowledge of each action is built exactly as :func:`run_crag` builds it, so the F1 an
+    action gets here is the F1 it would get at test time on the same question.
+
+    Returns:
+        {"scores": evaluator scores per question, "action_f1": per question {action: token F1},
+        "predictions": per question {action: answer}}.
+    """
+    from ragcritic_lib.metrics import token_f1
+
+    every = list(range(len(records)))
+    internal, external, _ = gather_knowledge(
+        llm, records, internal_for=every, external_for=every, evaluator=evaluator, ce_scorer=ce_scorer,
+        secondary=secondary, k_secondary=k_secondary, top_strips=top_strips, min_strip_score=min_strip_score,
+        rewriter=rewriter, refine_external=refine_external)
+    questions, knowledge = [], []
+    for i, rec in enumerate(records):
+        for a in ACTIONS:
+            questions.append(str(rec["question"]))
+            knowledge.append(knowledge_of(a, internal[i], external[i]))
+    answers = _answer(llm, questions, knowledge, gen_params, rag_variant, max_passage_words, "crag dev actions")
+    f1s, preds = [], []
+    for i, rec in enumerate(records):
+        golds = list(rec.get("golden_answers") or [])
+        row = answers[i * len(ACTIONS):(i + 1) * len(ACTIONS)]
+        preds.append({a: ans for a, (_, ans, _) in zip(ACTIONS, row)})
+        f1s.append({a: float(token_f1(ans, golds)) for a, (_, ans, _) in zip(ACTIONS, row)})
+    return {"scores": evaluator_scores(records, evaluator, ce_scorer), "action_f1": f1s, "predictions": preds}
+
+
+def tune_on_dev(
+    llm: Any,
+    records: Sequence[Mapping[str, Any]],
+    *,
+    evaluator: RetrievalEvaluator,
+    ce_scorer: CEScorer,
+    secondary: Any,
+    gen_params: Any,
+    grid: Sequence[float] | None = None,
+    **knowledge_kw: Any,
+) -> dict[str, Any]:
+    """:func:`measure_action_f1` on dev records, then :func:`tune_thresholds` on those F1s.
+
+    ``knowledge_kw`` are :func:`run_crag`'s knowledge and prompt options (k_secondary,
+    top_strips, min_strip_score, rewriter, refine_external, rag_variant, max_passage_words).
+
+    Returns:
+        :func:`tune_thresholds`' dict plus "positive_rate" (dev questions with a relevant
+        retrieved passage) and "action_f1_per_question".
+    """
+    measured = measure_action_f1(llm, records, evaluator=evaluator, ce_scorer=ce_scorer, secondary=secondary,
+                                 gen_params=gen_params, **knowledge_kw)
+    best = tune_thresholds(measured["scores"], measured["action_f1"], grid=grid)
+    _, labels = featurize_records(records, ce_scorer)
+    best["positive_rate"] = sum(any(ys) for ys in labels) / max(1, len(labels))
+    best["action_f1_per_question"] = measured["action_f1"]
+    return best
+
+
 def run_crag(
     llm: Any,
     records: Sequence[Mapping[str, Any]],
@@ -379,60 +557,31 @@ def run_crag(
     """Run CRAG on standard-RAG records (question + retrieved ``passages``).
 
     Args:
-        secondary: the web-search stand-in, any ``Retriever`` (``.search(queries, k)``).
+        secondary: the retriever of the second retrieval over the corpus (any ``Retriever``,
+            ``.search(queries, k)``), queried with a rewrite of the question.
         rewriter: "keywords" (rule-based) or "llm" (the generator writes the keywords).
-        refine_external: also decompose-then-recompose the secondary source's passages.
+        refine_external: also decompose-then-recompose the second retrieval's passages.
 
     Returns:
         copies of the records with prediction, raw_output, followed_prefix, crag_action,
         crag_scores, crag_query (or None) and knowledge (the passages given to the generator).
     """
-    from ragcritic_lib.rag import build_rag_messages, extract_answer
-
-    feats, _ = featurize_records(records, ce_scorer)
-    scores = [evaluator.score(f) for f in feats]
+    scores = evaluator_scores(records, evaluator, ce_scorer)
     actions = [retrieval_action(s, upper, lower) for s in scores]
-    passages = [[str(p.get("contents", "")) for p in rec.get("passages") or []] for rec in records]
-    questions = [str(rec["question"]) for rec in records]
-
-    internal: list[list[str]] = [[] for _ in records]
-    idx = [i for i, a in enumerate(actions) if a in ("Correct", "Ambiguous")]
-    for i, ref in zip(idx, refine_knowledge([questions[i] for i in idx], [passages[i] for i in idx], evaluator,
-                                            ce_scorer, top_strips=top_strips, min_score=min_strip_score)):
-        internal[i] = ref
-
-    external: list[list[str]] = [[] for _ in records]
-    queries: list[str | None] = [None] * len(records)
-    idx = [i for i, a in enumerate(actions) if a in ("Incorrect", "Ambiguous")]
-    if idx:
-        if rewriter == "llm":
-            from ragcritic_lib.llm import GenParams
-
-            gens = llm.generate([build_rewrite_messages(questions[i]) for i in idx],
-                                GenParams(max_new_tokens=24, stop=("\n",)), desc="crag rewrite")
-            rewritten = [parse_keywords(g.text, questions[i]) for i, g in zip(idx, gens)]
-        elif rewriter == "keywords":
-            rewritten = [keyword_query(questions[i]) for i in idx]
-        else:
-            raise ValueError(f"crag rewriter must be 'keywords' or 'llm', got {rewriter!r}")
-        hits = secondary.search(rewritten, k_secondary)
-        found = [[h.contents for h in hl] for hl in hits]
-        if refine_external:
-            found = refine_knowledge([questions[i] for i in idx], found, evaluator, ce_scorer,
-                                     top_strips=top_strips, min_score=min_strip_score)
-        for i, q, f in zip(idx, rewritten, found):
-            queries[i], external[i] = q, f
-
-    knowledge = [internal[i] + external[i] for i in range(len(records))]
-    prompts = [build_rag_messages(q, kn, variant=rag_variant, max_passage_words=max_passage_words)
-               for q, kn in zip(questions, knowledge)]
-    gens = llm.generate(prompts, gen_params, desc="crag generate") if prompts else []
+    internal, external, queries = gather_knowledge(
+        llm, records, internal_for=[i for i, a in enumerate(actions) if a in ("Correct", "Ambiguous")],
+        external_for=[i for i, a in enumerate(actions) if a in ("Incorrect", "Ambiguous")], evaluator=evaluator,
+        ce_scorer=ce_scorer, secondary=secondary, k_secondary=k_secondary, top_strips=top_strips,
+        min_strip_score=min_strip_score, rewriter=rewriter, refine_external=refine_external)
+    knowledge = [knowledge_of(a, internal[i], external[i]) for i, a in enumerate(actions)]
+    answers = _answer(llm, [str(r["question"]) for r in records], knowledge, gen_params, rag_variant,
+                      max_passage_words, "crag generate")
     out = []
-    for rec, g, a, s, q, kn in zip(records, gens, actions, scores, queries, knowledge):
+    for rec, (g, answer, followed), a, s, q, kn in zip(records, answers, actions, scores, queries, knowledge):
         r = dict(rec)
-        answer, followed = extract_answer(g.text, prefilled=rag_variant == "prefill")
         r.update(prediction=answer, raw_output=g.text, followed_prefix=followed, prompt_tokens=g.prompt_tokens,
                  completion_tokens=g.completion_tokens, crag_action=a,
                  crag_scores=[round(x, 4) for x in s], crag_query=q, knowledge=kn)
         out.append(r)
     return out
+

@@ -22,6 +22,12 @@ do more reliably. Type classification then asks an LLM K times (K = 10 in the pa
 one type of the blamed stage, with sampling and a different seed per vote; the modal type and
 its frequency (Table 4) measure self-consistency. Votes naming no type of that stage are counted
 as invalid; when all K are invalid a grounded rule picks the type (``source = "grounded"``).
+
+The reranking stage (and so E7/E8) exists only for a pipeline with a reranker. When standard RAG
+runs without one, :func:`reranked_records` answers the questions again with the cross-encoder
+reranker over the first-stage candidates and attaches those candidates, and RAGEC diagnoses that
+run. :func:`ragec_summary` reports the invalid-vote rate and flags a run in which more than half
+of the votes are invalid or the reranking stage is missing (``degenerate``).
 """
 
 from __future__ import annotations
@@ -238,6 +244,49 @@ def attach_first_stage(records: Sequence[Mapping[str, Any]], retriever: Any, dep
         r["retrieved"] = passages_of(hits)
         out.append(r)
     return out
+
+
+_DATASET_FIELDS = ("id", "question", "golden_answers", "metadata", "dataset")
+
+
+def reranked_records(
+    llm: Any,
+    records: Sequence[Mapping[str, Any]],
+    *,
+    reranked: Any,
+    first_stage: Any,
+    depth: int,
+    k: int,
+    **rag_kw: Any,
+) -> list[dict[str, Any]]:
+    """Answer the questions of ``records`` with a pipeline that has a reranking stage.
+
+    Only the dataset fields of ``records`` are kept (an earlier run's answer, scores or judged
+    ``correct`` flag would describe another pipeline). The answers come from
+    ``rag.run_standard_rag`` with ``reranked`` (a retriever whose reranker keeps the top ``k``
+    of the first stage's candidates), and ``retrieved`` is the first stage's top ``depth``, so
+    :func:`dropped_by_reranker` can see what the reranker dropped.
+
+    Args:
+        rag_kw: the other ``run_standard_rag`` options (variant, gen_params, max_passage_words).
+    """
+    from ragcritic_lib.rag import run_standard_rag
+
+    clean = [{f: r[f] for f in _DATASET_FIELDS if f in r} for r in records]
+    answered = run_standard_rag(llm, clean, retriever=reranked, k=k, desc="ragec reranked rag", **rag_kw)
+    return attach_first_stage(answered, first_stage, depth)
+
+
+def same_answer_keys(
+    a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]
+) -> set[tuple[str, str]]:
+    """(dataset, id) of the questions that two runs answered with the same (normalized) answer:
+    where labels given to one run's answers also describe the other's."""
+    from ragcritic_lib.metrics import normalize_words
+
+    first = {(dataset_name(r), str(r.get("id"))): normalize_words(str(r.get("prediction") or "")) for r in a}
+    return {(dataset_name(r), str(r.get("id"))) for r in b
+            if first.get((dataset_name(r), str(r.get("id")))) == normalize_words(str(r.get("prediction") or ""))}
 
 
 def attribute_stage(
@@ -585,6 +634,43 @@ def distribution_table(
     total.update({g: tot_group[g] for g in groups})
     rows.append(total)
     return rows
+
+
+def ragec_summary(
+    results: Sequence[Mapping[str, Any]], k: int, *, reranking_stage: bool, max_invalid_rate: float = 0.5
+) -> dict[str, Any]:
+    """Vote validity and coverage of one RAGEC run.
+
+    Args:
+        k: votes asked per error.
+        reranking_stage: whether the diagnosed pipeline had a reranker (else E7/E8 are out of reach).
+        max_invalid_rate: a larger share of invalid votes marks the run as degenerate.
+
+    Returns:
+        {"errors", "votes", "invalid_votes", "invalid_vote_rate", "invalid_vote_rate_by_dataset",
+        "grounded_fallbacks", "stages", "reranking_stage", "degenerate": [...]}.
+    """
+    votes = sum(int(r.get("n_valid", 0)) + int(r.get("n_invalid", 0)) for r in results)
+    invalid = sum(int(r.get("n_invalid", 0)) for r in results)
+    by_ds: dict[str, list[int]] = {}
+    for r in results:
+        row = by_ds.setdefault(str(r.get("dataset")), [0, 0])
+        row[0] += int(r.get("n_invalid", 0))
+        row[1] += int(r.get("n_valid", 0)) + int(r.get("n_invalid", 0))
+    rate = invalid / votes if votes else float("nan")
+    degenerate = []
+    if votes and rate > max_invalid_rate:
+        degenerate.append(f"ragec: {invalid} of {votes} votes ({rate:.0%}) name no type of the blamed stage")
+    if not reranking_stage:
+        degenerate.append("ragec: the diagnosed pipeline has no reranking stage, so E7/E8 cannot be chosen")
+    if results and k > 0 and not votes:
+        degenerate.append("ragec: no votes were cast")
+    return {
+        "errors": len(results), "votes": votes, "invalid_votes": invalid, "invalid_vote_rate": rate,
+        "invalid_vote_rate_by_dataset": {ds: (n / t if t else float("nan")) for ds, (n, t) in sorted(by_ds.items())},
+        "grounded_fallbacks": sum(1 for r in results if r.get("source") == "grounded"),
+        "stages": stage_counts(results), "reranking_stage": bool(reranking_stage), "degenerate": degenerate,
+    }
 
 
 def stage_counts(results: Iterable[Mapping[str, Any]]) -> dict[str, int]:

@@ -425,6 +425,33 @@ def repair_infer(
 
 
 # ---------------------------------------------------------------------------- action usage
+def repair_summary(
+    offpolicy_pairs: Sequence[Any], onpolicy_pairs: Sequence[Any], results: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """What RePAIR's training and inference amounted to, with a ``degenerate`` line for a DPO
+    phase that had no preference pairs (the planner was not trained in it) and for a test run in
+    which no plan executed (every answer stays standard RAG's).
+
+    Returns:
+        {"offpolicy_pairs", "onpolicy_pairs", "plans" (records planned for), "executed" (plans
+        that ran to an answer), "executed_rate", "errors": {error or "ok": count}, "degenerate": [...]}.
+    """
+    from collections import Counter
+
+    planned = [r for r in results if r.get("repair_error") != "skipped"]
+    executed = sum(1 for r in planned if r.get("repair_ok"))
+    degenerate = [f"repair: no {name} preference pairs, so the {name} DPO phase did not train the planner"
+                  for name, pairs in (("off-policy", offpolicy_pairs), ("on-policy", onpolicy_pairs)) if not pairs]
+    if planned and not executed:
+        degenerate.append(f"repair: none of the {len(planned)} test plans executed; every answer is standard RAG's")
+    return {
+        "offpolicy_pairs": len(offpolicy_pairs), "onpolicy_pairs": len(onpolicy_pairs), "plans": len(planned),
+        "executed": executed, "executed_rate": executed / len(planned) if planned else float("nan"),
+        "errors": dict(Counter(str(r.get("repair_error") or "ok") for r in planned)),
+        "degenerate": degenerate,
+    }
+
+
 def count_actions(programs: Sequence[str], *, include_generate: bool = False) -> dict[str, int]:
     """Calls per action written in the programs (the paper's Table 3 excludes GenerateAnswer).
 

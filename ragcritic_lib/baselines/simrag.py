@@ -13,7 +13,12 @@ Reproduces Yang et al. (SIM-RAG, SIGIR 2025) in our harness:
   question id. The default critic is a small classifier (TF-IDF of question / context / answer /
   rationale plus a few grounded features -> logistic regression); the paper fine-tunes Flan-T5,
   and :func:`train_llm_critic` fine-tunes the packaged model with LoRA through
-  ``ragcritic_lib.training.train_sft`` instead.
+  ``ragcritic_lib.training.train_sft`` instead. The critic never sees the turn index (nor the
+  number of searches, which equals it): later turns are right more often, and a critic that
+  learns "accept at turn t" judges the turn, not the information.
+  :func:`practice_summary` counts the self-practice examples per label and turn and flags too
+  few examples or a missing label; :func:`critic_report` gives the held-out confusion matrix and
+  the accept rate per turn, and flags a critic that accepts every answer at some turn.
 - **Inference.** Answer, ask the critic; stop when it accepts, else query, retrieve, append and
   answer again, up to T turns (the last answer is returned when the critic never accepts). The
   oracle critic (accepts exactly the correct answers) gives the ceiling of the paper's Fig. 5.
@@ -224,6 +229,51 @@ def split_by_question(
     return train, heldout
 
 
+def _by_turn(rows: Sequence[tuple[int, bool]]) -> dict[int, dict[str, Any]]:
+    """{turn: {"n", "accept_rate"}} from (turn, accepted) pairs."""
+    turns: dict[int, list[bool]] = {}
+    for t, ok in rows:
+        turns.setdefault(int(t), []).append(bool(ok))
+    return {t: {"n": len(v), "accept_rate": sum(v) / len(v)} for t, v in sorted(turns.items())}
+
+
+def practice_summary(
+    examples: Sequence[Mapping[str, Any]], *, min_examples: int = 200, strict: bool = False
+) -> dict[str, Any]:
+    """How much self-practice data there is, per label and turn, and whether it can train a critic.
+
+    Args:
+        min_examples: the fewest examples that count as enough (the ``degenerate`` list says so
+            below it).
+        strict: raise instead of flagging when a label is missing.
+
+    Returns:
+        {"examples", "questions", "accept", "reject", "label_accept_rate_by_turn": {turn:
+        {"n", "accept_rate"}}, "degenerate": [...]}.
+
+    Raises:
+        ValueError: with ``strict``, when the examples lack the Accept or the Reject label.
+    """
+    n_accept = sum(1 for e in examples if e["label"] == "Accept")
+    n_reject = sum(1 for e in examples if e["label"] == "Reject")
+    out: dict[str, Any] = {
+        "examples": len(examples), "questions": len({(str(e.get("dataset")), str(e["qid"])) for e in examples}),
+        "accept": n_accept, "reject": n_reject,
+        "label_accept_rate_by_turn": _by_turn([(e.get("turn", 0), e["label"] == "Accept") for e in examples]),
+        "degenerate": [],
+    }
+    missing = [lab for lab, n in (("Accept", n_accept), ("Reject", n_reject)) if n == 0]
+    if missing:
+        msg = (f"simrag: self-practice produced no {missing[0]} example ({len(examples)} examples): "
+               "the critic can only predict one label")
+        if strict:
+            raise ValueError(msg)
+        out["degenerate"].append(msg)
+    if len(examples) < min_examples:
+        out["degenerate"].append(f"simrag: {len(examples)} self-practice examples, fewer than {min_examples}")
+    return out
+
+
 # ----------------------------------------------------------------------------- critics
 def critic_text(ex: Mapping[str, Any]) -> str:
     """The flat text a classifier critic reads."""
@@ -231,12 +281,16 @@ def critic_text(ex: Mapping[str, Any]) -> str:
     return f"question: {ex['question']} context: {ctx} answer: {ex.get('answer', '')} rationale: {ex.get('rationale', '')}"
 
 
-DENSE_FEATURES = ("answer_in_context", "answer_empty", "abstained", "answer_tokens", "turn", "n_searches",
+DENSE_FEATURES = ("answer_in_context", "answer_empty", "abstained", "answer_tokens",
                   "question_context_overlap", "answer_question_overlap", "answer_in_rationale")
 
 
 def dense_features(ex: Mapping[str, Any]) -> list[float]:
-    """Grounded features of one example (order = :data:`DENSE_FEATURES`)."""
+    """Grounded features of one example (order = :data:`DENSE_FEATURES`).
+
+    Deliberately without the turn index or the number of searches (the same number when the
+    context starts empty): the critic must judge the information, not how late the turn is.
+    """
     from ragcritic_lib.evidence import is_abstention
 
     answer = str(ex.get("answer") or "")
@@ -246,8 +300,6 @@ def dense_features(ex: Mapping[str, Any]) -> list[float]:
         float(not answer.strip()),
         float(is_abstention(answer)),
         min(len(tokens(answer)), 30) / 30.0,
-        float(ex.get("turn", 0)),
-        float(len(ex.get("context") or [])),
         overlap_fraction(str(ex["question"]), ctx),
         overlap_fraction(answer, str(ex["question"])),
         float(bool(answer.strip()) and contains_answer(str(ex.get("rationale") or ""), [answer])),
@@ -434,3 +486,47 @@ def simrag_infer(
         r["simrag_history"] = s.history
         out.append(r)
     return out
+
+
+def critic_report(
+    critic: Any,
+    heldout: Sequence[Mapping[str, Any]],
+    inference: Sequence[Mapping[str, Any]] = (),
+    *,
+    accepted: Sequence[bool] | None = None,
+) -> dict[str, Any]:
+    """The sufficiency critic's held-out quality and how it behaves per turn.
+
+    Args:
+        critic: anything with ``accept(examples) -> [bool]``.
+        heldout: labelled self-practice examples of held-out questions.
+        inference: :func:`simrag_infer` results, whose per-turn verdicts are summarised too.
+        accepted: the critic's verdicts on ``heldout`` when already computed (an LLM critic is
+            then not asked again).
+
+    Returns:
+        {"confusion": :func:`confusion_matrix` on ``heldout``, "heldout_accept_rate_by_turn":
+        {turn: {"n", "accept_rate", "label_accept_rate"}}, "inference_accept_rate_by_turn":
+        {turn: {"n", "accept_rate"}}, "degenerate": one line per turn at which the critic
+        accepts every answer (held out or at inference), and one when it never accepts}.
+    """
+    if accepted is None:
+        accepted = critic.accept(list(heldout)) if heldout else []
+    elif len(accepted) != len(heldout):
+        raise ValueError(f"accepted ({len(accepted)}) and heldout ({len(heldout)}) differ in length")
+    confusion = confusion_matrix([str(e["label"]) for e in heldout], accepted)
+    held = _by_turn([(e.get("turn", 0), a) for e, a in zip(heldout, accepted)])
+    gold = _by_turn([(e.get("turn", 0), e["label"] == "Accept") for e in heldout])
+    for t, row in held.items():
+        row["label_accept_rate"] = gold[t]["accept_rate"]
+    infer = _by_turn([(h["turn"], h["accepted"]) for r in inference for h in r.get("simrag_history") or []])
+    degenerate = []
+    for where, table in (("held-out", held), ("inference", infer)):
+        for t, row in table.items():
+            if row["n"] and row["accept_rate"] == 1.0:
+                degenerate.append(f"simrag: the critic accepts every {where} answer at turn {t} ({row['n']} answers)")
+    verdicts = list(accepted) + [h["accepted"] for r in inference for h in r.get("simrag_history") or []]
+    if verdicts and not any(verdicts):
+        degenerate.append(f"simrag: the critic never accepts ({len(verdicts)} verdicts)")
+    return {"confusion": confusion, "heldout_accept_rate_by_turn": held, "inference_accept_rate_by_turn": infer,
+            "degenerate": degenerate}
