@@ -42,6 +42,7 @@ accelerate_config = "configs/accelerate/multi_gpu.yaml"
 zeroshot_planner_model = ""
 planner_base_model = ""
 action_topk = 3
+answer_mode = "free"
 deep_topk = 8
 max_calls = 16
 timeout_s = 60.0
@@ -180,7 +181,7 @@ for ds in datasets:
     actions = ActionSet(generator, runtime.load_retriever(params, ds), gen_params=gen_params, topk=rag_cfg["top_k"],
                         max_doc_words=rag_cfg["max_passage_words"], rag_variant=rag_cfg["prompt_variant"],
                         reranker=reranker, rerank_depth=retriever_cfg["rerank_depth"], max_docs=rag_cfg["top_k"],
-                        table=table)
+                        table=table, answer_mode=answer_mode)
     method_sets[ds] = methods_for(ds)
     runs[ds], costs[ds] = run_methods(test_sets[ds], method_sets[ds], actions=actions, max_calls=max_calls,
                                       timeout_s=timeout_s, table=table)

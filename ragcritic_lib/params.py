@@ -290,7 +290,7 @@ def rules() -> dict[str, dict[str, Rule]]:
     variant or a metric there is enough. Keys without a rule here are checked by type only.
     """
     from . import llm, mining, rag, retrieval, teachers, testbed  # deps: check-only
-    from .agent import planner  # deps: check-only
+    from .agent import actions, planner  # deps: check-only
     from .critic import VERDICT_MODES  # deps: check-only
     from .data import SPLITS  # deps: check-only
 
@@ -398,6 +398,7 @@ def rules() -> dict[str, dict[str, Rule]]:
             "planner_prompt": one_of(planner.PLANNER_VARIANTS), "planner_max_new_tokens": tokens,
             "planner_decoding": one_of(planner.PLANNER_DECODINGS), "planner_launcher": one_of(LAUNCHERS),
             "planner_candidates": one_of(planner.PLANNER_CANDIDATE_SCOPES),
+            "answer_mode": one_of(actions.ANSWER_MODES),
             "accelerate_config": input_path(empty_ok=True), "action_topk": count, "deep_topk": count,
             "max_calls": count, "timeout_s": number(0, low_open=True), "case_studies": some,
         },

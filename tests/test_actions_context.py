@@ -211,3 +211,21 @@ def test_span_mode_answers_with_the_option_the_model_chooses():
     assert acts.counts["choose_calls"] == 0
     with pytest.raises(ValueError, match="answer mode"):
         ActionSet(CallableLLM(fn), TinyRetriever(), gen_params=GenParams(), answer_mode="guess")
+
+
+def test_span_mode_never_offers_the_rejected_answer():
+    offered = []
+
+    class Chooser(CallableLLM):
+        def choose(self, prompts, options, desc=None):
+            offered.extend(options[0])
+            return super().choose(prompts, options, desc=desc)
+
+    def fn(prompt, params):
+        return " 1887" if prompt[-1]["role"] == "assistant" else "So the final answer is: 1850"
+
+    acts = ActionSet(Chooser(fn, name="scripted"), TinyRetriever(), gen_params=GenParams(max_new_tokens=32), topk=2,
+                     answer_mode="spans")
+    acts.begin_sample(docs=[CORPUS["d1"]], prediction="1850", critique={"tag1": ["Incomplete Information"]})
+    assert acts.generate_answer("When was the Kestrel Bridge completed?", [CORPUS["d1"]]) == "1887"
+    assert " 1850" not in offered and " 1887" in offered

@@ -745,7 +745,10 @@ class ActionSet:
 
     def _choose_span(self, query: str, docs: Sequence[str], instruction: str | None, free_answer: str) -> str:
         """Span mode: the option the model's constrained decoding picks after the answer phrase."""
-        options = [f" {c}" for c in answer_candidates(query, docs, first=free_answer, max_candidates=self.max_candidates)]
+        # The answer the critique rejected is no option (the free answer may repeat it).
+        rejected = normalize_words(self._rejected)
+        options = [f" {c}" for c in answer_candidates(query, docs, first=free_answer, max_candidates=self.max_candidates)
+                   if not rejected or normalize_words(c) != rejected]
         if len(options) < 2:
             return free_answer
         prompt = _span_prompt(self.answer_messages(query, docs, instruction))
