@@ -744,6 +744,15 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
     return out
 
 
+def profile_file(profile: str) -> Path:
+    """``configs/profiles/<profile>.yaml``; ParamsError naming the known profiles if it is missing."""
+    prof = paths.CONFIGS_DIR / "profiles" / f"{profile}.yaml"
+    if not prof.exists():
+        known = ", ".join(sorted(p.stem for p in prof.parent.glob("*.yaml")))
+        raise ParamsError(f"{prof}: no such params profile (known: {known})")
+    return prof
+
+
 def profile_params(profile: str, *, params_path: Path | None = None) -> tuple[dict[str, Any], str]:
     """``configs/profiles/<profile>.yaml`` merged over params.yaml, validated; and its source label.
 
@@ -751,10 +760,7 @@ def profile_params(profile: str, *, params_path: Path | None = None) -> tuple[di
         ParamsError: no such profile, unreadable YAML, or every problem of the merged params.
     """
     params_path = params_path or paths.PARAMS_FILE
-    prof = paths.CONFIGS_DIR / "profiles" / f"{profile}.yaml"
-    if not prof.exists():
-        known = ", ".join(sorted(p.stem for p in prof.parent.glob("*.yaml")))
-        raise ParamsError(f"{prof}: no such params profile (known: {known})")
+    prof = profile_file(profile)
     base, override = _read(params_path) or {}, _read(prof) or {}
     if not isinstance(override, Mapping):
         raise ParamsError(f"{prof}: expected a mapping of sections")
@@ -765,21 +771,20 @@ def profile_params(profile: str, *, params_path: Path | None = None) -> tuple[di
 
 
 def apply_profile(profile: str, *, params_path: Path | None = None) -> dict[str, Any]:
-    """Merge ``configs/profiles/<profile>.yaml`` over params.yaml and write the result back.
+    """Set the values of ``configs/profiles/<profile>.yaml`` in params.yaml in place (comments and
+    layout kept; see :mod:`ragcritic_lib.profiles`); returns the merged params now in the file.
 
-    The merged params are validated before anything is written; ``git checkout params.yaml``
-    returns to the default.
+    The merged params are validated before anything is written; ``profile --reset`` (or
+    ``git checkout params.yaml``) returns to the committed file.
     """
-    from .io import write_yaml
+    # The profile writer runs from the command line only, never inside a pipeline stage.
+    from .profiles import apply_profile as overlay  # deps: check-only
 
-    params_path = params_path or paths.PARAMS_FILE
-    merged, _ = profile_params(profile, params_path=params_path)
-    write_yaml(params_path, merged)
-    return merged
+    return overlay(profile, params_path=params_path)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``check [--profile NAME]`` or ``profile NAME``; exit code 2 with one line per problem."""
+    """``check [--profile NAME]``, ``profile NAME`` or ``profile --reset``; exit code 2 with one line per problem."""
     import argparse
     import sys
 
@@ -789,9 +794,14 @@ def main(argv: list[str] | None = None) -> int:
     check = sub.add_parser("check", help="validate params.yaml")
     check.add_argument("--profile", help="validate params.yaml merged with configs/profiles/PROFILE.yaml "
                                          "(nothing is written)")
-    prof = sub.add_parser("profile", help="write params.yaml from a profile in configs/profiles/")
-    prof.add_argument("name")
+    prof = sub.add_parser("profile", help="set params.yaml's values from a profile in configs/profiles/ "
+                                          "(comments and layout kept)")
+    prof.add_argument("name", nargs="?", help="profile name (configs/profiles/NAME.yaml)")
+    prof.add_argument("--reset", action="store_true",
+                      help="write back params.yaml as committed at git HEAD (drops hand edits too)")
     args = parser.parse_args(argv)
+    if args.cmd == "profile" and (args.name is None) == (not args.reset):
+        prof.error("give a profile NAME or --reset (not both)")
     try:
         if args.cmd == "check" and args.profile:
             _, source = profile_params(args.profile)
@@ -799,9 +809,13 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "check":
             load_params()
             print(f"{paths.PARAMS_FILE}: ok")
+        elif args.reset:
+            from .profiles import reset_params  # deps: check-only
+
+            print(f"{reset_params()}: restored from git HEAD")
         else:
             apply_profile(args.name)
-            print(f"params.yaml now holds profile {args.name!r}")
+            print(f"params.yaml now holds profile {args.name!r} (return with `profile --reset`)")
     except ParamsError as exc:
         print(exc, file=sys.stderr)
         return 2
