@@ -256,6 +256,17 @@ def under(folder: Path) -> Rule:
     return rule
 
 
+def registered_datasets() -> Rule:
+    """A comma list of dataset names, each registered in ``common.datasets``."""
+    def rule(value: Any, ctx: Context) -> str | None:
+        why = comma_list(lambda x: None, "dataset names")(value, ctx)
+        if why:
+            return why
+        unknown = [x.strip() for x in value.split(",") if ctx.datasets and x.strip() not in ctx.datasets]
+        return f"{', '.join(map(repr, unknown))} not in common.datasets ({', '.join(ctx.datasets)})" if unknown else None
+    return rule
+
+
 def dataset_template() -> Rule:
     """A path with a ``{dataset}`` placeholder, valid for every dataset in common.datasets."""
     def rule(value: Any, ctx: Context) -> str | None:
@@ -276,7 +287,7 @@ LOAD_DTYPES = ("auto", *SAVE_DTYPES)
 LAUNCHERS = ("inprocess", "accelerate")  # ragcritic_lib.training.run_training
 CRITIC_PROMPTS = ("trained", "zeroshot")  # ragcritic_lib.critic.LLMCritic
 CRAG_REWRITERS = ("keywords", "llm")  # ragcritic_lib.baselines.crag
-SIMRAG_CRITICS = ("classifier", "llm")  # notebook 09: a feature classifier or a LoRA-tuned LLM
+SIMRAG_CRITICS = ("classifier", "llm")  # notebook 11: a feature classifier or a LoRA-tuned LLM
 # The base model a critic or planner is trained from: a local folder (or a stage's output), or ""
 # for the generator's model (see runtime.resolve_base_model; a served name cannot be trained).
 BASE_MODEL = input_path(empty_ok=True)
@@ -402,25 +413,34 @@ def rules() -> dict[str, dict[str, Rule]]:
             "accelerate_config": input_path(empty_ok=True), "action_topk": count, "deep_topk": count,
             "max_calls": count, "timeout_s": number(0, low_open=True), "case_studies": some,
         },
-        "baselines": {
-            "max_test_questions": count, "n_boot": count, "ci_alpha": number(0, 1, low_open=True, high_open=True),
+        "self_refine": {"rounds": count},
+        "crag": {
+            "train_questions": count, "dev_questions": count, "use_reranker": boolean(),
+            "secondary": one_of(retrieval.KINDS), "k_secondary": count, "top_strips": count,
+            "min_strip_score": number(),  # a cross-encoder logit: any sign
+            "rewriter": one_of(CRAG_REWRITERS),
+        },
+        "simrag": {
+            "train_questions": count, "min_examples": count, "max_turns": count, "docs_per_turn": count,
+            "initial_docs": some, "match": one_of(mining.METRICS), "critic": one_of(SIMRAG_CRITICS),
+            "critic_recipe": input_path(), "critic_steps": steps(), "critic_base_model": BASE_MODEL,
+            "heldout_frac": number(0, 1, low_open=True, high_open=True), "classifier_ablation": boolean(),
+            "oracle_ceiling": boolean(),
+        },
+        "repair": {
+            "train_questions": count, "min_states": some, "grammar_plans": count, "sampled_plans": some,
+            "temperature": number(0), "margin": number(0), "max_pairs": count, "dpo_recipe": input_path(),
+            "dpo_beta": number(0, low_open=True), "offpolicy_steps": steps(), "onpolicy_steps": steps(),
+            "init_adapter": input_path(empty_ok=True), "base_model": BASE_MODEL,
+        },
+        "ragec": {
+            "votes": count, "temperature": number(0), "coverage_threshold": FRACTION, "first_stage_depth": count,
+            "rerank": boolean(), "max_errors": count,
+        },
+        "comparison": {
+            "datasets": registered_datasets(), "test_questions": count,
+            "n_boot": count, "n_perm": count, "ci_alpha": number(0, 1, low_open=True, high_open=True),
             "rag_critic_results": dataset_template(), "rag_critic_pred_key": text(),
-            "self_refine_rounds": count, "crag_train_questions": count, "crag_dev_questions": count,
-            "crag_secondary": one_of(retrieval.KINDS), "crag_k_secondary": count, "crag_top_strips": count,
-            "crag_min_strip_score": number(),  # a cross-encoder logit: any sign
-            "crag_rewriter": one_of(CRAG_REWRITERS),
-            "simrag_train_questions": count, "simrag_min_examples": count, "simrag_max_turns": count,
-            "simrag_docs_per_turn": count,
-            "simrag_initial_docs": some, "simrag_match": one_of(mining.METRICS),
-            "simrag_critic": one_of(SIMRAG_CRITICS), "simrag_critic_recipe": input_path(),
-            "simrag_critic_steps": steps(), "simrag_heldout_frac": number(0, 1, low_open=True, high_open=True),
-            "ragec_votes": count, "ragec_temperature": number(0), "ragec_coverage_threshold": FRACTION,
-            "ragec_first_stage_depth": count, "ragec_rerank": boolean(), "repair_train_questions": count, "repair_grammar_plans": count,
-            "repair_sampled_plans": some, "repair_temperature": number(0), "repair_margin": number(0),
-            "repair_max_pairs": count, "repair_dpo_recipe": input_path(), "repair_dpo_beta": number(0, low_open=True),
-            "repair_offpolicy_steps": steps(), "repair_onpolicy_steps": steps(),
-            "repair_init_adapter": input_path(empty_ok=True), "repair_base_model": BASE_MODEL,
-            "simrag_critic_base_model": BASE_MODEL,
         },
         "analysis": {
             "digits": some, "main_metric": one_of(mining.METRICS), "top_tier2": count, "figure_dpi": count,
@@ -577,8 +597,8 @@ def _library_check(section: str, values: Mapping[str, Any]) -> str | None:
 BASE_MODEL_KEYS: dict[tuple[str, str], tuple[str, Any] | None] = {
     ("critic_sft", "base_model"): None,
     ("correction", "planner_base_model"): None,
-    ("baselines", "repair_base_model"): ("repair_init_adapter", ""),  # an init checkpoint brings its base
-    ("baselines", "simrag_critic_base_model"): ("simrag_critic", "llm"),
+    ("repair", "base_model"): ("init_adapter", ""),  # an init checkpoint brings its base
+    ("simrag", "critic_base_model"): ("critic", "llm"),
 }
 
 

@@ -12,7 +12,7 @@
 # ---
 
 # %% [markdown]
-# # 10 · Analysis: the papers' tables and figures
+# # 15 · Analysis: the papers' tables and figures
 # This stage gathers the metrics of every earlier stage into the tables and figures of the papers,
 # each labelled with its counterpart (RAG-Critic Tables 1, 3-8, 10 and Figs. 5-11; RePAIR Tables 2-3;
 # RAGEC Tables 2 and 4; SIM-RAG Fig. 3), and lists every input it could not find instead of
@@ -25,7 +25,7 @@ main_metric = "f1"
 top_tier2 = 5
 figure_dpi = 120
 error_qa_file = "data/taxonomy/build/error_qa.jsonl"
-ragec_types_table = "09_ragec_types.csv"
+ragec_types_table = "13_ragec_types.csv"
 trained_critic = "SFT+DPO critic (calibrated)"
 
 # %%

@@ -1,0 +1,81 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 09 · Self-Refine: the generator critiques and rewrites its own answer
+# The first of five baselines (notebooks 09-13), each answering the same test questions as
+# standard RAG (notebook 01) and RAG-Critic (notebook 08) with the same generator, retriever,
+# passages and answer format; notebook 14 compares them. The questions are the first
+# `comparison.test_questions` test questions of each dataset in `comparison.datasets`.
+#
+# Self-Refine (Madaan et al.) needs no training: the same model that answered gives feedback on
+# its answer against the passages, then rewrites the answer from that feedback, and repeats. Here
+# the loop starts from standard RAG's answer and runs up to `rounds` times; feedback and rewrite
+# both see the earlier answers of the question with the feedback they got (the method's history),
+# and the loop stops as soon as the feedback approves the current answer.
+
+# %% tags=["parameters"]
+rounds = 2
+
+# %%
+import dataclasses
+
+import pandas as pd
+
+from ragcritic_lib import runtime
+from ragcritic_lib.baselines import MeteredLLM, add_costs, dataset_costs, records_cost, self_refine, stopwatch
+from ragcritic_lib.baselines.harness import save_method_run, shared_test_sets
+from ragcritic_lib.llm import GenParams
+from ragcritic_lib.params import load_params
+
+params = load_params()
+rr = params["retrieval_rag"]  # standard RAG's settings: every method reuses them
+gen = GenParams(max_new_tokens=rr["max_new_tokens"], stop=("\nQuestion:", "<|im_end|>"))
+llm = runtime.load_generator(params)
+test = shared_test_sets(params)
+{ds: len(recs) for ds, recs in test.items()}
+
+# %% [markdown]
+# ## Feedback and refinement
+# Every LLM call is metered per dataset (generate, score and choose, cache hits included), and
+# the cost of a question includes the standard RAG answer it starts from.
+
+# %%
+m, refined = MeteredLLM(llm), []
+with stopwatch() as t:
+    for ds, recs in test.items():
+        with m.dataset(ds):
+            refined += self_refine.self_refine(m, recs, rounds=rounds, gen_params=gen,
+                                               max_words=rr["max_passage_words"])
+info = self_refine.self_refine_summary(refined)
+print({k: info[k] for k in ("approval_rate", "approval_rate_by_round", "refinements", "degenerate")})
+pd.DataFrame([{"rounds_used": r["self_refine_rounds"], "stopped_by_feedback": r["self_refine_stopped"]}
+              for r in refined]).value_counts().rename("questions").to_frame()
+
+# %% [markdown]
+# ## Did refinement change answers, and for the better?
+# How many final answers differ from the standard RAG answer they started from; whether the
+# changes help is measured in notebook 14, paired on the same questions.
+
+# %%
+original = {r["id"]: r["prediction"] for recs in test.values() for r in recs}
+changed = [r for r in refined if str(r["prediction"]).strip() != str(original[r["id"]]).strip()]
+info["answers_changed"] = len(changed)
+{"questions": len(refined), "answers_changed": len(changed)}
+
+# %%
+base_cost = {ds: records_cost(recs) for ds, recs in test.items()}
+save_method_run(
+    "self_refine", "09_self_refine", "Self-Refine", refined,
+    cost=add_costs(*base_cost.values(), m.cost()), cost_by_dataset=dataset_costs(base_cost, m.cost_by_dataset()),
+    degenerate=info["degenerate"], seconds={"test": t["seconds"]}, info={"self_refine": info},
+)["scores"]

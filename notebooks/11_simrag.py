@@ -1,0 +1,161 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 11 · SIM-RAG: a sufficiency critic learned from self-practice decides when to stop searching
+# SIM-RAG (Yang et al.) answers in turns. At each turn the generator answers from what it has
+# gathered so far, with a rationale; a small **critic** judges whether that information was
+# sufficient (Accept) or not (Reject); on Reject the generator writes a search query, the
+# retriever adds passages, and the next turn answers again, up to `max_turns` turns.
+#
+# The critic is trained on **self-practice** data (the paper's Algorithm 1): the system runs the
+# same loop on train questions without a critic, and every (question, context, answer, rationale)
+# it produces is labelled Accept when the answer matches a gold answer and Reject otherwise. The
+# labels are balanced and split by question, so no held-out question was seen in training.
+#
+# In the paper the critic is Flan-T5 fine-tuned on those examples. Here the same role is played
+# by the packaged LLM fine-tuned with LoRA (`critic: llm`); the light TF-IDF logistic regression
+# is kept as an ablation (`classifier_ablation`). Neither critic sees the turn index. The oracle
+# critic (Accept exactly when the answer is right; it reads the gold answers) gives the ceiling of
+# the loop and is labelled as an oracle. Fewer than `min_examples` practice examples, a missing
+# label, or a critic that accepts every answer at some turn are flagged as degenerate.
+
+# %% tags=["parameters"]
+train_questions = 68
+min_examples = 200
+max_turns = 3
+docs_per_turn = 2
+initial_docs = 0
+match = "em"
+critic = "llm"
+critic_recipe = "configs/train/critic_sft.yaml"
+critic_steps = 50
+critic_base_model = ""
+heldout_frac = 0.3
+classifier_ablation = True
+oracle_ceiling = True
+
+# %%
+import dataclasses
+
+import pandas as pd
+
+from ragcritic_lib import paths, runtime
+from ragcritic_lib.baselines import MeteredLLM, add_costs, dataset_costs, per_dataset, simrag, stopwatch
+from ragcritic_lib.baselines.harness import save_method_run, shared_test_sets
+from ragcritic_lib.llm import GenParams
+from ragcritic_lib.params import load_params
+
+params = load_params()
+seed = params["common"]["seed"]
+rr = params["retrieval_rag"]  # standard RAG's settings: every method reuses them
+gen = GenParams(max_new_tokens=rr["max_new_tokens"], stop=("\nQuestion:", "<|im_end|>"))
+short = dataclasses.replace(gen, max_new_tokens=24, stop=("\n",))  # search queries
+llm = runtime.load_generator(params)
+test = shared_test_sets(params)
+datasets = list(test)
+retrievers = {ds: runtime.load_retriever(params, ds) for ds in datasets}
+out_dir = paths.stage_dir("simrag")
+sim_kw = dict(max_turns=max_turns, gen_params=gen, query_params=short, docs_per_turn=docs_per_turn,
+              initial_docs=initial_docs)
+match_fn = simrag.make_match_fn(match)
+{ds: len(recs) for ds, recs in test.items()}
+
+# %% [markdown]
+# ## Self-practice on train questions
+
+# %%
+practice_m, practice = MeteredLLM(llm), []
+with stopwatch() as t_practice:
+    for ds in datasets:
+        with practice_m.dataset(ds):
+            practice += simrag.self_practice(practice_m, retrievers[ds],
+                                             runtime.load_split(params, ds, "train", limit=train_questions),
+                                             match_fn=match_fn, **sim_kw)
+practice_info = simrag.practice_summary(practice, min_examples=min_examples)
+train_ex, heldout_ex = simrag.split_by_question(practice, heldout_frac=heldout_frac, seed=seed)
+heldout_ex = sorted(heldout_ex, key=lambda e: datasets.index(e["dataset"]))  # grouped by dataset, order kept
+balanced = simrag.balance_labels(train_ex, seed=seed)
+pd.DataFrame([{"examples": len(practice), "accepted": practice_info["accept"], "train_balanced": len(balanced),
+               "heldout": len(heldout_ex), "degenerate": practice_info["degenerate"]}])
+
+# %% [markdown]
+# ## The critics, and their held-out confusion (SIM-RAG Fig. 3)
+
+# %%
+def heldout_verdicts(critic_obj, meter=None):
+    accepted = []
+    for ds in datasets:
+        with per_dataset(ds, meter):
+            accepted += critic_obj.accept([e for e in heldout_ex if e["dataset"] == ds])
+    return accepted
+
+
+critics, meters, held, training = {}, {}, {}, {}
+with stopwatch() as t_critic:
+    if critic == "llm":
+        base = runtime.resolve_base_model(params, critic_base_model, key="simrag.critic_base_model")
+        res = simrag.train_llm_critic(balanced, critic_recipe, out_dir / "critic", base_model=base,
+                                      overrides={"max_steps": critic_steps})
+        critic_model = runtime.load_trained_model(params, res.adapter_dir, base_model=res.base_model)
+        meters["llm"], held_m = MeteredLLM(critic_model), MeteredLLM(critic_model)
+        critics["llm"] = simrag.LLMSufficiencyCritic(meters["llm"])
+        held["llm"] = heldout_verdicts(simrag.LLMSufficiencyCritic(held_m), held_m)
+        training["llm_critic"] = {"steps": res.steps, "seconds_per_step": round(res.seconds_per_step, 2),
+                                  "heldout_calls": held_m.cost()["calls"]}
+    if critic == "classifier" or classifier_ablation:
+        critics["classifier"] = simrag.ClassifierCritic(seed=seed).fit(balanced)
+        held["classifier"] = heldout_verdicts(critics["classifier"])
+confusions = {name: simrag.confusion_matrix([e["label"] for e in heldout_ex], acc) for name, acc in held.items()}
+pd.DataFrame({name: {**c["shares"], "accuracy": c["accuracy"]} for name, c in confusions.items()}).T.round(3)
+
+# %% [markdown]
+# ## Multi-turn inference on the test questions
+
+# %%
+def infer(critic_obj, critic_meter=None):
+    meter, out = MeteredLLM(llm), []
+    with stopwatch() as t:
+        for ds in datasets:
+            with per_dataset(ds, meter, critic_meter):
+                out += simrag.simrag_infer(meter, retrievers[ds], test[ds], critic_obj, **sim_kw)
+    cost = add_costs(meter.cost(), critic_meter.cost() if critic_meter else {})
+    by_ds = dataset_costs(meter.cost_by_dataset(), critic_meter.cost_by_dataset() if critic_meter else {})
+    return out, cost, by_ds, t["seconds"]
+
+
+main_out, main_cost, main_by_ds, t_main = infer(critics[critic], meters.get(critic))
+runs, seconds = {}, {"practice": t_practice["seconds"], "critic": t_critic["seconds"], "test": t_main}
+if critic == "llm" and classifier_ablation:
+    runs["classifier_critic"] = ("SIM-RAG (classifier critic, ablation)", infer(critics["classifier"])[0])
+if oracle_ceiling:
+    runs["oracle_critic"] = ("SIM-RAG (oracle critic)", infer(simrag.OracleCritic(match_fn))[0])
+report = simrag.critic_report(critics[critic], heldout_ex, main_out, accepted=held[critic])
+held_t, test_t = report["heldout_accept_rate_by_turn"], report["inference_accept_rate_by_turn"]
+pd.DataFrame({"held-out accept rate": {t_: r["accept_rate"] for t_, r in held_t.items()},
+              "test answers": {t_: r["n"] for t_, r in test_t.items()},
+              "test accept rate": {t_: r["accept_rate"] for t_, r in test_t.items()}}).rename_axis("turn").round(3)
+
+# %%
+practice_cost = practice_m.cost()
+degenerate = practice_info["degenerate"] + report["degenerate"]
+save_method_run(
+    "simrag", "11_simrag", "SIM-RAG", main_out, cost=main_cost, cost_by_dataset=main_by_ds,
+    training={"calls": practice_cost["calls"] + training.get("llm_critic", {}).get("heldout_calls", 0),
+              "seconds": round(t_practice["seconds"] + t_critic["seconds"], 1),
+              "by_dataset": {ds: {"calls": c["calls"]} for ds, c in practice_m.cost_by_dataset().items()},
+              "what": "self-practice answers and queries, critic fine-tuning and its held-out check", **training},
+    degenerate=degenerate, seconds=seconds, extra_runs=runs,
+    info={"critic": critic, "practice_examples": len(practice), "practice": practice_info,
+          "balanced_train": len(balanced), "heldout_confusion": confusions[critic], "heldout_confusion_by_critic": confusions,
+          "accept_rate_by_turn": {k: report[k] for k in ("heldout_accept_rate_by_turn", "inference_accept_rate_by_turn")}},
+)["scores"]

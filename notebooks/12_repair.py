@@ -1,0 +1,193 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 12 · RePAIR: a planner trained by preference optimization to correct answers, without a taxonomy
+# RePAIR corrects a RAG answer by writing a short plan over the same action functions RAG-Critic's
+# planner uses (notebook 08), run by the same restricted executor. Its planner never sees an error
+# category: the state is the question, the passages, the answer and (in training) whether the
+# answer is right. The reward of a plan is the token F1 of the answer it produces.
+#
+# Training follows the paper's two phases:
+# 1. **off-policy**: for each failed train answer, candidate plans (the first `grammar_plans` of a
+#    small action grammar plus `sampled_plans` samples from the current planner) are executed and
+#    rewarded; pairs of a better and a worse plan train the planner by DPO. The state carries the
+#    oracle correctness of the answer.
+# 2. **on-policy**: the off-policy planner samples plans for every train answer with only a
+#    judge's estimate of correctness in the state (the grounded heuristic critic, which reads no
+#    gold answer); a second DPO round continues from the off-policy adapter.
+#
+# The planner starts **taxonomy-free**: from the base model (`init_adapter: ""`), not from
+# notebook 08's planner, which was fine-tuned on plans chosen from RAG-Critic's error labels.
+# Setting `init_adapter` to that adapter reproduces the earlier, taxonomy-informed variant. At
+# test time the final planner writes one plan per answer (greedy); a rejected or failing plan
+# keeps the standard RAG answer. Fewer than `min_states` training states, a DPO phase without
+# pairs, no executed test plan, or one plan above 60% of executed plans are flagged as degenerate.
+
+# %% tags=["parameters"]
+train_questions = 30
+min_states = 100
+grammar_plans = 4
+sampled_plans = 2
+temperature = 0.8
+margin = 0.0
+max_pairs = 4
+dpo_recipe = "configs/train/critic_dpo.yaml"
+dpo_beta = 0.1
+offpolicy_steps = 8
+onpolicy_steps = 8
+init_adapter = ""
+base_model = ""
+
+# %%
+from collections import Counter
+
+import pandas as pd
+
+from ragcritic_lib import paths, runtime
+from ragcritic_lib.agent.actions import ActionSet
+from ragcritic_lib.baselines import MeteredLLM, add_costs, dataset_costs, per_dataset, records_cost, repair, stopwatch
+from ragcritic_lib.baselines.harness import save_method_run, shared_test_sets
+from ragcritic_lib.critic import HeuristicCritic
+from ragcritic_lib.io import read_jsonl
+from ragcritic_lib.llm import GenParams
+from ragcritic_lib.params import load_params
+from ragcritic_lib.rag import run_standard_rag
+from ragcritic_lib.taxonomy import load_taxonomy
+from ragcritic_lib.training import dpo_start
+
+params = load_params()
+seed = params["common"]["seed"]
+rr = params["retrieval_rag"]  # standard RAG's settings: every method reuses them
+gen = GenParams(max_new_tokens=rr["max_new_tokens"], stop=("\nQuestion:", "<|im_end|>"))
+llm = runtime.load_generator(params)
+test = shared_test_sets(params)
+datasets = list(test)
+retrievers = {ds: runtime.load_retriever(params, ds) for ds in datasets}
+out_dir = paths.stage_dir("repair")
+judge = HeuristicCritic(load_taxonomy())  # grounded rules only: reads passages and answer, no gold
+judge_flags = lambda recs: [p.judgement == "Correct" for p in judge.critique(recs)]  # noqa: E731
+act_kw = dict(gen_params=gen, topk=rr["top_k"], max_doc_words=rr["max_passage_words"], rag_variant=rr["prompt_variant"])
+rag_kw = dict(k=rr["top_k"], variant=rr["prompt_variant"], gen_params=gen, max_passage_words=rr["max_passage_words"])
+pref_kw = dict(n_sampled=sampled_plans, temperature=temperature, margin=margin, max_pairs=max_pairs, topk=rr["top_k"])
+{ds: len(recs) for ds, recs in test.items()}
+
+# %% [markdown]
+# ## Where the planner starts
+
+# %%
+key = "repair.base_model"
+init_path = paths.resolve(init_adapter) if init_adapter else None
+if init_path is not None and not init_path.exists():
+    raise FileNotFoundError(f"repair.init_adapter: {init_adapter} does not exist (run its stage, or set it to \"\")")
+if init_path is not None:
+    start = runtime.training_start(str(init_path), base_model=base_model, key=key)
+else:
+    start = {"base_model": runtime.resolve_base_model(params, base_model, key=key), "init_adapter": None}
+planner = MeteredLLM(runtime.load_start_model(params, start))
+{"planner_start": start["init_adapter"] or f"base model {start['base_model']} (taxonomy-free)"}
+
+# %% [markdown]
+# ## Off-policy phase: candidate plans for failed train answers
+
+# %%
+gen_m = MeteredLLM(llm)
+actions = {ds: ActionSet(gen_m, retrievers[ds], **act_kw) for ds in datasets}
+train, off = {}, []
+with stopwatch() as t_off:
+    for ds in datasets:
+        with per_dataset(ds, gen_m, planner):
+            train[ds] = run_standard_rag(gen_m, runtime.load_split(params, ds, "train", limit=train_questions),
+                                         retriever=retrievers[ds], **rag_kw)
+            off.append(repair.collect_preferences(train[ds], actions[ds], phase="off", planner=planner,
+                                                  n_grammar=grammar_plans, seed=seed, **pref_kw))
+off_pairs, off_log = [p for ps, _ in off for p in ps], [c for _, cs in off for c in cs]
+off_states = len({(c["dataset"], c["qid"]) for c in off_log})
+{"states": off_states, "candidates": len(off_log), "pairs": len(off_pairs),
+ "mean_reward": round(sum(c["reward"] for c in off_log) / max(1, len(off_log)), 3)}
+
+# %% [markdown]
+# ## DPO off-policy, then on-policy candidates and a second DPO round
+
+# %%
+dpo = {"beta": dpo_beta, "max_length": 1024}
+with stopwatch() as t_dpo:
+    res_off = repair.train_planner(off_pairs, dpo_recipe, out_dir / "planner_off", **start,
+                                   overrides={**dpo, "max_steps": offpolicy_steps})
+    start_on = dpo_start(res_off) if res_off else start  # continue the off-policy planner
+    planner_off = MeteredLLM(runtime.load_start_model(params, start_on)) if res_off else planner
+    on = []
+    for ds in datasets:
+        with per_dataset(ds, gen_m, planner_off):
+            on.append(repair.collect_preferences(train[ds], actions[ds], phase="on", planner=planner_off,
+                                                 n_grammar=0, judged_correct=judge_flags(train[ds]),
+                                                 seed=seed + 1, **pref_kw))
+    on_pairs, on_log = [p for ps, _ in on for p in ps], [c for _, cs in on for c in cs]
+    res_on = repair.train_planner(on_pairs, dpo_recipe, out_dir / "planner", **start_on,
+                                  overrides={**dpo, "max_steps": onpolicy_steps})
+final_start = dpo_start(res_on) if res_on else start_on
+on_states = len({(c["dataset"], c["qid"]) for c in on_log})
+training_cost = add_costs(gen_m.cost(), planner.cost(), planner_off.cost() if planner_off is not planner else {})
+pd.DataFrame([{"phase": phase, "states": states, "candidates": len(log), "pairs": len(pairs),
+               "dpo_steps": res.steps if res else 0, "s_per_step": round(res.seconds_per_step, 1) if res else None}
+              for phase, states, log, pairs, res in [("off-policy", off_states, off_log, off_pairs, res_off),
+                                                     ("on-policy", on_states, on_log, on_pairs, res_on)]])
+
+# %% [markdown]
+# ## Test: one plan per answer
+
+# %%
+final_planner = MeteredLLM(runtime.load_start_model(params, final_start))
+gen_test = MeteredLLM(llm)
+out = []
+with stopwatch() as t:
+    for ds in datasets:
+        test_actions = ActionSet(gen_test, retrievers[ds], **act_kw)
+        with per_dataset(ds, final_planner, gen_test):
+            out += repair.repair_infer(final_planner, test[ds], test_actions, judged_correct=judge_flags(test[ds]))
+info = repair.repair_summary(off_pairs, on_pairs, out)
+executed = [r["repair_plan"] for r in out if r["repair_ok"]]
+plan_counts = Counter(" ".join(p.split()) for p in executed)
+top_share = plan_counts.most_common(1)[0][1] / len(executed) if executed else float("nan")
+degenerate = list(info["degenerate"])
+if executed and top_share > 0.6:
+    degenerate.append(f"repair: one plan is {top_share:.0%} of the {len(executed)} executed test plans")
+if off_states + on_states < min_states:
+    degenerate.append(f"repair: {off_states} off-policy + {on_states} on-policy training states (< {min_states})")
+info.update(distinct_plans=len(plan_counts), top_plan_share=top_share, states={"off": off_states, "on": on_states})
+pd.Series([r["repair_error"] or "ok" for r in out]).value_counts().rename("plans by outcome")
+
+# %% [markdown]
+# Action usage of the executed plans, excluding the final GenerateAnswer (RePAIR Table 3):
+# RAG-Critic's planner (notebook 08, with error categories) against RePAIR's (without).
+
+# %%
+rc_file = paths.stage_dir("correction") / "testbed" / "rag_critic_test.jsonl"
+rc_programs = [s.get("program") or "" for r in (read_jsonl(rc_file) if rc_file.exists() else [])
+               for s in r.get("steps", [])]
+usage = repair.action_usage_table(repair.count_actions(rc_programs), repair.count_actions(executed))
+pd.DataFrame(usage)
+
+# %%
+base_cost = {ds: records_cost(recs) for ds, recs in test.items()}
+save_method_run(
+    "repair", "12_repair", "RePAIR", out,
+    cost=add_costs(*base_cost.values(), final_planner.cost(), gen_test.cost()),
+    cost_by_dataset=dataset_costs(base_cost, final_planner.cost_by_dataset(), gen_test.cost_by_dataset()),
+    training={"calls": training_cost["calls"], "seconds": round(t_off["seconds"] + t_dpo["seconds"], 1),
+              "dpo_steps": [res_off.steps if res_off else 0, res_on.steps if res_on else 0],
+              "what": "train answers, executed candidate plans and two DPO rounds"},
+    degenerate=degenerate, seconds={"offpolicy": t_off["seconds"], "dpo_and_onpolicy": t_dpo["seconds"], "test": t["seconds"]},
+    info={"repair": {**info, "offpolicy_pairs": len(off_pairs), "onpolicy_pairs": len(on_pairs),
+                     "planner_start": "adapter" if start["init_adapter"] else "base model"},
+          "action_usage": usage},
+)["scores"]

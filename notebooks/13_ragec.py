@@ -1,0 +1,128 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 13 · RAGEC: which pipeline stage failed, and how
+# RAGEC does not answer questions: it diagnoses a RAG pipeline's wrong answers. Each error is
+# first **attributed to a stage** by rules over what each stage passed on (chunking, retrieval,
+# reranking, generation: are the gold-bearing chunks in the corpus, in the first stage's results,
+# still there after reranking, and does the answer cover the question's concepts at
+# `coverage_threshold`), then the LLM **votes** `votes` times (K = 10 in the paper) among that
+# stage's error types, and the modal type is the diagnosis (RAGEC Tables 2-4).
+#
+# The reranking stage (types E7/E8) exists only when a reranker sits between the first stage and
+# the generator. When standard RAG has none (`common.retriever.rerank` off) and `rerank` is on,
+# the test questions are answered again with the cross-encoder reranking the first stage's top
+# `first_stage_depth`, and RAGEC diagnoses that run's wrong answers, so all four stages can be
+# blamed. At most `max_errors` wrong answers per dataset are diagnosed (each costs K votes).
+# More than half invalid votes, or no reranking stage, are flagged as degenerate.
+#
+# RAGEC's diagnoses are set beside RAG-Critic's tier-1 labels (notebook 08's critic) on the same
+# wrong answers.
+
+# %% tags=["parameters"]
+votes = 10
+temperature = 0.7
+coverage_threshold = 0.8
+first_stage_depth = 20
+rerank = True
+max_errors = 40
+
+# %%
+import pandas as pd
+
+from ragcritic_lib import paths, runtime
+from ragcritic_lib.baselines import MeteredLLM, is_wrong, jsonable, load_method_results, ragec, stopwatch
+from ragcritic_lib.baselines.harness import shared_test_sets
+from ragcritic_lib.io import write_jsonl
+from ragcritic_lib.llm import GenParams
+from ragcritic_lib.params import load_params
+from ragcritic_lib.stage_metrics import write_stage_metrics
+from ragcritic_lib.taxonomy import load_taxonomy
+
+params = load_params()
+seed = params["common"]["seed"]
+rr = params["retrieval_rag"]  # standard RAG's settings
+gen = GenParams(max_new_tokens=rr["max_new_tokens"], stop=("\nQuestion:", "<|im_end|>"))
+rag_kw = dict(k=rr["top_k"], variant=rr["prompt_variant"], gen_params=gen, max_passage_words=rr["max_passage_words"])
+llm = runtime.load_generator(params)
+test = shared_test_sets(params)
+types = ragec.load_ragec_types()
+rerank_on = bool(runtime.retriever_config(params).get("rerank"))
+{ds: len(recs) for ds, recs in test.items()}
+
+# %% [markdown]
+# ## Stage attribution and type votes
+
+# %%
+m, out, inputs, answered = MeteredLLM(llm), [], [], {}
+with stopwatch() as t:
+    for ds, recs in test.items():
+        first_stage = runtime.load_retriever(params, ds, rerank=False)
+        gold_fn = ragec.make_chunk_gold_fn(runtime.load_corpus(params, ds))
+        with m.dataset(ds):
+            if not rerank_on and rerank:
+                reranked = runtime.load_retriever(params, ds, rerank=True, rerank_depth=first_stage_depth)
+                recs = ragec.reranked_records(m, recs, reranked=reranked, first_stage=first_stage,
+                                              depth=first_stage_depth, **rag_kw)
+            elif rerank_on:
+                recs = ragec.attach_first_stage(recs, first_stage, first_stage_depth)
+            wrong = [r for r in recs if is_wrong(r)]
+            answered[ds] = {"answers": len(recs), "wrong": len(wrong), "diagnosed": min(len(wrong), max_errors)}
+            out += ragec.run_ragec(m, wrong[:max_errors], types, chunk_gold_fn=gold_fn, k=votes,
+                                   coverage_threshold=coverage_threshold, temperature=temperature, seed=seed)
+        inputs += recs
+info = ragec.ragec_summary(out, votes, reranking_stage=rerank_on or rerank)
+table = pd.DataFrame(ragec.distribution_table(out, types, group_key="dataset"))
+pd.DataFrame(answered).T
+
+# %%
+table
+
+# %% [markdown]
+# Modal types per question type (RAGEC Table 3) and how many of the K votes agreed with the
+# modal type (RAGEC Table 4).
+
+# %%
+mode_freq = ragec.mode_frequency_table(out, votes)
+print("mode frequency (Table 4):", mode_freq, "| stages:", ragec.stage_counts(out))
+pd.DataFrame(ragec.distribution_table(out, types, group_key="question_type")).drop(columns=["stage"])
+
+# %% [markdown]
+# ## Agreement with RAG-Critic's tier-1 labels
+# The critic's first-round critique in notebook 08 judged standard RAG's answers, so when RAGEC
+# diagnosed a re-answered run only the questions answered the same way in both runs are compared.
+# Side agreement: both blame the same side (retrieval vs response); type agreement: the tier-1
+# label mapped from the modal E-type is among the critic's.
+
+# %%
+taxonomy = load_taxonomy()
+critic_file = paths.stage_dir("correction") / "{dataset}" / "rag_critic_test.jsonl"
+critic_recs = [r for ds, recs in test.items()
+               for r in load_method_results(str(critic_file).format(dataset=ds), ids=[x["id"] for x in recs],
+                                            pred_key="final_prediction")]
+critiques = ragec.first_round_critiques(critic_recs)
+labels = ragec.critic_tier1_labels(critic_recs, critiques)
+same = ragec.same_answer_keys([r for recs in test.values() for r in recs], inputs)
+labels = {key: v for key, v in labels.items() if key in same}
+agreement = ragec.tier1_agreement(out, labels, types, canonical=taxonomy.canonical)
+{"same_answer_questions": len(same), **{k: v for k, v in agreement.items() if k != "by_stage"}}
+
+# %%
+write_jsonl(paths.stage_dir("ragec") / "diagnoses.jsonl", out)
+paths.TABLES_DIR.mkdir(parents=True, exist_ok=True)
+table.to_csv(paths.TABLES_DIR / "13_ragec_types.csv", index=False)
+metrics = {**info, "answers": answered, "mode_frequency": mode_freq, "agreement": agreement,
+           "critic_source": "notebook 08 critic", "same_answer_questions": len(same),
+           "cost": m.cost(), "cost_by_dataset": m.cost_by_dataset(), "seconds": {"diagnosis": round(t["seconds"], 1)}}
+write_stage_metrics("13_ragec", jsonable(metrics))
+sorted(metrics)

@@ -1,0 +1,196 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 14 · One comparison: RAG-Critic and the baselines on the same questions
+# Every row answers the same test questions (the first `test_questions` of each dataset in
+# `datasets`, which are the correction ladder's questions) with the same generator,
+# retriever and passages. Standard RAG's answers come from notebook 01, RAG-Critic's from notebook
+# 08 (one critique-plan-execute round), the baselines' from notebooks 09-12 (RAGEC, notebook 13,
+# diagnoses errors instead of answering and is summarised at the end).
+#
+# For each method against standard RAG: the F1 change with a paired bootstrap 95% interval over
+# questions, a paired sign-flip permutation p-value, and that p-value Holm-corrected across the
+# five methods (RAG-Critic, Self-Refine, CRAG, SIM-RAG, RePAIR). Oracle and ablation rows are
+# shown with their unadjusted p-values and are not part of the corrected family. The minimum
+# detectable effect says how large a change these questions can detect at 80% power.
+#
+# Cost: test-time LLM calls per question (generate, score and choose; the standard RAG answer a
+# method starts from is included), and training cost: LLM calls and optimizer steps spent before
+# test time (RAG-Critic: answer sampling for its error pool, the LLM-teacher subsets, critic SFT
+# and DPO, the planner's SFT). The degenerate list gathers every method's flags.
+
+# %% tags=["parameters"]
+datasets = "testbed"
+test_questions = 140
+n_boot = 2000
+n_perm = 10000
+ci_alpha = 0.05
+rag_critic_results = "data/correction/{dataset}/rag_critic_test.jsonl"
+rag_critic_pred_key = "final_prediction"
+
+# %%
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from ragcritic_lib import paths
+from ragcritic_lib.baselines import (
+    comparison_table, jsonable, load_method_results, markdown_table, records_cost, score_records,
+)
+from ragcritic_lib.baselines.compare import comparison_summary, degenerate_list, method_comparison
+from ragcritic_lib.baselines.harness import load_method_run, shared_test_sets
+from ragcritic_lib.io import read_json
+from ragcritic_lib.params import load_params
+from ragcritic_lib.stage_metrics import write_stage_metrics
+
+params = load_params()
+seed = params["common"]["seed"]
+test = shared_test_sets(params)  # reads datasets and test_questions from params, as every baseline stage does
+datasets = list(test)
+METHOD_STAGES = {"Self-Refine": ("09_self_refine", "self_refine"), "CRAG": ("10_crag", "crag"),
+                 "SIM-RAG": ("11_simrag", "simrag"), "RePAIR": ("12_repair", "repair")}
+{ds: len(recs) for ds, recs in test.items()}
+
+# %% [markdown]
+# ## Gathering every method's answers
+
+# %%
+records = {"standard RAG": score_records([r for recs in test.values() for r in recs])}
+extra, run_metrics = {}, {}
+m08 = read_json(paths.require(paths.METRICS_DIR / "08_correction.json"))
+records["RAG-Critic"] = [r for ds, recs in test.items()
+                         for r in load_method_results(rag_critic_results.format(dataset=ds), ids=[x["id"] for x in recs],
+                                                      pred_key=rag_critic_pred_key)]
+for name, (stem, stage) in METHOD_STAGES.items():
+    run_metrics[name], recs = load_method_run(stem, stage)
+    records[name] = score_records(recs)
+    for label, run in run_metrics[name].get("runs", {}).items():
+        extra[label] = score_records(load_method_run(stem, stage, run=run["file"].rsplit("/", 1)[1][:-6])[1])
+pd.DataFrame({name: {"questions": len(recs)} for name, recs in {**records, **extra}.items()}).T
+
+# %% [markdown]
+# ## Cost per method and dataset
+# Test-time calls per dataset from each stage's meter. RAG-Critic's come from notebook 08's meter
+# on these same questions (critic, planner and actions) plus the standard RAG answer it starts from.
+
+# %%
+std_calls = {ds: float(records_cost(test[ds])["calls"]) for ds in datasets}
+costs = {ds: {"standard RAG": {"calls": std_calls[ds]}} for ds in datasets}
+for ds in datasets:
+    rc = ((m08.get("cost") or {}).get(ds) or {}).get("RAG-Critic", {}).get("total", {})
+    costs[ds]["RAG-Critic"] = {"calls": std_calls[ds] + float(rc.get("calls", 0.0))} if rc else {}
+    for name, mt in run_metrics.items():
+        c = (mt.get("cost_by_dataset") or {}).get(ds) or {}
+        tr = mt.get("training") or {}
+        costs[ds][name] = {"calls": float(c.get("calls", 0.0)), "training_calls": tr.get("calls"),
+                           "training_seconds": tr.get("seconds")}
+m02, m05, m06 = (read_json(paths.require(paths.METRICS_DIR / f"{s}.json"))
+                 for s in ("02_error_sampling", "05_critic_sft", "06_critic_dpo"))
+m03 = read_json(paths.require(paths.METRICS_DIR / "03_tagging.json"))
+rc_training = {
+    "sampled_answers": m02.get("samples"),
+    "llm_teacher_calls": ((m02.get("teacher_parse") or {}).get("llm_subset") or {}).get("calls", 0)
+    + (m03.get("llm_subset_parse") or {}).get("calls", 0),
+    "steps": {"critic_sft": (m05.get("train") or {}).get("steps"), "critic_dpo": (m06.get("train") or {}).get("steps"),
+              "planner_sft": (m08.get("planner_training") or {}).get("steps")},
+}
+rc_training["calls"] = (rc_training["sampled_answers"] or 0) + rc_training["llm_teacher_calls"]
+for ds in datasets:
+    if costs[ds]["RAG-Critic"]:
+        costs[ds]["RAG-Critic"]["training_calls"] = rc_training["calls"]
+steps = {"RAG-Critic": sum(v or 0 for v in rc_training["steps"].values()),
+         "SIM-RAG": (run_metrics["SIM-RAG"].get("training") or {}).get("llm_critic", {}).get("steps", 0),
+         "RePAIR": sum((run_metrics["RePAIR"].get("training") or {}).get("dpo_steps") or [0]),
+         "CRAG": 0, "Self-Refine": 0, "standard RAG": 0}
+rc_training
+
+# %% [markdown]
+# ## The comparison, with Holm-corrected p-values
+
+# %%
+comparison, summaries, extra_rows = {}, {}, {}
+for ds in datasets:
+    comparison[ds] = method_comparison(records, baseline="standard RAG", dataset=ds, costs=costs[ds], n_boot=n_boot,
+                                       n_perm=n_perm, alpha=ci_alpha, seed=seed)
+    summaries[ds] = comparison_summary(comparison[ds], alpha=ci_alpha)
+    if extra:
+        rows = method_comparison({"standard RAG": records["standard RAG"], **extra}, baseline="standard RAG", dataset=ds, n_boot=n_boot, n_perm=n_perm,
+                                 alpha=ci_alpha, seed=seed)
+        extra_rows[ds] = {k: {**v, "p_holm": None} for k, v in rows.items() if k != "standard RAG"}
+    for name, row in comparison[ds].items():
+        row["training_steps"] = steps.get(name, 0)
+table = pd.DataFrame([{"dataset": ds, "method": name, **row} for ds in datasets
+                      for name, row in {**comparison[ds], **extra_rows.get(ds, {})}.items()])
+table[["dataset", "method", "n", "em", "f1", "acc", "delta_f1", "ci_low", "ci_high", "p", "p_holm",
+       "calls_per_question", "training_calls", "training_steps"]].round(3)
+
+# %%
+summaries
+
+# %% [markdown]
+# ## Degenerate regimes
+# A flag means the method ran in a regime that its paper's numbers do not describe: read its row
+# with that in mind.
+
+# %%
+flags = {name: mt.get("degenerate") or [] for name, mt in run_metrics.items()}
+flags["RAG-Critic"] = [d for d in (m08.get("degenerate") or []) if "RAG-Critic" in d]
+m13 = paths.METRICS_DIR / "13_ragec.json"
+ragec = read_json(m13) if m13.exists() else {}
+flags["RAGEC"] = ragec.get("degenerate") or []
+degenerate = degenerate_list(flags)
+degenerate
+
+# %% [markdown]
+# ## RAGEC: the diagnosis side
+# RAGEC answers no question; its stage attribution and its agreement with RAG-Critic's tier-1
+# labels on the same wrong answers come from notebook 13.
+
+# %%
+{k: ragec.get(k) for k in ("answers", "stages", "invalid_rate", "agreement", "degenerate") if k in ragec}
+
+# %%
+fig, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 3.6), squeeze=False)
+for ax, ds in zip(axes[0], datasets):
+    sub = table[(table.dataset == ds) & (table.method != "standard RAG")].reset_index(drop=True)
+    ax.errorbar(sub.delta_f1, range(len(sub)), xerr=[sub.delta_f1 - sub.ci_low, sub.ci_high - sub.delta_f1],
+                fmt="o", capsize=3)
+    ax.axvline(0, color="grey", lw=0.8)
+    ax.set(yticks=range(len(sub)), yticklabels=sub.method, xlabel="F1 change vs standard RAG (95% CI)", title=ds)
+    ax.invert_yaxis()
+fig.tight_layout()
+paths.FIGURES_DIR.mkdir(parents=True, exist_ok=True)
+fig.savefig(paths.FIGURES_DIR / "14_delta_f1.png", dpi=120)
+fig.savefig(paths.FIGURES_DIR / "14_delta_f1.svg")
+
+# %% [markdown]
+# ## Per question type (paired intervals, no correction: descriptive)
+
+# %%
+rows = comparison_table({**records, **extra}, baseline="standard RAG", n_boot=n_boot, alpha=ci_alpha, seed=seed)
+by_type = pd.DataFrame(rows)
+by_type[by_type.type != "all"].pivot_table(index=["dataset", "type"], columns="method", values="d_f1").round(3)
+
+# %%
+paths.TABLES_DIR.mkdir(parents=True, exist_ok=True)
+cols = ["dataset", "method", "n", "em", "f1", "acc", "delta_f1", "ci_low", "ci_high", "p", "p_holm",
+        "calls_per_question", "training_calls", "training_steps"]
+table[cols].to_csv(paths.TABLES_DIR / "14_comparison.csv", index=False)
+(paths.TABLES_DIR / "14_comparison.md").write_text(markdown_table(table[cols].to_dict("records"), cols))
+metrics = {
+    "comparison": comparison, "oracle_and_ablation_rows": extra_rows, "summary": summaries,
+    "rows": [{**r, "method": r["method"]} for r in rows], "degenerate": degenerate, "degenerate_by_method": flags,
+    "rag_critic_training": rc_training,
+    "stage_seconds": {name: mt.get("seconds") for name, mt in run_metrics.items()},
+}
+write_stage_metrics("14_comparison", jsonable(metrics))
+sorted(metrics)
