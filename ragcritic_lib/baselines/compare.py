@@ -1,0 +1,160 @@
+"""The method-comparison block of the comparison stage (``reports/metrics/<NN>_comparison.json``).
+
+Every method is compared with one baseline on exactly the same questions of one dataset: the
+F1 change with a paired bootstrap interval, a paired sign-flip permutation p-value and that
+p-value Holm-corrected across the compared methods, plus the cost of each method.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ragcritic_lib.baselines import METRICS, dataset_name
+
+
+def holm_adjust(pvalues: Mapping[str, float]) -> dict[str, float]:
+    """Holm-Bonferroni step-down adjusted p-values, keyed like ``pvalues``.
+
+    With the m non-NaN p-values sorted ascending, the i-th (0-based) becomes
+    ``p_(i) * (m - i)``, made non-decreasing by a running maximum and capped at 1. NaN p-values
+    stay NaN and do not count in m.
+
+    Raises:
+        ValueError: naming the key of a p-value that is not a number in [0, 1].
+    """
+    checked: dict[str, float] = {}
+    for key, p in pvalues.items():
+        try:
+            val = float(p)
+        except (TypeError, ValueError):
+            raise ValueError(f"p-value of {key!r} is not a number: {p!r}") from None
+        if not math.isnan(val) and not 0.0 <= val <= 1.0:
+            raise ValueError(f"p-value of {key!r} is outside [0, 1]: {val}")
+        checked[key] = val
+    out = {k: float("nan") for k, v in checked.items() if math.isnan(v)}
+    ranked = sorted((k for k, v in checked.items() if not math.isnan(v)), key=lambda k: checked[k])
+    m, running = len(ranked), 0.0
+    for i, key in enumerate(ranked):
+        running = max(running, min(1.0, checked[key] * (m - i)))
+        out[key] = running
+    return {k: out[k] for k in pvalues}
+
+
+def _by_id(method: str, records: Sequence[Mapping[str, Any]], dataset: str) -> dict[str, Mapping[str, Any]]:
+    out: dict[str, Mapping[str, Any]] = {}
+    for r in records:
+        if dataset_name(r) != dataset:
+            continue
+        qid = str(r["id"])
+        if qid in out:
+            raise ValueError(f"{method}: question id {qid!r} appears twice on dataset {dataset!r}")
+        missing = [m for m in METRICS if m not in r]
+        if missing:
+            raise ValueError(f"{method}: record {qid!r} has no {missing} (score it with score_records)")
+        out[qid] = r
+    return out
+
+
+def method_comparison(
+    results: Mapping[str, Sequence[Mapping[str, Any]]], *, baseline: str = "standard RAG",
+    dataset: str = "testbed", costs: Mapping[str, Mapping[str, Any]] | None = None,
+    n_boot: int = 1000, n_perm: int = 10000, alpha: float = 0.05, seed: int = 0,
+) -> dict[str, dict[str, Any]]:
+    """Each method against ``baseline`` on ``dataset``, one row per method (baseline first).
+
+    ``results`` maps a method's display name to its scored records ("id", a dataset name, and
+    "em", "f1", "acc"); ``costs`` maps a method to {"calls": test-time LLM calls on this
+    dataset, optional "training_calls", "training_seconds"}. Row fields:
+
+    - ``n``: questions compared; ``em``, ``f1``, ``acc``: the method's means over them;
+      ``f1_sd``: sample SD of its per-question F1 (NaN below 2 questions).
+    - ``delta_f1``: mean F1 minus the baseline's, paired per question; ``ci_low``/``ci_high``:
+      its paired percentile bootstrap interval (level 1 - alpha).
+    - ``p``: two-sided sign-flip permutation p-value of ``delta_f1``; ``p_holm``: ``p``
+      Holm-corrected across the non-baseline methods (:func:`holm_adjust`).
+    - ``mde``: smallest F1 change detectable at 80% power from the SD of this method's paired
+      differences at this n (NaN for the baseline, and below 2 questions).
+    - ``calls_per_question``: ``calls / n`` (None without a cost entry); ``training_calls``,
+      ``training_seconds``: as given (None when absent).
+
+    The baseline row has delta 0, CI 0..0, p and p_holm 1.
+
+    Raises:
+        KeyError: ``baseline`` not in ``results``.
+        ValueError: the baseline has no question on ``dataset``; a method did not answer exactly
+            the baseline's questions (naming it and how many ids are missing and extra); a
+            duplicated id or an unscored record.
+    """
+    from ragcritic_lib.stats import paired_comparison
+
+    if baseline not in results:
+        raise KeyError(f"baseline {baseline!r} missing from results ({sorted(results)})")
+    base = _by_id(baseline, results[baseline], dataset)
+    if not base:
+        raise ValueError(f"baseline {baseline!r} has no question on dataset {dataset!r}")
+    ids = list(base)
+    base_f1 = [float(base[i]["f1"]) for i in ids]
+    rows: dict[str, dict[str, Any]] = {}
+    for method in [baseline] + [m for m in results if m != baseline]:
+        recs = _by_id(method, results[method], dataset)
+        missing, extra = set(ids) - set(recs), set(recs) - set(ids)
+        if missing or extra:
+            raise ValueError(
+                f"{method}: answered a different question set than {baseline!r} on {dataset!r} "
+                f"({len(missing)} ids missing, {len(extra)} extra, e.g. {sorted(missing or extra)[:3]})")
+        f1 = [float(recs[i]["f1"]) for i in ids]
+        n = len(ids)
+        row: dict[str, Any] = {"n": n}
+        for m in METRICS:
+            row[m] = sum(float(recs[i][m]) for i in ids) / n
+        mean = row["f1"]
+        row["f1_sd"] = math.sqrt(sum((x - mean) ** 2 for x in f1) / (n - 1)) if n > 1 else float("nan")
+        if method == baseline:
+            row.update(delta_f1=0.0, ci_low=0.0, ci_high=0.0, p=1.0, p_holm=1.0, mde=float("nan"))
+        else:
+            pc = paired_comparison(f1, base_f1, n_boot=n_boot, n_perm=n_perm, alpha=alpha, seed=seed)
+            row.update(delta_f1=pc["delta"], ci_low=pc["ci_low"], ci_high=pc["ci_high"], p=pc["p_value"],
+                       mde=pc["mde"])
+        cost = (costs or {}).get(method) or {}
+        calls = cost.get("calls")
+        row["calls_per_question"] = None if calls is None else float(calls) / n
+        row["training_calls"] = cost.get("training_calls")
+        row["training_seconds"] = cost.get("training_seconds")
+        rows[method] = row
+    adjusted = holm_adjust({m: r["p"] for m, r in rows.items() if m != baseline})
+    for m, p in adjusted.items():
+        rows[m]["p_holm"] = p
+    return rows
+
+
+def comparison_summary(block: Mapping[str, Mapping[str, Any]], *, baseline: str = "standard RAG",
+                       alpha: float = 0.05) -> dict[str, Any]:
+    """What a :func:`method_comparison` block says as a whole.
+
+    - ``mde_conservative``: F1 change detectable at 80% power from the baseline's per-question
+      F1 SD at its n, treating paired scores as uncorrelated (difference SD ``sqrt(2) * sd``,
+      :func:`ragcritic_lib.stats.paired_mde`); NaN below 2 questions.
+    - ``significant_after_holm``: methods with ``p_holm < alpha``, baseline excluded, sorted.
+    """
+    from ragcritic_lib.stats import paired_mde
+
+    if baseline not in block:
+        raise KeyError(f"baseline {baseline!r} missing from the comparison block ({sorted(block)})")
+    row = block[baseline]
+    sd, n = float(row["f1_sd"]), int(row["n"])
+    mde = paired_mde(pilot_sd=sd, n=n, alpha=alpha) if n >= 2 else float("nan")
+    significant = sorted(m for m, r in block.items()
+                         if m != baseline and r.get("p_holm") is not None and float(r["p_holm"]) < alpha)
+    return {"mde_conservative": mde, "significant_after_holm": significant}
+
+
+def degenerate_list(flags: Mapping[str, Sequence[str] | None]) -> list[str]:
+    """``{method: [reason, ...]}`` as sorted "method: reason" strings (empty when none)."""
+    out = []
+    for method, reasons in flags.items():
+        if isinstance(reasons, str):
+            raise ValueError(f"degenerate flags of {method!r} must be a list of reasons, got a string")
+        out.extend(f"{method}: {reason}" for reason in reasons or ())
+    return sorted(out)
