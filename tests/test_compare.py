@@ -1,0 +1,118 @@
+"""The comparison stage's method block: Holm correction, pairing checks, costs (baselines.compare)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from ragcritic_lib.baselines.compare import (
+    comparison_summary, degenerate_list, holm_adjust, method_comparison,
+)
+from ragcritic_lib.stats import paired_mde
+
+
+def test_holm_hand_computed():
+    # Sorted: a .01 * 3 = .03, c .03 * 2 = .06, b .04 * 1 = .04 -> running max .06.
+    adj = holm_adjust({"a": 0.01, "b": 0.04, "c": 0.03})
+    assert list(adj) == ["a", "b", "c"]
+    assert adj == pytest.approx({"a": 0.03, "b": 0.06, "c": 0.06})
+
+
+def test_holm_caps_at_one_and_keeps_order():
+    rng = np.random.default_rng(3)
+    p = {f"m{i}": float(x) for i, x in enumerate(rng.uniform(0, 0.6, size=12))}
+    adj = holm_adjust(p)
+    ranked = sorted(p, key=p.get)
+    values = [adj[k] for k in ranked]
+    assert values == sorted(values)
+    assert all(adj[k] >= p[k] for k in p)
+    assert max(values) == 1.0  # 12 * 0.6-scale p-values must hit the cap
+    assert holm_adjust({"only": 0.2}) == {"only": 0.2}
+    assert holm_adjust({}) == {}
+
+
+def test_holm_nan_left_out_of_m():
+    adj = holm_adjust({"a": 0.01, "b": float("nan"), "c": 0.02})
+    assert math.isnan(adj["b"])
+    # m = 2, not 3: a .02, c .02.
+    assert adj["a"] == pytest.approx(0.02) and adj["c"] == pytest.approx(0.02)
+
+
+@pytest.mark.parametrize("bad", [1.5, -0.1, "x", None])
+def test_holm_invalid_p_names_key(bad):
+    with pytest.raises(ValueError, match="'CRAG'"):
+        holm_adjust({"ok": 0.1, "CRAG": bad})
+
+
+def _records(f1s, *, dataset="testbed", prefix="q"):
+    return [{"id": f"{prefix}{i}", "dataset": dataset, "em": float(f >= 1.0), "f1": float(f), "acc": float(f > 0)}
+            for i, f in enumerate(f1s)]
+
+
+@pytest.fixture()
+def results():
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0.0, 0.6, size=60).round(3)
+    better = np.minimum(1.0, base + rng.uniform(0.2, 0.4, size=60)).round(3)
+    other = _records([0.5] * 5, dataset="other")  # another dataset's rows are ignored
+    return {"standard RAG": _records(base) + other, "Better": _records(better)[::-1],
+            "Same": _records(base)}
+
+
+def test_method_comparison_better_and_equal(results):
+    block = method_comparison(results, costs={"Better": {"calls": 180, "training_calls": 50}},
+                              n_boot=500, n_perm=2000, seed=1)
+    assert list(block) == ["standard RAG", "Better", "Same"]
+    keys = {"n", "em", "f1", "acc", "delta_f1", "ci_low", "ci_high", "p", "p_holm", "mde",
+            "calls_per_question", "training_calls", "training_seconds"}
+    assert all(keys <= set(row) for row in block.values())
+    base, better, same = block["standard RAG"], block["Better"], block["Same"]
+    assert base["n"] == better["n"] == 60
+    assert (base["delta_f1"], base["ci_low"], base["ci_high"], base["p"], base["p_holm"]) == (0, 0, 0, 1, 1)
+    assert better["delta_f1"] == pytest.approx(better["f1"] - base["f1"])
+    assert better["delta_f1"] > 0.2 and 0 < better["ci_low"] <= better["delta_f1"] <= better["ci_high"]
+    assert better["p"] == pytest.approx(1 / 2001)  # no random sign assignment reaches the observed sum
+    assert better["p_holm"] == pytest.approx(2 / 2001) and better["p_holm"] < 0.01
+    assert same["delta_f1"] == 0 and same["ci_low"] == same["ci_high"] == 0
+    assert same["p"] == 1.0 and same["p_holm"] == 1.0
+    summary = comparison_summary(block)
+    assert summary["significant_after_holm"] == ["Better"]
+    assert summary["mde_conservative"] == pytest.approx(paired_mde(pilot_sd=base["f1_sd"], n=60))
+    assert summary["mde_conservative"] > 0
+
+
+def test_calls_per_question(results):
+    block = method_comparison(results, costs={"standard RAG": {"calls": 60}, "Better": {"calls": 150,
+                              "training_seconds": 12.5}}, n_boot=100, n_perm=100)
+    assert block["standard RAG"]["calls_per_question"] == 1.0
+    assert block["Better"]["calls_per_question"] == 2.5
+    assert block["Better"]["training_seconds"] == 12.5 and block["Better"]["training_calls"] is None
+    assert block["Same"]["calls_per_question"] is None
+
+
+def test_same_ids_required(results):
+    results["Partial"] = results["Same"][:55] + _records([0.1], prefix="new")
+    with pytest.raises(ValueError, match=r"Partial.*5 ids missing, 1 extra"):
+        method_comparison(results, n_boot=100, n_perm=100)
+
+
+def test_dataset_filter_and_bad_inputs(results):
+    block = method_comparison({"standard RAG": results["standard RAG"]}, dataset="other")
+    assert block["standard RAG"]["n"] == 5
+    with pytest.raises(ValueError, match="no question on dataset 'nope'"):
+        method_comparison(results, dataset="nope")
+    with pytest.raises(KeyError, match="baseline"):
+        method_comparison(results, baseline="RAG-Critic")
+    with pytest.raises(ValueError, match="Dup.*'q0' appears twice"):
+        method_comparison({**results, "Dup": results["Same"] + results["Same"][:1]}, n_boot=100, n_perm=100)
+
+
+def test_degenerate_list():
+    assert degenerate_list({}) == []
+    assert degenerate_list({"CRAG": [], "SIM-RAG": None}) == []
+    assert degenerate_list({"SIM-RAG": ["critic always accepts"], "CRAG": ["no web search", "all ambiguous"]}) == [
+        "CRAG: all ambiguous", "CRAG: no web search", "SIM-RAG: critic always accepts"]
+    with pytest.raises(ValueError, match="'CRAG'"):
+        degenerate_list({"CRAG": "no web search"})
