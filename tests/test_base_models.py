@@ -69,14 +69,14 @@ def test_served_generator_error_names_the_key():
 
 
 def test_generator_name_that_is_no_local_folder_is_an_error_naming_the_key():
-    with pytest.raises(ValueError, match=r"^baselines\.repair_base_model: the generator's model 'org/model' "
+    with pytest.raises(ValueError, match=r"^repair\.base_model: the generator's model 'org/model' "
                                          r"\(backend hf\) is not a local model folder"):
-        runtime.resolve_base_model(_params(backend="hf", model="org/model"), "", key="baselines.repair_base_model")
+        runtime.resolve_base_model(_params(backend="hf", model="org/model"), "", key="repair.base_model")
 
 
 def test_bad_overrides_are_errors_naming_the_key(tmp_path):
     params = _params(**SERVED)
-    key = "baselines.simrag_critic_base_model"
+    key = "simrag.critic_base_model"
     with pytest.raises(ValueError, match=rf"^{key}: '.*nowhere' is not a local model folder"):
         runtime.resolve_base_model(params, str(tmp_path / "nowhere"), key=key)
     adapter = tmp_path / "adapter"
@@ -107,8 +107,8 @@ def _with(params, **sections):
 def test_committed_params_name_every_base_model_key_empty(params):
     assert params["critic_sft"]["base_model"] == ""
     assert params["correction"]["planner_base_model"] == ""
-    assert params["baselines"]["repair_base_model"] == ""
-    assert params["baselines"]["simrag_critic_base_model"] == ""
+    assert params["repair"]["base_model"] == ""
+    assert params["simrag"]["critic_base_model"] == ""
 
 
 def test_base_model_keys_must_be_local_folders_or_stage_outputs(params, tmp_path):
@@ -120,28 +120,29 @@ def test_base_model_keys_must_be_local_folders_or_stage_outputs(params, tmp_path
     assert "correction.planner_base_model: expected str, got int (7)" in problems
     good = _with(params, critic_sft={"base_model": str(_model_folder(tmp_path / "m"))},
                  correction={"planner_base_model": "data/critic_sft/merged"},  # written by stage critic_sft
-                 baselines={"repair_base_model": str(tmp_path / "m"), "simrag_critic_base_model": ""})
+                 repair={"base_model": str(tmp_path / "m")}, simrag={"critic_base_model": ""})
     assert params_problems(good) == []
 
 
 def test_served_generator_needs_the_base_models_of_the_stages_that_train(params, tmp_path):
     served = copy.deepcopy(params)
     served["common"]["generator"] = {"backend": "openai", "model": "served-x", "urls": "http://127.0.0.1:9"}
-    problems = params_problems(served)
-    assert problems == [
+    # RePAIR from an init checkpoint and SIM-RAG with the classifier critic train no LLM of their own
+    fewer = _with(served, repair={"init_adapter": "data/correction/planner_adapter"}, simrag={"critic": "classifier"})
+    assert params_problems(fewer) == [
         "critic_sft.base_model: required when common.generator.backend is 'openai' (a served model 'served-x' "
         "cannot be trained; set a local checkpoint folder)",
         "correction.planner_base_model: required when common.generator.backend is 'openai' (a served model "
         "'served-x' cannot be trained; set a local checkpoint folder)",
     ]
-    # RePAIR without an init checkpoint and SIM-RAG with an LLM critic train from their base models too
-    more = _with(served, baselines={"repair_init_adapter": "", "simrag_critic": "llm"})
+    # RePAIR without an init checkpoint and SIM-RAG with an LLM critic (the defaults) train from their bases
+    more = _with(served, repair={"init_adapter": ""}, simrag={"critic": "llm"})
     assert {p.split(":")[0] for p in params_problems(more)} == {
-        "critic_sft.base_model", "correction.planner_base_model", "baselines.repair_base_model",
-        "baselines.simrag_critic_base_model"}
+        "critic_sft.base_model", "correction.planner_base_model", "repair.base_model",
+        "simrag.critic_base_model"}
     local = str(_model_folder(tmp_path / "m"))
     fixed = _with(more, critic_sft={"base_model": local}, correction={"planner_base_model": local},
-                  baselines={"repair_base_model": local, "simrag_critic_base_model": local})
+                  repair={"base_model": local}, simrag={"critic_base_model": local})
     assert params_problems(fixed) == []
 
 
@@ -207,11 +208,11 @@ def test_training_start_continues_an_adapter_on_its_base_and_a_full_checkpoint_a
     start = runtime.training_start(tiny["adapter"])
     assert start == {"base_model": str(tiny["base"]), "init_adapter": str(tiny["adapter"])}
     assert runtime.training_start(tiny["adapter"], base_model=str(tiny["base"]))["base_model"] == str(tiny["base"])
-    with pytest.raises(ValueError, match=r"^baselines\.repair_base_model: .* is not the base the adapter"):
-        runtime.training_start(tiny["adapter"], base_model=str(tiny["full"]), key="baselines.repair_base_model")
+    with pytest.raises(ValueError, match=r"^repair\.base_model: .* is not the base the adapter"):
+        runtime.training_start(tiny["adapter"], base_model=str(tiny["full"]), key="repair.base_model")
     assert runtime.training_start(tiny["full"]) == {"base_model": str(tiny["full"]), "init_adapter": None}
-    with pytest.raises(ValueError, match=r"^baselines\.repair_base_model: .* is a full checkpoint"):
-        runtime.training_start(tiny["full"], base_model=str(tiny["base"]), key="baselines.repair_base_model")
+    with pytest.raises(ValueError, match=r"^repair\.base_model: .* is a full checkpoint"):
+        runtime.training_start(tiny["full"], base_model=str(tiny["base"]), key="repair.base_model")
 
 
 def test_adapter_runs_on_its_recorded_base_not_on_the_served_generator(tiny):

@@ -164,4 +164,4 @@ def test_workshop_profile_merges_over_params():
     merged = exercises.profile_params("workshop")
     assert merged["retrieval_rag"]["eval_questions"] == 20
     assert merged["retrieval_rag"]["top_k"] == exercises.profile_params()["retrieval_rag"]["top_k"]
-    assert merged["baselines"]["max_test_questions"] <= merged["correction"]["n_questions"]
+    assert merged["comparison"]["test_questions"] <= merged["correction"]["n_questions"]

@@ -78,10 +78,11 @@ REJECTED = [
     ("correction", {"planner_decoding": "beam"}, "correction.planner_decoding: must be one of free | constrained | scored"),
     ("correction", {"planner_launcher": "mpi"}, "correction.planner_launcher: must be one of inprocess | accelerate"),
     ("correction", {"timeout_s": 0.0}, "correction.timeout_s: must be > 0, got 0.0"),
-    ("baselines", {"ci_alpha": 1.0}, "baselines.ci_alpha: must be in (0, 1), got 1.0"),
-    ("baselines", {"rag_critic_results": "data/correction/{ds}/x.jsonl"},
-     "baselines.rag_critic_results: 'data/correction/{ds}/x.jsonl': only the placeholder {dataset} is allowed"),
-    ("baselines", {"crag_rewriter": "t5"}, "baselines.crag_rewriter: must be one of keywords | llm, got 't5'"),
+    ("comparison", {"ci_alpha": 1.0}, "comparison.ci_alpha: must be in (0, 1), got 1.0"),
+    ("comparison", {"rag_critic_results": "data/correction/{ds}/x.jsonl"},
+     "comparison.rag_critic_results: 'data/correction/{ds}/x.jsonl': only the placeholder {dataset} is allowed"),
+    ("comparison", {"datasets": "testbed,nowhere"}, "comparison.datasets: 'nowhere' not in common.datasets (testbed, trivia)"),
+    ("crag", {"rewriter": "t5"}, "crag.rewriter: must be one of keywords | llm, got 't5'"),
     ("analysis", {"main_metric": "rouge"}, "analysis.main_metric: must be one of em | f1 | acc, got 'rouge'"),
 ]
 
@@ -132,6 +133,7 @@ def test_backend_unsupported_key_is_reported(params):
     bad = _bad(params, "common.generator", {"backend": "openai", "no_repeat_ngram_size": 3, "urls": "http://x:1"})
     local = "data/assets/models/smollm2-135m-instruct"  # a served generator: trained models need a local base
     bad["critic_sft"]["base_model"] = bad["correction"]["planner_base_model"] = local
+    bad["repair"]["base_model"] = bad["simrag"]["critic_base_model"] = local
     assert params_problems(bad) == ["common.generator.no_repeat_ngram_size: not supported by backend 'openai'"]
     bad["common"]["generator"]["no_repeat_ngram_size"] = 0  # off: harmless
     assert params_problems(bad) == []

@@ -283,5 +283,5 @@ def test_reranked_records_make_the_reranking_stage_reachable(types, gold_fn):
 def test_params_ask_ten_votes_with_a_reranking_stage():
     from ragcritic_lib.params import load_params
 
-    section = load_params()["baselines"]
-    assert section["ragec_votes"] == 10 and section["ragec_rerank"] is True
+    section = load_params()["ragec"]
+    assert section["votes"] == 10 and section["rerank"] is True
