@@ -59,8 +59,9 @@ out.table("stage01_standard_rag", analysis.standard_rag_table(inputs, **fmt))
 
 # %% [markdown]
 # ## Main comparison (RAG-Critic Table 3 / RePAIR Table 2)
-# Every method on the same test questions; F1 with its bootstrap interval and the paired change
-# against standard RAG. Small test sets give wide intervals: read the intervals, not the points.
+# Every method on the same test questions (stage 14); F1 with its bootstrap interval, the paired
+# change against standard RAG and its Holm-corrected p-value. Small test sets give wide intervals:
+# read the intervals, not the points.
 
 # %%
 # BEGIN SOLUTION hint: build `main` with analysis.main_comparison_table, then save its figure and table with `out`
@@ -107,7 +108,7 @@ out.table("critic_known_causes", analysis.known_causes_table(inputs, **fmt))
 # %% [markdown]
 # ## Cost (Table 8)
 # Calls and tokens per question of each correction phase (stage 08), and of every method of
-# stage 09 on its shared questions.
+# stage 14 on its shared questions (tokens from each method's stage, 09-12), with training cost.
 
 # %%
 critic_acc = analysis.trained_critic_accuracy(inputs, critic=trained_critic)
@@ -134,7 +135,7 @@ out.figure("fig8_11_tier2_errors", analysis.plot_tier2_top(tier2, top=top_tier2)
 out.table("fig8_11_tier2_errors", tier2)
 
 # %% [markdown]
-# ## RAGEC: stages and error types (RAGEC Tables 2 and 4)
+# ## RAGEC: stages and error types (RAGEC Tables 2 and 4, stage 13)
 
 # %%
 ragec_types = analysis.ragec_types_table(inputs, table_file=ragec_types_table, **fmt)
@@ -148,7 +149,7 @@ out.table("ragec_table4_mode_frequency", analysis.ragec_mode_frequency_table(inp
 out.table("ragec_stages_agreement", analysis.ragec_stage_table(inputs))
 
 # %% [markdown]
-# ## SIM-RAG's sufficiency critic (SIM-RAG Fig. 3) and RePAIR's action usage (RePAIR Table 3)
+# ## SIM-RAG Fig. 3: the sufficiency critic (stage 11); RePAIR Table 3: action usage (stage 12)
 
 # %%
 confusion = analysis.simrag_confusion_table(inputs, **fmt)
@@ -168,5 +169,5 @@ analysis.status_frame(index)
 
 # %%
 metrics = analysis.summary_metrics(index, inputs, main)
-write_stage_metrics("10_analysis", metrics)
+write_stage_metrics("15_analysis", metrics)
 [f"{m['paper']}: {m['input']} {m['key'] or ''} ({m['reason']})" for m in metrics["missing"]]

@@ -1,4 +1,4 @@
-"""Notebook 10: every stage's metrics gathered into the papers' tables and figures.
+"""Notebook 15: every stage's metrics gathered into the papers' tables and figures.
 
 Each table or figure is an *item* of :data:`ITEMS`, named after its counterpart in the papers
 (RAG-Critic Table 3, RAGEC Table 2, SIM-RAG Fig. 3, ...). A builder reads the stage outputs
@@ -36,8 +36,15 @@ STAGE_FILES: dict[str, str] = {
     "critic_dpo": "06_critic_dpo",
     "benchmark": "07_benchmark",
     "correction": "08_correction",
-    "baselines": "09_baselines",
+    "self_refine": "09_self_refine",
+    "crag": "10_crag",
+    "simrag": "11_simrag",
+    "repair": "12_repair",
+    "ragec": "13_ragec",
+    "comparison": "14_comparison",
 }
+# Method name in the comparison stage (notebook 14) -> the stage that ran it (its metrics file).
+METHOD_STAGES: dict[str, str] = {"Self-Refine": "self_refine", "CRAG": "crag", "SIM-RAG": "simrag", "RePAIR": "repair"}
 
 
 @dataclass(frozen=True)
@@ -85,18 +92,20 @@ ITEMS: dict[str, Item] = {i.id: i for i in (
     Item("repair_table3_action_usage", "RePAIR Table 3", "Action usage with and without error categories"),
 )}
 
-# Display names of the method keys of notebook 09, in the order of the papers' tables.
+# Method names of the comparison stage (notebook 14) -> the names the tables print, in the order
+# of the papers' tables. Only the baseline is renamed ("Standard RAG" as the papers write it).
+# Oracle and ablation runs ("SIM-RAG (oracle critic)") keep their names and follow their method.
 METHOD_NAMES: dict[str, str] = {
-    "standard_rag": "Standard RAG",
-    "rag_critic": "RAG-Critic",
-    "self_refine": "Self-Refine",
-    "crag": "CRAG",
-    "simrag": "SIM-RAG",
-    "simrag_oracle_critic": "SIM-RAG (oracle critic)",
-    "repair": "RePAIR",
+    "standard RAG": "Standard RAG",
+    "RAG-Critic": "RAG-Critic",
+    "Self-Refine": "Self-Refine",
+    "CRAG": "CRAG",
+    "SIM-RAG": "SIM-RAG",
+    "RePAIR": "RePAIR",
 }
-# Methods the main table must show (a missing one is reported, never dropped silently).
-EXPECTED_METHODS = ("standard_rag", "rag_critic", "self_refine", "crag", "simrag", "repair")
+# Methods the main table must show, as notebook 14 names them (a missing one is reported, never
+# dropped silently).
+EXPECTED_METHODS = ("standard RAG", "RAG-Critic", "Self-Refine", "CRAG", "SIM-RAG", "RePAIR")
 # Ablation rows of notebook 08 (RAG-Critic Table 4); reference = RAG-Critic after one round.
 EXPECTED_ABLATIONS = ("w/o data-driven labels", "w/o auto-planning", "w/o trained critic")
 ABLATION_ORDER = ("w/o data-driven labels", "w/o auto-planning", "w/o trained critic", "zero-shot planner",
@@ -242,12 +251,20 @@ def plain(frame: Any) -> Any:
 
 
 def method_name(key: str) -> str:
+    """The printed name of a method of notebook 14 (unknown names are printed as they are)."""
     return METHOD_NAMES.get(key, key)
 
 
-def _method_rank(name: str) -> tuple[int, str]:
+def _method_rank(name: str) -> tuple[int, int, str]:
+    """Sort key of a printed method name: the papers' order, each method's oracle or ablation
+    runs ("SIM-RAG (oracle critic)") right after it, unknown names last."""
     order = list(METHOD_NAMES.values())
-    return (order.index(name), name) if name in order else (len(order), name)
+    if name in order:
+        return (order.index(name), 0, name)
+    for i, base in enumerate(order):
+        if name.startswith(base + " ("):
+            return (i, 1, name)
+    return (len(order), 0, name)
 
 
 # --------------------------------------------------------------------------------------------
@@ -266,8 +283,8 @@ def datasets_table(inputs: Inputs) -> Table | None:
     if not names:
         return None
     n08 = inputs.metric("correction", "n_questions", item=item) or {}
-    n09 = {r["dataset"]: r["n"] for r in (inputs.metric("baselines", "comparison", item=item) or [])
-           if r.get("method") == "standard_rag" and r.get("type") == "all"}
+    n14 = {r["dataset"]: r["n"] for r in (inputs.metric("comparison", "rows", item=item) or [])
+           if r.get("method") == "standard RAG" and r.get("type") == "all"}
     rows = []
     for ds in names:
         row: dict[str, Any] = {"dataset": ds}
@@ -280,11 +297,12 @@ def datasets_table(inputs: Inputs) -> Table | None:
                        **{s: q.get(s, {}).get("n") for s in ("train", "dev", "test")})
         row["test_standard_rag"] = rag.get(ds, {}).get("test", {}).get("n")
         row["test_correction"] = n08.get(ds)
-        row["test_baselines"] = n09.get(ds)
+        row["test_comparison"] = n14.get(ds)
         rows.append(row)
     frame = pd.DataFrame(rows)
     display = plain(frame)
-    return Table(frame, display, ["Counts of questions; test_* = test questions evaluated by stages 01, 08 and 09."])
+    return Table(frame, display, ["Counts of questions; test_* = test questions evaluated by stages 01, 08 and 14 "
+                                  "(14: every method on the same questions)."])
 
 
 def source_statistics_table(inputs: Inputs, *, percent: bool = True, digits: int = 1) -> Table | None:
@@ -400,24 +418,37 @@ def standard_rag_table(inputs: Inputs, *, percent: bool = True, digits: int = 1)
 # --------------------------------------------------------------------------------------------
 # Main comparison (RAG-Critic Table 3 / RePAIR Table 2)
 # --------------------------------------------------------------------------------------------
+COMPARISON_SOURCE = STAGE_FILES["comparison"]
+
+
 def _comparison_rows(inputs: Inputs, item: str) -> tuple[list[dict[str, Any]], str]:
-    """Rows of notebook 09's comparison, or of notebook 08's when 09's are absent."""
-    rows = inputs.metric("baselines", "comparison", item=item)
+    """Rows of notebook 14's comparison (``rows``), or of notebook 08's when 14's are absent.
+
+    Rows of notebook 14 get the permutation p-value, its Holm correction and the minimum
+    detectable effect of their method from the ``comparison`` block (type "all" rows only; a
+    method absent from the block, like an oracle run, gets None).
+    """
+    rows = inputs.metric("comparison", "rows", item=item)
     if rows:
         present = {r["method"] for r in rows}
         for m in EXPECTED_METHODS:
             if m not in present:
-                inputs.note_missing(item, rel(inputs.metrics_path("baselines")),
-                                    f"method {m!r} ({method_name(m)}) not in the comparison", "comparison")
+                inputs.note_missing(item, rel(inputs.metrics_path("comparison")),
+                                    f"method {m!r} not in the comparison", "rows")
+        block = inputs.metric("comparison", "comparison", item=item) or {}
         out = []
         for r in rows:
             row = dict(r)
             row["method_key"] = r["method"]
             row["method"] = method_name(r["method"])
+            tested = {}
+            if r.get("type") == "all":
+                tested = (block.get(r["dataset"]) or {}).get(r["method"]) or {}
+            row.update(p_perm=tested.get("p"), p_holm=tested.get("p_holm"), mde=tested.get("mde"))
             out.append(row)
-        return out, "09_baselines"
+        return out, COMPARISON_SOURCE
     if rows == []:
-        inputs.note_missing(item, rel(inputs.metrics_path("baselines")), "no rows", "comparison")
+        inputs.note_missing(item, rel(inputs.metrics_path("comparison")), "no rows", "rows")
     comp = inputs.metric("correction", "comparison", item=item) or {}
     by_type = inputs.metric("correction", "by_type", item=item) or {}
     out = []
@@ -436,12 +467,19 @@ def _comparison_rows(inputs: Inputs, item: str) -> tuple[list[dict[str, Any]], s
 
 
 _COMPARISON_COLS = ("dataset", "type", "method", "n", "em", "f1", "acc", "f1_low", "f1_high",
-                    "d_em", "d_f1", "d_f1_low", "d_f1_high", "p_f1", "source")
+                    "d_em", "d_f1", "d_f1_low", "d_f1_high", "p_f1", "p_perm", "p_holm", "mde", "source")
+
+
+def fmt_p(v: Any) -> str:
+    """A p-value with three decimals ("<0.001" below that); "–" when absent."""
+    if not _isnum(v):
+        return "–"
+    return "<0.001" if float(v) < 0.001 else f"{float(v):.3f}"
 
 
 def main_comparison_table(inputs: Inputs, *, percent: bool = True, digits: int = 1) -> Table | None:
-    """EM / F1 (95% CI) / ΔF1 vs standard RAG (paired 95% CI) per dataset, plus the overall F1
-    (mean over datasets, as the paper's "Overall" column)."""
+    """EM / F1 (95% CI) / ΔF1 vs standard RAG (paired 95% CI) and its Holm-corrected p-value per
+    dataset, plus the overall F1 (mean over datasets, as the paper's "Overall" column)."""
     import pandas as pd
 
     item = "table3_main_comparison"
@@ -463,21 +501,31 @@ def main_comparison_table(inputs: Inputs, *, percent: bool = True, digits: int =
         for ds in datasets:
             sel = frame[(frame.method == m) & (frame.dataset == ds)]
             if sel.empty:
-                row.update({f"{ds} EM": "–", f"{ds} F1": "–", f"{ds} ΔF1": "–"})
+                row.update({f"{ds} EM": "–", f"{ds} F1": "–", f"{ds} ΔF1": "–", f"{ds} p (Holm)": "–"})
                 continue
             r = sel.iloc[0]
             row[f"{ds} EM"] = fmt_score(r.em, percent=percent, digits=digits)
             row[f"{ds} F1"] = fmt_ci(r.f1, r.f1_low, r.f1_high, percent=percent, digits=digits)
             row[f"{ds} ΔF1"] = "–" if m == "Standard RAG" else fmt_ci(r.d_f1, r.d_f1_low, r.d_f1_high, percent=percent,
                                                                    digits=digits, signed=True)
+            row[f"{ds} p (Holm)"] = "–" if m == "Standard RAG" else fmt_p(r.p_holm)
         overall = _overall_f1(frame, m, datasets)
         row["Overall F1"] = fmt_score(overall, percent=percent, digits=digits)
         if overall is not None and base_overall is not None and m != "Standard RAG":
             row["Overall F1"] += f" ({fmt_score(overall - base_overall, percent=percent, digits=digits, signed=True)})"
         row["n"] = "/".join(str(int(v)) for v in frame[frame.method == m].n)
         out.append(row)
-    notes = [f"Source: {source} ({'paired bootstrap 95% intervals over questions' if source == '09_baselines' else 'no intervals: notebook 09 metrics absent'}).",
-             "Overall F1 = mean over datasets; in parentheses the change against standard RAG."]
+    if source == COMPARISON_SOURCE:
+        notes = [f"Source: {source} (paired bootstrap 95% intervals over questions; p (Holm) = paired sign-flip "
+                 "permutation p-value of ΔF1, Holm-corrected across the compared methods; oracle and ablation "
+                 "rows are outside that family and show –)."]
+        degenerate = inputs.metric("comparison", "degenerate", item=item)
+        if degenerate is not None:
+            notes.append("Degenerate regimes flagged by the stages: "
+                         + ("; ".join(map(str, degenerate)) if degenerate else "none") + ".")
+    else:
+        notes = [f"Source: {source} (no intervals and no p-values: notebook 14 metrics absent)."]
+    notes.append("Overall F1 = mean over datasets; in parentheses the change against standard RAG.")
     return Table(frame, pd.DataFrame(out), notes)
 
 
@@ -525,8 +573,8 @@ def by_type_table(inputs: Inputs, *, metric: str = "f1", percent: bool = True, d
     rows, source = _comparison_rows(inputs, item)
     rows = [r for r in rows if r.get("type") != "all"]
     if not rows:
-        if source == "09_baselines":
-            inputs.note_missing(item, rel(inputs.metrics_path("baselines")), "no per-type rows", "comparison")
+        if source == COMPARISON_SOURCE:
+            inputs.note_missing(item, rel(inputs.metrics_path("comparison")), "no per-type rows", "rows")
         return None
     frame = pd.DataFrame(rows)
     frame["source"] = source
@@ -700,26 +748,46 @@ def correction_cost_table(inputs: Inputs, *, critic_accuracy: float | None = Non
 
 
 def method_cost_table(inputs: Inputs, *, digits: int = 1) -> Table | None:
-    """LLM calls and tokens of every method of notebook 09 on its shared test questions."""
+    """Test-time LLM calls per question and training cost of every method of notebook 14 on its
+    shared test questions, with tokens per question from each method's own stage (09-12)."""
     import pandas as pd
 
     item = "table8_cost_methods"
-    cost = inputs.metric("baselines", "cost", item=item)
-    if not cost:
+    block = inputs.metric("comparison", "comparison", item=item)
+    if not block:
+        if block == {}:
+            inputs.note_missing(item, rel(inputs.metrics_path("comparison")), "no rows", "comparison")
         return None
-    comp = inputs.metric("baselines", "comparison", item=item) or []
-    n_q = sum(int(r["n"]) for r in comp if r.get("method") == "standard_rag" and r.get("type") == "all")
+    seconds = inputs.metric("comparison", "stage_seconds", item=item) or {}
     rows = []
-    for key, c in cost.items():
-        row = {"method": method_name(key), "calls": c.get("calls"), "prompt_tokens": c.get("prompt_tokens"),
-               "completion_tokens": c.get("completion_tokens"), "training_calls": c.get("training_calls", 0)}
-        row["calls_per_q"] = round(c["calls"] / n_q, 3) if n_q and _isnum(c.get("calls")) else None
-        rows.append(row)
+    for ds, methods in block.items():
+        for name, c in methods.items():
+            row: dict[str, Any] = {"dataset": ds, "method": method_name(name), "n": c.get("n"),
+                                   "calls_per_q": c.get("calls_per_question"),
+                                   "prompt_tokens_per_q": None, "completion_tokens_per_q": None}
+            stage = METHOD_STAGES.get(name)
+            if stage:
+                cost = inputs.metric(stage, "cost_by_dataset", ds, item=item) or {}
+                n = inputs.metric(stage, "n", ds, item=item)
+                for k in ("prompt_tokens", "completion_tokens"):
+                    row[f"{k}_per_q"] = round(cost[k] / n, 1) if n and _isnum(cost.get(k)) else None
+            row.update({k: c.get(k) for k in ("training_calls", "training_steps", "training_seconds")})
+            wall = seconds.get(name) if isinstance(seconds, Mapping) else None
+            row["stage_seconds"] = (round(sum(float(v) for v in wall.values() if _isnum(v)), 1)
+                                    if isinstance(wall, Mapping) else None)
+            rows.append(row)
     frame = pd.DataFrame(rows)
-    display = plain(frame)
-    display["calls_per_q"] = [f"{v:.{digits + 1}f}" if _isnum(v) else "–" for v in frame.calls_per_q]
-    return Table(frame, display, [f"Over {n_q} test questions (all datasets); training_calls = calls spent "
-                                  "before test time (self-practice, preference collection)."])
+    frame = frame.iloc[sorted(range(len(frame)), key=lambda i: (frame.dataset.iloc[i], _method_rank(frame.method.iloc[i])))]
+    frame = frame.reset_index(drop=True)
+    display = plain(frame.drop(columns=["training_seconds", "stage_seconds"]))
+    for col in ("calls_per_q", "prompt_tokens_per_q", "completion_tokens_per_q"):
+        display[col] = [f"{v:.{digits + 1}f}" if _isnum(v) else "–" for v in frame[col]]
+    return Table(frame, display, [
+        "Per test question of notebook 14 (every call counted, cache hits included, the standard RAG answer a "
+        "method starts from included); tokens from each method's stage (09-12), none recorded for standard RAG "
+        "and RAG-Critic there (stage 08's phases: see the correction cost table).",
+        "training_calls / training_steps = LLM calls and optimizer steps spent before test time (self-practice, "
+        "tuning, preference collection, critic and planner training); seconds (machine dependent) in the CSV."])
 
 
 # --------------------------------------------------------------------------------------------
@@ -1015,9 +1083,9 @@ def trained_critic_accuracy(inputs: Inputs, *, critic: str, key: str = "critics"
 # --------------------------------------------------------------------------------------------
 # RAGEC (its Tables 2-4), SIM-RAG (Fig. 3), RePAIR (Table 3)
 # --------------------------------------------------------------------------------------------
-def ragec_types_table(inputs: Inputs, *, table_file: str = "09_ragec_types.csv", percent: bool = True,
+def ragec_types_table(inputs: Inputs, *, table_file: str = "13_ragec_types.csv", percent: bool = True,
                       digits: int = 1) -> Table | None:
-    """Modal / second-modal error-type counts per stage (and per dataset) from notebook 09."""
+    """Modal / second-modal error-type counts per stage (and per dataset) from notebook 13."""
     item = "ragec_table2_types"
     frame = inputs.table(table_file, item=item)
     if frame is None:
@@ -1061,12 +1129,12 @@ def ragec_mode_frequency_table(inputs: Inputs) -> Table | None:
     import pandas as pd
 
     item = "ragec_table4_mode_frequency"
-    freq = inputs.metric("baselines", "ragec", "mode_frequency", item=item)
+    freq = inputs.metric("ragec", "mode_frequency", item=item)
     if freq is None:
         return None
     frame = pd.DataFrame([{"mode_frequency": int(f), "errors": int(n)} for f, n in sorted(freq.items(), key=lambda kv: int(kv[0]))])
     if frame.empty:
-        inputs.note_missing(item, rel(inputs.metrics_path("baselines")), "no rows", "ragec.mode_frequency")
+        inputs.note_missing(item, rel(inputs.metrics_path("ragec")), "no rows", "mode_frequency")
         return None
     total = frame.errors.sum()
     frame["share"] = frame.errors / total if total else 0.0
@@ -1081,14 +1149,14 @@ def ragec_stage_table(inputs: Inputs) -> Table | None:
     import pandas as pd
 
     item = "ragec_stages_agreement"
-    block = inputs.metric("baselines", "ragec", item=item)
-    if block is None:
+    stages = inputs.metric("ragec", "stages", item=item)
+    if stages is None:
         return None
-    stages = block.get("stages") or {}
-    agreement = block.get("agreement") or {}
     if not stages:
-        inputs.note_missing(item, rel(inputs.metrics_path("baselines")), "key not found", "ragec.stages")
+        inputs.note_missing(item, rel(inputs.metrics_path("ragec")), "no rows", "stages")
         return None
+    block = inputs.metric("ragec", item=item)
+    agreement = block.get("agreement") or {}
     total = sum(stages.values())
     rows = [{"row": f"stage: {s}", "value": n, "share": n / total if total else None} for s, n in stages.items()]
     for k in ("n", "side_agreement", "type_agreement", "n_critic_correct", "n_missing"):
@@ -1096,11 +1164,14 @@ def ragec_stage_table(inputs: Inputs) -> Table | None:
             rows.append({"row": f"agreement: {k}", "value": agreement[k], "share": None})
     frame = pd.DataFrame(rows)
     display = frame.copy().astype(object)
-    display["value"] = [fmt_score(v, percent=False, digits=1) if isinstance(v, float) else ("–" if v is None else v)
-                        for v in frame.value]
+    # From the rows, not the frame: pandas turns the counts of a column with rates into floats.
+    display["value"] = [fmt_score(r["value"], percent=False, digits=1) if isinstance(r["value"], float)
+                        else ("–" if r["value"] is None else r["value"]) for r in rows]
     display["share"] = [fmt_score(v) + "%" if _isnum(v) else "" for v in frame.share]
     notes = [f"Critic labels from: {block.get('critic_source', 'unknown')}; reranking stage present: "
              f"{block.get('reranking_stage', 'unknown')}."]
+    if block.get("degenerate"):
+        notes.append("Degenerate: " + "; ".join(map(str, block["degenerate"])) + ".")
     return Table(frame, display, notes)
 
 
@@ -1109,7 +1180,7 @@ def simrag_confusion_table(inputs: Inputs, *, percent: bool = True, digits: int 
     import pandas as pd
 
     item = "simrag_fig3_confusion"
-    conf = inputs.metric("baselines", "simrag", "heldout_confusion", item=item)
+    conf = inputs.metric("simrag", "heldout_confusion", item=item)
     if conf is None:
         return None
     n = conf.get("n") or 0
@@ -1155,11 +1226,11 @@ def repair_action_usage_table(inputs: Inputs) -> Table | None:
     import pandas as pd
 
     item = "repair_table3_action_usage"
-    usage = inputs.metric("baselines", "repair", "action_usage", item=item)
+    usage = inputs.metric("repair", "action_usage", item=item)
     if usage is None:
         return None
     if not usage:
-        inputs.note_missing(item, rel(inputs.metrics_path("baselines")), "no rows", "repair.action_usage")
+        inputs.note_missing(item, rel(inputs.metrics_path("repair")), "no rows", "action_usage")
         return None
     frame = pd.DataFrame(usage)
     display = plain(frame).rename(columns={
@@ -1273,7 +1344,7 @@ def summary_metrics(index: Mapping[str, Any], inputs: Inputs, main: Table | None
                 entry = {"f1": _round(row["f1"]), "em": _round(row["em"])}
                 if row["method"] != "Standard RAG":
                     entry.update(d_f1=_round(row["d_f1"]), d_f1_low=_round(row["d_f1_low"]),
-                                 d_f1_high=_round(row["d_f1_high"]))
+                                 d_f1_high=_round(row["d_f1_high"]), p_holm=_round(row["p_holm"]))
                 head.setdefault(row["dataset"], {})[row["method"]] = entry
         out["headline"] = head
     return out

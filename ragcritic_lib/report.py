@@ -291,7 +291,7 @@ def _metrics_page(metrics_dir: Path, out_dir: Path) -> int:
 def _paper_items(index: Any, summary: ReportSummary) -> str:
     if not isinstance(index, Mapping) or "items" not in index:
         summary.missing_items.append("reports/analysis/index.json")
-        return ("<p class=\"missing\">reports/analysis/index.json not found: the analysis stage (notebook 10) "
+        return ("<p class=\"missing\">reports/analysis/index.json not found: the analysis stage (notebook 15) "
                 "has not run, so the papers' tables and figures are not assembled.</p>")
     rows = []
     for item in index["items"]:

@@ -35,7 +35,7 @@ def reports(tmp_path):
     root = tmp_path / "repo"
     src = root / "notebooks"
     src.mkdir(parents=True)
-    for stem in ("00_assets", "01_retrieval_rag", "02_error_sampling", "10_analysis"):
+    for stem in ("00_assets", "01_retrieval_rag", "02_error_sampling", "15_analysis"):
         (src / f"{stem}.py").write_text("# %% [markdown]\n# # t\n")
     rep = root / "reports"
     nbdir = rep / "notebooks"
@@ -64,7 +64,7 @@ def reports(tmp_path):
          "files": ["reports/analysis/tables/table6_iterations.md", "reports/analysis/figures/table6_iterations.png"],
          "missing": []},
         {"id": "simrag_fig3_confusion", "paper": "SIM-RAG Fig. 3", "title": "Confusion", "status": "missing", "files": [],
-         "missing": [{"input": "reports/metrics/09_baselines.json", "key": None, "reason": "file not found"}]}]}))
+         "missing": [{"input": "reports/metrics/11_simrag.json", "key": None, "reason": "file not found"}]}]}))
     return root
 
 
@@ -77,7 +77,7 @@ def test_report_links_executed_notebooks_and_lists_missing(reports):
     s = report.build_report(reports / "reports", notebooks_dir=reports / "notebooks")
     index = (out / "index.html").read_text()
     assert s.notebooks == ["notebooks/00_assets.html", "notebooks/01_retrieval_rag.html"]
-    assert s.failed == ["02_error_sampling"] and s.missing_notebooks == ["10_analysis"]
+    assert s.failed == ["02_error_sampling"] and s.missing_notebooks == ["15_analysis"]
     links = _links(index)
     assert {"notebooks/00_assets.html", "notebooks/01_retrieval_rag.html", "notebooks/02_error_sampling.failed.html",
             "tables.html", "metrics.html", "figures/stages/01_recall_at_k.png", "figures/stages/01_recall_at_k.svg",
@@ -86,10 +86,10 @@ def test_report_links_executed_notebooks_and_lists_missing(reports):
     for href in links:
         if not href.startswith(("#", "http")):
             assert (out / href.split("#")[0]).is_file(), href
-    assert "10_analysis.ipynb not found" in index and "03_tagging" not in index  # partial files are not notebooks
+    assert "15_analysis.ipynb not found" in index and "03_tagging" not in index  # partial files are not notebooks
     assert "01 · Retrieval &amp; &lt;RAG&gt;" in index
     assert "RAG-Critic Table 6" in index and "SIM-RAG Fig. 3" in index
-    assert "reports/metrics/09_baselines.json: file not found" in index
+    assert "reports/metrics/11_simrag.json: file not found" in index
     assert s.missing_items == ["simrag_fig3_confusion"]
 
 
@@ -121,7 +121,7 @@ def test_report_from_an_empty_reports_folder(tmp_path):
     s = report.build_report(tmp_path / "reports", notebooks_dir=tmp_path / "notebooks")
     index = (tmp_path / "reports" / "html" / "index.html").read_text()
     assert s.notebooks == [] and s.missing_notebooks == ["01_retrieval_rag"]
-    assert "reports/analysis/index.json not found" in index and "No figures." in index
+    assert "reports/analysis/index.json not found: the analysis stage (notebook 15)" in index and "No figures." in index
 
 
 def test_rebuild_drops_stale_files(reports):
