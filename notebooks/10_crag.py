@@ -31,7 +31,7 @@
 # The thresholds are tuned on **dev** answer F1: each dev question is answered once with each
 # action's knowledge, and the (upper, lower) pair with the best mean dev F1 wins, so each action
 # is credited with what it achieves. An action the dev optimum never chooses is flagged as
-# degenerate. Test questions are those of every baseline (notebook 09).
+# degenerate. The test questions are those of every baseline (see notebook 09).
 
 # %% tags=["parameters"]
 train_questions = 60
