@@ -15,7 +15,8 @@
 # Every row answers the same test questions (the first `test_questions` of each dataset in
 # `datasets`, which are the correction ladder's questions) with the same generator,
 # retriever and passages. Standard RAG's answers come from notebook 01, RAG-Critic's from notebook
-# 08 (one critique-plan-execute round), the baselines' from notebooks 09-12 (RAGEC, notebook 13,
+# 08 (its final answer after `correction.iterations` critique-plan-execute rounds: the ladder's
+# "RAG-Critic (2 iter)" row by default), the baselines' from notebooks 09-12 (RAGEC, notebook 13,
 # diagnoses errors instead of answering and is summarised at the end).
 #
 # For each method against standard RAG: the F1 change with a paired bootstrap 95% interval over
@@ -91,8 +92,8 @@ for ds in datasets:
     for name, mt in run_metrics.items():
         c = (mt.get("cost_by_dataset") or {}).get(ds) or {}
         tr = mt.get("training") or {}
-        costs[ds][name] = {"calls": float(c.get("calls", 0.0)), "training_calls": tr.get("calls"),
-                           "training_seconds": tr.get("seconds")}
+        costs[ds][name] = {"calls": float(c.get("calls", 0.0)), "training_calls": tr.get("calls", 0),
+                           "training_seconds": tr.get("seconds", 0.0)}
 m02, m05, m06 = (read_json(paths.require(paths.METRICS_DIR / f"{s}.json"))
                  for s in ("02_error_sampling", "05_critic_sft", "06_critic_dpo"))
 m03 = read_json(paths.require(paths.METRICS_DIR / "03_tagging.json"))
@@ -143,7 +144,8 @@ summaries
 
 # %%
 flags = {name: mt.get("degenerate") or [] for name, mt in run_metrics.items()}
-flags["RAG-Critic"] = [d for d in (m08.get("degenerate") or []) if "RAG-Critic" in d]
+flags["RAG-Critic"] = [d for d in (m08.get("degenerate") or [])  # notebook 08's flags on these datasets
+                       if "RAG-Critic" in d and any(f"{ds}/" in d or f"{ds}:" in d for ds in datasets)]
 m13 = paths.METRICS_DIR / "13_ragec.json"
 ragec = read_json(m13) if m13.exists() else {}
 flags["RAGEC"] = ragec.get("degenerate") or []
