@@ -182,6 +182,36 @@ rows = comparison_table({**records, **extra}, baseline="standard RAG", n_boot=n_
 by_type = pd.DataFrame(rows)
 by_type[by_type.type != "all"].pivot_table(index=["dataset", "type"], columns="method", values="d_f1").round(3)
 
+# %% [markdown]
+# ## Reading the numbers
+# Written from the results above, so it stays true when they change.
+
+# %%
+def reading(ds):
+    block, summ = comparison[ds], summaries[ds]
+    base = block["standard RAG"]
+    lines = [f"On {ds} ({base['n']} questions) standard RAG scores F1 {base['f1']:.3f}. With this many questions "
+             f"a change of about {summ['mde_conservative']:.3f} F1 is detectable at 80% power (conservative MDE); "
+             "each method's paired MDE is in the table."]
+    for name, row in block.items():
+        if name == "standard RAG":
+            continue
+        p_holm = row.get("p_holm")
+        known = p_holm is not None and p_holm == p_holm
+        if known and p_holm < ci_alpha:
+            verdict = f"{'above' if row['delta_f1'] > 0 else 'below'} standard RAG after Holm correction (p {p_holm:.3g})"
+        else:
+            verdict = "not distinguishable from standard RAG after Holm correction" + (f" (p {p_holm:.3g})" if known else "")
+        flagged = f"; flagged degenerate: {'; '.join(flags[name])}" if flags.get(name) else ""
+        lines.append(f"- **{name}**: F1 {row['f1']:.3f}, change {row['delta_f1']:+.3f} "
+                     f"(95% CI {row['ci_low']:+.3f}..{row['ci_high']:+.3f}), {verdict}{flagged}.")
+    return "\n".join(lines)
+
+
+from IPython.display import Markdown  # noqa: E402
+
+Markdown("\n\n".join(reading(ds) for ds in datasets))
+
 # %%
 paths.TABLES_DIR.mkdir(parents=True, exist_ok=True)
 cols = ["dataset", "method", "n", "em", "f1", "acc", "delta_f1", "ci_low", "ci_high", "p", "p_holm",
