@@ -117,6 +117,30 @@ labels = {key: v for key, v in labels.items() if key in same}
 agreement = ragec.tier1_agreement(out, labels, types, canonical=taxonomy.canonical)
 {"same_answer_questions": len(same), **{k: v for k, v in agreement.items() if k != "by_stage"}}
 
+# %% [markdown]
+# ## Reading the numbers
+# Written from the results above, so it stays true when they change.
+
+# %%
+def pct(x):
+    return "n/a" if x is None or x != x else f"{x:.0%}"
+
+
+stages = info["stages"]
+top_stage = max(stages, key=stages.get) if any(stages.values()) else None
+text = [f"RAGEC diagnosed {info['errors']} wrong answers with {info['votes']} votes; {pct(info['invalid_vote_rate'])} "
+        "of the votes named no type of the blamed stage"
+        + (f" ({info['grounded_fallbacks']} answers fell back to the grounded rule)." if info["grounded_fallbacks"] else ".")]
+if top_stage:
+    text.append(f"Most errors are blamed on the {top_stage} stage ({stages[top_stage]} of {info['errors']}); "
+                f"stage counts: {', '.join(f'{k} {v}' for k, v in stages.items())}.")
+text.append(f"Against RAG-Critic's tier-1 labels on {agreement.get('n', 0)} shared wrong answers: the two blame the same "
+            f"side {pct(agreement.get('side_agreement'))} of the time and agree on the type {pct(agreement.get('type_agreement'))}.")
+text += [f"Flagged degenerate: {d}." for d in info["degenerate"]]
+from IPython.display import Markdown  # noqa: E402
+
+Markdown("\n\n".join(text))
+
 # %%
 write_jsonl(paths.stage_dir("ragec") / "diagnoses.jsonl", out)
 paths.TABLES_DIR.mkdir(parents=True, exist_ok=True)
