@@ -145,6 +145,33 @@ pd.DataFrame({"held-out accept rate": {t_: r["accept_rate"] for t_, r in held_t.
               "test answers": {t_: r["n"] for t_, r in test_t.items()},
               "test accept rate": {t_: r["accept_rate"] for t_, r in test_t.items()}}).rename_axis("turn").round(3)
 
+# %% [markdown]
+# ## Reading the numbers
+# Written from the results above, so it stays true when they change.
+
+# %%
+from IPython.display import Markdown  # noqa: E402
+
+from ragcritic_lib.baselines import score_records  # noqa: E402
+
+
+def mean_f1(recs):
+    scored = score_records(recs)
+    return sum(r["f1"] for r in scored) / max(1, len(scored))
+
+
+conf = confusions[critic]
+turns = [h["turn"] for r in main_out for h in r.get("simrag_history") or [] if h["accepted"]]
+text = [f"Self-practice gave {len(practice)} examples ({practice_info['accept']} accepted as correct); the "
+        f"{critic} critic was trained on {len(balanced)} balanced examples and scores {conf['accuracy']:.0%} on "
+        f"{conf['n']} held-out ones (accepting {conf['shares']['wrong_accept']:.0%} wrong and rejecting "
+        f"{conf['shares']['correct_reject']:.0%} right answers, as shares of all held-out examples).",
+        f"On the test questions it accepted {len(turns)} of {len(main_out)} answers before the last turn or at it; "
+        f"mean F1 {mean_f1(main_out):.3f}"
+        + "".join(f"; {label}: {mean_f1(recs):.3f}" for label, recs in runs.values()) + "."]
+text += [f"Flagged degenerate: {d}." for d in practice_info["degenerate"] + report["degenerate"]]
+Markdown("\n\n".join(text))
+
 # %%
 practice_cost = practice_m.cost()
 degenerate = practice_info["degenerate"] + report["degenerate"]

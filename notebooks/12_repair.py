@@ -177,6 +177,22 @@ rc_programs = [s.get("program") or "" for r in (read_jsonl(rc_file) if rc_file.e
 usage = repair.action_usage_table(repair.count_actions(rc_programs), repair.count_actions(executed))
 pd.DataFrame(usage)
 
+# %% [markdown]
+# ## Reading the numbers
+# Written from the results above, so it stays true when they change.
+
+# %%
+from IPython.display import Markdown  # noqa: E402
+
+changed = sum(1 for r, s in zip(out, [x for recs in test.values() for x in recs])
+              if str(r["prediction"]).strip() != str(s["prediction"]).strip())
+text = [f"The planner trained on {off_states} off-policy and {on_states} on-policy states "
+        f"({len(off_pairs)} + {len(on_pairs)} preference pairs). At test time {info['executed']} of {info['plans']} "
+        f"plans executed ({len(plan_counts)} distinct, the most common {top_share:.0%} of them) and "
+        f"{changed} of {len(out)} answers changed."]
+text += [f"Flagged degenerate: {d}." for d in degenerate]
+Markdown("\n\n".join(text))
+
 # %%
 base_cost = {ds: records_cost(recs) for ds, recs in test.items()}
 save_method_run(
