@@ -161,12 +161,14 @@ def mean_f1(recs):
 
 
 conf = confusions[critic]
-turns = [h["turn"] for r in main_out for h in r.get("simrag_history") or [] if h["accepted"]]
+accepted = sum(1 for r in main_out if r.get("simrag_accepted"))
+mean_turns = sum(r.get("simrag_turns", 0) for r in main_out) / max(1, len(main_out))
 text = [f"Self-practice gave {len(practice)} examples ({practice_info['accept']} accepted as correct); the "
         f"{critic} critic was trained on {len(balanced)} balanced examples and scores {conf['accuracy']:.0%} on "
         f"{conf['n']} held-out ones (accepting {conf['shares']['wrong_accept']:.0%} wrong and rejecting "
         f"{conf['shares']['correct_reject']:.0%} right answers, as shares of all held-out examples).",
-        f"On the test questions it accepted {len(turns)} of {len(main_out)} answers before the last turn or at it; "
+        f"On the test questions the critic accepted {accepted} of {len(main_out)} final answers, after "
+        f"{mean_turns:.2f} turns on average; "
         f"mean F1 {mean_f1(main_out):.3f}"
         + "".join(f"; {label}: {mean_f1(recs):.3f}" for label, recs in runs.values()) + "."]
 text += [f"Flagged degenerate: {d}." for d in practice_info["degenerate"] + report["degenerate"]]
