@@ -34,7 +34,7 @@
 # pairs, no executed test plan, or one plan above 60% of executed plans are flagged as degenerate.
 
 # %% tags=["parameters"]
-train_questions = 30
+train_questions = 24
 min_states = 100
 grammar_plans = 4
 sampled_plans = 2
@@ -43,8 +43,8 @@ margin = 0.0
 max_pairs = 4
 dpo_recipe = "configs/train/critic_dpo.yaml"
 dpo_beta = 0.1
-offpolicy_steps = 8
-onpolicy_steps = 8
+offpolicy_steps = 6
+onpolicy_steps = 6
 init_adapter = ""
 base_model = ""
 
