@@ -149,6 +149,17 @@ flags["RAG-Critic"] = [d for d in (m08.get("degenerate") or [])  # notebook 08's
 m13 = paths.METRICS_DIR / "13_ragec.json"
 ragec = read_json(m13) if m13.exists() else {}
 flags["RAGEC"] = ragec.get("degenerate") or []
+# Checks on what SIM-RAG's critic actually learned from (its stage counts all practice examples).
+sim = run_metrics["SIM-RAG"]
+min_examples = params["simrag"]["min_examples"]
+if sim.get("balanced_train", 0) < min_examples:
+    flags["SIM-RAG"].append(f"simrag: the critic trained on {sim.get('balanced_train')} balanced examples "
+                            f"({(sim.get('practice') or {}).get('accept')} correct answers among "
+                            f"{sim.get('practice_examples')} self-practice examples), fewer than {min_examples}")
+held = sim.get("heldout_confusion") or {}
+if held and held.get("correct_accept", 0) + held.get("correct_reject", 0) == 0:
+    flags["SIM-RAG"].append("simrag: no held-out example has a correct answer, so how often the critic accepts "
+                            "right answers is not measured")
 degenerate = degenerate_list(flags)
 degenerate
 
