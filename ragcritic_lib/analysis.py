@@ -107,9 +107,10 @@ METHOD_NAMES: dict[str, str] = {
 # dropped silently).
 EXPECTED_METHODS = ("standard RAG", "RAG-Critic", "Self-Refine", "CRAG", "SIM-RAG", "RePAIR")
 # Ablation rows of notebook 08 (RAG-Critic Table 4); reference = RAG-Critic after one round.
-EXPECTED_ABLATIONS = ("w/o data-driven labels", "w/o auto-planning", "w/o trained critic")
-ABLATION_ORDER = ("w/o data-driven labels", "w/o auto-planning", "w/o trained critic", "zero-shot planner",
-                  "oracle critic", "standard RAG")
+# The correction ladder's rows (notebook 08): RAG-Critic with a fixed action instead of the planner,
+# with the oracle's verdict, with the oracle's critique, and the standard RAG floor.
+EXPECTED_ABLATIONS = ("fixed action", "oracle verdict", "oracle critique")
+ABLATION_ORDER = ("fixed action", "oracle verdict", "oracle critique", "standard RAG")
 
 
 def rel(path: str | os.PathLike[str]) -> str:

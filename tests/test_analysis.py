@@ -79,9 +79,9 @@ def write_stage_outputs(root: Path, *, skip: tuple[str, ...] = ()) -> None:
             "n_questions": {"testbed": 4, "trivia": 2},
             "comparison": {ds: {"standard RAG": _agg(0.25, base, 0.5, 4), "RAG-Critic (1 iter)": _agg(0.5, base + 0.2, 0.5, 4),
                                 "RAG-Critic (2 iter)": _agg(0.5, base + 0.25, 0.5, 4),
-                                "w/o trained critic": _agg(0.25, base + 0.05, 0.5, 4),
-                                "w/o auto-planning": _agg(0.25, base + 0.1, 0.5, 4),
-                                "oracle critic": _agg(0.75, base + 0.3, 0.75, 4)}
+                                "oracle verdict": _agg(0.25, base + 0.05, 0.5, 4),
+                                "fixed action": _agg(0.25, base + 0.1, 0.5, 4),
+                                "oracle critique": _agg(0.75, base + 0.3, 0.75, 4)}
                            for ds, base in (("testbed", 0.4), ("trivia", 0.1))},
             "by_type": {"testbed": [{"method": "standard RAG", "iteration": 0, "group": "factual", **_agg(0.5, 0.6, 0.5, 2)},
                                     {"method": "RAG-Critic (1 iter)", "iteration": 1, "group": "factual", **_agg(0.5, 0.7, 0.5, 2)}]},
@@ -173,6 +173,20 @@ def empty_inputs(tmp_path):
     return analysis.Inputs(tmp_path / "reports" / "metrics", tmp_path / "reports" / "tables", root=tmp_path)
 
 
+def test_a_missing_ladder_row_is_reported(tmp_path):
+    import json
+
+    write_stage_outputs(tmp_path)
+    path = tmp_path / "reports" / "metrics" / "08_correction.json"
+    metrics = json.loads(path.read_text())
+    del metrics["comparison"]["testbed"]["oracle verdict"]
+    path.write_text(json.dumps(metrics))
+    inputs = analysis.Inputs(tmp_path / "reports" / "metrics", tmp_path / "reports" / "tables", root=tmp_path)
+    t = analysis.ablation_table(inputs)
+    assert "oracle verdict" not in list(t.frame.method[t.frame.dataset == "testbed"])
+    assert any("'oracle verdict' not found" in m["reason"] for m in inputs.missing_for("table4_ablations"))
+
+
 def _pick(frame, **where):
     sel = frame
     for k, v in where.items():
@@ -234,11 +248,11 @@ def test_ablations_and_iterations_exact(inputs):
     t = analysis.ablation_table(inputs)
     f = t.frame
     assert list(f.method[f.dataset == "testbed"]) == [
-        "RAG-Critic (1 iter)", "w/o auto-planning", "w/o trained critic", "oracle critic", "standard RAG"]
-    assert _pick(f, dataset="testbed", method="w/o trained critic").d_f1 == pytest.approx(-0.15)
-    assert t.display.set_index("Method").loc["w/o auto-planning", "trivia F1"] == "20.0 (-10.0)"
-    # The ablation notebook 08 did not run is reported, not dropped silently.
-    assert any("w/o data-driven labels" in m["reason"] for m in inputs.missing_for("table4_ablations"))
+        "RAG-Critic (1 iter)", "fixed action", "oracle verdict", "oracle critique", "standard RAG"]
+    assert _pick(f, dataset="testbed", method="oracle verdict").d_f1 == pytest.approx(-0.15)
+    assert t.display.set_index("Method").loc["fixed action", "trivia F1"] == "20.0 (-10.0)"
+    assert inputs.missing_for("table4_ablations") == []
+
 
     it = analysis.iterations_table(inputs)
     assert list(it.frame["round"]) == [0, 1, 2]
