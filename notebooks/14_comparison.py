@@ -47,7 +47,7 @@ from ragcritic_lib import paths
 from ragcritic_lib.baselines import (
     comparison_table, jsonable, load_method_results, markdown_table, records_cost, score_records,
 )
-from ragcritic_lib.baselines.compare import comparison_summary, degenerate_list, method_comparison
+from ragcritic_lib.baselines.compare import comparison_summary, degenerate_list, method_comparison, reading
 from ragcritic_lib.baselines.harness import load_method_run, shared_test_sets
 from ragcritic_lib.io import read_json
 from ragcritic_lib.params import load_params
@@ -198,30 +198,9 @@ by_type[by_type.type != "all"].pivot_table(index=["dataset", "type"], columns="m
 # Written from the results above, so it stays true when they change.
 
 # %%
-def reading(ds):
-    block, summ = comparison[ds], summaries[ds]
-    base = block["standard RAG"]
-    lines = [f"On {ds} ({base['n']} questions) standard RAG scores F1 {base['f1']:.3f}. With this many questions "
-             f"a change of about {summ['mde_conservative']:.3f} F1 is detectable at 80% power (conservative MDE); "
-             "each method's paired MDE is in the table."]
-    for name, row in block.items():
-        if name == "standard RAG":
-            continue
-        p_holm = row.get("p_holm")
-        known = p_holm is not None and p_holm == p_holm
-        if known and p_holm < ci_alpha:
-            verdict = f"{'above' if row['delta_f1'] > 0 else 'below'} standard RAG after Holm correction (p {p_holm:.3g})"
-        else:
-            verdict = "not distinguishable from standard RAG after Holm correction" + (f" (p {p_holm:.3g})" if known else "")
-        flagged = f"; flagged degenerate: {'; '.join(flags[name])}" if flags.get(name) else ""
-        lines.append(f"- **{name}**: F1 {row['f1']:.3f}, change {row['delta_f1']:+.3f} "
-                     f"(95% CI {row['ci_low']:+.3f}..{row['ci_high']:+.3f}), {verdict}{flagged}.")
-    return "\n".join(lines)
-
-
 from IPython.display import Markdown  # noqa: E402
 
-Markdown("\n\n".join(reading(ds) for ds in datasets))
+Markdown("\n\n".join(reading(ds, comparison[ds], summaries[ds], flags, alpha=ci_alpha) for ds in datasets))
 
 # %%
 paths.TABLES_DIR.mkdir(parents=True, exist_ok=True)

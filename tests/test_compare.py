@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from ragcritic_lib.baselines.compare import (
+    reading,
     comparison_summary, degenerate_list, holm_adjust, method_comparison,
 )
 from ragcritic_lib.stats import paired_mde
@@ -116,3 +117,18 @@ def test_degenerate_list():
         "CRAG: all ambiguous", "CRAG: no web search", "SIM-RAG: critic always accepts"]
     with pytest.raises(ValueError, match="'CRAG'"):
         degenerate_list({"CRAG": "no web search"})
+
+
+def test_reading_says_what_survives_holm_and_quotes_flags():
+    block = {
+        "standard RAG": {"n": 140, "f1": 0.236, "delta_f1": 0.0, "ci_low": 0.0, "ci_high": 0.0, "p_holm": 1.0},
+        "Worse": {"n": 140, "f1": 0.164, "delta_f1": -0.072, "ci_low": -0.12, "ci_high": -0.033, "p_holm": 0.0025},
+        "Same": {"n": 140, "f1": 0.225, "delta_f1": -0.011, "ci_low": -0.042, "ci_high": 0.012, "p_holm": 1.0},
+        "Unknown": {"n": 140, "f1": 0.2, "delta_f1": -0.036, "ci_low": -0.1, "ci_high": 0.02, "p_holm": float("nan")},
+    }
+    text = reading("testbed", block, {"mde_conservative": 0.107}, {"Same": ["planner: one plan"]})
+    lines = text.splitlines()
+    assert lines[0].startswith("On testbed (140 questions) standard RAG scores F1 0.236") and "0.107" in lines[0]
+    assert "**Worse**" in lines[1] and "below standard RAG after Holm correction (p 0.0025)" in lines[1]
+    assert "not distinguishable" in lines[2] and "flagged degenerate: planner: one plan" in lines[2]
+    assert lines[3].endswith("not distinguishable from standard RAG after Holm correction.")
