@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from ragcritic_lib.io import DataFormatError
-from ragcritic_lib.text import clean_text, clean_value
+from ragcritic_lib.text import FEATURE_STOPWORDS, clean_text, clean_value
 
 Message = dict[str, str]
 
@@ -908,15 +908,8 @@ def fit_verdict_threshold(margins: Sequence[float], is_error: Sequence[bool]) ->
             "avg_acc": avg(err, ok), "auroc": auroc}
 
 
-_STOP = frozenset(
-    "of in on at to for by with from and or is are was were be been being what which who whom whose "
-    "when where why how did does do this that these those it its as than then there their his her they he she "
-    "has have had not no yes into about after before during over under between most more many much".split()
-)
-
-
 def _content(tokens: Iterable[str]) -> set[str]:
-    return {t for t in tokens if t not in _STOP}
+    return {t for t in tokens if t not in FEATURE_STOPWORDS}
 
 
 def gold_free_features(question: str, passages: Sequence[str], prediction: str) -> dict[str, Any]:

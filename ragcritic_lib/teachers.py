@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragcritic_lib.evidence import compute_evidence, error_causes
+from ragcritic_lib.text import TAG_STOPWORDS
 
 MAX_PARSE_CHARS = 20_000  # longer outputs are cut before parsing (adversarial or runaway text)
 MAX_TAGS_PER_OUTPUT = 10
@@ -1063,13 +1064,10 @@ def vocabulary_size() -> int:
 # Agreement between teachers
 # ============================================================================================
 
-_STOP = frozenset("a an the of to in on for and or by with from is was not no as at be it its than".split())
-
-
 def _content_words(tags: Sequence[str]) -> set[str]:
     from ragcritic_lib.tagging import tag_key
 
-    return {w for t in tags for w in tag_key(t).split() if w not in _STOP}
+    return {w for t in tags for w in tag_key(t).split() if w not in TAG_STOPWORDS}
 
 
 def _jaccard(a: set[str], b: set[str]) -> float:

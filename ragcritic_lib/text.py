@@ -1,5 +1,6 @@
-"""Text sanitising at the model-output boundary.
+"""Text shared across the library: sanitising model output, and the stopword lists.
 
+Sanitising. 
 Python strings may hold code points that UTF-8 cannot encode: lone UTF-16 surrogates
 (U+D800..U+DFFF). Model output produces them in several ways: a JSON string cut inside an escaped
 surrogate pair (``"\\ud83d"`` decoded by :func:`json.loads`), a planner program literal
@@ -7,6 +8,13 @@ surrogate pair (``"\\ud83d"`` decoded by :func:`json.loads`), a planner program 
 UTF-8 writer raise :class:`UnicodeEncodeError`, so a stage would lose its work when it saves it.
 :func:`clean_text` and :func:`clean_value` make model output encodable where it becomes data; the
 JSON writers in :mod:`ragcritic_lib.io` apply :func:`clean_text` again as the last line of defence.
+
+Stopwords. :data:`ENGLISH_STOPWORDS` is the base list of English function words. The lists the
+modules filter with are named after what they filter, and built from the base where they are the
+base plus words of a kind (:data:`QUESTION_FILLER_WORDS`, :data:`CONTRACTION_PIECES`, ...). Each
+list is exactly the set its module used before the lists moved here (tests/test_text.py pins them),
+so no filter changed; :data:`FEATURE_STOPWORDS`, :data:`TAG_STOPWORDS` and :data:`NOT_NAME_WORDS`
+are narrower lists of their own, kept as written.
 """
 
 from __future__ import annotations
@@ -14,7 +22,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["REPLACEMENT", "clean_text", "clean_value", "has_unencodable"]
+__all__ = [
+    "CONCEPT_STOPWORDS", "CONTRACTION_PIECES", "ENGLISH_STOPWORDS", "FEATURE_STOPWORDS", "NOT_NAME_WORDS",
+    "PROMPT_WORDS", "QUERY_STOPWORDS", "QUESTION_FILLER_WORDS", "REPLACEMENT", "TAG_STOPWORDS",
+    "clean_text", "clean_value", "has_unencodable",
+]
 
 REPLACEMENT = "\ufffd"
 """What an unencodable code point becomes (U+FFFD REPLACEMENT CHARACTER)."""
@@ -106,3 +118,73 @@ def clean_value(value: Any) -> Any:
             slot[index] = copy
             stack.extend((copy, j, None) for j in range(len(copy)))
     return root[0]
+
+
+# --------------------------------------------------------------------------------------------
+# Stopwords
+# --------------------------------------------------------------------------------------------
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+ENGLISH_STOPWORDS = _words(
+    """a an the and or but nor so of in on at to for by with from into about after before during
+    over under between as than then there this that these those it its i me my we our you your he
+    him his she her hers they them their theirs what which who whom whose when where why how is
+    are was were be been being am do does did doing has have had having can could should will
+    would not no all any both each some such more most many much only just also too very"""
+)
+"""The base list: English function words (articles, prepositions, conjunctions, pronouns,
+auxiliaries, question words, quantifiers). Every list below that filters "content words" holds it."""
+
+QUESTION_FILLER_WORDS = _words("name named called one tell give find list")
+"""Words a question uses to ask ("Name the film...", "What is it called?", "Tell me one...")
+that say nothing about what it asks for."""
+
+CONTRACTION_PIECES = _words("s t ll ve d re m")
+"""What splitting on non-letters leaves of a contraction or possessive ("don't" -> "don", "t")."""
+
+PROMPT_WORDS = _words("question answer passage passages final")
+"""Words of the RAG prompt's own layout ("Passage 2", "Question:", "Final answer:")."""
+
+QUERY_STOPWORDS = (
+    ENGLISH_STOPWORDS | QUESTION_FILLER_WORDS | CONTRACTION_PIECES | _words("question answer please")
+    | _words("done either every neither may might must shall us yes")
+)
+"""What the agent's actions drop to get a query's content words and keyword query, and to
+compare a passage line with a question (:mod:`ragcritic_lib.agent.actions`). Tokens there are
+``[a-z0-9]+`` runs, hence the contraction pieces."""
+
+CONCEPT_STOPWORDS = (
+    ENGLISH_STOPWORDS | QUESTION_FILLER_WORDS | _words("known first")
+    | _words(
+        """above below up down out off through again against further once here now if because
+        while until few other own same itself myself herself himself themselves ours ourselves
+        yours yourself yourselves"""
+    )
+)
+"""What the baselines drop to turn a question into "concepts" (RAGEC's coverage rule, CRAG's
+keyword query; :func:`ragcritic_lib.baselines.content_words`): the base with the question filler
+and a wider set of function words (NLTK-style reflexives and adverbs)."""
+
+FEATURE_STOPWORDS = _words(
+    """of in on at to for by with from and or is are was were be been being what which who whom
+    whose when where why how did does do this that these those it its as than then there their his
+    her they he she has have had not no yes into about after before during over under between most
+    more many much"""
+)
+"""What the critic's gold-free features ignore when they compare the prediction's and the
+question's words with the passages (:func:`ragcritic_lib.critic.gold_free_features`). Narrower
+than the base (articles and first/second-person pronouns are kept) plus "yes"."""
+
+TAG_STOPWORDS = _words("a an the of to in on for and or by with from is was not no as at be it its than")
+"""Glue words left out when two error-tag names are compared by their words (teacher agreement,
+:mod:`ragcritic_lib.teachers`); a small subset of the base."""
+
+NOT_NAME_WORDS = _words(
+    """the a an it its in on at he she they this that these those there his her their what which
+    who when where how why was is are were did does do for from by with and or but as of so"""
+) | PROMPT_WORDS
+"""Words that end no name: the agent's span mode strips them from the end of a candidate answer
+span ("1956 and" -> "1956") and drops a span made only of them (:func:`ragcritic_lib.agent.
+actions.answer_candidates`). Function words that precede a name, plus the prompt's own words."""

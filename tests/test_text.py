@@ -176,3 +176,74 @@ def test_openai_backend_cleans_an_escaped_lone_surrogate() -> None:
         server.shutdown()
         server.server_close()
     assert out[0] == Generation("Paris \ufffd", 3, 2, "stop")
+
+
+# --------------------------------------------------------------------------------------------
+# Stopword lists: each module filters with exactly the set it held before the lists moved to
+# ragcritic_lib.text (the literals below are copied from the modules as they were).
+# --------------------------------------------------------------------------------------------
+OLD_ACTIONS_STOPWORDS = frozenset(
+    """a an the of in on at to for by with from and or but nor is are was were be been being am
+    what which who whom whose when where why how did does do done doing this that these those it its
+    as than then there their theirs his her hers him they them he she we us you your i me my our
+    has have had having not no yes into about after before during over under between most more
+    many much some any each every all both either neither can could would should will shall may
+    might must also only just so such very too s t ll ve d re m name named called one
+    tell give find list please question answer""".split()
+)
+OLD_ACTIONS_NAME_STOP = frozenset(
+    "the a an it its in on at he she they this that these those there his her their what which "
+    "who when where how why was is are were did does do for from by with and or but as of "
+    "passage passages question answer final so".split()
+)
+OLD_BASELINES_STOPWORDS = frozenset(
+    """a about above after again against all also am an and any are as at be because been before
+    being below between both but by can could did do does doing down during each few for from
+    further had has have having he her here hers herself him himself his how i if in into is it
+    its itself just me more most my myself no nor not now of off on once only or other our ours
+    ourselves out over own same she should so some such than that the their theirs them
+    themselves then there these they this those through to too under until up very was we were
+    what when where which while who whom whose why will with would you your yours yourself
+    yourselves name named called known one first many much did does tell give find list""".split()
+)
+OLD_CRITIC_STOP = frozenset(
+    "of in on at to for by with from and or is are was were be been being what which who whom whose "
+    "when where why how did does do this that these those it its as than then there their his her they he she "
+    "has have had not no yes into about after before during over under between most more many much".split()
+)
+OLD_TEACHERS_STOP = frozenset("a an the of to in on for and or by with from is was not no as at be it its than".split())
+
+
+def test_stopword_lists_equal_the_sets_each_module_used_before() -> None:
+    from ragcritic_lib import baselines, critic, teachers
+    from ragcritic_lib import text as text_module
+    from ragcritic_lib.agent import actions
+
+    assert actions.QUERY_STOPWORDS == OLD_ACTIONS_STOPWORDS
+    assert actions.NOT_NAME_WORDS == OLD_ACTIONS_NAME_STOP
+    assert baselines.STOPWORDS == OLD_BASELINES_STOPWORDS
+    assert critic.FEATURE_STOPWORDS == OLD_CRITIC_STOP
+    assert teachers.TAG_STOPWORDS == OLD_TEACHERS_STOP
+    # The modules use the shared objects, not copies.
+    assert actions.QUERY_STOPWORDS is text_module.QUERY_STOPWORDS
+    assert actions.NOT_NAME_WORDS is text_module.NOT_NAME_WORDS
+    assert baselines.STOPWORDS is text_module.CONCEPT_STOPWORDS
+    assert critic.FEATURE_STOPWORDS is text_module.FEATURE_STOPWORDS
+    assert teachers.TAG_STOPWORDS is text_module.TAG_STOPWORDS
+
+
+def test_stopword_lists_are_built_as_documented() -> None:
+    from ragcritic_lib import text as t
+
+    every = (t.QUERY_STOPWORDS, t.CONCEPT_STOPWORDS, t.FEATURE_STOPWORDS, t.TAG_STOPWORDS, t.NOT_NAME_WORDS)
+    assert all(isinstance(s, frozenset) for s in every)
+    assert all(w == w.lower() and w.isalpha() for s in every for w in s)
+    # The two content-word lists hold the base and the question filler.
+    for s in (t.QUERY_STOPWORDS, t.CONCEPT_STOPWORDS):
+        assert t.ENGLISH_STOPWORDS | t.QUESTION_FILLER_WORDS <= s
+    assert t.CONTRACTION_PIECES <= t.QUERY_STOPWORDS
+    # The narrower lists: function words from the base (and "yes"; the prompt's own words).
+    assert t.FEATURE_STOPWORDS - t.ENGLISH_STOPWORDS == {"yes"}
+    assert t.TAG_STOPWORDS < t.ENGLISH_STOPWORDS
+    assert t.NOT_NAME_WORDS - t.ENGLISH_STOPWORDS == t.PROMPT_WORDS
+    assert not t.QUESTION_FILLER_WORDS & t.ENGLISH_STOPWORDS

@@ -57,6 +57,7 @@ from ragcritic_lib.evidence import is_abstention
 from ragcritic_lib.llm import GenParams
 from ragcritic_lib.metrics import normalize_words
 from ragcritic_lib.rag import ABSTAIN_ANSWER, ANSWER_PREFIX, build_rag_messages, extract_answer
+from ragcritic_lib.text import NOT_NAME_WORDS, QUERY_STOPWORDS
 
 ACTION_NAMES: tuple[str, ...] = ("Retrieval", "RewriteQuery", "DecomposeQuery", "RefineDoc", "GenerateAnswer")
 
@@ -111,15 +112,6 @@ relevance logit (ms-marco cross-encoders put unrelated text well below 0, relate
 PENDING = "\u2063pending\u2063"
 """Marker returned by actions in prefetch mode in place of a not-yet-generated output."""
 
-_STOPWORDS = frozenset(
-    """a an the of in on at to for by with from and or but nor is are was were be been being am
-    what which who whom whose when where why how did does do done doing this that these those it its
-    as than then there their theirs his her hers him they them he she we us you your i me my our
-    has have had having not no yes into about after before during over under between most more
-    many much some any each every all both either neither can could would should will shall may
-    might must also only just so such very too s t ll ve d re m name named called one
-    tell give find list please question answer""".split()
-)
 _WORD_RE = re.compile(r"[a-z0-9]+")
 _SENT_RE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 _BULLET_RE = re.compile(r"^\s*(?:[-*\u2022]+|\(?\d{1,2}[.):]|[a-z][.)])\s*")
@@ -144,7 +136,7 @@ def _stem(word: str) -> str:
 
 def content_words(text: str) -> list[str]:
     """Lower-cased content words of ``text`` in order (stopwords dropped, plurals folded)."""
-    return [_stem(w) for w in _WORD_RE.findall(str(text).lower()) if w not in _STOPWORDS]
+    return [_stem(w) for w in _WORD_RE.findall(str(text).lower()) if w not in QUERY_STOPWORDS]
 
 
 def keyword_query(query: str) -> str:
@@ -153,7 +145,7 @@ def keyword_query(query: str) -> str:
     kept: list[str] = []
     for token in re.findall(r"[A-Za-z0-9][A-Za-z0-9'\-]*", str(query)):
         key = _stem(token.lower())
-        if token.lower() in _STOPWORDS or key in seen:
+        if token.lower() in QUERY_STOPWORDS or key in seen:
             continue
         seen.add(key)
         kept.append(token)
@@ -254,7 +246,7 @@ def _looks_invented(line: str, query: str) -> bool:
     q_numbers = set(re.findall(r"\d+", query))
     if any(n not in q_numbers for n in re.findall(r"\d+", line)):
         return True
-    counts = Counter(w for w in _WORD_RE.findall(line.lower()) if w not in _STOPWORDS)
+    counts = Counter(w for w in _WORD_RE.findall(line.lower()) if w not in QUERY_STOPWORDS)
     return bool(counts) and max(counts.values()) >= 3
 
 
@@ -800,9 +792,6 @@ _NUMBER_SPAN_RE = re.compile(
 )
 _NAME_SPAN_RE = re.compile(r"\b[A-Z][\w'\u2019-]*(?:(?: (?:of|the|de|del|da|van|von|and|on|upon|v))* [A-Z][\w'\u2019-]*)*")
 _MONTH_NAMES = frozenset("january february march april may june july august september october november december".split())
-_NAME_STOP = frozenset("the a an it its in on at he she they this that these those there his her their what which "
-                       "who when where how why was is are were did does do for from by with and or but as of "
-                       "passage passages question answer final so".split())
 
 
 def answer_candidates(question: str, docs: Sequence[str], *, first: str = "", max_candidates: int = 24) -> list[str]:
@@ -817,11 +806,11 @@ def answer_candidates(question: str, docs: Sequence[str], *, first: str = "", ma
 
     def add(span: str) -> None:
         words = span.strip(" .,;:()[]\"'").split()
-        while words and words[-1].lower() in _NAME_STOP:  # "1956 and" -> "1956"
+        while words and words[-1].lower() in NOT_NAME_WORDS:  # "1956 and" -> "1956"
             words.pop()
         span = " ".join(words)
         low = [w.lower() for w in words]
-        if (not span or len(words) > SPAN_MODE_MAX_WORDS or all(w in _NAME_STOP for w in low)
+        if (not span or len(words) > SPAN_MODE_MAX_WORDS or all(w in NOT_NAME_WORDS for w in low)
                 or all(w in _MONTH_NAMES for w in low)):
             return
         out.setdefault(span.lower(), span)

@@ -17,17 +17,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-# A compact English stopword list: enough to turn questions into "concepts" and keywords.
-STOPWORDS = frozenset(
-    """a about above after again against all also am an and any are as at be because been before
-    being below between both but by can could did do does doing down during each few for from
-    further had has have having he her here hers herself him himself his how i if in into is it
-    its itself just me more most my myself no nor not now of off on once only or other our ours
-    ourselves out over own same she should so some such than that the their theirs them
-    themselves then there these they this those through to too under until up very was we were
-    what when where which while who whom whose why will with would you your yours yourself
-    yourselves name named called known one first many much did does tell give find list""".split()
-)
+from ragcritic_lib.text import CONCEPT_STOPWORDS
+
+STOPWORDS = CONCEPT_STOPWORDS
+"""The stopwords of :func:`content_words` (:data:`ragcritic_lib.text.CONCEPT_STOPWORDS`)."""
 
 _TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 _SENT_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
