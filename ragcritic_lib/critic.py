@@ -9,10 +9,11 @@ answer) and writes one JSON object, the critic schema of RAG-Critic section 3.2:
 Our training targets put the three tag lists before the free-text analysis: key order carries no
 meaning in JSON, and a generation cut off by the token budget then still carries its labels.
 
-Model output is data: :func:`parse_critic_output` extracts the first JSON object with a small
-hand-written scanner that repairs the usual damage (code fences, prose around the object,
-single quotes, trailing commas, Python literals, unquoted keys, truncation) and never evaluates
-anything. Labels go through the taxonomy's ``canonical``; unknown ones are dropped and listed.
+Model output is data: :func:`parse_critic_output` extracts the first JSON object with the
+scanner of :mod:`ragcritic_lib.jsontext` (its FULL repairs), which repairs the usual damage (code
+fences, prose around the object, single quotes, trailing commas, Python literals, unquoted keys,
+truncation) and never evaluates anything. Labels go through the taxonomy's ``canonical``;
+unknown ones are dropped and listed.
 
 Critics:
 - :class:`LLMCritic` prompts any :mod:`ragcritic_lib.llm` backend, batched, with passages cut to
@@ -30,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from ragcritic_lib.io import DataFormatError
+from ragcritic_lib.jsontext import FULL, repair_json
 from ragcritic_lib.text import FEATURE_STOPWORDS, clean_text, clean_value
 
 Message = dict[str, str]
@@ -47,7 +49,6 @@ CORRECT_TEXT = '{"Judgement": "Correct"}'
 # Why: long or adversarial generations must not make parsing slow; a critique is a few hundred
 # characters, so anything past this is noise.
 MAX_PARSE_CHARS = 20_000
-MAX_DEPTH = 32  # a critique nests two levels; deeper text is not one
 MAX_TAG3 = 10
 MAX_TAG3_CHARS = 120
 MAX_ANALYSIS_CHARS = 2_000
@@ -401,144 +402,15 @@ def _norm_judgement(value: Any) -> str | None:
     return None
 
 
-def _closes_single_quote(s: str, j: int) -> bool:
-    """A ``'`` closes a single-quoted string only when followed by a JSON delimiter."""
-    k = j + 1
-    while k < len(s) and s[k] in " \t\r\n":
-        k += 1
-    return k >= len(s) or s[k] in ",:}]"
-
-
-_LITERALS = {"True": "true", "true": "true", "False": "false", "false": "false",
-             "None": "null", "null": "null", "none": "null"}
-_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_COLON_AHEAD = re.compile(r"[ \t]*:")
-_BARE_VALUE = re.compile(r"[^,}\]\n]*")
-
-
-def _close(text: str, stack: Sequence[str]) -> str:
-    return text + "".join("}" if c == "{" else "]" for c in reversed(stack))
-
-
 def _repair_json(s: str) -> tuple[list[str], set[str]]:
-    """Rewrite a JSON-like object text into candidate JSON texts, best first.
+    """Candidate JSON texts for the object at the start of ``s`` (best first) and the repairs made.
 
-    The scanner walks ``s`` from its first ``{`` and stops where that object closes. Strings in
-    either quote style become double-quoted JSON strings; Python literals and bare words are
-    translated; trailing commas dropped; a truncated tail is closed, and shorter cuts at earlier
-    commas are offered in case the tail itself is damaged.
+    The shared scanner of :mod:`ragcritic_lib.jsontext` with all its repairs (:data:`~ragcritic_lib.
+    jsontext.FULL`): either quote style, Python literals and bare words, trailing commas, a
+    truncated tail closed, and shorter cuts at earlier commas in case the tail itself is damaged.
     """
-    out: list[str] = []
-    stack: list[str] = []
-    notes: set[str] = set()
-    cuts: list[tuple[int, tuple[str, ...]]] = []
-    i, n = 0, len(s)
-    done = False
-    while i < n and not done:
-        c = s[i]
-        if c in "\"'":
-            quote, j, buf, closed = c, i + 1, [], False
-            if c == "'":
-                notes.add("single_quotes")
-            while j < n:
-                d = s[j]
-                if d == "\\" and j + 1 < n:
-                    nxt = s[j + 1]
-                    if nxt == "'":
-                        buf.append("'")
-                    elif nxt in "\"\\/bfnrtu":
-                        buf.append(d + nxt)
-                    else:  # an invalid JSON escape: keep the character itself
-                        buf.append(nxt)
-                    j += 2
-                    continue
-                if d == quote and (quote == '"' or _closes_single_quote(s, j)):
-                    closed = True
-                    break
-                if d == '"':
-                    buf.append('\\"')
-                elif d in _ESCAPES:
-                    buf.append(_ESCAPES[d])
-                elif ord(d) < 0x20:
-                    buf.append(" ")
-                else:
-                    buf.append(d)
-                j += 1
-            if not closed:
-                # Drop a dangling backslash so the closing quote we add is not escaped.
-                text = "".join(buf)
-                if text.endswith("\\") and not text.endswith("\\\\"):
-                    text = text[:-1]
-                out.append('"' + text + '"')
-                notes.add("truncated")
-                break
-            out.append('"' + "".join(buf) + '"')
-            i = j + 1
-        elif c in "{[":
-            if len(stack) >= MAX_DEPTH:
-                return [], notes | {"too_deep"}
-            stack.append(c)
-            out.append(c)
-            i += 1
-        elif c in "}]":
-            while out and out[-1].strip() == "":
-                out.pop()
-            if out and out[-1] == ",":
-                out.pop()
-                notes.add("trailing_comma")
-            if not stack:
-                done = True
-                break
-            opener = stack.pop()
-            if (opener == "{") != (c == "}"):
-                notes.add("mismatched_bracket")
-            out.append("}" if opener == "{" else "]")
-            i += 1
-            if not stack:
-                done = True
-        elif c == ",":
-            cuts.append((len(out), tuple(stack)))
-            out.append(c)
-            i += 1
-        elif c.isalpha() or c == "_":
-            m = _WORD.match(s, i)
-            word = m.group(0) if m else c
-            colon_next = _COLON_AHEAD.match(s, i + len(word)) is not None
-            if word in _LITERALS and not colon_next:
-                out.append(_LITERALS[word])
-                if word[0].isupper():
-                    notes.add("python_literal")
-                i += len(word)
-            elif colon_next:
-                out.append(json.dumps(word))
-                notes.add("unquoted_key")
-                i += len(word)
-            else:
-                # A bare value such as {"Judgement": Correct}: quote up to the next delimiter.
-                m2 = _BARE_VALUE.match(s, i)
-                raw = m2.group(0) if m2 and m2.group(0) else word
-                out.append(json.dumps(raw.strip()))
-                notes.add("unquoted_value")
-                i += len(raw)
-        else:
-            out.append(c)
-            i += 1
-    text = "".join(out)
-    if not stack:
-        return [text], notes
-    notes.add("truncated")
-    tail = text.rstrip()
-    if tail.endswith(","):
-        tail = tail[:-1]
-    if tail.endswith(":"):
-        tail += " null"
-    elif stack[-1] == "{" and re.search(r'[{,]\s*"(?:[^"\\]|\\.)*"\s*$', tail):
-        tail += ": null"  # the cut fell right after a key
-    candidates = [_close(tail, stack)]
-    for pos, st in reversed(cuts[-50:]):
-        candidates.append(_close("".join(out[:pos]), st))
-    return candidates, notes
+    repaired = repair_json(s, FULL)
+    return list(repaired.candidates), set(repaired.notes)
 
 
 def _object_starts(text: str, limit: int = 8) -> list[int]:

@@ -26,141 +26,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragcritic_lib.evidence import compute_evidence, error_causes
+from ragcritic_lib.jsontext import MAX_PARSE_CHARS, loads_lenient, strip_fences
 from ragcritic_lib.text import TAG_STOPWORDS
 
-MAX_PARSE_CHARS = 20_000  # longer outputs are cut before parsing (adversarial or runaway text)
 MAX_TAGS_PER_OUTPUT = 10
 
 
 # ============================================================================================
-# Tolerant JSON parsing (model output is data, never code)
+# Tolerant JSON parsing (model output is data, never code): ragcritic_lib.jsontext with its
+# LIGHT repairs, so a tag output that needs more than those is counted as invalid.
 # ============================================================================================
-
-_FENCE = re.compile(r"```(?:json|JSON|javascript)?\s*\n?(.*?)(?:```|$)", re.S)
-_LITERALS = {"True": "true", "False": "false", "None": "null"}
-
-
-def _strip_fences(text: str) -> str:
-    match = _FENCE.search(text)
-    return match.group(1) if match and match.group(1).strip() else text
-
-
-def _repair(fragment: str) -> str:
-    """Rewrite near-JSON into JSON: single quotes, Python literals, trailing commas, truncation.
-
-    A single pass over the characters tracks string state, so quotes and brackets inside strings
-    are left alone. An apostrophe between two letters inside a single-quoted string is kept as an
-    apostrophe ("model's"), which is what LLMs mean by it.
-    """
-    out: list[str] = []
-    stack: list[str] = []
-    quote: str | None = None  # the quote char of the string we are in
-    i, n = 0, len(fragment)
-    while i < n:
-        ch = fragment[i]
-        if quote is not None:
-            if ch == "\\" and i + 1 < n:
-                nxt = fragment[i + 1]
-                if quote == "'" and nxt == "'":
-                    out.append("'")
-                else:
-                    out.append(ch + nxt)
-                i += 2
-                continue
-            if ch == quote:
-                prev_alpha = i > 0 and fragment[i - 1].isalpha()
-                next_alpha = i + 1 < n and fragment[i + 1].isalpha()
-                if quote == "'" and prev_alpha and next_alpha:
-                    out.append("'")
-                else:
-                    out.append('"')
-                    quote = None
-            elif ch == '"' and quote == "'":
-                out.append('\\"')
-            elif ch == "\n":
-                out.append("\\n")
-            else:
-                out.append(ch)
-            i += 1
-            continue
-        if ch in "\"'":
-            quote = ch
-            out.append('"')
-        elif ch in "{[":
-            stack.append("}" if ch == "{" else "]")
-            out.append(ch)
-        elif ch in "}]":
-            # Drop a trailing comma before a closer.
-            while out and out[-1].isspace():
-                out.pop()
-            if out and out[-1] == ",":
-                out.pop()
-            if stack:
-                stack.pop()
-            out.append(ch)
-            if not stack:
-                break  # the first complete value is what we want; prose after it is ignored
-        elif ch.isalpha():
-            j = i
-            while j < n and (fragment[j].isalnum() or fragment[j] == "_"):
-                j += 1
-            word = fragment[i:j]
-            out.append(_LITERALS.get(word, word))
-            i = j
-            continue
-        else:
-            out.append(ch)
-        i += 1
-    if quote is not None:
-        out.append('"')
-    # Close what truncation left open: drop a dangling comma/colon/key first.
-    text = "".join(out).rstrip()
-    while stack:
-        text = text.rstrip()
-        if text.endswith(","):
-            text = text[:-1]
-        elif text.endswith(":"):
-            text += " null"
-        elif stack[-1] == "}" and re.search(r'[{,]\s*"(?:[^"\\]|\\.)*"$', text):
-            text = re.sub(r',?\s*"(?:[^"\\]|\\.)*"$', "", text)  # a key without a value
-        text += stack.pop()
-    return text
-
-
-def loads_lenient(text: Any) -> tuple[Any, str | None]:
-    """Parse the first JSON value in model output, tolerating common defects.
-
-    Handles code fences, prose before/after, single quotes, Python literals (True/None), trailing
-    commas and truncated output (open strings and brackets are closed). Never evaluates code.
-
-    Returns:
-        (value, None) on success, or (None, reason) with reason one of ``empty``, ``no_json``,
-        ``invalid_json``, ``too_deep``.
-    """
-    if not isinstance(text, str) or not text.strip():
-        return None, "empty"
-    body = _strip_fences(text[:MAX_PARSE_CHARS])
-    starts = [i for i in (body.find("{"), body.find("[")) if i >= 0]
-    if not starts:
-        return None, "no_json"
-    start = min(starts)
-    decoder = json.JSONDecoder()
-    try:
-        try:
-            return decoder.raw_decode(body, start)[0], None
-        except json.JSONDecodeError:
-            pass
-        try:
-            return decoder.raw_decode(_repair(body[start:]))[0], None
-        except json.JSONDecodeError:
-            return None, "invalid_json"
-    except RecursionError:
-        return None, "too_deep"
 
 
 def _all_objects(text: str) -> list[Any]:
     """Every top-level JSON value in the text, in order (for outputs like ``{..}\\n{..}``)."""
-    body = _strip_fences(text[:MAX_PARSE_CHARS])
+    body = strip_fences(text[:MAX_PARSE_CHARS])
     out: list[Any] = []
     pos = 0
     while len(out) < MAX_TAGS_PER_OUTPUT:
