@@ -68,9 +68,9 @@ from ragcritic_lib.critic import load_trained_critic
 from ragcritic_lib.data import dataset_paths, load_corpus_records
 from ragcritic_lib.evidence import compute_evidence
 from ragcritic_lib.io import atomic_write_text, read_jsonl, write_json, write_jsonl
-from ragcritic_lib.llm import GenParams
 from ragcritic_lib.mining import passage_metadata
 from ragcritic_lib.params import load_params
+from ragcritic_lib.rag import answer_gen_params
 from ragcritic_lib.stage_metrics import write_stage_metrics
 from ragcritic_lib.retrieval import CrossEncoderReranker
 from ragcritic_lib.taxonomy import load_known_causes, load_taxonomy
@@ -171,7 +171,7 @@ print(f"critic verdict: {critic_verdict} (threshold {threshold:+.3f}); planner d
 list(methods_for(datasets[0]))
 
 # %%
-gen_params = GenParams(max_new_tokens=rag_cfg["max_new_tokens"], stop=("\nQuestion:", "<|im_end|>"))
+gen_params = answer_gen_params("default", rag_cfg["max_new_tokens"])  # the answer setting notebooks 09-13 share
 retriever_cfg = runtime.retriever_config(params)
 # The cross-encoder reranks action retrievals and selects sentences for RefineDoc; GenerateAnswer
 # reads at most standard RAG's top_k passages (the embedded reader gets worse past three).

@@ -52,13 +52,13 @@ import pandas as pd
 from ragcritic_lib import paths, runtime
 from ragcritic_lib.baselines import MeteredLLM, add_costs, dataset_costs, per_dataset, simrag, stopwatch
 from ragcritic_lib.baselines.harness import save_method_run, shared_test_sets
-from ragcritic_lib.llm import GenParams
 from ragcritic_lib.params import load_params
+from ragcritic_lib.rag import answer_gen_params
 
 params = load_params()
 seed = params["common"]["seed"]
 rr = params["retrieval_rag"]  # standard RAG's settings: every method reuses them
-gen = GenParams(max_new_tokens=rr["max_new_tokens"], stop=("\nQuestion:", "<|im_end|>"))
+gen = answer_gen_params("default", rr["max_new_tokens"])  # default: it also drives free-form generations
 short = dataclasses.replace(gen, max_new_tokens=24, stop=("\n",))  # search queries
 llm = runtime.load_generator(params)
 test = shared_test_sets(params)

@@ -59,16 +59,15 @@ from ragcritic_lib.baselines import MeteredLLM, add_costs, dataset_costs, per_da
 from ragcritic_lib.baselines.harness import save_method_run, shared_test_sets
 from ragcritic_lib.critic import HeuristicCritic
 from ragcritic_lib.io import read_jsonl
-from ragcritic_lib.llm import GenParams
 from ragcritic_lib.params import load_params
-from ragcritic_lib.rag import run_standard_rag
+from ragcritic_lib.rag import answer_gen_params, run_standard_rag
 from ragcritic_lib.taxonomy import load_taxonomy
 from ragcritic_lib.training import dpo_start
 
 params = load_params()
 seed = params["common"]["seed"]
 rr = params["retrieval_rag"]  # standard RAG's settings: every method reuses them
-gen = GenParams(max_new_tokens=rr["max_new_tokens"], stop=("\nQuestion:", "<|im_end|>"))
+gen = answer_gen_params("default", rr["max_new_tokens"])  # default: it also drives free-form generations
 llm = runtime.load_generator(params)
 test = shared_test_sets(params)
 datasets = list(test)

@@ -174,12 +174,34 @@ def extract_answer(raw: str, *, prefilled: bool = False, max_words: int = 16) ->
     return _clean(_LEAD_RE.sub("", first.strip()), max_words), False
 
 
+ANSWER_STOP = ("\nQuestion:", "\n\n\n", "<|im_end|>")
+"""Where an answer generation is cut: a new question (the model continuing the few-shot
+pattern), a run of blank lines (how most of the small model's loops start), or the chat turn's
+end marker (for a backend that prints it rather than stopping at it)."""
+PREFILL_STOP = ("\n",)
+"""A prefilled answer is one line, so it is cut at the first newline."""
+
+
 def answer_gen_params(variant: str = "default", max_new_tokens: int = 48):
-    """Generation settings for answers: greedy, cut at a new question; a prefilled answer is one
-    line, so it also stops at the first newline (which ends most of the small model's loops)."""
+    """The answer-generation setting: greedy, ``max_new_tokens``, cut at :data:`ANSWER_STOP`
+    (the ``prefill`` variant: :data:`PREFILL_STOP`).
+
+    The one setting for answers: standard RAG (notebook 01), the correction agent's answers (08)
+    and the compared methods (09-13). The methods' answer settings also drive free-form
+    generations (Self-Refine's feedback, SIM-RAG's reasoning), so they use the default variant's.
+
+    Args:
+        variant: a prompt variant of :data:`PROMPT_VARIANTS`.
+        max_new_tokens: cap on generated tokens.
+
+    Raises:
+        ValueError: an unknown variant.
+    """
     from .llm import GenParams
 
-    stop = ("\n",) if variant == "prefill" else ("\nQuestion:", "\n\n\n")
+    if variant not in PROMPT_VARIANTS:
+        raise ValueError(f"unknown RAG prompt variant {variant!r}; choose from {PROMPT_VARIANTS}")
+    stop = PREFILL_STOP if variant == "prefill" else ANSWER_STOP
     return GenParams(max_new_tokens=max_new_tokens, stop=stop)
 
 

@@ -74,3 +74,25 @@ def test_format_passages_truncates():
 ])
 def test_first_sentence_keeps_abbreviations_and_initials(raw, expected):
     assert extract_answer(raw, prefilled=True)[0] == expected
+
+
+def test_answer_gen_params_is_the_one_answer_setting():
+    from pathlib import Path
+
+    from ragcritic_lib.llm import GenParams
+    from ragcritic_lib.rag import ANSWER_STOP, PREFILL_STOP, PROMPT_VARIANTS, answer_gen_params
+
+    # The default variant stops at the union of what notebook 01 and notebooks 08-13 used.
+    assert set(ANSWER_STOP) == {"\nQuestion:", "\n\n\n"} | {"\nQuestion:", "<|im_end|>"}
+    assert answer_gen_params("default", 32) == GenParams(max_new_tokens=32, stop=("\nQuestion:", "\n\n\n", "<|im_end|>"))
+    assert answer_gen_params("prefill", 32) == GenParams(max_new_tokens=32, stop=PREFILL_STOP) and PREFILL_STOP == ("\n",)
+    for variant in ("terse", "closed_book"):
+        assert answer_gen_params(variant, 7) == GenParams(max_new_tokens=7, stop=ANSWER_STOP)
+    assert answer_gen_params() == GenParams(max_new_tokens=48, stop=ANSWER_STOP)
+    assert set(PROMPT_VARIANTS) == {"default", "prefill", "terse", "closed_book"}
+    with pytest.raises(ValueError, match="unknown RAG prompt variant"):
+        answer_gen_params("bogus", 32)
+    # No notebook builds an answer setting by hand.
+    root = Path(__file__).resolve().parents[1] / "notebooks"
+    for nb in sorted(root.glob("*.py")):
+        assert "\\nQuestion:" not in nb.read_text(encoding="utf-8"), nb.name
