@@ -50,16 +50,11 @@ import pandas as pd
 
 from ragcritic_lib import runtime
 from ragcritic_lib.baselines import MeteredLLM, crag, dataset_name, score_records, stopwatch
-from ragcritic_lib.baselines.harness import save_method_run, shared_test_sets
-from ragcritic_lib.params import load_params
-from ragcritic_lib.rag import answer_gen_params
+from ragcritic_lib.baselines.harness import save_method_run
+from ragcritic_lib.baselines.stage_setup import setup_method
 
-params = load_params()
-seed = params["common"]["seed"]
-rr = params["retrieval_rag"]  # standard RAG's settings: every method reuses them
-gen = answer_gen_params("default", rr["max_new_tokens"])  # default: it also drives free-form generations
-llm = runtime.load_generator(params)
-test = shared_test_sets(params)
+setup = setup_method("crag")  # params, standard RAG's settings, the answer setting, generator, questions
+params, seed, rr, gen, llm, test = setup.params, setup.seed, setup.rag, setup.gen, setup.llm, setup.test
 reranker = None
 if use_reranker:
     from ragcritic_lib.retrieval import CrossEncoderReranker

@@ -49,22 +49,15 @@ import dataclasses
 
 import pandas as pd
 
-from ragcritic_lib import paths, runtime
+from ragcritic_lib import runtime
 from ragcritic_lib.baselines import MeteredLLM, add_costs, dataset_costs, per_dataset, simrag, stopwatch
-from ragcritic_lib.baselines.harness import save_method_run, shared_test_sets
-from ragcritic_lib.params import load_params
-from ragcritic_lib.rag import answer_gen_params
+from ragcritic_lib.baselines.harness import save_method_run
+from ragcritic_lib.baselines.stage_setup import setup_method
 
-params = load_params()
-seed = params["common"]["seed"]
-rr = params["retrieval_rag"]  # standard RAG's settings: every method reuses them
-gen = answer_gen_params("default", rr["max_new_tokens"])  # default: it also drives free-form generations
+setup = setup_method("simrag")  # params, standard RAG's settings, the answer setting, generator, questions
+params, seed, rr, gen, llm, test = setup.params, setup.seed, setup.rag, setup.gen, setup.llm, setup.test
 short = dataclasses.replace(gen, max_new_tokens=24, stop=("\n",))  # search queries
-llm = runtime.load_generator(params)
-test = shared_test_sets(params)
-datasets = list(test)
-retrievers = {ds: runtime.load_retriever(params, ds) for ds in datasets}
-out_dir = paths.stage_dir("simrag")
+datasets, retrievers, out_dir = setup.datasets, setup.load_retrievers(), setup.out_dir
 sim_kw = dict(max_turns=max_turns, gen_params=gen, query_params=short, docs_per_turn=docs_per_turn,
               initial_docs=initial_docs)
 match_fn = simrag.make_match_fn(match)

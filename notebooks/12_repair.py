@@ -56,23 +56,17 @@ import pandas as pd
 from ragcritic_lib import paths, runtime
 from ragcritic_lib.agent.actions import ActionSet
 from ragcritic_lib.baselines import MeteredLLM, add_costs, dataset_costs, per_dataset, records_cost, repair, stopwatch
-from ragcritic_lib.baselines.harness import save_method_run, shared_test_sets
+from ragcritic_lib.baselines.harness import save_method_run
+from ragcritic_lib.baselines.stage_setup import setup_method
 from ragcritic_lib.critic import HeuristicCritic
 from ragcritic_lib.io import read_jsonl
-from ragcritic_lib.params import load_params
-from ragcritic_lib.rag import answer_gen_params, run_standard_rag
+from ragcritic_lib.rag import run_standard_rag
 from ragcritic_lib.taxonomy import load_taxonomy
 from ragcritic_lib.training import dpo_start
 
-params = load_params()
-seed = params["common"]["seed"]
-rr = params["retrieval_rag"]  # standard RAG's settings: every method reuses them
-gen = answer_gen_params("default", rr["max_new_tokens"])  # default: it also drives free-form generations
-llm = runtime.load_generator(params)
-test = shared_test_sets(params)
-datasets = list(test)
-retrievers = {ds: runtime.load_retriever(params, ds) for ds in datasets}
-out_dir = paths.stage_dir("repair")
+setup = setup_method("repair")  # params, standard RAG's settings, the answer setting, generator, questions
+params, seed, rr, gen, llm, test = setup.params, setup.seed, setup.rag, setup.gen, setup.llm, setup.test
+datasets, retrievers, out_dir = setup.datasets, setup.load_retrievers(), setup.out_dir
 judge = HeuristicCritic(load_taxonomy())  # grounded rules only: reads passages and answer, no gold
 judge_flags = lambda recs: [p.judgement == "Correct" for p in judge.critique(recs)]  # noqa: E731
 act_kw = dict(gen_params=gen, topk=rr["top_k"], max_doc_words=rr["max_passage_words"], rag_variant=rr["prompt_variant"])

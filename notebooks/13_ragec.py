@@ -42,20 +42,14 @@ import pandas as pd
 
 from ragcritic_lib import paths, runtime
 from ragcritic_lib.baselines import MeteredLLM, is_wrong, jsonable, load_method_results, ragec, stopwatch
-from ragcritic_lib.baselines.harness import shared_test_sets
+from ragcritic_lib.baselines.stage_setup import setup_method
 from ragcritic_lib.io import write_jsonl
-from ragcritic_lib.params import load_params
-from ragcritic_lib.rag import answer_gen_params
 from ragcritic_lib.stage_metrics import write_stage_metrics
 from ragcritic_lib.taxonomy import load_taxonomy
 
-params = load_params()
-seed = params["common"]["seed"]
-rr = params["retrieval_rag"]  # standard RAG's settings
-gen = answer_gen_params("default", rr["max_new_tokens"])  # default: it also drives free-form generations
+setup = setup_method("ragec")  # params, standard RAG's settings, the answer setting, generator, questions
+params, seed, rr, gen, llm, test = setup.params, setup.seed, setup.rag, setup.gen, setup.llm, setup.test
 rag_kw = dict(k=rr["top_k"], variant=rr["prompt_variant"], gen_params=gen, max_passage_words=rr["max_passage_words"])
-llm = runtime.load_generator(params)
-test = shared_test_sets(params)
 types = ragec.load_ragec_types()
 rerank_on = bool(runtime.retriever_config(params).get("rerank"))
 {ds: len(recs) for ds, recs in test.items()}

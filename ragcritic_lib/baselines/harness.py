@@ -13,7 +13,9 @@ the correction ladder (notebook 08). A method stage writes
   ``runs`` (extra runs: their display name and file), ``degenerate`` (reasons, empty when none),
   ``seconds`` (wall time of the method's phases on this machine), and the method's own block.
 
-The comparison stage (notebook 14) reads these files back with :func:`load_method_run`.
+The comparison stage (notebook 14) reads these files back with :func:`load_method_run`. A method
+stage opens with :func:`ragcritic_lib.baselines.stage_setup.setup_method` (params, the answer
+setting, the generator and these questions).
 """
 
 from __future__ import annotations

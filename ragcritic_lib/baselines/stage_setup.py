@@ -1,0 +1,86 @@
+"""The opening every method stage shares (notebooks 09-13): :func:`setup_method`.
+
+Each compared method runs with standard RAG's settings (``retrieval_rag``), the one answer
+setting (:func:`ragcritic_lib.rag.answer_gen_params`), the pipeline's generator and the shared
+test questions (:func:`ragcritic_lib.baselines.harness.shared_test_sets`). This module is apart
+from :mod:`.harness` because it loads the generator and retrievers: the comparison stage
+(notebook 14) reads runs back through the harness and should not depend on that code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .harness import shared_test_sets
+
+
+@dataclass
+class MethodSetup:
+    """What a method stage starts from.
+
+    Attributes:
+        stage: the DVC stage (its folder under ``data/``), e.g. ``"self_refine"``.
+        params: the whole params.yaml.
+        rag: ``params["retrieval_rag"]``, standard RAG's settings: every method reuses them.
+        seed: ``params["common"]["seed"]``.
+        gen: the answer setting, ``answer_gen_params("default", rag["max_new_tokens"])``. It is
+            the default variant's because the methods also generate free-form text with it
+            (Self-Refine's feedback, SIM-RAG's reasoning), not only prefilled one-line answers.
+        llm: the generator (``runtime.load_generator(params)``).
+        test: {dataset: the shared test records}, datasets in ``comparison.datasets`` order.
+    """
+
+    stage: str
+    params: Mapping[str, Any]
+    rag: Mapping[str, Any]
+    seed: Any
+    gen: Any
+    llm: Any
+    test: dict[str, list[dict]]
+
+    @property
+    def datasets(self) -> list[str]:
+        """The datasets of :attr:`test`, in order."""
+        return list(self.test)
+
+    @property
+    def out_dir(self) -> Path:
+        """The stage's output folder, ``data/<stage>``."""
+        from ragcritic_lib import paths
+
+        return paths.stage_dir(self.stage)
+
+    def load_retrievers(self) -> dict[str, Any]:
+        """{dataset: standard RAG's retriever for it} (``runtime.load_retriever(params, ds)``)."""
+        from ragcritic_lib import runtime
+
+        return {ds: runtime.load_retriever(self.params, ds) for ds in self.datasets}
+
+
+def setup_method(stage: str, params: Mapping[str, Any] | None = None) -> MethodSetup:
+    """Load what a method stage starts from; see :class:`MethodSetup`.
+
+    Args:
+        stage: the DVC stage name, e.g. ``"crag"``.
+        params: the params (default: :func:`ragcritic_lib.params.load_params`).
+
+    Raises:
+        ValueError: ``stage`` is not a non-empty name.
+        KeyError: a dataset of ``comparison.datasets`` that ``common.datasets`` does not register.
+    """
+    from ragcritic_lib import runtime
+    from ragcritic_lib.params import load_params
+    from ragcritic_lib.rag import answer_gen_params
+
+    if not isinstance(stage, str) or not stage.strip() or "/" in stage:
+        raise ValueError(f"setup_method: stage must be a stage name, got {stage!r}")
+    params = load_params() if params is None else params
+    rag = params["retrieval_rag"]
+    gen = answer_gen_params("default", rag["max_new_tokens"])
+    llm = runtime.load_generator(params)
+    test = shared_test_sets(params)
+    return MethodSetup(stage=stage, params=params, rag=rag, seed=params["common"]["seed"], gen=gen, llm=llm,
+                       test=test)

@@ -1,0 +1,101 @@
+"""setup_method: the opening the method stages 09-13 share, on tiny standard-RAG outputs written
+to a temporary data folder and a stand-in generator (no model is loaded)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from ragcritic_lib import paths, runtime
+from ragcritic_lib.baselines.harness import shared_test_sets
+from ragcritic_lib.baselines.stage_setup import MethodSetup, setup_method
+from ragcritic_lib.io import write_jsonl
+from ragcritic_lib.llm import GenParams
+from ragcritic_lib.rag import answer_gen_params
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+STAGES = {"09_self_refine": "self_refine", "10_crag": "crag", "11_simrag": "simrag", "12_repair": "repair",
+          "13_ragec": "ragec"}
+
+
+def _params(datasets: str = "beta, alpha", n: int = 3) -> dict:
+    return {
+        "common": {"seed": 13, "datasets": {"alpha": {}, "beta": {}, "gamma": {}}},
+        "retrieval_rag": {"max_new_tokens": 21, "top_k": 3, "prompt_variant": "prefill", "max_passage_words": 80},
+        "comparison": {"datasets": datasets, "test_questions": n},
+    }
+
+
+@pytest.fixture()
+def data_dir(tmp_path, monkeypatch):
+    monkeypatch.setattr(paths, "DATA_DIR", tmp_path)
+    for ds in ("alpha", "beta"):
+        write_jsonl(tmp_path / "retrieval_rag" / ds / "test.jsonl",
+                    [{"id": f"{ds}-{i}", "question": f"q{i}?", "prediction": f"a{i}", "f1": 0.5} for i in range(5)])
+    return tmp_path
+
+
+@pytest.fixture()
+def generator(monkeypatch):
+    loaded = []
+
+    def fake_load_generator(params, **overrides):
+        loaded.append((copy.deepcopy(params), overrides))
+        return "the generator"
+
+    monkeypatch.setattr(runtime, "load_generator", fake_load_generator)
+    return loaded
+
+
+def test_setup_method_loads_what_the_notebooks_loaded(data_dir, generator):
+    params = _params()
+    setup = setup_method("crag", params)
+    assert isinstance(setup, MethodSetup)
+    assert setup.params is params and setup.rag is params["retrieval_rag"] and setup.seed == 13
+    # The answer setting of item "one answer-generation setting": the default variant's.
+    assert setup.gen == answer_gen_params("default", 21)
+    assert setup.gen == GenParams(max_new_tokens=21, stop=("\nQuestion:", "\n\n\n", "<|im_end|>"))
+    # The generator, loaded once from the params as runtime.load_generator(params).
+    assert setup.llm == "the generator" and generator == [(params, {})]
+    # The same questions in the same order as shared_test_sets: comparison.datasets order, first N.
+    assert setup.test == shared_test_sets(params)
+    assert setup.datasets == ["beta", "alpha"]
+    assert [r["id"] for r in setup.test["beta"]] == ["beta-0", "beta-1", "beta-2"]
+    assert all(r["dataset"] == ds for ds, recs in setup.test.items() for r in recs)
+    assert setup.out_dir == data_dir / "crag"
+
+
+def test_setup_method_reads_params_yaml_by_default(data_dir, generator, monkeypatch):
+    import ragcritic_lib.params as params_module
+
+    monkeypatch.setattr(params_module, "load_params", lambda: _params("alpha", 2))
+    setup = setup_method("repair")
+    assert setup.datasets == ["alpha"] and len(setup.test["alpha"]) == 2 and setup.stage == "repair"
+
+
+def test_load_retrievers_gives_standard_rags_retriever_per_dataset(data_dir, generator, monkeypatch):
+    calls = []
+    monkeypatch.setattr(runtime, "load_retriever", lambda params, ds, **kw: calls.append((ds, kw)) or f"r-{ds}")
+    setup = setup_method("simrag", _params())
+    assert setup.load_retrievers() == {"beta": "r-beta", "alpha": "r-alpha"}
+    assert calls == [("beta", {}), ("alpha", {})]
+
+
+def test_setup_method_errors(data_dir, generator):
+    with pytest.raises(KeyError, match="delta"):
+        setup_method("crag", _params("alpha, delta"))
+    for bad in ("", "  ", "a/b", None):
+        with pytest.raises(ValueError, match="stage"):
+            setup_method(bad, _params())
+    with pytest.raises(FileNotFoundError):
+        setup_method("crag", _params("gamma"))  # no standard-RAG answers for it
+
+
+@pytest.mark.parametrize("stem", sorted(STAGES))
+def test_method_notebooks_open_with_setup_method(stem):
+    source = (NOTEBOOKS / f"{stem}.py").read_text(encoding="utf-8")
+    assert f'setup_method("{STAGES[stem]}")' in source
+    for hand_built in ("runtime.load_generator(", "shared_test_sets(", "GenParams(", "load_params()"):
+        assert hand_built not in source, (stem, hand_built)
