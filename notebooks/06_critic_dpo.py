@@ -61,15 +61,19 @@ prompt
 # coarse pairs against distinct error critiques. Pairs are cut to `max_pairs` for the CPU budget.
 
 # %%
+# BEGIN SOLUTION hint: balance the train split with balance_correct (seed + 1, max_train_samples), then build pairs, counts with dpo_pairs (k_coarse, k_fine, seed, max_pairs and the prompt's top_k, passage_words, label_list)
 samples, balance = balance_correct(train, seed=seed + 1, max_samples=max_train_samples)
 pairs, counts = dpo_pairs(samples, taxonomy, k_coarse=k_coarse, k_fine=k_fine, seed=seed, max_pairs=max_pairs,
                           top_k=prompt["top_k"], passage_words=prompt["passage_words"], label_list=prompt["label_list"])
+# END SOLUTION
 write_jsonl(out_dir / "pairs.jsonl", pairs)
 pd.Series(counts, name="pairs").to_frame()
 
 # %%
+# BEGIN SOLUTION hint: print the first pair of each kind ('coarse', 'fine'): its chosen and its rejected critique
 for p in [next((p for p in pairs if p["kind"] == kind), None) for kind in ("coarse", "fine")]:
     print(f"[{p['kind']}]\n  chosen:   {p['chosen']}\n  rejected: {p['rejected']}\n" if p else "(no pair of this kind)")
+# END SOLUTION
 
 # %% [markdown]
 # ## DPO training
@@ -96,9 +100,11 @@ curve = pd.DataFrame(json.loads((out_dir / "loss.json").read_text()))
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.2))
 axes[0].plot(curve["step"], curve["loss"], marker=".")
 axes[0].set(xlabel="optimizer step", ylabel="DPO loss", title="Critic DPO loss")
+# BEGIN SOLUTION hint: plot each of rewards_chosen, rewards_rejected and rewards_margins that curve has against step on axes[1], labelled
 for col in ("rewards_chosen", "rewards_rejected", "rewards_margins"):
     if col in curve:
         axes[1].plot(curve["step"], curve[col], marker=".", label=col.replace("rewards_", ""))
+# END SOLUTION
 axes[1].set(xlabel="optimizer step", ylabel="implicit reward", title="Rewards")
 axes[1].legend()
 for ax in axes:

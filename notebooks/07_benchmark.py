@@ -95,8 +95,10 @@ list(critics)
 golds = [s["target"] for s in bench]
 predictions, results = {}, {}
 for name, critic in critics.items():
+    # BEGIN SOLUTION hint: critique bench with this critic into predictions[name], then score those parses against golds with score_critic into results[name]
     predictions[name] = critic.critique(bench)
     results[name] = score_critic(predictions[name], golds, taxonomy)
+    # END SOLUTION
     write_jsonl(out_dir / "predictions" / f"{name.replace(' ', '_').replace('/', '_')}.jsonl",
                 critiques_to_records(predictions[name], bench, name))
 table = pd.DataFrame(benchmark_table(results)).set_index("critic")
@@ -120,9 +122,11 @@ plot_per_label(results, taxonomy, paths.FIGURES_DIR / "07_benchmark_per_label.sv
 # produce; a critic's tier-1 labels hit it or not.
 
 # %%
+# BEGIN SOLUTION hint: by_dataset[critic][dataset]: the 'identification' part of score_critic on that dataset's bench samples only
 by_dataset = {name: {ds: score_critic([p for p, s in zip(preds, bench) if s["dataset"] == ds],
                                       [s["target"] for s in bench if s["dataset"] == ds], taxonomy)["identification"]
                      for ds in sorted({s["dataset"] for s in bench})} for name, preds in predictions.items()}
+# END SOLUTION
 known = {name: score_known_causes(preds, bench, known_causes) for name, preds in predictions.items()}
 pd.DataFrame([{"critic": name, "dataset": ds, **acc} for name, per in by_dataset.items() for ds, acc in per.items()])
 

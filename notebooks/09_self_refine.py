@@ -54,8 +54,10 @@ m, refined = MeteredLLM(llm), []
 with stopwatch() as t:
     for ds, recs in test.items():
         with m.dataset(ds):
+            # BEGIN SOLUTION hint: refine this dataset's records with self_refine.self_refine through the metered m (rounds, gen, rr['max_passage_words']) and add them to refined
             refined += self_refine.self_refine(m, recs, rounds=rounds, gen_params=gen,
                                                max_words=rr["max_passage_words"])
+            # END SOLUTION
 info = self_refine.self_refine_summary(refined)
 print({k: info[k] for k in ("approval_rate", "approval_rate_by_round", "refinements", "degenerate")})
 pd.DataFrame([{"rounds_used": r["self_refine_rounds"], "stopped_by_feedback": r["self_refine_stopped"]}
@@ -67,8 +69,10 @@ pd.DataFrame([{"rounds_used": r["self_refine_rounds"], "stopped_by_feedback": r[
 # changes help is measured in notebook 14, paired on the same questions.
 
 # %%
+# BEGIN SOLUTION hint: original: each test id's standard RAG prediction; changed: the refined records whose stripped prediction differs from it
 original = {r["id"]: r["prediction"] for recs in test.values() for r in recs}
 changed = [r for r in refined if str(r["prediction"]).strip() != str(original[r["id"]]).strip()]
+# END SOLUTION
 info["answers_changed"] = len(changed)
 {"questions": len(refined), "answers_changed": len(changed)}
 

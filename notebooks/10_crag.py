@@ -79,9 +79,11 @@ tune_m, evaluators, secondaries, best, info = MeteredLLM(llm), {}, {}, {}, {}
 with stopwatch() as t_tune:
     for ds in test:
         retriever = runtime.load_retriever(params, ds)
+        # BEGIN SOLUTION hint: attach the retriever's top_k passages (crag.attach_passages) to the train and dev questions from split, then fit evaluators[ds] on train with crag.fit_evaluator
         train = crag.attach_passages(split(ds, "train", train_questions), retriever, rr["top_k"])
         dev = crag.attach_passages(split(ds, "dev", dev_questions), retriever, rr["top_k"])
         evaluators[ds] = crag.fit_evaluator(train, ce, seed=seed)
+        # END SOLUTION
         secondaries[ds] = runtime.load_retriever(params, ds, kind=secondary, rerank=False)
         with tune_m.dataset(ds):
             best[ds] = crag.tune_on_dev(tune_m, dev, evaluator=evaluators[ds], ce_scorer=ce,
@@ -98,8 +100,10 @@ m, out = MeteredLLM(llm), []
 with stopwatch() as t:
     for ds, recs in test.items():
         with m.dataset(ds):
+            # BEGIN SOLUTION hint: answer this dataset's records with crag.run_crag: its evaluator and secondary retriever, ce, the tuned thresholds best[ds]['upper'] and best[ds]['lower'], crag_kw
             out_ds = crag.run_crag(m, recs, evaluator=evaluators[ds], ce_scorer=ce, secondary=secondaries[ds],
                                    upper=best[ds]["upper"], lower=best[ds]["lower"], **crag_kw)
+            # END SOLUTION
         info[ds]["test_actions"] = dict(Counter(r["crag_action"] for r in out_ds))
         out += out_ds
 pd.DataFrame({ds: v["test_actions"] for ds, v in info.items()}).fillna(0).astype(int)
@@ -109,9 +113,11 @@ pd.DataFrame({ds: v["test_actions"] for ds, v in info.items()}).fillna(0).astype
 # not comparable with each other; they show where the answers come from).
 
 # %%
+# BEGIN SOLUTION hint: score out with score_records, then count and mean F1 per dataset (dataset_name) and crag_action
 scored = score_records(out)
 pd.DataFrame([{"dataset": dataset_name(r), "action": r["crag_action"], "f1": r["f1"]} for r in scored]) \
     .groupby(["dataset", "action"]).f1.agg(["count", "mean"]).round(3)
+# END SOLUTION
 
 # %%
 degenerate = [f"{ds}: {d}" for ds in test for d in info[ds]["degenerate"]]

@@ -116,13 +116,18 @@ rc_training
 
 # %% [markdown]
 # ## The comparison, with Holm-corrected p-values
+# Per dataset, `method_comparison` gives one row per method against standard RAG (the Holm
+# correction over the five methods happens inside it), and `comparison_summary` reads the block
+# as a whole.
 
 # %%
 comparison, summaries, extra_rows = {}, {}, {}
 for ds in datasets:
+    # BEGIN SOLUTION hint: comparison[ds]: method_comparison of records against standard RAG (costs[ds], n_boot, n_perm, ci_alpha, seed; it Holm-corrects p); summaries[ds]: comparison_summary
     comparison[ds] = method_comparison(records, baseline="standard RAG", dataset=ds, costs=costs[ds], n_boot=n_boot,
                                        n_perm=n_perm, alpha=ci_alpha, seed=seed)
     summaries[ds] = comparison_summary(comparison[ds], alpha=ci_alpha)
+    # END SOLUTION
     if extra:
         rows = method_comparison({"standard RAG": records["standard RAG"], **extra}, baseline="standard RAG", dataset=ds, n_boot=n_boot, n_perm=n_perm,
                                  alpha=ci_alpha, seed=seed)
@@ -174,9 +179,11 @@ degenerate
 # %%
 fig, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 3.6), squeeze=False)
 for ax, ds in zip(axes[0], datasets):
+    # BEGIN SOLUTION hint: sub: this dataset's rows of table except standard RAG; errorbar of delta_f1 per method with ci_low / ci_high as xerr
     sub = table[(table.dataset == ds) & (table.method != "standard RAG")].reset_index(drop=True)
     ax.errorbar(sub.delta_f1, range(len(sub)), xerr=[sub.delta_f1 - sub.ci_low, sub.ci_high - sub.delta_f1],
                 fmt="o", capsize=3)
+    # END SOLUTION
     ax.axvline(0, color="grey", lw=0.8)
     ax.set(yticks=range(len(sub)), yticklabels=sub.method, xlabel="F1 change vs standard RAG (95% CI)", title=ds)
     ax.invert_yaxis()
@@ -190,8 +197,10 @@ fig.savefig(paths.FIGURES_DIR / "14_delta_f1.svg")
 
 # %%
 rows = comparison_table({**records, **extra}, baseline="standard RAG", n_boot=n_boot, alpha=ci_alpha, seed=seed)
+# BEGIN SOLUTION hint: by_type: rows as a DataFrame; pivot d_f1 by (dataset, type) against method, leaving out type 'all'
 by_type = pd.DataFrame(rows)
 by_type[by_type.type != "all"].pivot_table(index=["dataset", "type"], columns="method", values="d_f1").round(3)
+# END SOLUTION
 
 # %% [markdown]
 # ## Reading the numbers
