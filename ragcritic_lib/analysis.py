@@ -23,6 +23,7 @@ from typing import Any
 
 from . import paths
 from .io import DataFormatError, atomic_write_text, read_json, read_jsonl, write_json
+from .outputs import FALLBACK_DPI, write_figure
 
 # Stage name -> stem of its notebook, metrics JSON and executed notebook.
 STAGE_FILES: dict[str, str] = {
@@ -1251,7 +1252,8 @@ class Outputs:
         clean: remove the files of an earlier run first, so the index describes this run only.
     """
 
-    def __init__(self, out_dir: Path = paths.REPORTS_DIR / "analysis", *, clean: bool = True, dpi: int = 120) -> None:
+    def __init__(self, out_dir: Path = paths.REPORTS_DIR / "analysis", *, clean: bool = True,
+                 dpi: int = FALLBACK_DPI) -> None:
         self.out_dir = Path(out_dir)
         self.tables_dir, self.figures_dir = self.out_dir / "tables", self.out_dir / "figures"
         self.dpi = dpi
@@ -1295,12 +1297,7 @@ class Outputs:
         if fig is None:
             print(f"[{item}] no figure: inputs missing (see the 'missing' list)")
             return None
-        import matplotlib
-
-        png, svg = self.figures_dir / f"{item}.png", self.figures_dir / f"{item}.svg"
-        with matplotlib.rc_context({"svg.hashsalt": f"ragcritic-{item}"}):
-            fig.savefig(png, dpi=self.dpi, metadata={"Software": None})
-            fig.savefig(svg, metadata={"Date": None, "Creator": None})
+        png, svg = write_figure(fig, self.figures_dir / item, dpi=self.dpi, salt=f"ragcritic-{item}")
         self._add(item, png, svg)
         if close:
             import matplotlib.pyplot as plt
