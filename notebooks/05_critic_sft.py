@@ -50,6 +50,7 @@ from ragcritic_lib.critic_data import (
     balance_correct, check_no_leakage, label_counts, make_samples, sft_examples, split_by_question,
 )
 from ragcritic_lib.io import read_jsonl, write_json, write_jsonl
+from ragcritic_lib.outputs import save_figure
 from ragcritic_lib.params import load_params
 from ragcritic_lib.stage_metrics import write_stage_metrics
 from ragcritic_lib.taxonomy import load_taxonomy
@@ -126,9 +127,7 @@ ax.plot(curve["step"], curve["loss"], marker=".")
 ax.set(xlabel="optimizer step", ylabel="SFT loss (critique tokens)", title="Critic SFT")
 ax.grid(alpha=0.3)
 fig.tight_layout()
-paths.FIGURES_DIR.mkdir(parents=True, exist_ok=True)
-fig.savefig(paths.FIGURES_DIR / "05_critic_sft_loss.png", dpi=120)
-fig.savefig(paths.FIGURES_DIR / "05_critic_sft_loss.svg")
+save_figure(fig, "05_critic_sft", "critic_sft_loss");
 
 # %% [markdown]
 # ## Merged checkpoint and a first look at its critiques

@@ -40,6 +40,7 @@ from ragcritic_lib import paths, runtime
 from ragcritic_lib.critic import calibrate_verdicts, load_trained_critic
 from ragcritic_lib.critic_data import balance_correct, dpo_pairs
 from ragcritic_lib.io import read_json, read_jsonl, write_json, write_jsonl
+from ragcritic_lib.outputs import save_figure
 from ragcritic_lib.params import load_params
 from ragcritic_lib.stage_metrics import write_stage_metrics
 from ragcritic_lib.taxonomy import load_taxonomy
@@ -110,9 +111,7 @@ axes[1].legend()
 for ax in axes:
     ax.grid(alpha=0.3)
 fig.tight_layout()
-paths.FIGURES_DIR.mkdir(parents=True, exist_ok=True)
-fig.savefig(paths.FIGURES_DIR / "06_critic_dpo_loss.png", dpi=120)
-fig.savefig(paths.FIGURES_DIR / "06_critic_dpo_loss.svg")
+save_figure(fig, "06_critic_dpo", "critic_dpo_loss");
 
 # %% [markdown]
 # ## Merged checkpoint for fast inference (used by the benchmark)

@@ -35,8 +35,9 @@ import pandas as pd
 from ragcritic_lib import paths, runtime
 from ragcritic_lib.benchmark import benchmark_table, build_benchmark, plot_per_label, score_critic, score_known_causes
 from ragcritic_lib.critic import HeuristicCritic, LLMCritic, critiques_to_records, load_trained_critic
-from ragcritic_lib.io import atomic_write_text, read_json, read_jsonl, write_jsonl
+from ragcritic_lib.io import read_json, read_jsonl, write_jsonl
 from ragcritic_lib.llm import load_llm
+from ragcritic_lib.outputs import save_figure, save_table
 from ragcritic_lib.params import load_params
 from ragcritic_lib.stage_metrics import write_stage_metrics
 from ragcritic_lib.taxonomy import load_known_causes, load_taxonomy
@@ -110,11 +111,9 @@ table
 # per-sample recall and the parse-failure rate beside them (all in %).
 
 # %%
-paths.TABLES_DIR.mkdir(parents=True, exist_ok=True)
-table.to_csv(paths.TABLES_DIR / "07_benchmark.csv")
-atomic_write_text(paths.TABLES_DIR / "07_benchmark.md", table.to_markdown() + "\n")
-plot_per_label(results, taxonomy, paths.FIGURES_DIR / "07_benchmark_per_label.png")
-plot_per_label(results, taxonomy, paths.FIGURES_DIR / "07_benchmark_per_label.svg")
+save_table(table, "07_benchmark", "benchmark", index=True)
+fig = plot_per_label(results, taxonomy)
+save_figure(fig, "07_benchmark", "benchmark_per_label");
 
 # %% [markdown]
 # ## Per dataset, and against the causes known from construction (testbed)

@@ -45,6 +45,7 @@ from ragcritic_lib.baselines import MeteredLLM, is_wrong, jsonable, load_method_
 from ragcritic_lib.baselines.harness import shared_test_sets
 from ragcritic_lib.io import write_jsonl
 from ragcritic_lib.llm import GenParams
+from ragcritic_lib.outputs import save_table
 from ragcritic_lib.params import load_params
 from ragcritic_lib.stage_metrics import write_stage_metrics
 from ragcritic_lib.taxonomy import load_taxonomy
@@ -149,8 +150,7 @@ Markdown("\n\n".join(text))
 
 # %%
 write_jsonl(paths.stage_dir("ragec") / "diagnoses.jsonl", out)
-paths.TABLES_DIR.mkdir(parents=True, exist_ok=True)
-table.to_csv(paths.TABLES_DIR / "13_ragec_types.csv", index=False)
+save_table(table, "13_ragec", "ragec_types", formats=("csv",))
 metrics = {**info, "answers": answered, "mode_frequency": mode_freq, "agreement": agreement,
            "critic_source": "notebook 08 critic", "same_answer_questions": len(same),
            "cost": m.cost(), "cost_by_dataset": m.cost_by_dataset(), "seconds": {"diagnosis": round(t["seconds"], 1)}}

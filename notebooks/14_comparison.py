@@ -50,6 +50,7 @@ from ragcritic_lib.baselines import (
 from ragcritic_lib.baselines.compare import comparison_summary, degenerate_list, method_comparison, reading
 from ragcritic_lib.baselines.harness import load_method_run, shared_test_sets
 from ragcritic_lib.io import read_json
+from ragcritic_lib.outputs import save_figure, save_markdown, save_table
 from ragcritic_lib.params import load_params
 from ragcritic_lib.stage_metrics import write_stage_metrics
 
@@ -188,9 +189,7 @@ for ax, ds in zip(axes[0], datasets):
     ax.set(yticks=range(len(sub)), yticklabels=sub.method, xlabel="F1 change vs standard RAG (95% CI)", title=ds)
     ax.invert_yaxis()
 fig.tight_layout()
-paths.FIGURES_DIR.mkdir(parents=True, exist_ok=True)
-fig.savefig(paths.FIGURES_DIR / "14_delta_f1.png", dpi=120)
-fig.savefig(paths.FIGURES_DIR / "14_delta_f1.svg")
+save_figure(fig, "14_comparison", "delta_f1");
 
 # %% [markdown]
 # ## Per question type (paired intervals, no correction: descriptive)
@@ -212,11 +211,10 @@ from IPython.display import Markdown  # noqa: E402
 Markdown("\n\n".join(reading(ds, comparison[ds], summaries[ds], flags, alpha=ci_alpha) for ds in datasets))
 
 # %%
-paths.TABLES_DIR.mkdir(parents=True, exist_ok=True)
 cols = ["dataset", "method", "n", "em", "f1", "acc", "delta_f1", "ci_low", "ci_high", "p", "p_holm",
         "calls_per_question", "training_calls", "training_steps"]
-table[cols].to_csv(paths.TABLES_DIR / "14_comparison.csv", index=False)
-(paths.TABLES_DIR / "14_comparison.md").write_text(markdown_table(table[cols].to_dict("records"), cols))
+save_table(table[cols], "14_comparison", "comparison", formats=("csv",))
+save_markdown(markdown_table(table[cols].to_dict("records"), cols), "14_comparison", "comparison")
 metrics = {
     "comparison": comparison, "oracle_and_ablation_rows": extra_rows, "summary": summaries,
     "rows": [{**r, "method": r["method"]} for r in rows], "degenerate": degenerate, "degenerate_by_method": flags,

@@ -25,7 +25,7 @@ main_metric = "f1"
 top_tier2 = 5
 figure_dpi = 120
 error_qa_file = "data/taxonomy/build/error_qa.jsonl"
-ragec_types_table = "13_ragec_types.csv"
+ragec_types_table = "13_ragec/ragec_types.csv"
 trained_critic = "SFT+DPO critic (calibrated)"
 
 # %%

@@ -174,7 +174,8 @@ class Inputs:
         return data
 
     def table(self, name: str, *, item: str):
-        """A stage's CSV table under ``tables_dir`` as a DataFrame, or None (recorded)."""
+        """A stage's CSV table under ``tables_dir`` (``<NN_stage>/<name>.csv``) as a DataFrame, or None
+        (recorded)."""
         import pandas as pd
 
         path = self.tables_dir / name
@@ -1085,7 +1086,7 @@ def trained_critic_accuracy(inputs: Inputs, *, critic: str, key: str = "critics"
 # --------------------------------------------------------------------------------------------
 # RAGEC (its Tables 2-4), SIM-RAG (Fig. 3), RePAIR (Table 3)
 # --------------------------------------------------------------------------------------------
-def ragec_types_table(inputs: Inputs, *, table_file: str = "13_ragec_types.csv", percent: bool = True,
+def ragec_types_table(inputs: Inputs, *, table_file: str = "13_ragec/ragec_types.csv", percent: bool = True,
                       digits: int = 1) -> Table | None:
     """Modal / second-modal error-type counts per stage (and per dataset) from notebook 13."""
     item = "ragec_table2_types"

@@ -143,8 +143,8 @@ def write_stage_outputs(root: Path, *, skip: tuple[str, ...] = ()) -> None:
         if stem not in skip:
             write_json(m / f"{stem}.json", data)
     if "13_ragec_types" not in skip:
-        t.mkdir(parents=True, exist_ok=True)
-        (t / "13_ragec_types.csv").write_text(
+        (t / "13_ragec").mkdir(parents=True, exist_ok=True)
+        (t / "13_ragec" / "ragec_types.csv").write_text(
             "label,stage,mode,second_mode,testbed,trivia\n"
             "E1 Overchunking,chunking,1,0,1,0\n"
             "Percentage chunking,chunking,20.0,0.0,33.3333,0.0\n"
@@ -383,7 +383,7 @@ def test_each_block_is_read_from_its_own_stage_file(tmp_path, stem, item, build)
     inputs = analysis.Inputs(tmp_path / "reports" / "metrics", tmp_path / "reports" / "tables", root=tmp_path)
     table = build(inputs)
     missing = inputs.missing_for(item)
-    name = f"{stem}.csv" if stem.endswith("_types") else f"{stem}.json"
+    name = "ragec_types.csv" if stem.endswith("_types") else f"{stem}.json"
     assert [(m["input"].split("/")[-1], m["reason"]) for m in missing
             if m["input"].split("/")[-1] == name] == [(name, "file not found")]
     if stem == "14_comparison" and item == "table3_main_comparison":
@@ -416,7 +416,7 @@ def test_nothing_present_every_item_missing(empty_inputs, tmp_path):
     assert metrics["built"] == [] and len(metrics["not_built"]) == len(analysis.ITEMS)
     assert {m["input"].split("/")[-1] for m in metrics["missing"]} >= {
         f"{stem}.json" for stem in analysis.STAGE_FILES.values()
-        if stem not in ("09_self_refine", "10_crag")} | {"13_ragec_types.csv", "x.jsonl"}
+        if stem not in ("09_self_refine", "10_crag")} | {"ragec_types.csv", "x.jsonl"}
     # Self-Refine's and CRAG's own files are read only for the methods notebook 14 compared
     # (their tokens); see test_each_block_is_read_from_its_own_stage_file.
 
