@@ -1,6 +1,8 @@
-"""The figure and table writer (ragcritic_lib.outputs): per-stage folders under reports/figures and
-reports/tables, deterministic bytes."""
+"""The figure and table writer (ragcritic_lib.outputs) and the contract that every stage uses it:
+per-stage folders under reports/figures and reports/tables, declared in dvc.yaml as one out each."""
 
+import ast
+import re
 import struct
 
 import pandas as pd
@@ -8,6 +10,7 @@ import pytest
 import yaml
 
 from ragcritic_lib import outputs, paths
+from ragcritic_lib.params import notebook_paths
 
 
 @pytest.fixture()
@@ -111,3 +114,79 @@ def test_bad_names_are_refused_before_writing(reports, stem, name, kwargs):
     with pytest.raises(ValueError):
         outputs.save_table(pd.DataFrame({"a": [1]}), stem, name, **kwargs)
     assert not (reports / "tables").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# Contract: notebooks write figures and tables only through the writer, into their own folders
+# --------------------------------------------------------------------------------------------
+_DIRECT_WRITE = re.compile(r"\.savefig\(|\.to_csv\(|\.to_markdown\(")
+_REPORT_DIRS = re.compile(r"FIGURES_DIR|TABLES_DIR|reports/(figures|tables)")
+_WRITERS = {"save_figure": "figures", "save_table": "tables", "save_markdown": "tables"}
+
+
+def _writer_calls(nb):
+    """(folder, stage_stem) of every writer call in a notebook; the stem must be a literal."""
+    calls = []
+    for node in ast.walk(ast.parse(nb.read_text(), filename=str(nb))):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) in _WRITERS:
+            stem = node.args[1] if len(node.args) > 1 else None
+            assert isinstance(stem, ast.Constant) and isinstance(stem.value, str), \
+                f"{nb.name}:{node.lineno}: pass the stage stem as a string literal"
+            calls.append((_WRITERS[node.func.id], stem.value))
+    return calls
+
+
+def test_notebooks_save_figures_and_tables_only_through_the_writer():
+    for nb in notebook_paths().values():
+        for lineno, line in enumerate(nb.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            assert not _DIRECT_WRITE.search(code), f"{nb.name}:{lineno}: use ragcritic_lib.outputs: {line.strip()}"
+            if _REPORT_DIRS.search(code):
+                # Reading a stage's tables (notebook 15) is fine; writing there is the writer's job.
+                assert "analysis.Inputs(" in code, f"{nb.name}:{lineno}: use ragcritic_lib.outputs: {line.strip()}"
+
+
+def _outs(stage):
+    return {(o if isinstance(o, str) else next(iter(o))): ({} if isinstance(o, str) else next(iter(o.values())) or {})
+            for o in stage.get("outs", [])}
+
+
+def test_stage_figure_and_table_outs_are_per_stage_folders():
+    dvc = yaml.safe_load(paths.DVC_FILE.read_text())
+    notebooks = notebook_paths()
+    declared = {}
+    for name, stage in dvc["stages"].items():
+        stem = notebooks[name].stem
+        for out in _outs(stage):
+            m = re.match(r"^reports/(figures|tables)(/.*)?$", out)
+            if m:
+                assert out == f"reports/{m.group(1)}/{stem}", f"stage {name}: {out} is not reports/{m.group(1)}/{stem}"
+                declared[(m.group(1), stem)] = name
+    used = set()
+    for name, nb in notebooks.items():
+        for folder, stem in _writer_calls(nb):
+            assert stem == nb.stem, f"{nb.name} saves into another stage's folder ({stem})"
+            assert (folder, stem) in declared, f"dvc.yaml stage {name} does not declare reports/{folder}/{stem}"
+            used.add((folder, stem))
+    assert used == set(declared), "a declared folder no notebook writes into"
+    assert used >= {("figures", "01_retrieval_rag"), ("tables", "13_ragec"), ("tables", "14_comparison")}
+
+
+def test_git_tracked_table_folders_are_uncached_and_not_ignored():
+    """A folder kept in git must be ``cache: false`` in dvc.yaml (DVC refuses to cache a git-tracked
+    path) and un-ignored in .gitignore; every cached one stays ignored."""
+    dvc = yaml.safe_load(paths.DVC_FILE.read_text())
+    ignore = paths.ROOT.joinpath(".gitignore").read_text().splitlines()
+    assert "/reports/figures/" in ignore and "/reports/tables/*" in ignore
+    for stage in dvc["stages"].values():
+        for out, opts in _outs(stage).items():
+            if not out.startswith(("reports/figures/", "reports/tables/")):
+                continue
+            unignored = f"!/{out}/" in ignore
+            if opts.get("cache", True):
+                assert not unignored, f"{out} is DVC-cached, so git must ignore it"
+            else:
+                assert out.startswith("reports/tables/") and unignored, f"{out} is cache: false: keep it in git"
+    tracked = {"reports/tables/13_ragec/ragec_types.csv", "reports/tables/14_comparison/comparison.csv",
+               "reports/tables/14_comparison/comparison.md"}
+    assert all(paths.ROOT.joinpath(p).is_file() for p in tracked)
