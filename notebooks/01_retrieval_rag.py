@@ -173,3 +173,15 @@ for ds in datasets:
 # %%
 print("generator usage (this run; cached answers cost nothing):", llm.stats.snapshot())
 write_stage_metrics("01_retrieval_rag", metrics)
+
+# %% [markdown]
+# ## Reading the numbers
+# Written from the metrics this stage has just written, so it stays true when they change.
+
+# %%
+from IPython.display import Markdown  # noqa: E402
+
+from ragcritic_lib.io import read_json  # noqa: E402
+from ragcritic_lib.readings import reading_retrieval_rag  # noqa: E402
+
+Markdown("\n\n".join(reading_retrieval_rag(read_json(paths.METRICS_DIR / "01_retrieval_rag.json"), top_k=top_k)))

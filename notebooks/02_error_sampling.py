@@ -169,3 +169,15 @@ metrics = {
 }
 write_stage_metrics("02_error_sampling", metrics)
 {k: metrics[k] for k in ("pool_size", "samples", "errors", "error_rate", "error_rate_by_member")}
+
+# %% [markdown]
+# ## Reading the numbers
+# Written from the metrics this stage has just written, so it stays true when they change.
+
+# %%
+from IPython.display import Markdown  # noqa: E402
+
+from ragcritic_lib.io import read_json  # noqa: E402
+from ragcritic_lib.readings import reading_error_sampling  # noqa: E402
+
+Markdown("\n\n".join(reading_error_sampling(read_json(paths.METRICS_DIR / "02_error_sampling.json"))))

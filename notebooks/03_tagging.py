@@ -140,3 +140,15 @@ metrics = {
 }
 write_stage_metrics("03_tagging", metrics)
 {k: metrics[k] for k in ("error_records", "tags_before_normalization", "unique_tags_after_normalization", "parse_failure_rate")}
+
+# %% [markdown]
+# ## Reading the numbers
+# Written from the metrics this stage has just written, so it stays true when they change.
+
+# %%
+from IPython.display import Markdown  # noqa: E402
+
+from ragcritic_lib.io import read_json  # noqa: E402
+from ragcritic_lib.readings import reading_tagging  # noqa: E402
+
+Markdown("\n\n".join(reading_tagging(read_json(paths.METRICS_DIR / "03_tagging.json"))))

@@ -209,3 +209,15 @@ metrics = {
 }
 write_stage_metrics("04_taxonomy", metrics)
 {k: metrics[k] for k in ("clusters", "tags_clustered", "error_qa", "mapping_sources")}
+
+# %% [markdown]
+# ## Reading the numbers
+# Written from the metrics this stage has just written, so it stays true when they change.
+
+# %%
+from IPython.display import Markdown  # noqa: E402
+
+from ragcritic_lib.io import read_json  # noqa: E402
+from ragcritic_lib.readings import reading_taxonomy  # noqa: E402
+
+Markdown("\n\n".join(reading_taxonomy(read_json(paths.METRICS_DIR / "04_taxonomy.json"))))

@@ -166,3 +166,15 @@ write_stage_metrics("05_critic_sft", {
     "preview_parse_failures": sum(not p.ok for p in parses),
     "verdict_calibration": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in calibration.items()},
 })
+
+# %% [markdown]
+# ## Reading the numbers
+# Written from the metrics this stage has just written, so it stays true when they change.
+
+# %%
+from IPython.display import Markdown  # noqa: E402
+
+from ragcritic_lib.io import read_json  # noqa: E402
+from ragcritic_lib.readings import reading_critic_sft  # noqa: E402
+
+Markdown("\n\n".join(reading_critic_sft(read_json(paths.METRICS_DIR / "05_critic_sft.json"))))

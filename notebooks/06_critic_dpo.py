@@ -147,3 +147,15 @@ write_stage_metrics("06_critic_dpo", {
               "last_reward_accuracy": last("rewards_accuracies")},
     "verdict_calibration": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in calibration.items()},
 })
+
+# %% [markdown]
+# ## Reading the numbers
+# Written from the metrics this stage has just written, so it stays true when they change.
+
+# %%
+from IPython.display import Markdown  # noqa: E402
+
+from ragcritic_lib.io import read_json  # noqa: E402
+from ragcritic_lib.readings import reading_critic_dpo  # noqa: E402
+
+Markdown("\n\n".join(reading_critic_dpo(read_json(paths.METRICS_DIR / "06_critic_dpo.json"))))

@@ -157,3 +157,15 @@ write_stage_metrics("07_benchmark", {
     "known_causes": known,
     "llm_usage": usage,
 })
+
+# %% [markdown]
+# ## Reading the numbers
+# Written from the metrics this stage has just written, so it stays true when they change.
+
+# %%
+from IPython.display import Markdown  # noqa: E402
+
+from ragcritic_lib.io import read_json  # noqa: E402
+from ragcritic_lib.readings import reading_benchmark  # noqa: E402
+
+Markdown("\n\n".join(reading_benchmark(read_json(paths.METRICS_DIR / "07_benchmark.json"))))

@@ -320,3 +320,15 @@ metrics = {
 }
 write_stage_metrics("08_correction", metrics)
 metrics["comparison"]
+
+# %% [markdown]
+# ## Reading the numbers
+# Written from the metrics this stage has just written, so it stays true when they change.
+
+# %%
+from IPython.display import Markdown  # noqa: E402
+
+from ragcritic_lib.io import read_json  # noqa: E402
+from ragcritic_lib.readings import reading_correction  # noqa: E402
+
+Markdown("\n\n".join(reading_correction(read_json(paths.METRICS_DIR / "08_correction.json"))))

@@ -83,3 +83,18 @@ save_method_run(
     cost=add_costs(*base_cost.values(), m.cost()), cost_by_dataset=dataset_costs(base_cost, m.cost_by_dataset()),
     degenerate=info["degenerate"], seconds={"test": t["seconds"]}, info={"self_refine": info},
 )["scores"]
+
+# %% [markdown]
+# ## Reading the numbers
+# Written from the metrics this stage has just written, so it stays true when they change.
+
+# %%
+from IPython.display import Markdown  # noqa: E402
+
+from ragcritic_lib import paths  # noqa: E402
+from ragcritic_lib.io import read_json  # noqa: E402
+from ragcritic_lib.readings import reading_self_refine  # noqa: E402
+
+# standard RAG's F1 on the same test questions (their records carry its scored answers)
+standard_f1 = {ds: sum(r["f1"] for r in recs) / max(1, len(recs)) for ds, recs in test.items()}
+Markdown("\n\n".join(reading_self_refine(read_json(paths.METRICS_DIR / "09_self_refine.json"), standard_f1=standard_f1)))

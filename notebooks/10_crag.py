@@ -128,3 +128,18 @@ save_method_run(
               "what": "dev answers for threshold tuning (the evaluator's fit makes no LLM call)"},
     degenerate=degenerate, seconds={"tuning": t_tune["seconds"], "test": t["seconds"]}, info={"crag": info},
 )["scores"]
+
+# %% [markdown]
+# ## Reading the numbers
+# Written from the metrics this stage has just written, so it stays true when they change.
+
+# %%
+from IPython.display import Markdown  # noqa: E402
+
+from ragcritic_lib import paths  # noqa: E402
+from ragcritic_lib.io import read_json  # noqa: E402
+from ragcritic_lib.readings import reading_crag  # noqa: E402
+
+# standard RAG's F1 on the same test questions (their records carry its scored answers)
+standard_f1 = {ds: sum(r["f1"] for r in recs) / max(1, len(recs)) for ds, recs in test.items()}
+Markdown("\n\n".join(reading_crag(read_json(paths.METRICS_DIR / "10_crag.json"), standard_f1=standard_f1)))

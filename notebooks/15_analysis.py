@@ -171,3 +171,15 @@ analysis.status_frame(index)
 metrics = analysis.summary_metrics(index, inputs, main)
 write_stage_metrics("15_analysis", metrics)
 [f"{m['paper']}: {m['input']} {m['key'] or ''} ({m['reason']})" for m in metrics["missing"]]
+
+# %% [markdown]
+# ## Reading the numbers
+# Written from the metrics this stage has just written, so it stays true when they change.
+
+# %%
+from IPython.display import Markdown  # noqa: E402
+
+from ragcritic_lib.io import read_json  # noqa: E402
+from ragcritic_lib.readings import reading_analysis  # noqa: E402
+
+Markdown("\n\n".join(reading_analysis(read_json(paths.METRICS_DIR / "15_analysis.json"))))
