@@ -19,11 +19,14 @@ def _agg(em, f1, acc, n):
 
 
 def _row(ds, method, f1, *, typ="all", n=4, d=None, lo=None, hi=None):
-    # A row of ragcritic_lib.baselines.comparison_table as notebook 14 writes it under "rows".
+    # A row of ragcritic_lib.baselines.comparison_table as notebook 14 writes it under "rows";
+    # an interval not given is the point itself (the schema wants d_f1_low <= d_f1 <= d_f1_high).
+    lo = (0.0 if d is None else d) if lo is None else lo
+    hi = (0.0 if d is None else d) if hi is None else hi
     return {"dataset": ds, "type": typ, "method": method, "n": n, "em": f1 / 2, "f1": f1, "acc": f1,
             "f1_low": f1 - 0.1, "f1_high": f1 + 0.1, "d_em": 0.0 if d is None else d / 2,
             "d_em_low": None, "d_em_high": None, "d_f1": 0.0 if d is None else d,
-            "d_f1_low": 0.0 if lo is None else lo, "d_f1_high": 0.0 if hi is None else hi, "p_f1": 0.5}
+            "d_f1_low": lo, "d_f1_high": hi, "p_f1": 0.5}
 
 
 def _tested(n, d, p, p_holm, *, calls, training_calls, steps):
