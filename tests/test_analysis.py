@@ -486,6 +486,22 @@ def test_bad_json_is_reported_not_raised(tmp_path):
     assert miss["reason"].startswith("unreadable") and "08_correction.json:1" in miss["reason"]
 
 
+def test_a_file_off_its_schema_is_reported_not_read(tmp_path):
+    """Metrics are read through the stage's typed schema: a value out of range makes the file
+    unusable for every item (named with its key path), absent keys stay per-item notes."""
+    write_stage_outputs(tmp_path)
+    path = tmp_path / "reports" / "metrics" / "08_correction.json"
+    metrics = json.loads(path.read_text())
+    metrics["comparison"]["testbed"]["fixed action"]["f1"] = 1.3
+    path.write_text(json.dumps(metrics))
+    inputs = analysis.Inputs(tmp_path / "reports" / "metrics", tmp_path / "reports" / "tables", root=tmp_path)
+    assert analysis.ablation_table(inputs) is None and analysis.iterations_table(inputs) is None
+    for item in ("table4_ablations", "table6_iterations"):
+        (miss,) = inputs.missing_for(item)
+        assert miss["input"].endswith("08_correction.json")
+        assert miss["reason"] == "does not match its schema: comparison.testbed.fixed action.f1 = 1.3 is not in [0, 1]"
+
+
 def test_tables_from_the_real_stage_functions(tmp_path):
     """Metrics written by the same functions notebooks 08 and 14 use, so a change of their shape
     shows up here."""
