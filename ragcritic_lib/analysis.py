@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from . import paths
-from .io import DataFormatError, atomic_write_text, read_json, read_jsonl, write_json
+from .io import DataFormatError, atomic_write_text, read_jsonl, write_json
 from .outputs import FALLBACK_DPI, write_figure
+from .metrics_schema import MetricsSchemaError
+from .stage_metrics import load_stage_metrics
 
 # Stage name -> stem of its notebook, metrics JSON and executed notebook.
 STAGE_FILES: dict[str, str] = {
@@ -152,12 +154,20 @@ class Inputs:
         return self.metrics_dir / f"{STAGE_FILES.get(stage, stage)}.json"
 
     def metric(self, stage: str, *keys: str, item: str) -> Any:
-        """``metrics[stage][k1][k2]...`` or None (recorded as missing for ``item``)."""
+        """``metrics[stage][k1][k2]...`` or None (recorded as missing for ``item``).
+
+        Each file is read once through :func:`ragcritic_lib.stage_metrics.load_stage_metrics`
+        with ``partial=True``: an absent key is recorded for the item that asked for it, while a
+        present value that does not match the stage's schema makes the whole file unusable
+        (recorded as "does not match its schema" with the key path).
+        """
         path = self.metrics_path(stage)
         if path not in self._json:
             try:
-                self._json[path] = read_json(path) if path.exists() else None
-            except DataFormatError as exc:
+                self._json[path] = load_stage_metrics(path.stem, metrics_dir=path.parent, partial=True)
+            except FileNotFoundError:
+                self._json[path] = None
+            except (DataFormatError, MetricsSchemaError) as exc:
                 self._json[path] = exc
         data = self._json[path]
         if data is None:
@@ -165,6 +175,10 @@ class Inputs:
             return None
         if isinstance(data, DataFormatError):
             self.note_missing(item, rel(path), f"unreadable: {data}")
+            return None
+        if isinstance(data, MetricsSchemaError):
+            more = f" (and {len(data.problems) - 1} more)" if len(data.problems) > 1 else ""
+            self.note_missing(item, rel(path), f"does not match its schema: {data.problems[0]}{more}")
             return None
         for i, k in enumerate(keys):
             if not isinstance(data, Mapping) or k not in data:
