@@ -62,3 +62,15 @@ for split in ("train", "dev", "test"):
 
 # %%
 write_stage_metrics("00_assets", {k: v for k, v in stats.items() if k != "wheels"})
+
+# %% [markdown]
+# ## Reading the numbers
+# Written from the metrics this stage has just written, so it stays true when they change.
+
+# %%
+from IPython.display import Markdown  # noqa: E402
+
+from ragcritic_lib.io import read_json  # noqa: E402
+from ragcritic_lib.readings import reading_assets  # noqa: E402
+
+Markdown("\n\n".join(reading_assets(read_json(paths.METRICS_DIR / "00_assets.json"))))

@@ -99,3 +99,15 @@ for row in example_per_type(testbed, "test"):
 written = write_testbed(testbed, paths.TESTBED_DIR)
 write_stage_metrics("00_testbed", stats)
 {name: str(path.relative_to(paths.ROOT)) for name, path in written.items()}
+
+# %% [markdown]
+# ## Reading the numbers
+# Written from the metrics this stage has just written, so it stays true when they change.
+
+# %%
+from IPython.display import Markdown  # noqa: E402
+
+from ragcritic_lib.io import read_json  # noqa: E402
+from ragcritic_lib.readings import reading_testbed  # noqa: E402
+
+Markdown("\n\n".join(reading_testbed(read_json(paths.METRICS_DIR / "00_testbed.json"))))

@@ -36,6 +36,7 @@ import pandas as pd
 from ragcritic_lib import paths, runtime
 from ragcritic_lib.evaluation import recall_at_k, summarize_rag
 from ragcritic_lib.io import write_jsonl
+from ragcritic_lib.outputs import save_figure
 from ragcritic_lib.params import load_params
 from ragcritic_lib.rag import PROMPT_VARIANTS, answer_gen_params, run_standard_rag
 from ragcritic_lib.stage_metrics import write_stage_metrics
@@ -83,9 +84,7 @@ for ax, ds in zip(axes[0], datasets):
 # END SOLUTION
 axes[0][0].legend()
 fig.tight_layout()
-paths.FIGURES_DIR.mkdir(parents=True, exist_ok=True)
-fig.savefig(paths.FIGURES_DIR / "01_recall_at_k.png", dpi=120)
-fig.savefig(paths.FIGURES_DIR / "01_recall_at_k.svg")
+save_figure(fig, "01_retrieval_rag", "recall_at_k");
 
 # %% [markdown]
 # Per question type on the testbed (answerable types only): answer recall@k and support recall@k
@@ -174,3 +173,15 @@ for ds in datasets:
 # %%
 print("generator usage (this run; cached answers cost nothing):", llm.stats.snapshot())
 write_stage_metrics("01_retrieval_rag", metrics)
+
+# %% [markdown]
+# ## Reading the numbers
+# Written from the metrics this stage has just written, so it stays true when they change.
+
+# %%
+from IPython.display import Markdown  # noqa: E402
+
+from ragcritic_lib.io import read_json  # noqa: E402
+from ragcritic_lib.readings import reading_retrieval_rag  # noqa: E402
+
+Markdown("\n\n".join(reading_retrieval_rag(read_json(paths.METRICS_DIR / "01_retrieval_rag.json"), top_k=top_k)))

@@ -37,7 +37,8 @@ import pandas as pd
 
 from ragcritic_lib import mining, paths, runtime
 from ragcritic_lib.data import dataset_paths, load_corpus_records
-from ragcritic_lib.io import atomic_write_text, write_jsonl
+from ragcritic_lib.io import write_jsonl
+from ragcritic_lib.outputs import save_figure, save_table
 from ragcritic_lib.params import load_params
 from ragcritic_lib.stage_metrics import write_stage_metrics
 from ragcritic_lib.teachers import build_teachers, teacher_agreement
@@ -89,9 +90,7 @@ pd.DataFrame(by_member).T
 
 # %%
 source_stats = pd.DataFrame(mining.source_statistics(judged))
-paths.TABLES_DIR.mkdir(parents=True, exist_ok=True)
-source_stats.to_csv(paths.TABLES_DIR / "02_source_statistics.csv", index=False)
-atomic_write_text(paths.TABLES_DIR / "02_source_statistics.md", source_stats.to_markdown(index=False) + "\n")
+save_table(source_stats, "02_error_sampling", "source_statistics")
 source_stats
 
 # %%
@@ -99,9 +98,7 @@ rates = pd.DataFrame({ds: {m: v["error_rate"] for m, v in mining.pool_summary(
     [r for r in judged if r["dataset"] == ds]).items()} for ds in datasets})
 ax = rates.plot.bar(figsize=(7, 3.5), rot=20, ylim=(0, 1), ylabel="error rate", title="Error rate per pool member")
 ax.figure.tight_layout()
-paths.FIGURES_DIR.mkdir(parents=True, exist_ok=True)
-ax.figure.savefig(paths.FIGURES_DIR / "02_error_rate_by_member.png", dpi=120)
-ax.figure.savefig(paths.FIGURES_DIR / "02_error_rate_by_member.svg")
+save_figure(ax.figure, "02_error_sampling", "error_rate_by_member");
 
 # %% [markdown]
 # ## Error rationales (Stage 1)
@@ -142,8 +139,7 @@ fig, ax = plt.subplots(figsize=(6, 3))
 ax.bar(["agree on wrong", "agree on correct", "parse failures"], [agreement.get(k) or 0 for k in keys])
 ax.set(ylim=(0, 1), title=f"LLM teacher (Stage 1) vs gold judgement, n={agreement.get('records', 0)}")
 fig.tight_layout()
-fig.savefig(paths.FIGURES_DIR / "02_llm_teacher_agreement.png", dpi=120)
-fig.savefig(paths.FIGURES_DIR / "02_llm_teacher_agreement.svg")
+save_figure(fig, "02_error_sampling", "llm_teacher_agreement")
 for r, x in list(zip(subset, llm_rationales))[:2]:
     print(f"{r['prediction']!r} (correct={r['correct']}) -> {x.raw[:240]!r}")
 
@@ -173,3 +169,15 @@ metrics = {
 }
 write_stage_metrics("02_error_sampling", metrics)
 {k: metrics[k] for k in ("pool_size", "samples", "errors", "error_rate", "error_rate_by_member")}
+
+# %% [markdown]
+# ## Reading the numbers
+# Written from the metrics this stage has just written, so it stays true when they change.
+
+# %%
+from IPython.display import Markdown  # noqa: E402
+
+from ragcritic_lib.io import read_json  # noqa: E402
+from ragcritic_lib.readings import reading_error_sampling  # noqa: E402
+
+Markdown("\n\n".join(reading_error_sampling(read_json(paths.METRICS_DIR / "02_error_sampling.json"))))

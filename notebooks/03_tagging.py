@@ -36,6 +36,7 @@ import pandas as pd
 
 from ragcritic_lib import mining, paths
 from ragcritic_lib.io import read_jsonl, write_jsonl
+from ragcritic_lib.outputs import save_figure
 from ragcritic_lib.params import load_params
 from ragcritic_lib.stage_metrics import write_stage_metrics
 from ragcritic_lib.tagging import normalize_tags, tag_counts
@@ -89,9 +90,7 @@ fig, ax = plt.subplots(figsize=(6, 3))
 ax.bar(["parse failures", "exact-tag overlap", "word overlap"], [agreement.get(k) or 0 for k in keys])
 ax.set(ylim=(0, 1), title=f"LLM tagger vs grounded tagger, n={agreement.get('tagged_records', 0)}")
 fig.tight_layout()
-paths.FIGURES_DIR.mkdir(parents=True, exist_ok=True)
-fig.savefig(paths.FIGURES_DIR / "03_llm_teacher_tag_agreement.png", dpi=120)
-fig.savefig(paths.FIGURES_DIR / "03_llm_teacher_tag_agreement.svg")
+save_figure(fig, "03_tagging", "llm_teacher_tag_agreement")
 for o in llm_tags[:2]:
     print(repr(o.raw[:240]), "->", o.error or o.tag_names())
 
@@ -112,8 +111,7 @@ ax.bar(list(steps), list(steps.values()))
 ax.set(title=f"Label normalization (alpha={alpha}, max {max_tag_tokens} tokens)", ylabel="count")
 ax.tick_params(axis="x", rotation=20)
 fig.tight_layout()
-fig.savefig(paths.FIGURES_DIR / "03_normalization.png", dpi=120)
-fig.savefig(paths.FIGURES_DIR / "03_normalization.svg")
+save_figure(fig, "03_tagging", "normalization")
 norm_report
 
 # %%
@@ -142,3 +140,15 @@ metrics = {
 }
 write_stage_metrics("03_tagging", metrics)
 {k: metrics[k] for k in ("error_records", "tags_before_normalization", "unique_tags_after_normalization", "parse_failure_rate")}
+
+# %% [markdown]
+# ## Reading the numbers
+# Written from the metrics this stage has just written, so it stays true when they change.
+
+# %%
+from IPython.display import Markdown  # noqa: E402
+
+from ragcritic_lib.io import read_json  # noqa: E402
+from ragcritic_lib.readings import reading_tagging  # noqa: E402
+
+Markdown("\n\n".join(reading_tagging(read_json(paths.METRICS_DIR / "03_tagging.json"))))

@@ -38,7 +38,8 @@ import pandas as pd
 from scipy.cluster.hierarchy import dendrogram
 
 from ragcritic_lib import mining, paths, taxonomy as tx
-from ragcritic_lib.io import atomic_write_text, read_jsonl, write_json, write_jsonl
+from ragcritic_lib.io import read_jsonl, write_json, write_jsonl
+from ragcritic_lib.outputs import save_figure, save_markdown, save_table
 from ragcritic_lib.params import load_params
 from ragcritic_lib.stage_metrics import write_stage_metrics
 from ragcritic_lib.tagging import tag_counts
@@ -97,8 +98,7 @@ mapping_table = pd.DataFrame([{
     "occurrences": occurrences[m.cluster], "tier2": m.tier2, "tier1": m.tier1, "similarity": m.similarity,
     "source": m.source, "runner_up": m.runner_up, "sample_tags": "; ".join(members[m.cluster][:6]),
 } for m in mappings])
-paths.TABLES_DIR.mkdir(parents=True, exist_ok=True)
-mapping_table.to_csv(paths.TABLES_DIR / "04_cluster_mapping.csv", index=False)
+save_table(mapping_table, "04_taxonomy", "cluster_mapping", formats=("csv",))
 mapping_table[["cluster", "name", "llm_name", "tags", "occurrences", "tier2", "similarity", "source"]]
 
 # %%
@@ -107,17 +107,14 @@ dendrogram(clusters.linkage, truncate_mode="lastp", p=clusters.n_clusters, ax=ax
            leaf_label_func=tx.dendrogram_leaf_labels(clusters, names), color_threshold=0, above_threshold_color="#4c72b0")
 ax.set(title=f"Ward dendrogram of {len(clusters.tags)} atomic tags, cut into {clusters.n_clusters} clusters", xlabel="distance")
 fig.tight_layout()
-paths.FIGURES_DIR.mkdir(parents=True, exist_ok=True)
-fig.savefig(paths.FIGURES_DIR / "04_dendrogram.png", dpi=120)
-fig.savefig(paths.FIGURES_DIR / "04_dendrogram.svg")
+save_figure(fig, "04_taxonomy", "dendrogram");
 
 # %%
 fig, ax = plt.subplots(figsize=(8, 5))
 ax.barh([f"{m.cluster}: {m.name}"[:48] for m in mappings][::-1], occurrences[::-1])
 ax.set(title="Cluster sizes (tag occurrences)", xlabel="occurrences")
 fig.tight_layout()
-fig.savefig(paths.FIGURES_DIR / "04_cluster_sizes.png", dpi=120)
-fig.savefig(paths.FIGURES_DIR / "04_cluster_sizes.svg")
+save_figure(fig, "04_taxonomy", "cluster_sizes");
 
 # %% [markdown]
 # ## Reverse mapping: D_Error^QA
@@ -146,22 +143,21 @@ def stacked(dist, title, fname):
     ax = frame.plot.barh(stacked=True, figsize=(9, 0.45 * len(frame) + 2), title=title)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1, 0.5))
     ax.figure.tight_layout()
-    ax.figure.savefig(paths.FIGURES_DIR / f"{fname}.png", dpi=120)
-    ax.figure.savefig(paths.FIGURES_DIR / f"{fname}.svg")
+    save_figure(ax.figure, "04_taxonomy", fname)
     return frame
 
 
-stacked(tx.label_distribution(error_qa, 1, by="dataset"), "Tier-1 labels per dataset", "04_tier1_by_dataset")
+stacked(tx.label_distribution(error_qa, 1, by="dataset"), "Tier-1 labels per dataset", "tier1_by_dataset")
 
 # %%
-tier2_frame = stacked(tx.label_distribution(error_qa, 2, by="dataset"), "Tier-2 labels per dataset", "04_tier2_by_dataset")
+tier2_frame = stacked(tx.label_distribution(error_qa, 2, by="dataset"), "Tier-2 labels per dataset", "tier2_by_dataset")
 tier2_frame.T
 
 # %%
-stacked(tx.label_distribution(error_qa, 1, by="pool_member"), "Tier-1 labels per pool member", "04_tier1_by_pool_member")
+stacked(tx.label_distribution(error_qa, 1, by="pool_member"), "Tier-1 labels per pool member", "tier1_by_pool_member")
 
 # %%
-stacked(tx.label_distribution(error_qa, 1, by="type"), "Tier-1 labels per question type", "04_tier1_by_question_type")
+stacked(tx.label_distribution(error_qa, 1, by="type"), "Tier-1 labels per question type", "tier1_by_question_type")
 
 # %% [markdown]
 # ## Examples of each tier-2 label
@@ -174,7 +170,7 @@ for t2 in tax.tier2:
     lines += [f"- [{r['dataset']}] Q: {r['question']} | prediction: {r['prediction']!r} | gold: {r['golden_answers'][:2]}"
               f" | tier-3: {', '.join(r['critic_target']['tag3'])}" for r in hits] or ["- (none)"]
     lines.append("")
-atomic_write_text(paths.TABLES_DIR / "04_tier2_examples.md", "\n".join(lines))
+save_markdown("\n".join(lines), "04_taxonomy", "tier2_examples")
 print("\n".join(lines[:14]))
 
 # %% [markdown]
@@ -193,8 +189,7 @@ fig, ax = plt.subplots(figsize=(8, 3.5))
 per_cause[["tier1_hit_rate", "tier2_hit_rate"]].astype(float).plot.bar(ax=ax, rot=25, ylim=(0, 1))
 ax.set(title=f"Agreement with known causes (tier-1 {agreement['tier1_hit_rate']}, tier-2 {agreement['tier2_hit_rate']})")
 fig.tight_layout()
-fig.savefig(paths.FIGURES_DIR / "04_known_cause_agreement.png", dpi=120)
-fig.savefig(paths.FIGURES_DIR / "04_known_cause_agreement.svg")
+save_figure(fig, "04_taxonomy", "known_cause_agreement")
 per_cause
 
 # %%
@@ -214,3 +209,15 @@ metrics = {
 }
 write_stage_metrics("04_taxonomy", metrics)
 {k: metrics[k] for k in ("clusters", "tags_clustered", "error_qa", "mapping_sources")}
+
+# %% [markdown]
+# ## Reading the numbers
+# Written from the metrics this stage has just written, so it stays true when they change.
+
+# %%
+from IPython.display import Markdown  # noqa: E402
+
+from ragcritic_lib.io import read_json  # noqa: E402
+from ragcritic_lib.readings import reading_taxonomy  # noqa: E402
+
+Markdown("\n\n".join(reading_taxonomy(read_json(paths.METRICS_DIR / "04_taxonomy.json"))))

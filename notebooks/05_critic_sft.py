@@ -50,6 +50,7 @@ from ragcritic_lib.critic_data import (
     balance_correct, check_no_leakage, label_counts, make_samples, sft_examples, split_by_question,
 )
 from ragcritic_lib.io import read_jsonl, write_json, write_jsonl
+from ragcritic_lib.outputs import save_figure
 from ragcritic_lib.params import load_params
 from ragcritic_lib.stage_metrics import write_stage_metrics
 from ragcritic_lib.taxonomy import load_taxonomy
@@ -76,9 +77,11 @@ splits = split_by_question(samples, dev_fraction=dev_fraction, test_fraction=tes
 check_no_leakage(splits)
 for name, rows in splits.items():
     write_jsonl(out_dir / "splits" / f"{name}.jsonl", rows)
+# BEGIN SOLUTION hint: one row per split in split_table: split name, distinct questions (qkey), samples, and how many have judgement 'Error' and 'Correct'
 split_table = pd.DataFrame([{"split": name, "questions": len({s["qkey"] for s in rows}), "samples": len(rows),
                              "errors": sum(s["judgement"] == "Error" for s in rows),
                              "correct": sum(s["judgement"] == "Correct" for s in rows)} for name, rows in splits.items()])
+# END SOLUTION
 split_table
 
 # %%
@@ -90,8 +93,10 @@ pd.DataFrame({name: pd.Series(label_counts(rows, 2)) for name, rows in splits.it
 # budget). One training example, as the model sees it:
 
 # %%
+# BEGIN SOLUTION hint: balance the train split with balance_correct (seed, max_train_samples), then build examples from train_samples with sft_examples and the prompt settings
 train_samples, balance = balance_correct(splits["train"], seed=seed, max_samples=max_train_samples)
 examples = sft_examples(train_samples, taxonomy, top_k=top_k, passage_words=passage_words, label_list=label_list)
+# END SOLUTION
 write_jsonl(out_dir / "sft_train.jsonl", examples)
 write_json(out_dir / "critic_prompt.json", prompt)
 print(json.dumps(balance))
@@ -114,15 +119,15 @@ write_json(out_dir / "train_result.json", result.to_dict())
  "examples": result.examples, "dropped_too_long": result.dropped_too_long, "device": result.device}
 
 # %%
+# BEGIN SOLUTION hint: read out_dir / 'loss.json' into the DataFrame curve, then plot curve['loss'] against curve['step'] on a new fig, ax
 curve = pd.DataFrame(json.loads((out_dir / "loss.json").read_text()))
 fig, ax = plt.subplots(figsize=(6, 3.2))
 ax.plot(curve["step"], curve["loss"], marker=".")
+# END SOLUTION
 ax.set(xlabel="optimizer step", ylabel="SFT loss (critique tokens)", title="Critic SFT")
 ax.grid(alpha=0.3)
 fig.tight_layout()
-paths.FIGURES_DIR.mkdir(parents=True, exist_ok=True)
-fig.savefig(paths.FIGURES_DIR / "05_critic_sft_loss.png", dpi=120)
-fig.savefig(paths.FIGURES_DIR / "05_critic_sft_loss.svg")
+save_figure(fig, "05_critic_sft", "critic_sft_loss");
 
 # %% [markdown]
 # ## Merged checkpoint and a first look at its critiques
@@ -161,3 +166,15 @@ write_stage_metrics("05_critic_sft", {
     "preview_parse_failures": sum(not p.ok for p in parses),
     "verdict_calibration": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in calibration.items()},
 })
+
+# %% [markdown]
+# ## Reading the numbers
+# Written from the metrics this stage has just written, so it stays true when they change.
+
+# %%
+from IPython.display import Markdown  # noqa: E402
+
+from ragcritic_lib.io import read_json  # noqa: E402
+from ragcritic_lib.readings import reading_critic_sft  # noqa: E402
+
+Markdown("\n\n".join(reading_critic_sft(read_json(paths.METRICS_DIR / "05_critic_sft.json"))))

@@ -40,6 +40,7 @@ from ragcritic_lib import paths, runtime
 from ragcritic_lib.critic import calibrate_verdicts, load_trained_critic
 from ragcritic_lib.critic_data import balance_correct, dpo_pairs
 from ragcritic_lib.io import read_json, read_jsonl, write_json, write_jsonl
+from ragcritic_lib.outputs import save_figure
 from ragcritic_lib.params import load_params
 from ragcritic_lib.stage_metrics import write_stage_metrics
 from ragcritic_lib.taxonomy import load_taxonomy
@@ -61,15 +62,19 @@ prompt
 # coarse pairs against distinct error critiques. Pairs are cut to `max_pairs` for the CPU budget.
 
 # %%
+# BEGIN SOLUTION hint: balance the train split with balance_correct (seed + 1, max_train_samples), then build pairs, counts with dpo_pairs (k_coarse, k_fine, seed, max_pairs and the prompt's top_k, passage_words, label_list)
 samples, balance = balance_correct(train, seed=seed + 1, max_samples=max_train_samples)
 pairs, counts = dpo_pairs(samples, taxonomy, k_coarse=k_coarse, k_fine=k_fine, seed=seed, max_pairs=max_pairs,
                           top_k=prompt["top_k"], passage_words=prompt["passage_words"], label_list=prompt["label_list"])
+# END SOLUTION
 write_jsonl(out_dir / "pairs.jsonl", pairs)
 pd.Series(counts, name="pairs").to_frame()
 
 # %%
+# BEGIN SOLUTION hint: print the first pair of each kind ('coarse', 'fine'): its chosen and its rejected critique
 for p in [next((p for p in pairs if p["kind"] == kind), None) for kind in ("coarse", "fine")]:
     print(f"[{p['kind']}]\n  chosen:   {p['chosen']}\n  rejected: {p['rejected']}\n" if p else "(no pair of this kind)")
+# END SOLUTION
 
 # %% [markdown]
 # ## DPO training
@@ -96,17 +101,17 @@ curve = pd.DataFrame(json.loads((out_dir / "loss.json").read_text()))
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.2))
 axes[0].plot(curve["step"], curve["loss"], marker=".")
 axes[0].set(xlabel="optimizer step", ylabel="DPO loss", title="Critic DPO loss")
+# BEGIN SOLUTION hint: plot each of rewards_chosen, rewards_rejected and rewards_margins that curve has against step on axes[1], labelled
 for col in ("rewards_chosen", "rewards_rejected", "rewards_margins"):
     if col in curve:
         axes[1].plot(curve["step"], curve[col], marker=".", label=col.replace("rewards_", ""))
+# END SOLUTION
 axes[1].set(xlabel="optimizer step", ylabel="implicit reward", title="Rewards")
 axes[1].legend()
 for ax in axes:
     ax.grid(alpha=0.3)
 fig.tight_layout()
-paths.FIGURES_DIR.mkdir(parents=True, exist_ok=True)
-fig.savefig(paths.FIGURES_DIR / "06_critic_dpo_loss.png", dpi=120)
-fig.savefig(paths.FIGURES_DIR / "06_critic_dpo_loss.svg")
+save_figure(fig, "06_critic_dpo", "critic_dpo_loss");
 
 # %% [markdown]
 # ## Merged checkpoint for fast inference (used by the benchmark)
@@ -142,3 +147,15 @@ write_stage_metrics("06_critic_dpo", {
               "last_reward_accuracy": last("rewards_accuracies")},
     "verdict_calibration": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in calibration.items()},
 })
+
+# %% [markdown]
+# ## Reading the numbers
+# Written from the metrics this stage has just written, so it stays true when they change.
+
+# %%
+from IPython.display import Markdown  # noqa: E402
+
+from ragcritic_lib.io import read_json  # noqa: E402
+from ragcritic_lib.readings import reading_critic_dpo  # noqa: E402
+
+Markdown("\n\n".join(reading_critic_dpo(read_json(paths.METRICS_DIR / "06_critic_dpo.json"))))

@@ -35,8 +35,9 @@ import pandas as pd
 from ragcritic_lib import paths, runtime
 from ragcritic_lib.benchmark import benchmark_table, build_benchmark, plot_per_label, score_critic, score_known_causes
 from ragcritic_lib.critic import HeuristicCritic, LLMCritic, critiques_to_records, load_trained_critic
-from ragcritic_lib.io import atomic_write_text, read_json, read_jsonl, write_jsonl
+from ragcritic_lib.io import read_json, read_jsonl, write_jsonl
 from ragcritic_lib.llm import load_llm
+from ragcritic_lib.outputs import save_figure, save_table
 from ragcritic_lib.params import load_params
 from ragcritic_lib.stage_metrics import write_stage_metrics
 from ragcritic_lib.taxonomy import load_known_causes, load_taxonomy
@@ -95,8 +96,10 @@ list(critics)
 golds = [s["target"] for s in bench]
 predictions, results = {}, {}
 for name, critic in critics.items():
+    # BEGIN SOLUTION hint: critique bench with this critic into predictions[name], then score those parses against golds with score_critic into results[name]
     predictions[name] = critic.critique(bench)
     results[name] = score_critic(predictions[name], golds, taxonomy)
+    # END SOLUTION
     write_jsonl(out_dir / "predictions" / f"{name.replace(' ', '_').replace('/', '_')}.jsonl",
                 critiques_to_records(predictions[name], bench, name))
 table = pd.DataFrame(benchmark_table(results)).set_index("critic")
@@ -108,11 +111,9 @@ table
 # per-sample recall and the parse-failure rate beside them (all in %).
 
 # %%
-paths.TABLES_DIR.mkdir(parents=True, exist_ok=True)
-table.to_csv(paths.TABLES_DIR / "07_benchmark.csv")
-atomic_write_text(paths.TABLES_DIR / "07_benchmark.md", table.to_markdown() + "\n")
-plot_per_label(results, taxonomy, paths.FIGURES_DIR / "07_benchmark_per_label.png")
-plot_per_label(results, taxonomy, paths.FIGURES_DIR / "07_benchmark_per_label.svg")
+save_table(table, "07_benchmark", "benchmark", index=True)
+fig = plot_per_label(results, taxonomy)
+save_figure(fig, "07_benchmark", "benchmark_per_label");
 
 # %% [markdown]
 # ## Per dataset, and against the causes known from construction (testbed)
@@ -120,9 +121,11 @@ plot_per_label(results, taxonomy, paths.FIGURES_DIR / "07_benchmark_per_label.sv
 # produce; a critic's tier-1 labels hit it or not.
 
 # %%
+# BEGIN SOLUTION hint: by_dataset[critic][dataset]: the 'identification' part of score_critic on that dataset's bench samples only
 by_dataset = {name: {ds: score_critic([p for p, s in zip(preds, bench) if s["dataset"] == ds],
                                       [s["target"] for s in bench if s["dataset"] == ds], taxonomy)["identification"]
                      for ds in sorted({s["dataset"] for s in bench})} for name, preds in predictions.items()}
+# END SOLUTION
 known = {name: score_known_causes(preds, bench, known_causes) for name, preds in predictions.items()}
 pd.DataFrame([{"critic": name, "dataset": ds, **acc} for name, per in by_dataset.items() for ds, acc in per.items()])
 
@@ -154,3 +157,15 @@ write_stage_metrics("07_benchmark", {
     "known_causes": known,
     "llm_usage": usage,
 })
+
+# %% [markdown]
+# ## Reading the numbers
+# Written from the metrics this stage has just written, so it stays true when they change.
+
+# %%
+from IPython.display import Markdown  # noqa: E402
+
+from ragcritic_lib.io import read_json  # noqa: E402
+from ragcritic_lib.readings import reading_benchmark  # noqa: E402
+
+Markdown("\n\n".join(reading_benchmark(read_json(paths.METRICS_DIR / "07_benchmark.json"))))

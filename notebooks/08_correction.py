@@ -67,8 +67,9 @@ from ragcritic_lib.agent.workflow import (
 from ragcritic_lib.critic import load_trained_critic
 from ragcritic_lib.data import dataset_paths, load_corpus_records
 from ragcritic_lib.evidence import compute_evidence
-from ragcritic_lib.io import atomic_write_text, read_jsonl, write_json, write_jsonl
+from ragcritic_lib.io import read_jsonl, write_json, write_jsonl
 from ragcritic_lib.mining import passage_metadata
+from ragcritic_lib.outputs import save_markdown, save_table
 from ragcritic_lib.params import load_params
 from ragcritic_lib.rag import answer_gen_params
 from ragcritic_lib.stage_metrics import write_stage_metrics
@@ -237,10 +238,9 @@ pd.DataFrame([{"dataset": ds, "method": m, **v} for ds, by in shares.items() for
 
 # %%
 compare = pd.DataFrame([{"dataset": ds, **row} for ds in datasets for row in comparison_rows(runs[ds])])
-paths.TABLES_DIR.mkdir(parents=True, exist_ok=True)
-compare.to_csv(paths.TABLES_DIR / "08_comparison.csv", index=False)
+save_table(compare, "08_correction", "comparison", formats=("csv",))
 main_table = compare[compare.group == "all"].pivot_table(index="method", columns="dataset", values=["em", "f1", "acc"], sort=False)
-atomic_write_text(paths.TABLES_DIR / "08_comparison.md", main_table.round(3).to_markdown() + "\n")
+save_table(main_table.round(3), "08_correction", "comparison", index=True, formats=("md",))
 main_table.round(3)
 
 # %%
@@ -256,7 +256,7 @@ by_type.pivot_table(index=["dataset", "group"], columns="method", values="f1", s
 iters = pd.DataFrame([{"dataset": ds, "round": t, **m} for ds in datasets
                       for t, m in iteration_table(runs[ds]["RAG-Critic"]).items()])
 # END SOLUTION
-atomic_write_text(paths.TABLES_DIR / "08_iterations.md", iters.to_markdown(index=False) + "\n")
+save_table(iters, "08_correction", "iterations", formats=("md",))
 iters
 
 # %% [markdown]
@@ -267,7 +267,7 @@ iters
 # %%
 cost = pd.DataFrame([{"dataset": ds, **row} for ds in datasets
                      for row in cost_rows(costs[ds], rag_cost(test_sets[ds]), len(test_sets[ds]))])
-atomic_write_text(paths.TABLES_DIR / "08_cost.md", cost.to_markdown(index=False) + "\n")
+save_table(cost, "08_correction", "cost", formats=("md",))
 cost
 
 # %% [markdown]
@@ -287,7 +287,7 @@ pd.DataFrame([{"dataset": ds, "method": m, "reason": k, "count": v}
 per_dataset = -(-case_studies // len(datasets))  # spread the case studies over the datasets
 cases = [render_case_study(s) for ds in datasets for s in pick_case_studies(runs[ds]["RAG-Critic"], n=per_dataset)]
 cases = cases[:case_studies]
-atomic_write_text(paths.TABLES_DIR / "08_case_studies.md", "\n---\n\n".join(cases))
+save_markdown("\n---\n\n".join(cases), "08_correction", "case_studies")
 print("\n---\n\n".join(cases))
 
 # %%
@@ -320,3 +320,15 @@ metrics = {
 }
 write_stage_metrics("08_correction", metrics)
 metrics["comparison"]
+
+# %% [markdown]
+# ## Reading the numbers
+# Written from the metrics this stage has just written, so it stays true when they change.
+
+# %%
+from IPython.display import Markdown  # noqa: E402
+
+from ragcritic_lib.io import read_json  # noqa: E402
+from ragcritic_lib.readings import reading_correction  # noqa: E402
+
+Markdown("\n\n".join(reading_correction(read_json(paths.METRICS_DIR / "08_correction.json"))))

@@ -47,8 +47,10 @@ m, refined = MeteredLLM(llm), []
 with stopwatch() as t:
     for ds, recs in test.items():
         with m.dataset(ds):
+            # BEGIN SOLUTION hint: refine this dataset's records with self_refine.self_refine through the metered m (rounds, gen, rr['max_passage_words']) and add them to refined
             refined += self_refine.self_refine(m, recs, rounds=rounds, gen_params=gen,
                                                max_words=rr["max_passage_words"])
+            # END SOLUTION
 info = self_refine.self_refine_summary(refined)
 print({k: info[k] for k in ("approval_rate", "approval_rate_by_round", "refinements", "degenerate")})
 pd.DataFrame([{"rounds_used": r["self_refine_rounds"], "stopped_by_feedback": r["self_refine_stopped"]}
@@ -60,8 +62,10 @@ pd.DataFrame([{"rounds_used": r["self_refine_rounds"], "stopped_by_feedback": r[
 # changes help is measured in notebook 14, paired on the same questions.
 
 # %%
+# BEGIN SOLUTION hint: original: each test id's standard RAG prediction; changed: the refined records whose stripped prediction differs from it
 original = {r["id"]: r["prediction"] for recs in test.values() for r in recs}
 changed = [r for r in refined if str(r["prediction"]).strip() != str(original[r["id"]]).strip()]
+# END SOLUTION
 info["answers_changed"] = len(changed)
 {"questions": len(refined), "answers_changed": len(changed)}
 
@@ -72,3 +76,18 @@ save_method_run(
     cost=add_costs(*base_cost.values(), m.cost()), cost_by_dataset=dataset_costs(base_cost, m.cost_by_dataset()),
     degenerate=info["degenerate"], seconds={"test": t["seconds"]}, info={"self_refine": info},
 )["scores"]
+
+# %% [markdown]
+# ## Reading the numbers
+# Written from the metrics this stage has just written, so it stays true when they change.
+
+# %%
+from IPython.display import Markdown  # noqa: E402
+
+from ragcritic_lib import paths  # noqa: E402
+from ragcritic_lib.io import read_json  # noqa: E402
+from ragcritic_lib.readings import reading_self_refine  # noqa: E402
+
+# standard RAG's F1 on the same test questions (their records carry its scored answers)
+standard_f1 = {ds: sum(r["f1"] for r in recs) / max(1, len(recs)) for ds, recs in test.items()}
+Markdown("\n\n".join(reading_self_refine(read_json(paths.METRICS_DIR / "09_self_refine.json"), standard_f1=standard_f1)))

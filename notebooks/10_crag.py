@@ -74,9 +74,11 @@ tune_m, evaluators, secondaries, best, info = MeteredLLM(llm), {}, {}, {}, {}
 with stopwatch() as t_tune:
     for ds in test:
         retriever = runtime.load_retriever(params, ds)
+        # BEGIN SOLUTION hint: attach the retriever's top_k passages (crag.attach_passages) to the train and dev questions from split, then fit evaluators[ds] on train with crag.fit_evaluator
         train = crag.attach_passages(split(ds, "train", train_questions), retriever, rr["top_k"])
         dev = crag.attach_passages(split(ds, "dev", dev_questions), retriever, rr["top_k"])
         evaluators[ds] = crag.fit_evaluator(train, ce, seed=seed)
+        # END SOLUTION
         secondaries[ds] = runtime.load_retriever(params, ds, kind=secondary, rerank=False)
         with tune_m.dataset(ds):
             best[ds] = crag.tune_on_dev(tune_m, dev, evaluator=evaluators[ds], ce_scorer=ce,
@@ -93,8 +95,10 @@ m, out = MeteredLLM(llm), []
 with stopwatch() as t:
     for ds, recs in test.items():
         with m.dataset(ds):
+            # BEGIN SOLUTION hint: answer this dataset's records with crag.run_crag: its evaluator and secondary retriever, ce, the tuned thresholds best[ds]['upper'] and best[ds]['lower'], crag_kw
             out_ds = crag.run_crag(m, recs, evaluator=evaluators[ds], ce_scorer=ce, secondary=secondaries[ds],
                                    upper=best[ds]["upper"], lower=best[ds]["lower"], **crag_kw)
+            # END SOLUTION
         info[ds]["test_actions"] = dict(Counter(r["crag_action"] for r in out_ds))
         out += out_ds
 pd.DataFrame({ds: v["test_actions"] for ds, v in info.items()}).fillna(0).astype(int)
@@ -104,9 +108,11 @@ pd.DataFrame({ds: v["test_actions"] for ds, v in info.items()}).fillna(0).astype
 # not comparable with each other; they show where the answers come from).
 
 # %%
+# BEGIN SOLUTION hint: score out with score_records, then count and mean F1 per dataset (dataset_name) and crag_action
 scored = score_records(out)
 pd.DataFrame([{"dataset": dataset_name(r), "action": r["crag_action"], "f1": r["f1"]} for r in scored]) \
     .groupby(["dataset", "action"]).f1.agg(["count", "mean"]).round(3)
+# END SOLUTION
 
 # %%
 degenerate = [f"{ds}: {d}" for ds in test for d in info[ds]["degenerate"]]
@@ -117,3 +123,18 @@ save_method_run(
               "what": "dev answers for threshold tuning (the evaluator's fit makes no LLM call)"},
     degenerate=degenerate, seconds={"tuning": t_tune["seconds"], "test": t["seconds"]}, info={"crag": info},
 )["scores"]
+
+# %% [markdown]
+# ## Reading the numbers
+# Written from the metrics this stage has just written, so it stays true when they change.
+
+# %%
+from IPython.display import Markdown  # noqa: E402
+
+from ragcritic_lib import paths  # noqa: E402
+from ragcritic_lib.io import read_json  # noqa: E402
+from ragcritic_lib.readings import reading_crag  # noqa: E402
+
+# standard RAG's F1 on the same test questions (their records carry its scored answers)
+standard_f1 = {ds: sum(r["f1"] for r in recs) / max(1, len(recs)) for ds, recs in test.items()}
+Markdown("\n\n".join(reading_crag(read_json(paths.METRICS_DIR / "10_crag.json"), standard_f1=standard_f1)))

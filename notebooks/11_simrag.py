@@ -74,8 +74,10 @@ with stopwatch() as t_practice:
             practice += simrag.self_practice(practice_m, retrievers[ds],
                                              runtime.load_split(params, ds, "train", limit=train_questions),
                                              match_fn=match_fn, **sim_kw)
+# BEGIN SOLUTION hint: summarize practice with simrag.practice_summary (min_examples), then split it into train_ex, heldout_ex with simrag.split_by_question (heldout_frac, seed)
 practice_info = simrag.practice_summary(practice, min_examples=min_examples)
 train_ex, heldout_ex = simrag.split_by_question(practice, heldout_frac=heldout_frac, seed=seed)
+# END SOLUTION
 heldout_ex = sorted(heldout_ex, key=lambda e: datasets.index(e["dataset"]))  # grouped by dataset, order kept
 balanced = simrag.balance_labels(train_ex, seed=seed)
 pd.DataFrame([{"examples": len(practice), "accepted": practice_info["accept"], "train_balanced": len(balanced),
@@ -83,6 +85,8 @@ pd.DataFrame([{"examples": len(practice), "accepted": practice_info["accept"], "
 
 # %% [markdown]
 # ## The critics, and their held-out confusion (SIM-RAG Fig. 3)
+# Each critic's verdicts on the held-out examples against their labels: `simrag.confusion_matrix`
+# gives the four cells (counts and shares of all examples) and the accuracy.
 
 # %%
 def heldout_verdicts(critic_obj, meter=None):
@@ -108,8 +112,10 @@ with stopwatch() as t_critic:
     if critic == "classifier" or classifier_ablation:
         critics["classifier"] = simrag.ClassifierCritic(seed=seed).fit(balanced)
         held["classifier"] = heldout_verdicts(critics["classifier"])
+# BEGIN SOLUTION hint: confusions: simrag.confusion_matrix of the held-out labels (e['label']) against each critic's verdicts in held; show shares and accuracy per critic
 confusions = {name: simrag.confusion_matrix([e["label"] for e in heldout_ex], acc) for name, acc in held.items()}
 pd.DataFrame({name: {**c["shares"], "accuracy": c["accuracy"]} for name, c in confusions.items()}).T.round(3)
+# END SOLUTION
 
 # %% [markdown]
 # ## Multi-turn inference on the test questions
@@ -133,10 +139,12 @@ if critic == "llm" and classifier_ablation:
 if oracle_ceiling:
     runs["oracle_critic"] = ("SIM-RAG (oracle critic)", infer(simrag.OracleCritic(match_fn))[0])
 report = simrag.critic_report(critics[critic], heldout_ex, main_out, accepted=held[critic])
+# BEGIN SOLUTION hint: a table by turn: held-out accept rate (report['heldout_accept_rate_by_turn']), test answers n and test accept rate (report['inference_accept_rate_by_turn'])
 held_t, test_t = report["heldout_accept_rate_by_turn"], report["inference_accept_rate_by_turn"]
 pd.DataFrame({"held-out accept rate": {t_: r["accept_rate"] for t_, r in held_t.items()},
               "test answers": {t_: r["n"] for t_, r in test_t.items()},
               "test accept rate": {t_: r["accept_rate"] for t_, r in test_t.items()}}).rename_axis("turn").round(3)
+# END SOLUTION
 
 # %% [markdown]
 # ## Reading the numbers

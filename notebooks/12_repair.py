@@ -103,8 +103,10 @@ with stopwatch() as t_off:
                                          retriever=retrievers[ds], **rag_kw)
             off.append(repair.collect_preferences(train[ds], actions[ds], phase="off", planner=planner,
                                                   n_grammar=grammar_plans, seed=seed, **pref_kw))
+# BEGIN SOLUTION hint: flatten off's (pairs, candidates) tuples into off_pairs and off_log; off_states: distinct (dataset, qid) in off_log
 off_pairs, off_log = [p for ps, _ in off for p in ps], [c for _, cs in off for c in cs]
 off_states = len({(c["dataset"], c["qid"]) for c in off_log})
+# END SOLUTION
 {"states": off_states, "candidates": len(off_log), "pairs": len(off_pairs),
  "mean_reward": round(sum(c["reward"] for c in off_log) / max(1, len(off_log)), 3)}
 
@@ -148,9 +150,11 @@ with stopwatch() as t:
         with per_dataset(ds, final_planner, gen_test):
             out += repair.repair_infer(final_planner, test[ds], test_actions, judged_correct=judge_flags(test[ds]))
 info = repair.repair_summary(off_pairs, on_pairs, out)
+# BEGIN SOLUTION hint: executed: repair_plan of the records with repair_ok; plan_counts: a Counter of those plans whitespace-normalized; top_share: the most common plan's share (nan if none)
 executed = [r["repair_plan"] for r in out if r["repair_ok"]]
 plan_counts = Counter(" ".join(p.split()) for p in executed)
 top_share = plan_counts.most_common(1)[0][1] / len(executed) if executed else float("nan")
+# END SOLUTION
 degenerate = list(info["degenerate"])
 if executed and top_share > 0.6:
     degenerate.append(f"repair: one plan is {top_share:.0%} of the {len(executed)} executed test plans")

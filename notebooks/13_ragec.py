@@ -44,6 +44,7 @@ from ragcritic_lib import paths, runtime
 from ragcritic_lib.baselines import MeteredLLM, is_wrong, jsonable, load_method_results, ragec, stopwatch
 from ragcritic_lib.baselines.stage_setup import setup_method
 from ragcritic_lib.io import write_jsonl
+from ragcritic_lib.outputs import save_table
 from ragcritic_lib.stage_metrics import write_stage_metrics
 from ragcritic_lib.taxonomy import load_taxonomy
 
@@ -70,8 +71,10 @@ with stopwatch() as t:
                                               depth=first_stage_depth, **rag_kw)
             elif rerank_on:
                 recs = ragec.attach_first_stage(recs, first_stage, first_stage_depth)
+            # BEGIN SOLUTION hint: wrong: the records is_wrong flags; answered[ds]: answers, wrong, and diagnosed (at most max_errors)
             wrong = [r for r in recs if is_wrong(r)]
             answered[ds] = {"answers": len(recs), "wrong": len(wrong), "diagnosed": min(len(wrong), max_errors)}
+            # END SOLUTION
             out += ragec.run_ragec(m, wrong[:max_errors], types, chunk_gold_fn=gold_fn, k=votes,
                                    coverage_threshold=coverage_threshold, temperature=temperature, seed=seed)
         inputs += recs
@@ -104,11 +107,13 @@ critic_file = paths.stage_dir("correction") / "{dataset}" / "rag_critic_test.jso
 critic_recs = [r for ds, recs in test.items()
                for r in load_method_results(str(critic_file).format(dataset=ds), ids=[x["id"] for x in recs],
                                             pred_key="final_prediction")]
+# BEGIN SOLUTION hint: critiques and labels from ragec.first_round_critiques / ragec.critic_tier1_labels, labels kept for ragec.same_answer_keys(test records, inputs), then ragec.tier1_agreement(out, labels, types, canonical=taxonomy.canonical)
 critiques = ragec.first_round_critiques(critic_recs)
 labels = ragec.critic_tier1_labels(critic_recs, critiques)
 same = ragec.same_answer_keys([r for recs in test.values() for r in recs], inputs)
 labels = {key: v for key, v in labels.items() if key in same}
 agreement = ragec.tier1_agreement(out, labels, types, canonical=taxonomy.canonical)
+# END SOLUTION
 {"same_answer_questions": len(same), **{k: v for k, v in agreement.items() if k != "by_stage"}}
 
 # %% [markdown]
@@ -120,8 +125,10 @@ def pct(x):
     return "n/a" if x is None or x != x else f"{x:.0%}"
 
 
+# BEGIN SOLUTION hint: stages: info['stages']; top_stage: the stage blamed most often (None when every count is 0)
 stages = info["stages"]
 top_stage = max(stages, key=stages.get) if any(stages.values()) else None
+# END SOLUTION
 text = [f"RAGEC diagnosed {info['errors']} wrong answers with {info['votes']} votes; {pct(info['invalid_vote_rate'])} "
         "of the votes named no type of the blamed stage"
         + (f" ({info['grounded_fallbacks']} answers fell back to the grounded rule)." if info["grounded_fallbacks"] else ".")]
@@ -137,8 +144,7 @@ Markdown("\n\n".join(text))
 
 # %%
 write_jsonl(paths.stage_dir("ragec") / "diagnoses.jsonl", out)
-paths.TABLES_DIR.mkdir(parents=True, exist_ok=True)
-table.to_csv(paths.TABLES_DIR / "13_ragec_types.csv", index=False)
+save_table(table, "13_ragec", "ragec_types", formats=("csv",))
 metrics = {**info, "answers": answered, "mode_frequency": mode_freq, "agreement": agreement,
            "critic_source": "notebook 08 critic", "same_answer_questions": len(same),
            "cost": m.cost(), "cost_by_dataset": m.cost_by_dataset(), "seconds": {"diagnosis": round(t["seconds"], 1)}}

@@ -50,6 +50,7 @@ from ragcritic_lib.baselines import (
 from ragcritic_lib.baselines.compare import comparison_summary, degenerate_list, method_comparison, reading
 from ragcritic_lib.baselines.harness import load_method_run, shared_test_sets
 from ragcritic_lib.io import read_json
+from ragcritic_lib.outputs import save_figure, save_markdown, save_table
 from ragcritic_lib.params import load_params
 from ragcritic_lib.stage_metrics import write_stage_metrics
 
@@ -116,13 +117,18 @@ rc_training
 
 # %% [markdown]
 # ## The comparison, with Holm-corrected p-values
+# Per dataset, `method_comparison` gives one row per method against standard RAG (the Holm
+# correction over the five methods happens inside it), and `comparison_summary` reads the block
+# as a whole.
 
 # %%
 comparison, summaries, extra_rows = {}, {}, {}
 for ds in datasets:
+    # BEGIN SOLUTION hint: comparison[ds]: method_comparison of records against standard RAG (costs[ds], n_boot, n_perm, ci_alpha, seed; it Holm-corrects p); summaries[ds]: comparison_summary
     comparison[ds] = method_comparison(records, baseline="standard RAG", dataset=ds, costs=costs[ds], n_boot=n_boot,
                                        n_perm=n_perm, alpha=ci_alpha, seed=seed)
     summaries[ds] = comparison_summary(comparison[ds], alpha=ci_alpha)
+    # END SOLUTION
     if extra:
         rows = method_comparison({"standard RAG": records["standard RAG"], **extra}, baseline="standard RAG", dataset=ds, n_boot=n_boot, n_perm=n_perm,
                                  alpha=ci_alpha, seed=seed)
@@ -174,24 +180,26 @@ degenerate
 # %%
 fig, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 3.6), squeeze=False)
 for ax, ds in zip(axes[0], datasets):
+    # BEGIN SOLUTION hint: sub: this dataset's rows of table except standard RAG; errorbar of delta_f1 per method with ci_low / ci_high as xerr
     sub = table[(table.dataset == ds) & (table.method != "standard RAG")].reset_index(drop=True)
     ax.errorbar(sub.delta_f1, range(len(sub)), xerr=[sub.delta_f1 - sub.ci_low, sub.ci_high - sub.delta_f1],
                 fmt="o", capsize=3)
+    # END SOLUTION
     ax.axvline(0, color="grey", lw=0.8)
     ax.set(yticks=range(len(sub)), yticklabels=sub.method, xlabel="F1 change vs standard RAG (95% CI)", title=ds)
     ax.invert_yaxis()
 fig.tight_layout()
-paths.FIGURES_DIR.mkdir(parents=True, exist_ok=True)
-fig.savefig(paths.FIGURES_DIR / "14_delta_f1.png", dpi=120)
-fig.savefig(paths.FIGURES_DIR / "14_delta_f1.svg")
+save_figure(fig, "14_comparison", "delta_f1");
 
 # %% [markdown]
 # ## Per question type (paired intervals, no correction: descriptive)
 
 # %%
 rows = comparison_table({**records, **extra}, baseline="standard RAG", n_boot=n_boot, alpha=ci_alpha, seed=seed)
+# BEGIN SOLUTION hint: by_type: rows as a DataFrame; pivot d_f1 by (dataset, type) against method, leaving out type 'all'
 by_type = pd.DataFrame(rows)
 by_type[by_type.type != "all"].pivot_table(index=["dataset", "type"], columns="method", values="d_f1").round(3)
+# END SOLUTION
 
 # %% [markdown]
 # ## Reading the numbers
@@ -203,11 +211,10 @@ from IPython.display import Markdown  # noqa: E402
 Markdown("\n\n".join(reading(ds, comparison[ds], summaries[ds], flags, alpha=ci_alpha) for ds in datasets))
 
 # %%
-paths.TABLES_DIR.mkdir(parents=True, exist_ok=True)
 cols = ["dataset", "method", "n", "em", "f1", "acc", "delta_f1", "ci_low", "ci_high", "p", "p_holm",
         "calls_per_question", "training_calls", "training_steps"]
-table[cols].to_csv(paths.TABLES_DIR / "14_comparison.csv", index=False)
-(paths.TABLES_DIR / "14_comparison.md").write_text(markdown_table(table[cols].to_dict("records"), cols))
+save_table(table[cols], "14_comparison", "comparison", formats=("csv",))
+save_markdown(markdown_table(table[cols].to_dict("records"), cols), "14_comparison", "comparison")
 metrics = {
     "comparison": comparison, "oracle_and_ablation_rows": extra_rows, "summary": summaries,
     "rows": [{**r, "method": r["method"]} for r in rows], "degenerate": degenerate, "degenerate_by_method": flags,

@@ -25,7 +25,7 @@ main_metric = "f1"
 top_tier2 = 5
 figure_dpi = 120
 error_qa_file = "data/taxonomy/build/error_qa.jsonl"
-ragec_types_table = "13_ragec_types.csv"
+ragec_types_table = "13_ragec/ragec_types.csv"
 trained_critic = "SFT+DPO critic (calibrated)"
 
 # %%
@@ -171,3 +171,15 @@ analysis.status_frame(index)
 metrics = analysis.summary_metrics(index, inputs, main)
 write_stage_metrics("15_analysis", metrics)
 [f"{m['paper']}: {m['input']} {m['key'] or ''} ({m['reason']})" for m in metrics["missing"]]
+
+# %% [markdown]
+# ## Reading the numbers
+# Written from the metrics this stage has just written, so it stays true when they change.
+
+# %%
+from IPython.display import Markdown  # noqa: E402
+
+from ragcritic_lib.io import read_json  # noqa: E402
+from ragcritic_lib.readings import reading_analysis  # noqa: E402
+
+Markdown("\n\n".join(reading_analysis(read_json(paths.METRICS_DIR / "15_analysis.json"))))

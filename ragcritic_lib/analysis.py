@@ -22,7 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from . import paths
-from .io import DataFormatError, atomic_write_text, read_json, read_jsonl, write_json
+from .io import DataFormatError, atomic_write_text, read_jsonl, write_json
+from .outputs import FALLBACK_DPI, write_figure
+from .metrics_schema import MetricsSchemaError
+from .stage_metrics import load_stage_metrics
 
 # Stage name -> stem of its notebook, metrics JSON and executed notebook.
 STAGE_FILES: dict[str, str] = {
@@ -151,12 +154,20 @@ class Inputs:
         return self.metrics_dir / f"{STAGE_FILES.get(stage, stage)}.json"
 
     def metric(self, stage: str, *keys: str, item: str) -> Any:
-        """``metrics[stage][k1][k2]...`` or None (recorded as missing for ``item``)."""
+        """``metrics[stage][k1][k2]...`` or None (recorded as missing for ``item``).
+
+        Each file is read once through :func:`ragcritic_lib.stage_metrics.load_stage_metrics`
+        with ``partial=True``: an absent key is recorded for the item that asked for it, while a
+        present value that does not match the stage's schema makes the whole file unusable
+        (recorded as "does not match its schema" with the key path).
+        """
         path = self.metrics_path(stage)
         if path not in self._json:
             try:
-                self._json[path] = read_json(path) if path.exists() else None
-            except DataFormatError as exc:
+                self._json[path] = load_stage_metrics(path.stem, metrics_dir=path.parent, partial=True)
+            except FileNotFoundError:
+                self._json[path] = None
+            except (DataFormatError, MetricsSchemaError) as exc:
                 self._json[path] = exc
         data = self._json[path]
         if data is None:
@@ -164,6 +175,10 @@ class Inputs:
             return None
         if isinstance(data, DataFormatError):
             self.note_missing(item, rel(path), f"unreadable: {data}")
+            return None
+        if isinstance(data, MetricsSchemaError):
+            more = f" (and {len(data.problems) - 1} more)" if len(data.problems) > 1 else ""
+            self.note_missing(item, rel(path), f"does not match its schema: {data.problems[0]}{more}")
             return None
         for i, k in enumerate(keys):
             if not isinstance(data, Mapping) or k not in data:
@@ -173,7 +188,8 @@ class Inputs:
         return data
 
     def table(self, name: str, *, item: str):
-        """A stage's CSV table under ``tables_dir`` as a DataFrame, or None (recorded)."""
+        """A stage's CSV table under ``tables_dir`` (``<NN_stage>/<name>.csv``) as a DataFrame, or None
+        (recorded)."""
         import pandas as pd
 
         path = self.tables_dir / name
@@ -1084,7 +1100,7 @@ def trained_critic_accuracy(inputs: Inputs, *, critic: str, key: str = "critics"
 # --------------------------------------------------------------------------------------------
 # RAGEC (its Tables 2-4), SIM-RAG (Fig. 3), RePAIR (Table 3)
 # --------------------------------------------------------------------------------------------
-def ragec_types_table(inputs: Inputs, *, table_file: str = "13_ragec_types.csv", percent: bool = True,
+def ragec_types_table(inputs: Inputs, *, table_file: str = "13_ragec/ragec_types.csv", percent: bool = True,
                       digits: int = 1) -> Table | None:
     """Modal / second-modal error-type counts per stage (and per dataset) from notebook 13."""
     item = "ragec_table2_types"
@@ -1251,7 +1267,8 @@ class Outputs:
         clean: remove the files of an earlier run first, so the index describes this run only.
     """
 
-    def __init__(self, out_dir: Path = paths.REPORTS_DIR / "analysis", *, clean: bool = True, dpi: int = 120) -> None:
+    def __init__(self, out_dir: Path = paths.REPORTS_DIR / "analysis", *, clean: bool = True,
+                 dpi: int = FALLBACK_DPI) -> None:
         self.out_dir = Path(out_dir)
         self.tables_dir, self.figures_dir = self.out_dir / "tables", self.out_dir / "figures"
         self.dpi = dpi
@@ -1295,12 +1312,7 @@ class Outputs:
         if fig is None:
             print(f"[{item}] no figure: inputs missing (see the 'missing' list)")
             return None
-        import matplotlib
-
-        png, svg = self.figures_dir / f"{item}.png", self.figures_dir / f"{item}.svg"
-        with matplotlib.rc_context({"svg.hashsalt": f"ragcritic-{item}"}):
-            fig.savefig(png, dpi=self.dpi, metadata={"Software": None})
-            fig.savefig(svg, metadata={"Date": None, "Creator": None})
+        png, svg = write_figure(fig, self.figures_dir / item, dpi=self.dpi, salt=f"ragcritic-{item}")
         self._add(item, png, svg)
         if close:
             import matplotlib.pyplot as plt

@@ -23,7 +23,6 @@ import json
 import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from ragcritic_lib.critic import CORRECT, ERROR, CriticParse, TaxonomyLike
@@ -260,10 +259,9 @@ def benchmark_table(results: Mapping[str, Mapping[str, Any]]) -> list[dict[str, 
     return rows
 
 
-def plot_per_label(
-    results: Mapping[str, Mapping[str, Any]], taxonomy: TaxonomyLike, path: str | Path
-) -> Path:
-    """Per-label F1 of every critic, tier-1 and tier-2 side by side (like Fig. 5 / Fig. 7)."""
+def plot_per_label(results: Mapping[str, Mapping[str, Any]], taxonomy: TaxonomyLike) -> Any:
+    """Per-label F1 of every critic, tier-1 and tier-2 side by side (like Fig. 5 / Fig. 7); returns
+    the matplotlib Figure (saved by :func:`ragcritic_lib.outputs.save_figure`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -289,8 +287,4 @@ def plot_per_label(
     handles, labels = axes[1].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=max(1, len(names)), fontsize=9, frameon=False)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return fig

@@ -2,7 +2,8 @@
 
 Renders every executed notebook of ``reports/notebooks/`` to HTML (nbconvert, images embedded,
 no script fetched from the network: the report reads offline), copies the figures of
-``reports/figures/`` and ``reports/analysis/figures/``, renders the tables (Markdown, or CSV
+``reports/figures/<NN_stage>/`` and ``reports/analysis/figures/``, renders the tables of
+``reports/tables/<NN_stage>/`` and ``reports/analysis/tables/`` (Markdown, or CSV
 where a table has no Markdown twin) and the metrics JSON, and writes ``reports/html/index.html``
 linking everything, with the paper counterpart of each analysis item (``reports/analysis/index.json``)
 and a list of what is missing: stage notebooks not executed (or failed), analysis items not
@@ -158,8 +159,8 @@ def build_report(
     """Write the static report under ``out_dir`` (default ``reports_dir / "html"``).
 
     Args:
-        reports_dir: holds ``notebooks/`` (executed), ``figures/``, ``tables/``, ``metrics/`` and
-            ``analysis/`` (stage 10: ``figures/``, ``tables/``, ``index.json``).
+        reports_dir: holds ``notebooks/`` (executed), ``figures/<NN_stage>/``, ``tables/<NN_stage>/``,
+            ``metrics/`` and ``analysis/`` (stage 15: ``figures/``, ``tables/``, ``index.json``).
         notebooks_dir: the notebook sources, which say which stages should have run.
     """
     reports_dir, notebooks_dir = Path(reports_dir), Path(notebooks_dir)
@@ -227,7 +228,8 @@ def _render_notebooks(executed_dir: Path, out_dir: Path, expected: Sequence[str]
 def _copy_figures(groups: Mapping[str, Path], out_dir: Path, summary: ReportSummary, *, base: Path) -> str:
     parts = []
     for group, src in groups.items():
-        files = sorted(src.glob("*.png")) + sorted(f for f in src.glob("*.svg") if not f.with_suffix(".png").exists()) \
+        # The stages write into one folder each (reports/figures/<NN_stage>/); analysis is flat.
+        files = sorted(src.rglob("*.png")) + sorted(f for f in src.rglob("*.svg") if not f.with_suffix(".png").exists()) \
             if src.exists() else []
         parts.append(f"<h3>{html.escape(group)} <small>({html.escape(_shown(src, base))})</small></h3>")
         if not files:
@@ -235,16 +237,19 @@ def _copy_figures(groups: Mapping[str, Path], out_dir: Path, summary: ReportSumm
             continue
         cards = []
         for f in files:
-            rel = f"figures/{group}/{f.name}"
+            name = f.relative_to(src)
+            stem = name.with_suffix("").as_posix()  # "<NN_stage>/<name>" for a stage, "<item>" for analysis
+            rel = f"figures/{group}/{name.as_posix()}"
             _copy(f, out_dir / rel)
             summary.figures.append(rel)
             svg = f.with_suffix(".svg")
             extra = ""
             if f.suffix == ".png" and svg.exists():
-                _copy(svg, out_dir / f"figures/{group}/{svg.name}")
-                extra = " · " + _link(f"figures/{group}/{svg.name}", "SVG")
-            cards.append(f"<figure id=\"fig-{_anchor(f.stem)}\"><a href=\"{html.escape(rel)}\"><img src=\"{html.escape(rel)}\" "
-                         f"alt=\"{html.escape(f.stem)}\" loading=\"lazy\"></a><figcaption>{html.escape(f.stem)}{extra}"
+                svg_rel = f"figures/{group}/{name.with_suffix('.svg').as_posix()}"
+                _copy(svg, out_dir / svg_rel)
+                extra = " · " + _link(svg_rel, "SVG")
+            cards.append(f"<figure id=\"fig-{_anchor(stem)}\"><a href=\"{html.escape(rel)}\"><img src=\"{html.escape(rel)}\" "
+                         f"alt=\"{html.escape(stem)}\" loading=\"lazy\"></a><figcaption>{html.escape(stem)}{extra}"
                          f"</figcaption></figure>")
         parts.append("<div class=\"gallery\">" + "".join(cards) + "</div>")
     return "\n".join(parts)
@@ -254,8 +259,8 @@ def _tables_page(reports_dir: Path, out_dir: Path, summary: ReportSummary) -> in
     groups = {"analysis": reports_dir / "analysis" / "tables", "stages": reports_dir / "tables"}
     sections, toc = [], []
     for group, src in groups.items():
-        files = sorted(src.glob("*")) if src.exists() else []
-        stems = sorted({f.stem for f in files if f.suffix in (".md", ".csv")})
+        files = sorted(src.rglob("*")) if src.exists() else []
+        stems = sorted({f.relative_to(src).with_suffix("").as_posix() for f in files if f.suffix in (".md", ".csv")})
         sections.append(f"<h2 id=\"{group}\">{html.escape(group)} tables <small>({html.escape(_shown(src, reports_dir.parent))})</small></h2>")
         if not stems:
             sections.append("<p class=\"missing\">No tables.</p>")
@@ -264,8 +269,8 @@ def _tables_page(reports_dir: Path, out_dir: Path, summary: ReportSummary) -> in
             anchor = f"{group}-{_anchor(stem)}"
             links = []
             if csv.exists():
-                _copy(csv, out_dir / "tables" / group / csv.name)
-                links.append(_link(f"tables/{group}/{csv.name}", "CSV"))
+                _copy(csv, out_dir / "tables" / group / f"{stem}.csv")
+                links.append(_link(f"tables/{group}/{stem}.csv", "CSV"))
             content = markdown_to_html(md.read_text(encoding="utf-8")) if md.exists() else csv_to_html(csv)
             sections.append(f"<section id=\"{anchor}\"><h3>{html.escape(stem)}</h3><p>{' · '.join(links)}</p>{content}</section>")
             toc.append(f"<li>{_link('#' + anchor, f'{group}/{stem}')}</li>")

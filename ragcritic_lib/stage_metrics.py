@@ -4,16 +4,22 @@ Two runs of the same stage can differ because the generator ran in another dtype
 picks bf16 on CPUs with AVX512-BF16 or AMX and fp32 elsewhere) or under other library versions.
 ``write_stage_metrics`` adds an ``environment`` block with those facts to every metrics file,
 so a reader comparing two files sees why they may disagree.
+
+Every file is checked against its stem's schema (:mod:`ragcritic_lib.metrics_schema`): before it
+is written, so a stage never leaves a file its readers cannot rely on, and after it is read back
+by :func:`load_stage_metrics`.
 """
 
 from __future__ import annotations
 
+import os
 import platform
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
 
 from . import paths
+from .metrics_schema import validate
 
 ENVIRONMENT_KEY = "environment"
 _PACKAGES = ("torch", "transformers", "peft", "trl", "vllm")
@@ -57,9 +63,41 @@ def write_stage_metrics(stem: str, metrics: Mapping[str, Any], *,
         stem: the notebook's stem, e.g. ``"01_retrieval_rag"``.
         metrics: the stage's metrics; must not use the key ``environment`` itself.
         generator: see :func:`environment`.
+
+    Raises:
+        ragcritic_lib.metrics_schema.MetricsSchemaError: the metrics do not match the stem's
+            schema (naming the file and each key path); nothing is written then.
     """
     from .io import write_json
 
     if ENVIRONMENT_KEY in metrics:
         raise ValueError(f"metrics of {stem}: the key {ENVIRONMENT_KEY!r} is reserved for the environment block")
-    return write_json(paths.METRICS_DIR / f"{stem}.json", {**metrics, ENVIRONMENT_KEY: environment(generator)})
+    path = paths.METRICS_DIR / f"{stem}.json"
+    data = {**metrics, ENVIRONMENT_KEY: environment(generator)}
+    validate(stem, data, source=path)
+    return write_json(path, data)
+
+
+def load_stage_metrics(stem: str, *, metrics_dir: str | os.PathLike[str] | None = None,
+                       partial: bool = False) -> dict[str, Any]:
+    """The validated contents of ``<metrics_dir>/<stem>.json`` (default ``reports/metrics``).
+
+    The dict matches the stem's schema, e.g. ``ragcritic_lib.metrics_schema.CorrectionMetrics``
+    for ``"08_correction"`` (``typing.cast`` it to that ``TypedDict`` for a typed view).
+
+    Args:
+        partial: allow absent keys (present ones are still checked); for readers that report
+            each absent key themselves, like notebook 15's ``analysis.Inputs``.
+
+    Raises:
+        ragcritic_lib.paths.MissingUpstreamError: the file is missing; names the stage to
+            ``dvc repro`` (a plain FileNotFoundError outside the repository's metrics folder).
+        ragcritic_lib.io.DataFormatError: the file is not JSON (naming file and line).
+        ragcritic_lib.metrics_schema.MetricsSchemaError: it does not match its schema.
+    """
+    from .io import read_json
+
+    path = paths.require(Path(metrics_dir if metrics_dir is not None else paths.METRICS_DIR) / f"{stem}.json")
+    data = read_json(path)
+    validate(stem, data, source=path, partial=partial)
+    return data

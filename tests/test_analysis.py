@@ -19,11 +19,14 @@ def _agg(em, f1, acc, n):
 
 
 def _row(ds, method, f1, *, typ="all", n=4, d=None, lo=None, hi=None):
-    # A row of ragcritic_lib.baselines.comparison_table as notebook 14 writes it under "rows".
+    # A row of ragcritic_lib.baselines.comparison_table as notebook 14 writes it under "rows";
+    # an interval not given is the point itself (the schema wants d_f1_low <= d_f1 <= d_f1_high).
+    lo = (0.0 if d is None else d) if lo is None else lo
+    hi = (0.0 if d is None else d) if hi is None else hi
     return {"dataset": ds, "type": typ, "method": method, "n": n, "em": f1 / 2, "f1": f1, "acc": f1,
             "f1_low": f1 - 0.1, "f1_high": f1 + 0.1, "d_em": 0.0 if d is None else d / 2,
             "d_em_low": None, "d_em_high": None, "d_f1": 0.0 if d is None else d,
-            "d_f1_low": 0.0 if lo is None else lo, "d_f1_high": 0.0 if hi is None else hi, "p_f1": 0.5}
+            "d_f1_low": lo, "d_f1_high": hi, "p_f1": 0.5}
 
 
 def _tested(n, d, p, p_holm, *, calls, training_calls, steps):
@@ -143,8 +146,8 @@ def write_stage_outputs(root: Path, *, skip: tuple[str, ...] = ()) -> None:
         if stem not in skip:
             write_json(m / f"{stem}.json", data)
     if "13_ragec_types" not in skip:
-        t.mkdir(parents=True, exist_ok=True)
-        (t / "13_ragec_types.csv").write_text(
+        (t / "13_ragec").mkdir(parents=True, exist_ok=True)
+        (t / "13_ragec" / "ragec_types.csv").write_text(
             "label,stage,mode,second_mode,testbed,trivia\n"
             "E1 Overchunking,chunking,1,0,1,0\n"
             "Percentage chunking,chunking,20.0,0.0,33.3333,0.0\n"
@@ -383,7 +386,7 @@ def test_each_block_is_read_from_its_own_stage_file(tmp_path, stem, item, build)
     inputs = analysis.Inputs(tmp_path / "reports" / "metrics", tmp_path / "reports" / "tables", root=tmp_path)
     table = build(inputs)
     missing = inputs.missing_for(item)
-    name = f"{stem}.csv" if stem.endswith("_types") else f"{stem}.json"
+    name = "ragec_types.csv" if stem.endswith("_types") else f"{stem}.json"
     assert [(m["input"].split("/")[-1], m["reason"]) for m in missing
             if m["input"].split("/")[-1] == name] == [(name, "file not found")]
     if stem == "14_comparison" and item == "table3_main_comparison":
@@ -416,7 +419,7 @@ def test_nothing_present_every_item_missing(empty_inputs, tmp_path):
     assert metrics["built"] == [] and len(metrics["not_built"]) == len(analysis.ITEMS)
     assert {m["input"].split("/")[-1] for m in metrics["missing"]} >= {
         f"{stem}.json" for stem in analysis.STAGE_FILES.values()
-        if stem not in ("09_self_refine", "10_crag")} | {"13_ragec_types.csv", "x.jsonl"}
+        if stem not in ("09_self_refine", "10_crag")} | {"ragec_types.csv", "x.jsonl"}
     # Self-Refine's and CRAG's own files are read only for the methods notebook 14 compared
     # (their tokens); see test_each_block_is_read_from_its_own_stage_file.
 
@@ -481,6 +484,22 @@ def test_bad_json_is_reported_not_raised(tmp_path):
     assert analysis.iterations_table(inputs) is None
     (miss,) = inputs.missing_for("table6_iterations")
     assert miss["reason"].startswith("unreadable") and "08_correction.json:1" in miss["reason"]
+
+
+def test_a_file_off_its_schema_is_reported_not_read(tmp_path):
+    """Metrics are read through the stage's typed schema: a value out of range makes the file
+    unusable for every item (named with its key path), absent keys stay per-item notes."""
+    write_stage_outputs(tmp_path)
+    path = tmp_path / "reports" / "metrics" / "08_correction.json"
+    metrics = json.loads(path.read_text())
+    metrics["comparison"]["testbed"]["fixed action"]["f1"] = 1.3
+    path.write_text(json.dumps(metrics))
+    inputs = analysis.Inputs(tmp_path / "reports" / "metrics", tmp_path / "reports" / "tables", root=tmp_path)
+    assert analysis.ablation_table(inputs) is None and analysis.iterations_table(inputs) is None
+    for item in ("table4_ablations", "table6_iterations"):
+        (miss,) = inputs.missing_for(item)
+        assert miss["input"].endswith("08_correction.json")
+        assert miss["reason"] == "does not match its schema: comparison.testbed.fixed action.f1 = 1.3 is not in [0, 1]"
 
 
 def test_tables_from_the_real_stage_functions(tmp_path):

@@ -122,5 +122,8 @@ def test_table_and_figure(tx, tmp_path: Path) -> None:
     assert rows == [{"critic": "sft", "correct": 50.0, "error": 75.0, "ident_avg": 62.5, "tag1_f1": 75.0,
                      "tag2_f1": 44.4, "cls_avg": 59.7, "tag1_macro_f1": 66.7, "tag2_macro_f1": 33.3,
                      "official_recall_avg": 50.0, "parse_fail": 12.5}]
-    out = plot_per_label({"sft": r, "other": r}, tx, tmp_path / "fig.png")
-    assert out.exists() and out.stat().st_size > 1000
+    fig = plot_per_label({"sft": r, "other": r}, tx)
+    out = tmp_path / "fig.png"
+    fig.savefig(out)
+    assert out.stat().st_size > 1000
+    assert [ax.get_title() for ax in fig.axes] == ["Tier-1 labels", "Tier-2 labels"]

@@ -94,6 +94,18 @@ def test_notebooks_follow_the_reading_order():
         assert not re.search(r"^def .*\n(?:    .*\n){12,}", text, flags=re.MULTILINE), f"{nb.name}: long function"
 
 
+def test_every_stage_notebook_ends_its_sections_with_a_reading(dvc):
+    # A "## Reading the numbers" markdown cell, then a code cell that writes the sentences from
+    # the numbers just computed and shows them as Markdown.
+    notebooks = notebook_paths()
+    for name in dvc["stages"]:
+        cells = re.split(r"^# %%", notebooks[name].read_text(), flags=re.MULTILINE)[1:]
+        at = [i for i, c in enumerate(cells) if c.startswith(" [markdown]\n# ## Reading the numbers")]
+        assert at, f"{notebooks[name].name}: no '## Reading the numbers' markdown cell"
+        after = cells[at[-1] + 1] if at[-1] + 1 < len(cells) else ""
+        assert after.startswith("\n") and "Markdown(" in after, f"{notebooks[name].name}: the reading needs a code cell after it"
+
+
 def test_ipynb_twins_in_sync_and_stripped():
     assert out_of_sync() == []
 

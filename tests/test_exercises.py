@@ -165,3 +165,30 @@ def test_workshop_profile_merges_over_params():
     assert merged["retrieval_rag"]["eval_questions"] == 20
     assert merged["retrieval_rag"]["top_k"] == exercises.profile_params()["retrieval_rag"]["top_k"]
     assert merged["comparison"]["test_questions"] <= merged["correction"]["n_questions"]
+
+
+def _dvc_stage_notebooks():
+    """Notebook paths named by the stage commands in dvc.yaml (``... -m ragcritic_lib.stage <notebook>``)."""
+    import yaml
+
+    stages = yaml.safe_load(paths.DVC_FILE.read_text(encoding="utf-8"))["stages"]
+    found = []
+    for stage in stages.values():
+        words = str(stage["cmd"]).split()
+        if "ragcritic_lib.stage" in words:
+            found.append(paths.ROOT / words[words.index("ragcritic_lib.stage") + 1])
+    return sorted(found)
+
+
+def test_every_stage_notebook_has_exercises_and_builds_valid_python():
+    notebooks = [nb for nb in _dvc_stage_notebooks() if nb.stem not in ("00_assets", "00_testbed")]
+    assert len(notebooks) >= 15, "dvc.yaml stage commands should name the stage notebooks"
+    without = []
+    for py in notebooks:
+        nb, found = exercises.exercise_notebook(py)
+        if not found:
+            without.append(py.stem)
+        source = jupytext.writes(nb, fmt="py:percent")
+        compile(source, f"exercises/{py.stem}.py", "exec")  # raises SyntaxError naming the notebook
+        assert "BEGIN SOLUTION" not in "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert without == [], f"stage notebooks without an exercise region: {without}"

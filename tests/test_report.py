@@ -44,14 +44,16 @@ def reports(tmp_path):
     nbformat.write(_executed_notebook("01 · Retrieval & <RAG>", "SENTINEL-B"), nbdir / "01_retrieval_rag.ipynb")
     nbformat.write(_executed_notebook("02 · Error sampling", "SENTINEL-C"), nbdir / "02_error_sampling.failed.ipynb")
     nbformat.write(_executed_notebook("partial", "x"), nbdir / ".03_tagging.partial.ipynb")
-    (rep / "figures").mkdir()
-    (rep / "figures" / "01_recall_at_k.png").write_bytes(PNG)
-    (rep / "figures" / "01_recall_at_k.svg").write_text("<svg xmlns='http://www.w3.org/2000/svg'/>")
-    (rep / "tables").mkdir()
-    (rep / "tables" / "02_source_statistics.md").write_text("| dataset | errors |\n|---|---|\n| testbed | 6 |\n")
-    (rep / "tables" / "02_source_statistics.csv").write_text("dataset,errors\ntestbed,6\n")
-    (rep / "tables" / "09_costs.csv").write_text("method,calls\ncrag,<b>12</b>\n")
-    (rep / "tables" / "08_case_studies.md").write_text("Model said: <script>alert(1)</script>\n")
+    (rep / "figures" / "01_retrieval_rag").mkdir(parents=True)  # one folder per stage (ragcritic_lib.outputs)
+    (rep / "figures" / "01_retrieval_rag" / "recall_at_k.png").write_bytes(PNG)
+    (rep / "figures" / "01_retrieval_rag" / "recall_at_k.svg").write_text("<svg xmlns='http://www.w3.org/2000/svg'/>")
+    for stage in ("02_error_sampling", "08_correction", "09_self_refine"):
+        (rep / "tables" / stage).mkdir(parents=True)
+    (rep / "tables" / "02_error_sampling" / "source_statistics.md").write_text(
+        "| dataset | errors |\n|---|---|\n| testbed | 6 |\n")
+    (rep / "tables" / "02_error_sampling" / "source_statistics.csv").write_text("dataset,errors\ntestbed,6\n")
+    (rep / "tables" / "09_self_refine" / "costs.csv").write_text("method,calls\ncrag,<b>12</b>\n")
+    (rep / "tables" / "08_correction" / "case_studies.md").write_text("Model said: <script>alert(1)</script>\n")
     (rep / "metrics").mkdir()
     (rep / "metrics" / "01_retrieval_rag.json").write_text(json.dumps({"rag": {"testbed": {"test": {"f1": 0.4}}}}))
     an = rep / "analysis"
@@ -80,8 +82,10 @@ def test_report_links_executed_notebooks_and_lists_missing(reports):
     assert s.failed == ["02_error_sampling"] and s.missing_notebooks == ["15_analysis"]
     links = _links(index)
     assert {"notebooks/00_assets.html", "notebooks/01_retrieval_rag.html", "notebooks/02_error_sampling.failed.html",
-            "tables.html", "metrics.html", "figures/stages/01_recall_at_k.png", "figures/stages/01_recall_at_k.svg",
-            "figures/analysis/table6_iterations.png", "tables.html#analysis-table6-iterations"} <= links
+            "tables.html", "metrics.html", "figures/stages/01_retrieval_rag/recall_at_k.png",
+            "figures/stages/01_retrieval_rag/recall_at_k.svg", "figures/analysis/table6_iterations.png",
+            "tables.html#analysis-table6-iterations"} <= links
+    assert 'id="fig-01-retrieval-rag-recall-at-k"' in index and 'id="fig-table6-iterations"' in index
     # Every local link of the index resolves to a file of the report.
     for href in links:
         if not href.startswith(("#", "http")):
@@ -110,7 +114,10 @@ def test_tables_page_renders_markdown_and_csv_escaped(reports):
     assert "<td>testbed</td>" in page and "<th>errors</th>" in page  # Markdown table rendered
     assert "<td>&lt;b&gt;12&lt;/b&gt;</td>" in page  # CSV without a Markdown twin, escaped
     assert "<script>alert" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
-    assert (out / "tables" / "stages" / "02_source_statistics.csv").read_text() == "dataset,errors\ntestbed,6\n"
+    assert (out / "tables" / "stages" / "02_error_sampling" / "source_statistics.csv").read_text() == \
+        "dataset,errors\ntestbed,6\n"
+    assert 'id="stages-02-error-sampling-source-statistics"' in page
+    assert _links(page) >= {"tables/stages/02_error_sampling/source_statistics.csv", "tables/stages/09_self_refine/costs.csv"}
     assert len(s.tables) == 4
     assert "0.4" in (out / "metrics.html").read_text()
 

@@ -13,9 +13,11 @@ the correction ladder (notebook 08). A method stage writes
   ``runs`` (extra runs: their display name and file), ``degenerate`` (reasons, empty when none),
   ``seconds`` (wall time of the method's phases on this machine), and the method's own block.
 
-The comparison stage (notebook 14) reads these files back with :func:`load_method_run`. A method
-stage opens with :func:`ragcritic_lib.baselines.stage_setup.setup_method` (params, the answer
-setting, the generator and these questions).
+The comparison stage (notebook 14) reads these files back with :func:`load_method_run`. Both
+directions check the metrics against their schema (``ragcritic_lib.metrics_schema.MethodRunMetrics``
+and the method's own, e.g. ``SimRagMetrics``). A method stage opens with
+:func:`ragcritic_lib.baselines.stage_setup.setup_method` (params, the answer setting, the generator
+and these questions).
 """
 
 from __future__ import annotations
@@ -76,6 +78,9 @@ def save_method_run(
 ) -> dict[str, Any]:
     """Score and write a method's test answers and its metrics file; returns the metrics.
 
+    The metrics are checked against the stem's schema (``ragcritic_lib.metrics_schema``) first:
+    when they do not match, ``MetricsSchemaError`` names the key path and no file is written.
+
     Args:
         stage: the DVC stage (folder under ``data/``), e.g. ``"self_refine"``.
         stem: the notebook stem, e.g. ``"09_self_refine"`` (metrics file name).
@@ -87,16 +92,15 @@ def save_method_run(
     """
     from ragcritic_lib import paths
     from ragcritic_lib.io import write_jsonl
+    from ragcritic_lib.metrics_schema import validate
     from ragcritic_lib.stage_metrics import write_stage_metrics
 
     out_dir = paths.stage_dir(stage)
     scored = score_records(records)
-    write_jsonl(out_dir / "test.jsonl", scored)
-    runs = {}
+    runs, extras = {}, {}
     for name, (label, recs) in (extra_runs or {}).items():
-        extra = score_records(recs)
-        write_jsonl(out_dir / f"{name}.jsonl", extra)
-        runs[label] = {"file": f"data/{stage}/{name}.jsonl", "scores": _scores(extra)}
+        extras[name] = score_records(recs)
+        runs[label] = {"file": f"data/{stage}/{name}.jsonl", "scores": _scores(extras[name])}
     n_by_ds: dict[str, int] = {}
     for r in scored:
         n_by_ds[dataset_name(r)] = n_by_ds.get(dataset_name(r), 0) + 1
@@ -110,7 +114,12 @@ def save_method_run(
     if clash:
         raise ValueError(f"metrics of {stem}: the method block uses reserved keys {clash}")
     metrics.update(info or {})
-    write_stage_metrics(stem, jsonable(metrics))
+    written = jsonable(metrics)
+    validate(stem, written)  # before any file is written: a failed check leaves the stage's outputs alone
+    write_jsonl(out_dir / "test.jsonl", scored)
+    for name, extra in extras.items():
+        write_jsonl(out_dir / f"{name}.jsonl", extra)
+    write_stage_metrics(stem, written)
     return metrics
 
 
@@ -119,10 +128,12 @@ def load_method_run(stem: str, stage: str, *, run: str = "test") -> tuple[dict[s
 
     Raises:
         FileNotFoundError: naming the file and the stage that writes it.
+        ragcritic_lib.metrics_schema.MetricsSchemaError: the metrics do not match their schema.
     """
     from ragcritic_lib import paths
-    from ragcritic_lib.io import read_json, read_jsonl
+    from ragcritic_lib.io import read_jsonl
+    from ragcritic_lib.stage_metrics import load_stage_metrics
 
-    metrics = read_json(paths.require(paths.METRICS_DIR / f"{stem}.json"))
+    metrics = load_stage_metrics(stem)
     records = read_jsonl(paths.require(paths.stage_dir(stage) / f"{run}.jsonl"))
     return metrics, records

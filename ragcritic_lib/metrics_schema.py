@@ -1,0 +1,950 @@
+"""What every stage's metrics file holds: one typed schema per ``reports/metrics/<stem>.json``.
+
+Each schema is a ``TypedDict``: its required keys are the ones a reader relies on (notebook 15's
+:mod:`ragcritic_lib.analysis`, the comparison stage, the contracts the README quotes), its
+``NotRequired`` keys are typed where they are present, and every schema allows keys it does not
+name. Field types carry their ranges through ``Annotated`` aliases (:data:`Fraction` for EM, F1,
+accuracy and rates in [0, 1], :data:`Count` for integers >= 0, :data:`Delta` for a change of a
+0-1 score); ``X | None`` allows JSON null, and a float NaN or infinity counts as null, which is
+what :func:`ragcritic_lib.baselines.jsonable` writes for it. Intervals are checked in order
+(``ci_low <= delta_f1 <= ci_high``) wherever their ends are numbers.
+
+:func:`validate` checks a metrics dict against its stem's schema and raises one
+:class:`MetricsSchemaError` naming the file and the key path of every problem, e.g.
+``reports/metrics/08_correction.json: ladder.testbed.fixed action.f1 = 1.3 is not in [0, 1]``.
+``ragcritic_lib.stage_metrics.write_stage_metrics`` validates before it writes and
+``ragcritic_lib.stage_metrics.load_stage_metrics`` after it reads; a stem without a schema of
+its own gets :class:`StageMetrics` (any keys; a present ``environment`` block typed).
+
+With ``partial=True`` absent keys are not problems (present ones are still checked): notebook 15
+reads that way, since it reports each absent input itself, per table, instead of failing.
+"""
+
+import dataclasses
+import math
+import os
+import types
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import (
+    Annotated, Any, NotRequired, Required, TypedDict, Union, get_args, get_origin, get_type_hints, is_typeddict,
+)
+
+MAX_SHOWN = 20  # problems listed in one error message
+
+
+# --------------------------------------------------------------------------------------------
+# The validator
+# --------------------------------------------------------------------------------------------
+class MetricsSchemaError(ValueError):
+    """A metrics dict does not match its schema.
+
+    Attributes:
+        source: the file it was read from or is meant for (relative to the repository root).
+        problems: one line per problem, each starting with its key path.
+    """
+
+    def __init__(self, source: str, problems: Sequence[str]):
+        self.source, self.problems = source, list(problems)
+        lines = [f"{source}: {p}" for p in self.problems[:MAX_SHOWN]]
+        if len(self.problems) > MAX_SHOWN:
+            lines.append(f"{source}: ... and {len(self.problems) - MAX_SHOWN} more")
+        super().__init__("\n".join(lines))
+
+
+@dataclass
+class _Run:
+    partial: bool
+    problems: list[str] = dataclasses.field(default_factory=list)
+
+    def add(self, path: tuple, message: str) -> None:
+        self.problems.append(f"{key_path(path) or '(top level)'} {message}")
+
+
+def key_path(path: Sequence[Any]) -> str:
+    """``("ladder", "testbed", "fixed action", "f1")`` -> ``ladder.testbed.fixed action.f1``;
+    list positions as ``rows[3]``."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _bound(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(x)
+
+
+def _is_null(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and not math.isfinite(value))
+
+
+class Spec:
+    """A check of one value; ``nullable`` accepts None (and NaN / infinity)."""
+
+    nullable: bool = False
+
+    def check(self, value: Any, path: tuple, run: _Run) -> None:
+        if _is_null(value):
+            if not self.nullable:
+                run.add(path, "is null (a value is required)" if value is None
+                        else f"= {_show(value)} is not a finite number")
+            return
+        self.check_value(value, path, run)
+
+    def check_value(self, value: Any, path: tuple, run: _Run) -> None:
+        raise NotImplementedError
+
+    def or_none(self) -> "Spec":
+        return dataclasses.replace(self, nullable=True)
+
+
+@dataclass(frozen=True)
+class Number(Spec):
+    """A number (not a bool) in [lo, hi]; ``integer`` asks for an int."""
+
+    lo: float | None = None
+    hi: float | None = None
+    integer: bool = False
+    nullable: bool = False
+
+    def check_value(self, value, path, run):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            run.add(path, f"= {_show(value)} is not a number")
+        elif self.integer and not isinstance(value, int):
+            run.add(path, f"= {_show(value)} is not an integer")
+        elif self.lo is not None and self.hi is not None and not self.lo <= value <= self.hi:
+            run.add(path, f"= {_show(value)} is not in [{_bound(self.lo)}, {_bound(self.hi)}]")
+        elif self.lo is not None and self.hi is None and value < self.lo:
+            run.add(path, f"= {_show(value)} is not >= {_bound(self.lo)}")
+        elif self.hi is not None and self.lo is None and value > self.hi:
+            run.add(path, f"= {_show(value)} is not <= {_bound(self.hi)}")
+
+
+@dataclass(frozen=True)
+class Text(Spec):
+    nullable: bool = False
+
+    def check_value(self, value, path, run):
+        if not isinstance(value, str):
+            run.add(path, f"= {_show(value)} is not a string")
+
+
+@dataclass(frozen=True)
+class Flag(Spec):
+    nullable: bool = False
+
+    def check_value(self, value, path, run):
+        if not isinstance(value, bool):
+            run.add(path, f"= {_show(value)} is not true or false")
+
+
+@dataclass(frozen=True)
+class Anything(Spec):
+    nullable: bool = True
+
+    def check_value(self, value, path, run):
+        return
+
+
+@dataclass(frozen=True)
+class ListOf(Spec):
+    item: Spec
+    nullable: bool = False
+
+    def check_value(self, value, path, run):
+        if not isinstance(value, (list, tuple)):
+            run.add(path, f"= {_show(value)} is not a list")
+            return
+        for i, v in enumerate(value):
+            self.item.check(v, path + (i,), run)
+
+
+@dataclass(frozen=True)
+class MapOf(Spec):
+    """An object whose keys are data (datasets, methods, labels), every value checked alike."""
+
+    value: Spec
+    nullable: bool = False
+
+    def check_value(self, value, path, run):
+        if not isinstance(value, Mapping):
+            run.add(path, f"= {_show(value)} is not an object")
+            return
+        for k, v in value.items():
+            self.value.check(v, path + (str(k),), run)
+
+
+@dataclass(frozen=True)
+class Record(Spec):
+    """An object with named fields (a ``TypedDict``); keys it does not name are allowed.
+
+    ``ordered``: chains of fields whose numeric values must not decrease, e.g.
+    ``("ci_low", "delta_f1", "ci_high")``; null or absent ends are skipped.
+    """
+
+    name: str
+    fields: tuple[tuple[str, Spec], ...]
+    required: frozenset[str]
+    ordered: tuple[tuple[str, ...], ...] = ()
+    nullable: bool = False
+
+    def check_value(self, value, path, run):
+        if not isinstance(value, Mapping):
+            run.add(path, f"= {_show(value)} is not an object")
+            return
+        for key, spec in self.fields:
+            if key in value:
+                spec.check(value[key], path + (key,), run)
+            elif key in self.required and not run.partial:
+                run.add(path + (key,), "is missing")
+        for chain in self.ordered:
+            present = [(k, value[k]) for k in chain if k in value and not _is_null(value[k])
+                       and isinstance(value[k], (int, float)) and not isinstance(value[k], bool)]
+            if any(a[1] > b[1] for a, b in zip(present, present[1:])):
+                shown = ", ".join(f"{k} = {_show(v)}" for k, v in present)
+                where = f"{key_path(path)}: " if path else ""
+                run.problems.append(f"{where}{shown} are not ordered ({' <= '.join(k for k, _ in present)})")
+
+
+@dataclass(frozen=True)
+class DatasetKeyed(Spec):
+    """An object keyed by dataset name and by ``<dataset><suffix>`` (notebook 08's ``ladder``).
+
+    A key ending in one of ``suffixed``'s suffixes is checked with that suffix's spec; any other
+    key is a dataset, checked with ``per_dataset``, and each suffix marked required must then be
+    present as ``<dataset><suffix>``.
+    """
+
+    per_dataset: Spec
+    suffixed: tuple[tuple[str, Spec, bool], ...]
+    nullable: bool = False
+
+    def check_value(self, value, path, run):
+        if not isinstance(value, Mapping):
+            run.add(path, f"= {_show(value)} is not an object")
+            return
+        by_length = sorted(self.suffixed, key=lambda s: -len(s[0]))
+        for key, v in value.items():
+            key = str(key)
+            rule = next((s for s in by_length if key.endswith(s[0]) and len(key) > len(s[0])), None)
+            if rule is not None:
+                rule[1].check(v, path + (key,), run)
+                continue
+            self.per_dataset.check(v, path + (key,), run)
+            for suffix, _, required in self.suffixed:
+                if required and not run.partial and f"{key}{suffix}" not in value:
+                    run.add(path + (f"{key}{suffix}",), "is missing")
+
+
+_RECORDS: dict[type, Record] = {}
+
+
+def ordered(*chains: tuple[str, ...]):
+    """Class decorator: fields of a schema ``TypedDict`` that must be in order (see :class:`Record`)."""
+
+    def mark(cls):
+        cls.__ordered__ = tuple(chains)
+        return cls
+
+    return mark
+
+
+def spec_of(tp: Any) -> Spec:
+    """The check a type annotation of a schema stands for."""
+    if isinstance(tp, Spec):
+        return tp
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is Annotated:
+        found = [m for m in args[1:] if isinstance(m, Spec)]
+        return found[-1] if found else spec_of(args[0])
+    if origin in (Required, NotRequired):
+        return spec_of(args[0])
+    if origin in (Union, types.UnionType):
+        rest = [a for a in args if a is not type(None)]
+        inner = spec_of(rest[0]) if len(rest) == 1 else Anything()
+        return inner.or_none() if len(rest) < len(args) else inner
+    if origin in (dict, Mapping):
+        return MapOf(spec_of(args[1]) if args else Anything())
+    if origin in (list, Sequence):
+        return ListOf(spec_of(args[0]) if args else Anything())
+    if is_typeddict(tp):
+        return record_of(tp)
+    simple = {str: Text(), bool: Flag(), int: Number(integer=True), float: Number(), dict: MapOf(Anything()),
+              list: ListOf(Anything())}
+    if tp is Any:
+        return Anything()
+    if tp in simple:
+        return simple[tp]
+    raise TypeError(f"no schema check for the annotation {tp!r}")
+
+
+def record_of(cls: type) -> Record:
+    """The :class:`Record` check of a schema ``TypedDict`` (built once per class)."""
+    if cls not in _RECORDS:
+        hints = get_type_hints(cls, include_extras=True)
+        _RECORDS[cls] = Record(cls.__name__, tuple((k, spec_of(t)) for k, t in hints.items()),
+                               frozenset(cls.__required_keys__), getattr(cls, "__ordered__", ()))
+    return _RECORDS[cls]
+
+
+# --------------------------------------------------------------------------------------------
+# Field types
+# --------------------------------------------------------------------------------------------
+Fraction = Annotated[float, Number(0.0, 1.0)]        # EM, F1, accuracy, a rate or share
+Count = Annotated[int, Number(0, integer=True)]       # questions, samples, steps, counts
+NonNegative = Annotated[float, Number(0.0)]           # calls, tokens, seconds, an MDE
+Real = Annotated[float, Number()]                     # a loss, a margin, a threshold
+Delta = Annotated[float, Number(-1.0, 1.0)]           # a change of a 0-1 score, an interval end
+Reasons = list[str]                                   # ``degenerate``: one string per reason
+
+
+class Generator(TypedDict):
+    backend: str
+    device: str
+    dtype: str
+
+
+class Environment(TypedDict):
+    """``write_stage_metrics``'s block; package versions are further string keys."""
+    python: str
+    generator: Generator
+
+
+class StageMetrics(TypedDict):
+    """What every metrics file may hold; the schema of a stem without one of its own."""
+    environment: NotRequired[Environment]
+
+
+class Scores(TypedDict):
+    em: Fraction
+    f1: Fraction
+    acc: Fraction
+
+
+class Aggregate(Scores):
+    """``ragcritic_lib.metrics.aggregate``: mean EM/F1/acc over ``n`` records."""
+    n: Count
+
+
+# --------------------------------------------------------------------------------------------
+# 00: assets and testbed
+# --------------------------------------------------------------------------------------------
+class SplitSizes(TypedDict):
+    train: Count
+    dev: Count
+    test: Count
+
+
+class AssetsMetrics(StageMetrics):
+    """``00_assets.json`` (``ragcritic_lib.assets``)."""
+    corpus_passages: Count
+    trivia_split_sizes: SplitSizes
+    corpus_articles: NotRequired[Count]
+    corpus_mean_words: NotRequired[NonNegative]
+    trivia_questions: NotRequired[Count]
+    trivia_lists_kept: NotRequired[Count]
+    trivia_lists_skipped: NotRequired[list[str]]
+    trivia_answerable_rate: NotRequired[Fraction]
+
+
+class TestbedCorpus(TypedDict):
+    passages: Count
+    documents: NotRequired[Count]
+    reports: NotRequired[Count]
+    words_mean: NotRequired[NonNegative]
+    words_min: NotRequired[Count]
+    words_max: NotRequired[Count]
+
+
+class TestbedSplit(TypedDict):
+    n: Count
+    by_type: NotRequired[dict[str, Count]]
+    by_domain: NotRequired[dict[str, Count]]
+    knobs: NotRequired[dict[str, Count]]
+    mean_supporting_passages: NotRequired[NonNegative]
+    n_entities: NotRequired[Count]
+
+
+class TestbedMetrics(StageMetrics):
+    """``00_testbed.json`` (``ragcritic_lib.testbed.testbed_stats``)."""
+    corpus: TestbedCorpus
+    questions: dict[str, TestbedSplit]
+    seed: NotRequired[int]
+    entities: NotRequired[dict[str, Count]]
+    twins: NotRequired[Count]
+    conflicts: NotRequired[Count]
+    split_facts: NotRequired[Count]
+
+
+# --------------------------------------------------------------------------------------------
+# 01: retrieval and standard RAG
+# --------------------------------------------------------------------------------------------
+class RecallGroup(TypedDict):
+    """``ragcritic_lib.evaluation.recall_at_k`` for one group: recall per k (null without questions)."""
+    n: Count
+    answer_recall: dict[str, Fraction | None]
+    support_recall: NotRequired[dict[str, Fraction | None]]
+
+
+class RecallSummary(RecallGroup):
+    by_type: NotRequired[dict[str, RecallGroup]]
+
+
+class RagSummary(TypedDict):
+    """``ragcritic_lib.evaluation.summarize_rag`` (only ``n`` when there was no question)."""
+    n: Count
+    em: NotRequired[Fraction]
+    f1: NotRequired[Fraction]
+    acc: NotRequired[Fraction]
+    prefix_rate: NotRequired[Fraction]
+    truncation_rate: NotRequired[Fraction]
+    abstain_rate: NotRequired[Fraction]
+    by_answerable: NotRequired[dict[str, Aggregate]]
+    by_type: NotRequired[dict[str, Aggregate]]
+
+
+class PromptVariantRow(Aggregate):
+    dataset: str
+    variant: str
+    prefix_rate: NotRequired[Fraction]
+    truncation_rate: NotRequired[Fraction]
+
+
+class RetrievalRagMetrics(StageMetrics):
+    """``01_retrieval_rag.json``: {dataset: {retriever: recall}}, {dataset: {split: summary}}."""
+    retrieval: dict[str, dict[str, RecallSummary]]
+    rag: dict[str, dict[str, RagSummary]]
+    closed_book: dict[str, dict[str, RagSummary]]
+    prompt_variants: NotRequired[list[PromptVariantRow]]
+
+
+# --------------------------------------------------------------------------------------------
+# 02-04: error sampling, tagging, taxonomy
+# --------------------------------------------------------------------------------------------
+class SourceStatisticsRow(TypedDict):
+    """One row of ``ragcritic_lib.mining.source_statistics`` (RAG-Critic Table 1)."""
+    dataset: str
+    type: str
+    questions: Count
+    samples: Count
+    errors: Count
+    correct: Count
+    error_rate: NotRequired[Fraction | None]
+
+
+class PoolSummary(TypedDict, total=False):
+    n: Count
+    errors: Count
+    error_rate: Fraction | None
+    em: Fraction | None
+    f1: Fraction | None
+    abstained: Fraction | None
+    followed_prefix: Fraction | None
+    gold_in_passages: Fraction | None
+    truncated: Fraction | None
+
+
+class ParseReport(TypedDict, total=False):
+    calls: Count
+    failures: Count
+    failure_rate: Fraction | None
+    by_reason: dict[str, Count]
+
+
+class TeacherParse(TypedDict, total=False):
+    primary: ParseReport | None
+    llm_subset: ParseReport | None
+
+
+class ErrorSamplingMetrics(StageMetrics):
+    """``02_error_sampling.json``."""
+    samples: Count
+    source_statistics: list[SourceStatisticsRow]
+    error_rate_by_member: dict[str, Fraction | None]
+    pool_size: NotRequired[Count]
+    errors: NotRequired[Count]
+    correct: NotRequired[Count]
+    error_rate: NotRequired[Fraction | None]
+    by_member: NotRequired[dict[str, PoolSummary]]
+    by_dataset: NotRequired[dict[str, PoolSummary]]
+    teacher: NotRequired[str]
+    teacher_parse: NotRequired[TeacherParse]
+
+
+class TagNormalization(TypedDict, total=False):
+    raw_tags: Count
+    raw_unique: Count
+    final_tags: Count
+    final_unique: Count
+
+
+class TaggingMetrics(StageMetrics):
+    """``03_tagging.json``."""
+    normalization: TagNormalization
+    error_records: NotRequired[Count]
+    tagger: NotRequired[str]
+    tags_before_normalization: NotRequired[Count]
+    unique_tags_before_normalization: NotRequired[Count]
+    unique_tags_after_normalization: NotRequired[Count]
+    parse_failure_rate: NotRequired[Fraction | None]
+    parse: NotRequired[ParseReport]
+    llm_subset_parse: NotRequired[ParseReport | None]
+
+
+class TaxonomyMetrics(StageMetrics):
+    """``04_taxonomy.json``: label counts of D_Error^QA."""
+    tier1_by_dataset: dict[str, dict[str, Count]]
+    tier2_distribution: dict[str, Count]
+    tier1_distribution: NotRequired[dict[str, Count]]
+    clusters: NotRequired[Count]
+    tags_clustered: NotRequired[Count]
+    mapping_sources: NotRequired[dict[str, Count]]
+    tier2_labels_used: NotRequired[list[str]]
+    taxonomy: NotRequired[dict[str, Count]]
+    cluster_name_parse: NotRequired[ParseReport | None]
+
+
+# --------------------------------------------------------------------------------------------
+# 05-07: critic training and the benchmark
+# --------------------------------------------------------------------------------------------
+class TrainSummary(TypedDict, total=False):
+    steps: Count
+    examples: Count
+    dropped_too_long: Count
+    device: str
+    first_loss: Real | None
+    last_loss: Real | None
+
+
+class VerdictCalibration(TypedDict, total=False):
+    n: Count
+    n_correct: Count
+    n_error: Count
+    fitted: bool
+    threshold: Real | None
+    auroc: Fraction | None
+    avg_acc: Fraction | None
+    correct_acc: Fraction | None
+    error_acc: Fraction | None
+
+
+class CriticSftMetrics(StageMetrics):
+    """``05_critic_sft.json``."""
+    train: TrainSummary
+    balance: dict[str, Count]
+    splits: NotRequired[dict[str, dict[str, Count]]]
+    preview_parse_failures: NotRequired[Count]
+    verdict_calibration: NotRequired[VerdictCalibration]
+
+
+class DpoTrainSummary(TrainSummary, total=False):
+    beta: NonNegative
+    pairs_used: Count
+    last_reward_margin: Real | None
+    last_reward_accuracy: Fraction | None
+
+
+class CriticDpoMetrics(StageMetrics):
+    """``06_critic_dpo.json``."""
+    train: DpoTrainSummary
+    pairs: dict[str, Count]
+    balance: NotRequired[dict[str, Count]]
+    verdict_calibration: NotRequired[VerdictCalibration]
+
+
+class Identification(TypedDict, total=False):
+    acc_correct: Fraction | None
+    acc_error: Fraction | None
+    acc_avg: Fraction | None
+
+
+class Classification(TypedDict, total=False):
+    tag1_f1: Fraction | None
+    tag2_f1: Fraction | None
+    avg_f1: Fraction | None
+
+
+class PrecisionRecall(TypedDict, total=False):
+    precision: Fraction | None
+    recall: Fraction | None
+    f1: Fraction | None
+
+
+class LabelScore(PrecisionRecall, total=False):
+    support: Count
+    predicted: Count
+
+
+class TierScores(TypedDict, total=False):
+    macro: PrecisionRecall
+    micro: PrecisionRecall
+    per_label: dict[str, LabelScore]
+
+
+class CriticScore(TypedDict):
+    """``ragcritic_lib.benchmark.score_critic``."""
+    identification: Identification
+    classification: Classification
+    n: NotRequired[Count]
+    parse_failure_rate: NotRequired[Fraction | None]
+    valid_json_rate: NotRequired[Fraction | None]
+    tag1: NotRequired[TierScores]
+    tag2: NotRequired[TierScores]
+
+
+class KnownCauseScore(TypedDict, total=False):
+    pairs: Count
+    records: Count
+    tier1_hit_rate: Fraction | None
+    tier2_hit_rate: Fraction | None
+    records_all_tier1_hit: Fraction | None
+
+
+class BenchmarkMetrics(StageMetrics):
+    """``07_benchmark.json``: {critic: scores}, {critic: {dataset: identification}}."""
+    critics: dict[str, CriticScore]
+    known_causes: dict[str, KnownCauseScore]
+    by_dataset: dict[str, dict[str, Identification]]
+    benchmark: NotRequired[dict[str, Any]]
+    table: NotRequired[list[dict[str, Any]]]
+    llm_usage: NotRequired[dict[str, dict[str, Count]]]
+
+
+# --------------------------------------------------------------------------------------------
+# 08: correction and its ladder
+# --------------------------------------------------------------------------------------------
+@ordered(("ci_low", "delta_f1", "ci_high"))
+class LadderRow(TypedDict):
+    """``ladder.<dataset>.<row>`` (``ragcritic_lib.agent.ladder.ladder_table``): F1 on a 0-1 scale,
+    its paired change against standard RAG with a bootstrap interval and a permutation p-value."""
+    n: Count
+    em: Fraction
+    f1: Fraction
+    acc: Fraction
+    delta_f1: Delta
+    ci_low: Delta
+    ci_high: Delta
+    p_value: Fraction
+
+
+LADDER = DatasetKeyed(
+    per_dataset=MapOf(record_of(LadderRow)),
+    suffixed=(("_mde_f1", Number(0.0, nullable=True), True),
+              ("_paired_mde_f1", MapOf(Number(0.0, nullable=True)), False),
+              ("_by_type", MapOf(MapOf(record_of(LadderRow))), False),
+              ("_answer_recall", Number(0.0, 1.0, nullable=True), False)))
+
+
+class ByTypeRow(Aggregate):
+    method: str
+    group: str
+    iteration: NotRequired[Count]
+
+
+class PlanShares(TypedDict, total=False):
+    plans: Count
+    distinct: Count
+    top_share: Fraction
+    degenerate: bool
+
+
+class PlannerTraining(TypedDict, total=False):
+    steps: Count
+    examples: Count
+    dropped_too_long: Count
+    device: str
+    first_loss: Real | None
+    last_loss: Real | None
+
+
+class CriticVerdict(TypedDict, total=False):
+    mode: str
+    threshold: Real | None
+
+
+class CorrectionMetrics(StageMetrics):
+    """``08_correction.json``. ``ladder`` holds, per dataset, ``<dataset>``: {row: :class:`LadderRow`}
+    and ``<dataset>_mde_f1`` (both required), ``<dataset>_paired_mde_f1``, ``<dataset>_by_type``
+    and ``<dataset>_answer_recall``; ``cost`` is {dataset: {method: {phase: {field: number}}}}."""
+    n_questions: dict[str, Count]
+    comparison: dict[str, dict[str, Aggregate]]
+    by_type: dict[str, list[ByTypeRow]]
+    iterations: dict[str, dict[str, Aggregate]]
+    cost: dict[str, dict[str, dict[str, dict[str, NonNegative | None]]]]
+    planner_training: PlannerTraining
+    ladder: Annotated[dict[str, Any], LADDER]
+    degenerate: Reasons
+    plan_shares: NotRequired[dict[str, dict[str, PlanShares]]]
+    action_usage: NotRequired[dict[str, dict[str, dict[str, Count]]]]
+    planner_sft_examples: NotRequired[Count]
+    planner_decoding: NotRequired[str]
+    critic_verdict: NotRequired[CriticVerdict]
+
+
+# --------------------------------------------------------------------------------------------
+# 09-12: baseline method runs (ragcritic_lib.baselines.harness.save_method_run)
+# --------------------------------------------------------------------------------------------
+class ExtraRun(TypedDict):
+    file: str
+    scores: dict[str, Scores]
+
+
+class Training(TypedDict, total=False):
+    calls: NonNegative | None
+    seconds: NonNegative | None
+    what: str
+    by_dataset: dict[str, dict[str, NonNegative | None]]
+    dpo_steps: list[Count]
+
+
+class MethodRunMetrics(StageMetrics):
+    """What ``save_method_run`` writes for every method, before the method's own block."""
+    method: str
+    n: dict[str, Count]
+    scores: dict[str, Scores]
+    cost: dict[str, NonNegative | None]
+    cost_by_dataset: dict[str, dict[str, NonNegative | None]]
+    training: Training
+    runs: dict[str, ExtraRun]
+    degenerate: Reasons
+    seconds: dict[str, NonNegative]
+
+
+class SelfRefineMetrics(MethodRunMetrics):
+    """``09_self_refine.json``."""
+    self_refine: NotRequired[dict[str, Any]]
+
+
+class CragMetrics(MethodRunMetrics):
+    """``10_crag.json``."""
+    crag: NotRequired[dict[str, Any]]
+
+
+class Confusion(TypedDict):
+    """The sufficiency critic against the truth on held-out examples (SIM-RAG Fig. 3)."""
+    n: Count
+    correct_accept: Count
+    correct_reject: Count
+    wrong_accept: Count
+    wrong_reject: Count
+    accuracy: NotRequired[Fraction | None]
+    shares: NotRequired[dict[str, Fraction | None]]
+
+
+class Practice(TypedDict, total=False):
+    accept: Count
+    reject: Count
+    examples: Count
+    questions: Count
+    degenerate: Reasons
+
+
+class SimRagMetrics(MethodRunMetrics):
+    """``11_simrag.json``."""
+    heldout_confusion: Confusion
+    balanced_train: Count
+    practice: Practice
+    practice_examples: Count
+    critic: NotRequired[str]
+    heldout_confusion_by_critic: NotRequired[dict[str, Confusion]]
+    accept_rate_by_turn: NotRequired[dict[str, Any]]
+
+
+class ActionUsageRow(TypedDict):
+    """RePAIR Table 3: how often an action is called with and without error categories."""
+    action: str
+    with_error_categories: Count
+    repair: Count
+    change_pct: NotRequired[Real | None]
+
+
+class RepairMetrics(MethodRunMetrics):
+    """``12_repair.json``."""
+    action_usage: list[ActionUsageRow]
+    repair: NotRequired[dict[str, Any]]
+
+
+# --------------------------------------------------------------------------------------------
+# 13-15: RAGEC, the comparison, the analysis
+# --------------------------------------------------------------------------------------------
+class RagecAgreement(TypedDict, total=False):
+    n: Count
+    side_agreement: Fraction | None
+    type_agreement: Fraction | None
+    n_critic_correct: Count
+    n_missing: Count
+    by_stage: dict[str, dict[str, Count]]
+
+
+class RagecMetrics(StageMetrics):
+    """``13_ragec.json`` (``ragcritic_lib.baselines.ragec.ragec_summary`` and notebook 13's keys)."""
+    mode_frequency: dict[str, Count]
+    stages: dict[str, Count]
+    agreement: RagecAgreement
+    degenerate: Reasons
+    errors: NotRequired[Count]
+    votes: NotRequired[Count]
+    invalid_votes: NotRequired[Count]
+    invalid_vote_rate: NotRequired[Fraction | None]
+    invalid_vote_rate_by_dataset: NotRequired[dict[str, Fraction | None]]
+    grounded_fallbacks: NotRequired[Count]
+    reranking_stage: NotRequired[bool]
+    answers: NotRequired[dict[str, dict[str, Count]]]
+    critic_source: NotRequired[str]
+    same_answer_questions: NotRequired[Count]
+    cost: NotRequired[dict[str, NonNegative | None]]
+    cost_by_dataset: NotRequired[dict[str, dict[str, NonNegative | None]]]
+    seconds: NotRequired[dict[str, NonNegative]]
+
+
+@ordered(("ci_low", "delta_f1", "ci_high"))
+class MethodComparison(TypedDict):
+    """``comparison.<dataset>.<method>`` (``ragcritic_lib.baselines.compare.method_comparison``)."""
+    n: Count
+    em: Fraction
+    f1: Fraction
+    acc: Fraction
+    delta_f1: Delta
+    ci_low: Delta
+    ci_high: Delta
+    p_holm: Fraction | None
+    calls_per_question: NonNegative | None
+    p: NotRequired[Fraction | None]
+    mde: NotRequired[NonNegative | None]
+    f1_sd: NotRequired[NonNegative | None]
+    training_calls: NotRequired[NonNegative | None]
+    training_seconds: NotRequired[NonNegative | None]
+    training_steps: NotRequired[Count | None]
+
+
+@ordered(("f1_low", "f1", "f1_high"), ("d_em_low", "d_em", "d_em_high"), ("d_f1_low", "d_f1", "d_f1_high"),
+         ("d_acc_low", "d_acc", "d_acc_high"))
+class ComparisonRow(Aggregate):
+    """One row of ``ragcritic_lib.baselines.comparison_table`` (per dataset, question type, method)."""
+    dataset: str
+    type: str
+    method: str
+    f1_low: NotRequired[Fraction | None]
+    f1_high: NotRequired[Fraction | None]
+    d_em: NotRequired[Delta | None]
+    d_em_low: NotRequired[Delta | None]
+    d_em_high: NotRequired[Delta | None]
+    d_f1: NotRequired[Delta | None]
+    d_f1_low: NotRequired[Delta | None]
+    d_f1_high: NotRequired[Delta | None]
+    d_acc: NotRequired[Delta | None]
+    d_acc_low: NotRequired[Delta | None]
+    d_acc_high: NotRequired[Delta | None]
+    p_f1: NotRequired[Fraction | None]
+
+
+class ComparisonSummary(TypedDict, total=False):
+    mde_conservative: NonNegative | None
+    significant_after_holm: list[str]
+
+
+class ComparisonMetrics(StageMetrics):
+    """``14_comparison.json``."""
+    comparison: dict[str, dict[str, MethodComparison]]
+    rows: list[ComparisonRow]
+    degenerate: Reasons
+    stage_seconds: dict[str, dict[str, NonNegative] | None]
+    oracle_and_ablation_rows: NotRequired[dict[str, dict[str, MethodComparison]]]
+    summary: NotRequired[dict[str, ComparisonSummary]]
+    degenerate_by_method: NotRequired[dict[str, Reasons]]
+    rag_critic_training: NotRequired[dict[str, Any]]
+
+
+class MissingInput(TypedDict):
+    item: str
+    paper: str
+    input: str
+    reason: str
+    key: NotRequired[str | None]
+
+
+@ordered(("d_f1_low", "d_f1", "d_f1_high"))
+class Headline(TypedDict, total=False):
+    f1: Fraction | None
+    em: Fraction | None
+    d_f1: Delta | None
+    d_f1_low: Delta | None
+    d_f1_high: Delta | None
+    p_holm: Fraction | None
+
+
+class AnalysisMetrics(StageMetrics):
+    """``15_analysis.json`` (``ragcritic_lib.analysis.summary_metrics``)."""
+    items: Count
+    built: list[str]
+    partial: list[str]
+    not_built: list[str]
+    files: Count
+    missing: list[MissingInput]
+    headline: NotRequired[dict[str, dict[str, Headline]]]
+
+
+SCHEMAS: dict[str, type] = {
+    "00_assets": AssetsMetrics,
+    "00_testbed": TestbedMetrics,
+    "01_retrieval_rag": RetrievalRagMetrics,
+    "02_error_sampling": ErrorSamplingMetrics,
+    "03_tagging": TaggingMetrics,
+    "04_taxonomy": TaxonomyMetrics,
+    "05_critic_sft": CriticSftMetrics,
+    "06_critic_dpo": CriticDpoMetrics,
+    "07_benchmark": BenchmarkMetrics,
+    "08_correction": CorrectionMetrics,
+    "09_self_refine": SelfRefineMetrics,
+    "10_crag": CragMetrics,
+    "11_simrag": SimRagMetrics,
+    "12_repair": RepairMetrics,
+    "13_ragec": RagecMetrics,
+    "14_comparison": ComparisonMetrics,
+    "15_analysis": AnalysisMetrics,
+}
+
+
+def schema_for(stem: str) -> type:
+    """The schema ``TypedDict`` of a metrics file (:class:`StageMetrics` for an unknown stem)."""
+    return SCHEMAS.get(stem, StageMetrics)
+
+
+def problems(stem: str, data: Any, *, partial: bool = False) -> list[str]:
+    """Every mismatch of ``data`` with the stem's schema, each starting with its key path."""
+    run = _Run(partial=partial)
+    record_of(schema_for(stem)).check(data, (), run)
+    return run.problems
+
+
+def source_name(path: str | os.PathLike[str]) -> str:
+    """``path`` relative to the repository root where it lies inside it (for messages)."""
+    from . import paths
+
+    p = Path(path)
+    try:
+        return p.resolve().relative_to(paths.ROOT).as_posix()
+    except ValueError:
+        return p.as_posix()
+
+
+def validate(stem: str, data: Any, *, source: str | os.PathLike[str] | None = None, partial: bool = False) -> None:
+    """Raise :class:`MetricsSchemaError` unless ``data`` matches the stem's schema.
+
+    Args:
+        source: the file named in the message (default ``reports/metrics/<stem>.json``).
+        partial: allow absent keys (see the module docstring).
+    """
+    found = problems(stem, data, partial=partial)
+    if found:
+        if source is None:
+            from . import paths
+
+            source = paths.METRICS_DIR / f"{stem}.json"
+        raise MetricsSchemaError(source_name(source), found)

@@ -1,0 +1,519 @@
+"""Short readings of each stage's numbers, written from its metrics so they stay true when they change.
+
+Every notebook ends with a "Reading the numbers" cell that calls one ``reading_<stage>`` function
+on the metrics file the stage has just written (``reports/metrics/<stem>.json``) and shows the
+sentences as Markdown. Each function takes plain dicts and numbers, returns a list of sentences
+(Markdown) and says both what the numbers show and what they do not: an interval that contains
+0, a change smaller than the minimum detectable effect, a training loss that rose, two critics
+that score the same, a flag for a degenerate run. Keys a run may lack are read with defaults.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+__all__ = [
+    "change_sentence", "reading_analysis", "reading_assets", "reading_benchmark", "reading_correction",
+    "reading_crag", "reading_critic_dpo", "reading_critic_sft", "reading_error_sampling",
+    "reading_retrieval_rag", "reading_self_refine", "reading_tagging", "reading_taxonomy", "reading_testbed",
+]
+
+# Loss values closer than this count as unchanged.
+_FLAT = 1e-4
+# A DPO run whose policy equals its reference has sigmoid loss exactly log 2.
+_DPO_START_LOSS = math.log(2)
+
+
+# ------------------------------------------------------------------------------------ helpers
+def _known(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x
+
+
+def _pct(x: Any) -> str:
+    return f"{x:.0%}" if _known(x) else "n/a"
+
+
+def _f(x: Any, digits: int = 3) -> str:
+    return f"{x:.{digits}f}" if _known(x) else "n/a"
+
+
+def _signed(x: Any, digits: int = 3) -> str:
+    return f"{x:+.{digits}f}" if _known(x) else "n/a"
+
+
+def _share(part: Any, whole: Any) -> float | None:
+    return part / whole if _known(part) and _known(whole) and whole else None
+
+
+def _trend(first: Any, last: Any, digits: int = 3) -> str:
+    """``"rose from a to b"``, ``"fell from a to b"`` or ``"stayed at a"`` (``""`` when unknown)."""
+    if not (_known(first) and _known(last)):
+        return ""
+    if abs(last - first) <= _FLAT:
+        return f"stayed at {first:.{digits}f}"
+    return f"{'rose' if last > first else 'fell'} from {first:.{digits}f} to {last:.{digits}f}"
+
+
+def _counts(d: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in d.items())
+
+
+def _flags(flags: Sequence[str] | None) -> list[str]:
+    return [f"Flagged degenerate: {d}." for d in flags or []]
+
+
+def _half_width(n: int) -> float | None:
+    """Half-width of a 95% normal interval on a proportion near 0.5 from ``n`` samples."""
+    return 1.96 * math.sqrt(0.25 / n) if n > 0 else None
+
+
+def change_sentence(name: str, row: Mapping[str, Any], *, mde: Any = None, alpha: float = 0.05,
+                    p_key: str = "p_value", p_label: str = "p", baseline: str = "standard RAG") -> str:
+    """One Markdown line on a paired F1 change: its interval, whether it contains 0, and the MDE.
+
+    Args:
+        row: ``f1``, ``delta_f1``, ``ci_low``, ``ci_high`` and the p-value under ``p_key``.
+        mde: the minimum detectable F1 change at 80% power for this comparison, if known.
+    """
+    low, high, delta, p = row.get("ci_low"), row.get("ci_high"), row.get("delta_f1"), row.get(p_key)
+    line = f"- **{name}**: F1 {_f(row.get('f1'))}, change {_signed(delta)}"
+    if not (_known(low) and _known(high)):
+        return line + " (no interval)."
+    line += f" (95% CI {_signed(low)}..{_signed(high)}"
+    line += f", {p_label} {p:.3g})" if _known(p) else ")"
+    if low <= 0 <= high:
+        line += f": the interval contains 0, so no change against {baseline} is shown"
+        if _known(mde) and _known(delta) and abs(delta) < mde:
+            line += (f"; the change is below the minimum detectable effect ({_f(mde)}), so an effect of this size "
+                     "would likely be missed: this is no evidence that there is none")
+    else:
+        line += f": the interval excludes 0 ({'above' if low > 0 else 'below'} {baseline})"
+        if _known(p) and p >= alpha:
+            line += f", but the p-value is not below {alpha:g}: interval and test disagree, so read it as weak"
+    return line + "."
+
+
+# ------------------------------------------------------------------------------------ 00 assets
+def reading_assets(metrics: Mapping[str, Any]) -> list[str]:
+    """00_assets: what the asset build produced (one sentence, plus skipped trivia lists)."""
+    sizes = metrics.get("trivia_split_sizes") or {}
+    split = "/".join(str(sizes.get(s, 0)) for s in ("train", "dev", "test"))
+    text = [f"The build made a corpus of {metrics.get('corpus_passages', 0)} passages from "
+            f"{metrics.get('corpus_articles', 0)} Wikipedia articles (mean {_f(metrics.get('corpus_mean_words'), 0)} words) "
+            f"and {metrics.get('trivia_questions', 0)} trivia questions (train/dev/test {split}); "
+            f"{_pct(metrics.get('trivia_answerable_rate'))} of the questions have a gold answer somewhere in the corpus, "
+            "the ceiling for any method that reads only this corpus."]
+    skipped = metrics.get("trivia_lists_skipped") or []
+    if skipped:
+        text.append(f"{len(skipped)} trivia lists were skipped ({', '.join(skipped)}).")
+    return text
+
+
+# ------------------------------------------------------------------------------------ 00 testbed
+def reading_testbed(stats: Mapping[str, Any]) -> list[str]:
+    """00_testbed: corpus size, the difficulty knobs and the question splits."""
+    corpus, questions = stats.get("corpus") or {}, stats.get("questions") or {}
+    text = [f"The testbed has {sum((stats.get('entities') or {}).values())} entities rendered into "
+            f"{corpus.get('documents', 0)} documents and {corpus.get('passages', 0)} passages (mean "
+            f"{_f(corpus.get('words_mean'), 0)} words), with {stats.get('twins', 0)} near-duplicate entities, "
+            f"{stats.get('conflicts', 0)} outdated reports and {stats.get('split_facts', 0)} facts split across chunks."]
+    for split, q in questions.items():
+        n = q.get("n", 0)
+        if not n:
+            text.append(f"The {split} split is empty.")
+            continue
+        by_type = q.get("by_type") or {}
+        counts = sorted(set(by_type.values()))
+        per_type = (f"{counts[0]} per type" if len(counts) == 1 else f"{counts[0]}-{counts[-1]} per type") if counts else ""
+        knobs = ", ".join(f"{k} {_pct(_share(v, n))}" for k, v in (q.get("knobs") or {}).items())
+        text.append(f"{split}: {n} questions over {q.get('n_entities', 0)} entities of its own"
+                    + (f" ({len(by_type)} types, {per_type})" if by_type else "")
+                    + (f"; the knobs touch {knobs} of them" if knobs else "") + ".")
+    text.append("The world is synthetic: scores on it show how a method copes with these constructed "
+                "difficulties, not how it does on natural text.")
+    return text
+
+
+# ------------------------------------------------------------------------------------ 01 retrieval
+def _recall_sentence(ds: str, by_retriever: Mapping[str, Any], k: str) -> str | None:
+    at_k = {name: r.get("answer_recall", {}).get(k) for name, r in by_retriever.items()}
+    at_k = {name: v for name, v in at_k.items() if _known(v)}
+    if not at_k:
+        return None
+    best = max(at_k, key=at_k.get)
+    n = by_retriever[best].get("n", 0)
+    others = ", ".join(f"{name} {_pct(v)}" for name, v in at_k.items() if name != best)
+    top = {name: max((float(v) for v in r.get("answer_recall", {}).values()), default=float("nan"))
+           for name, r in by_retriever.items()}
+    ks = max((int(x) for r in by_retriever.values() for x in r.get("answer_recall", {})), default=int(k))
+    return (f"On {ds}, {best} finds a gold answer in the top {k} passages for {_pct(at_k[best])} of {n} dev questions "
+            "with an answer" + (f" ({others})" if others else "") + f"; even at k={ks} the best retriever reaches "
+            f"{_pct(max(top.values()))}: for the other questions no gold answer is among its first {ks} passages.")
+
+
+def _rag_sentence(ds: str, rag: Mapping[str, Any], closed: Mapping[str, Any] | None) -> str:
+    line = (f"Standard RAG on {ds} test: F1 {_f(rag.get('f1'))}, EM {_f(rag.get('em'))}, accuracy "
+            f"{_pct(rag.get('acc'))} on {rag.get('n', 0)} questions, {_pct(rag.get('truncation_rate'))} of answers cut at the token cap")
+    if closed and _known(closed.get("f1")) and _known(rag.get("f1")):
+        gain = rag["f1"] - closed["f1"]
+        verb = "adds" if gain > 0 else "does not add"
+        line += f"; closed-book F1 is {_f(closed['f1'])}, so retrieval {verb} F1 here ({_signed(gain)})"
+    return line + "."
+
+
+def reading_retrieval_rag(metrics: Mapping[str, Any], *, top_k: int | None = None) -> list[str]:
+    """01_retrieval_rag: recall at the k RAG reads, standard RAG vs closed-book, the prompt probe.
+
+    Args:
+        top_k: the number of passages standard RAG reads (default: the smallest k measured).
+    """
+    text: list[str] = []
+    for ds, by_retriever in (metrics.get("retrieval") or {}).items():
+        ks = sorted({int(x) for r in by_retriever.values() for x in r.get("answer_recall", {})})
+        k = str(top_k) if top_k is not None else (str(ks[0]) if ks else "")
+        line = _recall_sentence(ds, by_retriever, k)
+        if line:
+            text.append(line)
+    for ds, splits in (metrics.get("rag") or {}).items():
+        if "test" in splits:
+            text.append(_rag_sentence(ds, splits["test"], (metrics.get("closed_book") or {}).get(ds, {}).get("test")))
+    probe: dict[str, list[Mapping[str, Any]]] = {}
+    for row in metrics.get("prompt_variants") or []:
+        probe.setdefault(row["dataset"], []).append(row)
+    for ds, rows in probe.items():
+        best = max(rows, key=lambda r: r.get("f1", 0))
+        n = best.get("n", 0)
+        step = f"; with {n} questions one answer moves accuracy by {_pct(1 / n)}, so this ranking is rough" if n else ""
+        text.append(f"On the {ds} prompt probe {best['variant']} scores the best F1 ({_f(best.get('f1'))}, "
+                    f"answer phrase followed {_pct(best.get('prefix_rate'))}){step}.")
+    if text:
+        text.append("These are point estimates without intervals; the paired comparisons with intervals are in "
+                    "notebooks 08 and 14.")
+    return text
+
+
+# ------------------------------------------------------------------------------------ 02 error sampling
+def reading_error_sampling(metrics: Mapping[str, Any]) -> list[str]:
+    """02_error_sampling: the error pool, error rates per member and dataset, the LLM judge check."""
+    samples, errors, correct = metrics.get("samples", 0), metrics.get("errors", 0), metrics.get("correct", 0)
+    judge = metrics.get("judge") or {}
+    text = [f"{metrics.get('pool_size', 0)} pool members sampled {samples} answers; judged by "
+            f"{judge.get('metric', '?')} >= {judge.get('threshold', '?')}, {errors} are wrong "
+            f"({_pct(_share(errors, samples))}) and form D_error, {correct} are correct."]
+    rates = {k: v for k, v in (metrics.get("error_rate_by_member") or {}).items() if _known(v)}
+    if len(rates) > 1:
+        lo, hi = min(rates, key=rates.get), max(rates, key=rates.get)
+        text.append(f"Error rates per member run from {_pct(rates[lo])} ({lo}) to {_pct(rates[hi])} ({hi}).")
+    for ds, d in (metrics.get("by_dataset") or {}).items():
+        rate, gold = d.get("error_rate"), d.get("gold_in_passages")
+        line = (f"On {ds} {_pct(rate)} of {d.get('n', 0)} answers are wrong and the gold answer was in the passages "
+                f"for {_pct(gold)} of all answers")
+        if _known(rate) and _known(gold) and rate > gold:
+            line += f", so at least {_pct((rate - gold) / rate)} of its errors had no gold answer to read"
+        text.append(line + ".")
+    if samples and _share(correct, samples) < 0.2:
+        text.append(f"Only {correct} correct answers exist: the critic's training sees few examples of a right answer.")
+    text += _llm_judge_sentences(metrics.get("llm_teacher_agreement") or {})
+    return text
+
+
+def _llm_judge_sentences(agreement: Mapping[str, Any]) -> list[str]:
+    n = agreement.get("records", 0)
+    on_err, on_cor = agreement.get("judgement_agreement_on_errors"), agreement.get("judgement_agreement_on_correct")
+    if not n or not (_known(on_err) and _known(on_cor)):
+        return ["The LLM teacher's judgement was not checked in this run."]
+    balanced = (on_err + on_cor) / 2
+    verdict = "no better than chance (50%)" if balanced <= 0.5 + (_half_width(n) or 0) else "above chance"
+    return [f"On {n} answers (half wrong, half right where possible) the LLM teacher agrees with the gold "
+            f"judgement on {_pct(on_err)} of wrong and {_pct(on_cor)} of right answers: balanced {_pct(balanced)}, "
+            f"{verdict} at this sample size; {_pct(agreement.get('rationale_parse_failure_rate'))} of its outputs did not parse."]
+
+
+# ------------------------------------------------------------------------------------ 03 tagging
+def reading_tagging(metrics: Mapping[str, Any]) -> list[str]:
+    """03_tagging: raw vs normalized tags, what each filter removed, the LLM tagger's overlap."""
+    norm = metrics.get("normalization") or {}
+    raw, raw_u = norm.get("raw_tags", 0), norm.get("raw_unique", 0)
+    text = [f"The {metrics.get('tagger', '?')} tagger wrote {raw} tags ({raw_u} distinct) for "
+            f"{metrics.get('error_records', 0)} error records; {_pct(metrics.get('parse_failure_rate'))} of its outputs did not parse."]
+    if raw:
+        text.append(f"Normalization kept {norm.get('final_tags', 0)} tags ({norm.get('final_unique', 0)} distinct): "
+                    f"merging variants left {norm.get('unique_after_merge', 0)} distinct, the length cap dropped "
+                    f"{norm.get('too_long_unique', 0)}, and tags seen fewer than {norm.get('alpha', '?')} times dropped "
+                    f"{norm.get('below_alpha_unique', 0)} distinct ({norm.get('below_alpha_occurrences', 0)} occurrences).")
+    agreement = metrics.get("llm_teacher_agreement") or {}
+    n = agreement.get("tagged_records", 0)
+    if n:
+        exact, words = agreement.get("tag_exact_jaccard"), agreement.get("tag_word_jaccard")
+        weak = _known(words) and words < 0.2
+        text.append(f"On {n} records the LLM tagger's output failed to parse {_pct(agreement.get('tag_parse_failure_rate'))} "
+                    f"of the time; its tags share {_pct(exact)} exact tags and {_pct(words)} content words with the grounded "
+                    "tagger's" + (": it does not reproduce them." if weak else "."))
+    else:
+        text.append("The LLM tagger was not compared with the grounded one in this run.")
+    if metrics.get("tagger") == "grounded":
+        text.append("The grounded tags are written from rules over the evidence, so the taxonomy built from them "
+                    "reflects those rules, not a model's reading of the errors.")
+    return text
+
+
+# ------------------------------------------------------------------------------------ 04 taxonomy
+def reading_taxonomy(metrics: Mapping[str, Any]) -> list[str]:
+    """04_taxonomy: clusters and their mapping, the label distribution, agreement with known causes."""
+    qa, tax = metrics.get("error_qa") or {}, metrics.get("taxonomy") or {}
+    sources = _counts(metrics.get("mapping_sources") or {})
+    text = [f"{metrics.get('tags_clustered', 0)} distinct tags were cut into {metrics.get('clusters', 0)} clusters "
+            f"mapped onto {len(metrics.get('tier2_labels_used') or [])} of the {tax.get('tier2', '?')} tier-2 labels"
+            + (f" (mapped by {sources})" if sources else "") + f"; D_Error^QA keeps {qa.get('kept', 0)} of "
+            f"{qa.get('input', 0)} error records."]
+    tier1 = metrics.get("tier1_distribution") or {}
+    if tier1:
+        top = max(tier1, key=tier1.get)
+        text.append(f"The most frequent tier-1 label is {top} ({tier1[top]} of {sum(tier1.values())} labels); "
+                    f"{len(tier1)} of {tax.get('tier1', '?')} tier-1 labels occur.")
+    known = metrics.get("known_cause_agreement") or {}
+    per_cause = {c: v for c, v in (known.get("per_cause") or {}).items() if v.get("n")}
+    if per_cause:
+        text.append(f"Against the causes known from the testbed's construction ({known.get('pairs', 0)} cause-record pairs), "
+                    f"tier-1 labels hit {_pct(known.get('tier1_hit_rate'))} and tier-2 {_pct(known.get('tier2_hit_rate'))}.")
+        best = max(per_cause, key=lambda c: per_cause[c].get("tier1_hit_rate") or 0)
+        worst = min(per_cause, key=lambda c: per_cause[c].get("tier1_hit_rate") or 0)
+        text.append(f"Best: {best} ({_pct(per_cause[best].get('tier1_hit_rate'))} of {per_cause[best]['n']}); "
+                    f"worst: {worst} ({_pct(per_cause[worst].get('tier1_hit_rate'))} of {per_cause[worst]['n']})."
+                    + _few(per_cause))
+        text.append("When the tags come from the grounded tagger they were written from these causes, so this "
+                    "measures the clustering and mapping, not the tagging.")
+    else:
+        text.append("No error record carries a known cause, so the labels were not checked against construction.")
+    parse = metrics.get("cluster_name_parse") or {}
+    if parse.get("calls"):
+        text.append(f"The LLM cluster namer failed to parse {parse.get('failures', 0)} of {parse['calls']} names; "
+                    f"the {metrics.get('cluster_namer', '?')} names are the ones used.")
+    return text
+
+
+def _few(per_cause: Mapping[str, Mapping[str, Any]], below: int = 5) -> str:
+    few = [c for c, v in per_cause.items() if v.get("n", 0) < below]
+    return f" Causes with fewer than {below} records ({', '.join(few)}) are too few to read." if few else ""
+
+
+# ------------------------------------------------------------------------------------ 05 / 06 critics
+def _calibration_sentence(cal: Mapping[str, Any]) -> list[str]:
+    n, n_cor = cal.get("n", 0), cal.get("n_correct", 0)
+    if not n:
+        return ["The verdict was not calibrated: there were no dev samples."]
+    text = [f"On {n} dev samples ({cal.get('n_error', 0)} wrong, {n_cor} right answers) the more likely verdict gets "
+            f"{_pct(cal.get('argmax_error_acc'))} of wrong and {_pct(cal.get('argmax_correct_acc'))} of right answers "
+            f"(balanced {_pct(cal.get('argmax_avg_acc'))})."]
+    if cal.get("fitted"):
+        text.append(f"The threshold {_signed(cal.get('threshold'))} on the Error-Correct margin gives balanced "
+                    f"{_pct(cal.get('avg_acc'))} (AUROC {_f(cal.get('auroc'))}); it was chosen on these same samples, "
+                    "so that figure is optimistic" + (f", and with {n_cor} right answers one of them moves their "
+                    f"accuracy by {_pct(1 / n_cor)}" if n_cor else "") + ".")
+    else:
+        text.append("No threshold was fitted (one class is missing on dev): the written verdict is used as is.")
+    return text
+
+
+def _loss_sentence(kind: str, train: Mapping[str, Any]) -> str:
+    trend = _trend(train.get("first_loss"), train.get("last_loss"), 4)
+    if not trend:
+        return f"No {kind} loss was logged."
+    line = f"The {kind} loss {trend} over {train.get('steps', 0)} steps (first and last logged values of a noisy curve)"
+    if trend.startswith("rose"):
+        return line + (": it went up, so these steps did not fit the training data better; the checkpoint is "
+                       "used as trained.")
+    if trend.startswith("fell"):
+        return line + ": the model fit its training data better, which by itself says nothing about held-out samples."
+    return line + ": training did not move it."
+
+
+def reading_critic_sft(metrics: Mapping[str, Any]) -> list[str]:
+    """05_critic_sft: the balanced training set, the loss trend and the dev calibration."""
+    splits, bal, train = metrics.get("splits") or {}, metrics.get("balance") or {}, metrics.get("train") or {}
+    sizes = "; ".join(f"{s} {v.get('samples', 0)} ({v.get('errors', 0)} wrong, {v.get('correct', 0)} right, "
+                      f"{v.get('questions', 0)} questions)" for s, v in splits.items())
+    text = [f"Splits by question: {sizes}." if sizes else "There are no splits.",
+            f"The SFT set balances {bal.get('errors', 0)} of {bal.get('errors_available', 0)} wrong answers with "
+            f"{bal.get('correct', 0)} of {bal.get('correct_available', 0)} right ones, {train.get('examples', 0)} examples"
+            + (": the few right answers limit its size." if bal.get("correct") == bal.get("correct_available")
+               and bal.get("correct", 0) < bal.get("errors_available", 0) else "."),
+            _loss_sentence("SFT", train)]
+    text += _calibration_sentence(metrics.get("verdict_calibration") or {})
+    if metrics.get("preview_parse_failures"):
+        text.append(f"{metrics['preview_parse_failures']} of the preview critiques did not parse.")
+    return text
+
+
+def reading_critic_dpo(metrics: Mapping[str, Any]) -> list[str]:
+    """06_critic_dpo: the preference pairs, loss and reward trend, and the dev calibration."""
+    pairs, train = metrics.get("pairs") or {}, metrics.get("train") or {}
+    text = [f"DPO trained on {train.get('pairs_used', pairs.get('total', 0))} preference pairs ({pairs.get('coarse_kept', 0)} "
+            f"coarse, {pairs.get('fine_kept', 0)} fine; {pairs.get('total_before_cap', 0)} before the cap), beta "
+            f"{train.get('beta', '?')}.", _loss_sentence("DPO", train)]
+    last, margin, acc = train.get("last_loss"), train.get("last_reward_margin"), train.get("last_reward_accuracy")
+    if _known(last) and _known(margin):
+        side = "the chosen critiques over the rejected ones" if margin > 0 else "the rejected critiques over the chosen ones"
+        text.append(f"At the last step the loss is {'below' if last < _DPO_START_LOSS else 'not below'} log 2 "
+                    f"({_DPO_START_LOSS:.4f}, the loss while the policy equals its SFT reference) and the reward margin is "
+                    f"{_signed(margin, 4)}: relative to the reference the policy favours {side}"
+                    + (f" ({_pct(acc)} of pairs ranked right)" if _known(acc) else "") + ".")
+    text += _calibration_sentence(metrics.get("verdict_calibration") or {})
+    return text
+
+
+# ------------------------------------------------------------------------------------ 07 benchmark
+def _same_scores(critics: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """A sentence for each group of critics with the same verdicts (and maybe the same labels)."""
+    groups: dict[str, list[str]] = {}
+    for name, r in critics.items():
+        groups.setdefault(repr((r.get("identification"), r.get("predicted_judgements"))), []).append(name)
+    out = []
+    for names in (g for g in groups.values() if len(g) > 1):
+        same_labels = all(critics[n].get("classification") == critics[names[0]].get("classification") for n in names)
+        out.append(f"{' and '.join(names)} give the same verdict counts and identification scores"
+                   + (" and the same label scores: this benchmark does not tell them apart at all." if same_labels
+                      else ": on verdicts this benchmark does not tell them apart; they differ only in their labels."))
+    return out
+
+
+def _critic_line(name: str, r: Mapping[str, Any]) -> str:
+    ident, cls = r.get("identification") or {}, r.get("classification") or {}
+    said = r.get("predicted_judgements") or {}
+    n = r.get("n", 0)
+    line = (f"- **{name}**: identification {_pct(ident.get('acc_avg'))} (right answers {_pct(ident.get('acc_correct'))}, "
+            f"wrong {_pct(ident.get('acc_error'))}), tier-1 F1 {_pct(cls.get('tag1_f1'))}, tier-2 F1 {_pct(cls.get('tag2_f1'))}")
+    top = max(said, key=said.get) if said else None
+    if top and n and said[top] >= 0.9 * n:
+        line += (f"; it gives no verdict for {said[top]} of {n}" if top == "none" else f"; it says {top} for {said[top]} of {n}")
+    if r.get("valid_json_rate") == 0:
+        line += "; none of its outputs is valid JSON"
+    return line + "."
+
+
+def reading_benchmark(metrics: Mapping[str, Any]) -> list[str]:
+    """07_benchmark: each critic's scores, critics that score the same, and the benchmark's resolution."""
+    bench, critics = metrics.get("benchmark") or {}, metrics.get("critics") or {}
+    n_err, n_cor = bench.get("n_error", 0), bench.get("n_correct", 0)
+    text = [f"The benchmark holds {n_err} wrong and {n_cor} right answers; {len(bench.get('labels_below_n') or [])} tier-2 "
+            f"labels have fewer than {bench.get('per_label_n', '?')} test samples."]
+    if not critics:
+        return text + ["No critic was scored."]
+    text += [_critic_line(name, r) for name, r in critics.items()]
+    acc = {c: (r.get("identification") or {}).get("acc_avg") for c, r in critics.items()}
+    acc = {c: v for c, v in acc.items() if _known(v)}
+    if acc:
+        top = max(acc.values())
+        best = [c for c, v in acc.items() if v == top]
+        text.append(f"Best identification: {' and '.join(best)} ({_pct(top)}); a constant verdict gets 50%"
+                    + (", so no critic tells right from wrong answers better than that." if top <= 0.5 else "."))
+    text += _same_scores(critics)
+    width = _half_width(min(n_err, n_cor))
+    if width:
+        text.append(f"With {min(n_err, n_cor)} samples on a side, a 95% interval on one side's accuracy is about "
+                    f"±{width:.0%} wide: differences smaller than that are not shown by this benchmark.")
+    per_ds = next(iter((metrics.get("by_dataset") or {}).values()), {})
+    no_correct = [ds for ds, a in per_ds.items() if a.get("acc_correct") is None]
+    if no_correct:
+        text.append(f"{', '.join(no_correct)} has no right answer in the benchmark: its accuracy is on wrong answers only.")
+    return text
+
+
+# ------------------------------------------------------------------------------------ 08 correction
+def reading_correction(metrics: Mapping[str, Any], *, alpha: float = 0.05) -> list[str]:
+    """08_correction: the ablation ladder per dataset (CIs, p-values, MDEs), rounds, flags."""
+    ladder = metrics.get("ladder") or {}
+    datasets = [ds for ds in (metrics.get("n_questions") or {}) if ds in ladder]
+    text: list[str] = []
+    for ds in datasets:
+        rows, paired = ladder[ds], ladder.get(f"{ds}_paired_mde_f1") or {}
+        base = rows.get("standard RAG") or {}
+        recall = ladder.get(f"{ds}_answer_recall")
+        text.append(f"On {ds} ({base.get('n', 0)} questions) standard RAG scores F1 {_f(base.get('f1'))}; a change of "
+                    f"{_f(ladder.get(f'{ds}_mde_f1'))} F1 is detectable at 80% power (conservative MDE); the gold "
+                    f"answer is in standard RAG's passages for {_pct(recall)} of the questions.")
+        text.append("\n".join(change_sentence(name, row, mde=paired.get(name), alpha=alpha)
+                              for name, row in rows.items() if name != "standard RAG"))
+    for ds in datasets[1:]:
+        text.append(f"{ds} runs small beside its answer-recall ceiling: no effect is claimed from it.")
+    for ds, by_round in (metrics.get("iterations") or {}).items():
+        f1s = [_f(v.get("f1")) for v in by_round.values()]
+        if len(f1s) > 1:
+            text.append(f"RAG-Critic's F1 on {ds} by round: {' -> '.join(f1s)}.")
+    for ds, v in (metrics.get("verdict_shares") or {}).items():
+        text.append(f"The critic judged {_pct(v.get('error_share'))} of the {ds} answers wrong.")
+    return text + _flags(metrics.get("degenerate"))
+
+
+# ------------------------------------------------------------------------------------ 09 / 10 baselines
+def _vs_standard(ds: str, scores: Mapping[str, Any], standard_f1: Mapping[str, float] | None) -> str:
+    f1 = scores.get("f1")
+    line = f"On {ds} the final answers score F1 {_f(f1)}"
+    std = (standard_f1 or {}).get(ds)
+    if _known(std) and _known(f1):
+        line += f" against standard RAG's {_f(std)} on the same questions ({_signed(f1 - std)})"
+    return line + "; whether that change is more than noise is tested, paired, in notebook 14."
+
+
+def reading_self_refine(metrics: Mapping[str, Any], *, standard_f1: Mapping[str, float] | None = None) -> list[str]:
+    """09_self_refine: how often the feedback approved, how many answers changed, F1 vs standard RAG.
+
+    Args:
+        standard_f1: {dataset: standard RAG's mean F1 on the same questions}.
+    """
+    info = metrics.get("self_refine") or {}
+    n = info.get("questions", 0)
+    text = [f"Over {n} questions the feedback approved {info.get('approved', 0)} answers "
+            f"({_pct(info.get('approval_rate'))}) in {info.get('feedback_calls', 0)} feedback calls, and "
+            f"{info.get('refinements', 0)} rewrites were made; {info.get('answers_changed', 0)} final answers differ from "
+            "standard RAG's."]
+    if n and _share(info.get("approved", 0), n) < 0.05:
+        text.append("The feedback almost never approves an answer, so the loop nearly always runs every round: "
+                    "it does not act as a check of correctness here.")
+    text += [_vs_standard(ds, s, standard_f1) for ds, s in (metrics.get("scores") or {}).items()]
+    return text + _flags(metrics.get("degenerate"))
+
+
+def reading_crag(metrics: Mapping[str, Any], *, standard_f1: Mapping[str, float] | None = None) -> list[str]:
+    """10_crag: the tuned thresholds against always taking one action, test actions, F1 vs standard RAG.
+
+    Args:
+        standard_f1: {dataset: standard RAG's mean F1 on the same questions}.
+    """
+    text: list[str] = []
+    for ds, c in (metrics.get("crag") or {}).items():
+        action_f1 = {a: v for a, v in (c.get("action_f1") or {}).items() if _known(v)}
+        line = (f"On {ds} the evaluator was fit on {c.get('train_pairs', 0)} passage pairs "
+                f"({_pct(c.get('train_positive_rate'))} relevant); the thresholds (upper {_f(c.get('upper'))}, lower "
+                f"{_f(c.get('lower'))}) give dev F1 {_f(c.get('dev_f1'))} on the {c.get('n', 0)} dev questions they were tuned on")
+        if action_f1 and _known(c.get("dev_f1")):
+            single = max(action_f1, key=action_f1.get)
+            gain = c["dev_f1"] - action_f1[single]
+            line += (f", {_signed(gain)} over always taking {single}"
+                     + (": the routing adds nothing on dev" if gain <= 1e-9 else ""))
+        text.append(line + f" (best action per question: {_f(c.get('oracle_f1'))}).")
+        if c.get("test_actions"):
+            text.append(f"Test actions on {ds}: {_counts(c['test_actions'])}.")
+    text += [_vs_standard(ds, s, standard_f1) for ds, s in (metrics.get("scores") or {}).items()]
+    return text + _flags(metrics.get("degenerate"))
+
+
+# ------------------------------------------------------------------------------------ 15 analysis
+def reading_analysis(metrics: Mapping[str, Any]) -> list[str]:
+    """15_analysis: what was built, what inputs are missing, and the headline RAG-Critic change."""
+    built, partial, missing = metrics.get("built") or [], metrics.get("partial") or [], metrics.get("missing") or []
+    text = [f"{len(built)} of {metrics.get('items', 0)} paper items were built into {metrics.get('files', 0)} files"
+            + (f"; partial: {', '.join(partial)}" if partial else "")
+            + (f"; not built: {', '.join(metrics['not_built'])}" if metrics.get("not_built") else "") + "."]
+    text += [f"Missing input for {m.get('item')}: {m.get('input')} {m.get('key') or ''} ({m.get('reason')})."
+             for m in missing]
+    for ds, rows in (metrics.get("headline") or {}).items():
+        rc, std = rows.get("RAG-Critic"), rows.get("Standard RAG") or {}
+        if not rc:
+            continue
+        row = {"f1": rc.get("f1"), "delta_f1": rc.get("d_f1"), "ci_low": rc.get("d_f1_low"),
+               "ci_high": rc.get("d_f1_high"), "p_holm": rc.get("p_holm")}
+        text.append(f"Headline on {ds} (standard RAG F1 {_f(std.get('f1'))}):\n"
+                    + change_sentence("RAG-Critic", row, p_key="p_holm", p_label="Holm p", baseline="Standard RAG"))
+    return text

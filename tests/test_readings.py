@@ -1,0 +1,326 @@
+"""The notebooks' "Reading the numbers" sentences: what they say for given metrics, and that they
+run on the metrics files the stages committed."""
+
+import json
+import math
+
+import pytest
+
+from ragcritic_lib import paths, readings as R
+from ragcritic_lib.readings import change_sentence
+
+
+def _text(lines):
+    assert isinstance(lines, list) and all(isinstance(x, str) and x for x in lines)
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------ change_sentence
+def test_change_sentence_says_whether_the_interval_contains_zero():
+    inside = {"f1": 0.225, "delta_f1": -0.011, "ci_low": -0.043, "ci_high": 0.011, "p_value": 0.40}
+    line = change_sentence("RAG-Critic", inside)
+    assert "contains 0" in line and "no change against standard RAG is shown" in line
+    assert "excludes" not in line and "minimum detectable" not in line
+    above = {"f1": 0.288, "delta_f1": 0.052, "ci_low": 0.011, "ci_high": 0.098, "p_value": 0.02}
+    line = change_sentence("oracle", above)
+    assert "excludes 0 (above standard RAG)" in line and "disagree" not in line
+    below = {"f1": 0.16, "delta_f1": -0.07, "ci_low": -0.12, "ci_high": -0.03, "p_value": 0.001}
+    assert "excludes 0 (below standard RAG)" in change_sentence("Self-Refine", below)
+
+
+def test_change_sentence_compares_the_change_with_the_mde():
+    row = {"f1": 0.225, "delta_f1": -0.011, "ci_low": -0.043, "ci_high": 0.011, "p_value": 0.4}
+    assert "below the minimum detectable effect (0.037)" in change_sentence("x", row, mde=0.037)
+    assert "minimum detectable" not in change_sentence("x", row, mde=0.005)
+    assert "minimum detectable" not in change_sentence("x", row, mde=float("nan"))
+
+
+def test_change_sentence_flags_an_interval_the_test_does_not_back():
+    row = {"f1": 0.214, "delta_f1": -0.022, "ci_low": -0.050, "ci_high": -0.0015, "p_value": 0.0857}
+    line = change_sentence("RAG-Critic (1 iter)", row)
+    assert "excludes 0 (below" in line and "disagree" in line and "p 0.0857" in line
+    assert "disagree" not in change_sentence("x", {**row, "p_value": 0.01})
+    assert "disagree" not in change_sentence("x", {**row, "p_value": None})
+    assert change_sentence("x", {"f1": 0.2, "delta_f1": 0.0}).endswith("(no interval).")
+    assert "Holm p 1)" in change_sentence("x", {**row, "ci_high": 0.01, "p_holm": 1.0}, p_key="p_holm", p_label="Holm p")
+
+
+# ------------------------------------------------------------------------------------ 00
+def test_reading_assets_one_sentence_without_skipped_lists():
+    m = {"corpus_passages": 100, "corpus_articles": 80, "corpus_mean_words": 60.0, "trivia_questions": 50,
+         "trivia_split_sizes": {"train": 40, "dev": 5, "test": 5}, "trivia_answerable_rate": 0.47}
+    lines = R.reading_assets(m)
+    assert len(lines) == 1 and "100 passages from 80" in lines[0] and "40/5/5" in lines[0] and "47%" in lines[0]
+    assert "2 trivia lists were skipped (a, b)" in R.reading_assets({**m, "trivia_lists_skipped": ["a", "b"]})[1]
+    assert "n/a" in R.reading_assets({})[0]
+
+
+def test_reading_testbed_per_split_and_empty_split():
+    stats = {"entities": {"a": 3, "b": 4}, "corpus": {"documents": 5, "passages": 9, "words_mean": 40.0},
+             "questions": {"train": {"n": 10, "n_entities": 4, "by_type": {"x": 5, "y": 5}, "knobs": {"conflict": 2}},
+                           "dev": {"n": 7, "n_entities": 2, "by_type": {"x": 3, "y": 4}},
+                           "test": {"n": 0}}}
+    text = _text(R.reading_testbed(stats))
+    assert "7 entities" in text and "2 types, 5 per type" in text and "conflict 20%" in text
+    assert "2 types, 3-4 per type" in text and "The test split is empty." in text and "synthetic" in text
+
+
+# ------------------------------------------------------------------------------------ 01
+def _retrieval_metrics(closed_f1):
+    return {
+        "retrieval": {"tb": {"bm25": {"n": 50, "answer_recall": {"1": 0.2, "3": 0.4, "20": 0.6}},
+                             "dense": {"n": 50, "answer_recall": {"1": 0.3, "3": 0.5, "20": 0.7}}}},
+        "rag": {"tb": {"test": {"f1": 0.25, "em": 0.1, "acc": 0.3, "n": 40, "truncation_rate": 0.2}}},
+        "closed_book": {"tb": {"test": {"f1": closed_f1}}},
+        "prompt_variants": [{"dataset": "tb", "variant": "a", "f1": 0.1, "n": 20, "prefix_rate": 1.0},
+                            {"dataset": "tb", "variant": "b", "f1": 0.3, "n": 20, "prefix_rate": 0.5}],
+    }
+
+
+def test_reading_retrieval_rag_best_retriever_and_closed_book():
+    text = _text(R.reading_retrieval_rag(_retrieval_metrics(0.1), top_k=3))
+    assert "dense finds a gold answer in the top 3 passages for 50% of 50" in text and "bm25 40%" in text
+    assert "at k=20 the best retriever reaches 70%" in text
+    assert "retrieval adds F1 here (+0.150)" in text and "b scores the best F1 (0.300" in text
+    assert "one answer moves accuracy by 5%" in text and "without intervals" in text
+    worse = _text(R.reading_retrieval_rag(_retrieval_metrics(0.3)))
+    assert "retrieval does not add F1 here (-0.050)" in worse and "top 1 passages" in worse  # default k: smallest
+    assert R.reading_retrieval_rag({}) == []
+
+
+# ------------------------------------------------------------------------------------ 02
+def test_reading_error_sampling_judge_at_chance_and_above():
+    m = {"pool_size": 2, "samples": 100, "errors": 90, "correct": 10, "judge": {"metric": "f1", "threshold": 0.5},
+         "error_rate_by_member": {"a": 0.8, "b": 0.95},
+         "by_dataset": {"tb": {"n": 100, "error_rate": 0.9, "gold_in_passages": 0.4}},
+         "llm_teacher_agreement": {"records": 24, "judgement_agreement_on_errors": 0.5,
+                                   "judgement_agreement_on_correct": 0.5, "rationale_parse_failure_rate": 0.1}}
+    text = _text(R.reading_error_sampling(m))
+    assert "90 are wrong (90%)" in text and "from 80% (a) to 95% (b)" in text
+    assert "at least 56% of its errors had no gold answer" in text  # (0.9 - 0.4) / 0.9
+    assert "Only 10 correct answers" in text and "no better than chance" in text
+    good = {**m["llm_teacher_agreement"], "judgement_agreement_on_errors": 1.0, "judgement_agreement_on_correct": 0.9}
+    assert "above chance" in _text(R.reading_error_sampling({**m, "llm_teacher_agreement": good}))
+    assert "not checked" in _text(R.reading_error_sampling({**m, "llm_teacher_agreement": {}}))
+    empty = _text(R.reading_error_sampling({}))
+    assert "0 pool members sampled 0 answers" in empty and "Only" not in empty
+
+
+# ------------------------------------------------------------------------------------ 03
+def test_reading_tagging_normalization_and_llm_overlap():
+    m = {"tagger": "grounded", "error_records": 10, "parse_failure_rate": 0.0,
+         "normalization": {"raw_tags": 30, "raw_unique": 12, "final_tags": 25, "final_unique": 6, "unique_after_merge": 9,
+                           "too_long_unique": 1, "alpha": 3, "below_alpha_unique": 2, "below_alpha_occurrences": 4},
+         "llm_teacher_agreement": {"tagged_records": 8, "tag_parse_failure_rate": 0.25, "tag_exact_jaccard": 0.0,
+                                   "tag_word_jaccard": 0.05}}
+    text = _text(R.reading_tagging(m))
+    assert "wrote 30 tags (12 distinct)" in text and "kept 25 tags (6 distinct)" in text
+    assert "does not reproduce them" in text and "rules over the evidence" in text
+    llm = {**m, "tagger": "llm", "llm_teacher_agreement": {"tagged_records": 8, "tag_word_jaccard": 0.6}}
+    text = _text(R.reading_tagging(llm))
+    assert "does not reproduce" not in text and "rules over the evidence" not in text
+    none = _text(R.reading_tagging({"normalization": {"raw_tags": 0}}))
+    assert "Normalization" not in none and "not compared" in none
+
+
+# ------------------------------------------------------------------------------------ 04
+def test_reading_taxonomy_known_causes_and_namer():
+    m = {"tags_clustered": 50, "clusters": 5, "tier2_labels_used": ["a", "b"], "taxonomy": {"tier1": 7, "tier2": 19},
+         "mapping_sources": {"override": 2, "similarity": 3}, "error_qa": {"kept": 9, "input": 10},
+         "tier1_distribution": {"X": 3, "Y": 7},
+         "known_cause_agreement": {"pairs": 12, "tier1_hit_rate": 0.75, "tier2_hit_rate": 0.5, "per_cause": {
+             "good": {"n": 8, "tier1_hit_rate": 0.9}, "bad": {"n": 2, "tier1_hit_rate": 0.0}, "none": {"n": 0}}},
+         "cluster_name_parse": {"calls": 5, "failures": 5}, "cluster_namer": "grounded"}
+    text = _text(R.reading_taxonomy(m))
+    assert "onto 2 of the 19 tier-2 labels" in text and "keeps 9 of 10" in text and "Y (7 of 10 labels)" in text
+    assert "Best: good (90% of 8); worst: bad (0% of 2)" in text and "fewer than 5 records (bad)" in text
+    assert "failed to parse 5 of 5" in text and "clustering and mapping" in text
+    bare = _text(R.reading_taxonomy({"known_cause_agreement": {"per_cause": {}}}))
+    assert "not checked against construction" in bare and "cluster namer" not in bare
+
+
+# ------------------------------------------------------------------------------------ 05 / 06
+_CAL = {"n": 52, "n_error": 45, "n_correct": 7, "argmax_error_acc": 0.18, "argmax_correct_acc": 1.0,
+        "argmax_avg_acc": 0.59, "fitted": True, "threshold": -0.64, "avg_acc": 0.68, "auroc": 0.67}
+
+
+def _sft(first, last):
+    return {"splits": {"train": {"samples": 30, "errors": 25, "correct": 5, "questions": 9}},
+            "balance": {"errors": 5, "errors_available": 25, "correct": 5, "correct_available": 5},
+            "train": {"steps": 30, "examples": 10, "first_loss": first, "last_loss": last},
+            "verdict_calibration": _CAL}
+
+
+def test_reading_critic_sft_says_when_the_loss_rose():
+    text = _text(R.reading_critic_sft(_sft(0.98, 1.24)))
+    assert "The SFT loss rose from 0.9800 to 1.2400" in text and "went up" in text and "fell" not in text
+    text = _text(R.reading_critic_sft(_sft(2.02, 1.94)))
+    assert "The SFT loss fell from 2.0200 to 1.9400" in text and "rose" not in text
+    assert "stayed at 1.0000" in _text(R.reading_critic_sft(_sft(1.0, 1.00005)))
+    assert "No SFT loss was logged" in _text(R.reading_critic_sft(_sft(None, None)))
+    assert "the few right answers limit its size" in text and "optimistic" in text and "moves their accuracy by 14%" in text
+
+
+def test_reading_critic_calibration_edge_cases():
+    unfitted = {**_sft(1, 0.5), "verdict_calibration": {**_CAL, "fitted": False}}
+    assert "No threshold was fitted" in _text(R.reading_critic_sft(unfitted))
+    assert "not calibrated" in _text(R.reading_critic_sft({**_sft(1, 0.5), "verdict_calibration": {"n": 0}}))
+    no_right = {**_sft(1, 0.5), "verdict_calibration": {**_CAL, "n_correct": 0}}
+    assert "moves their accuracy" not in _text(R.reading_critic_sft(no_right))
+    assert "There are no splits." in _text(R.reading_critic_sft({}))
+
+
+def test_reading_critic_dpo_loss_and_reward_margin():
+    base = {"pairs": {"total": 6, "coarse_kept": 4, "fine_kept": 2, "total_before_cap": 8},
+            "train": {"beta": 0.3, "steps": 10, "pairs_used": 6, "first_loss": 0.6931, "last_loss": 0.7169,
+                      "last_reward_margin": -0.0121, "last_reward_accuracy": 0.5},
+            "verdict_calibration": _CAL}
+    text = _text(R.reading_critic_dpo(base))
+    assert "The DPO loss rose from 0.6931 to 0.7169" in text and "not below log 2" in text
+    assert "favours the rejected critiques over the chosen ones" in text and "50% of pairs ranked right" in text
+    better = {**base, "train": {**base["train"], "last_loss": 0.5, "last_reward_margin": 0.4}}
+    text = _text(R.reading_critic_dpo(better))
+    assert "fell from 0.6931 to 0.5000" in text and "is below log 2" in text
+    assert "favours the chosen critiques over the rejected ones" in text
+    assert "reward margin" not in _text(R.reading_critic_dpo({"train": {}}))
+
+
+# ------------------------------------------------------------------------------------ 07
+def _critic(acc_avg, correct, said, tag1=0.0):
+    return {"n": 28, "identification": {"acc_avg": acc_avg, "acc_correct": correct, "acc_error": 2 * acc_avg - correct},
+            "classification": {"tag1_f1": tag1, "tag2_f1": 0.0}, "predicted_judgements": said, "valid_json_rate": 1.0}
+
+
+def test_reading_benchmark_same_critics_and_resolution():
+    m = {"benchmark": {"n_error": 14, "n_correct": 14, "labels_below_n": ["a"], "per_label_n": 3},
+         "critics": {"SFT": _critic(0.5, 0.7, {"Correct": 20, "Error": 8}, 0.24),
+                     "SFT+DPO": _critic(0.5, 0.7, {"Correct": 20, "Error": 8}, 0.29),
+                     "flat": _critic(0.43, 0.86, {"Correct": 26, "Error": 2})},
+         "by_dataset": {"SFT": {"tb": {"acc_correct": 0.7}, "trivia": {"acc_correct": None}}}}
+    text = _text(R.reading_benchmark(m))
+    assert "SFT and SFT+DPO give the same verdict counts" in text and "differ only in their labels" in text
+    assert "it says Correct for 26 of 28" in text and "no critic tells right from wrong answers better" in text
+    assert "about ±26% wide" in text and "trivia has no right answer" in text
+    m["critics"]["SFT+DPO"] = m["critics"]["SFT"]
+    assert "does not tell them apart at all" in _text(R.reading_benchmark(m))
+    m["critics"]["good"] = _critic(0.8, 0.8, {"Correct": 14, "Error": 14})
+    text = _text(R.reading_benchmark(m))
+    assert "Best identification: good (80%)" in text and "no critic tells" not in text
+    assert R.reading_benchmark({})[-1] == "No critic was scored."
+    assert "interval" not in _text(R.reading_benchmark({"critics": m["critics"]}))  # n = 0: no width
+
+
+# ------------------------------------------------------------------------------------ 08
+def test_reading_correction_ladder_per_dataset():
+    row = {"n": 140, "f1": 0.2, "delta_f1": -0.01, "ci_low": -0.04, "ci_high": 0.02, "p_value": 0.5}
+    m = {"n_questions": {"tb": 140, "tv": 30},
+         "ladder": {"tb": {"standard RAG": {"n": 140, "f1": 0.21}, "RC": row,
+                           "oracle": {**row, "delta_f1": 0.05, "ci_low": 0.01, "ci_high": 0.09, "p_value": 0.02}},
+                    "tb_mde_f1": 0.107, "tb_paired_mde_f1": {"RC": 0.04}, "tb_answer_recall": 0.47,
+                    "tv": {"standard RAG": {"n": 30, "f1": 0.02}, "RC": row}},
+         "iterations": {"tb": {"iter0": {"f1": 0.21}, "iter1": {"f1": 0.2}}},
+         "verdict_shares": {"tb": {"error_share": 0.54}},
+         "degenerate": ["planner:tb/RC"]}
+    lines = R.reading_correction(m)
+    text = _text(lines)
+    assert "On tb (140 questions) standard RAG scores F1 0.210; a change of 0.107" in text and "for 47%" in text
+    assert text.count("contains 0") == 2 and "excludes 0 (above" in text
+    assert "below the minimum detectable effect (0.040)" in text
+    assert "tv runs small" in text and "0.210 -> 0.200" in text and "54% of the tb answers" in text
+    assert lines[-1] == "Flagged degenerate: planner:tb/RC."
+    assert R.reading_correction({}) == []
+
+
+# ------------------------------------------------------------------------------------ 09 / 10
+def test_reading_self_refine_approvals_and_standard_f1():
+    m = {"self_refine": {"questions": 140, "approved": 2, "approval_rate": 0.014, "feedback_calls": 279,
+                         "refinements": 277, "answers_changed": 63},
+         "scores": {"tb": {"f1": 0.164}}, "degenerate": []}
+    text = _text(R.reading_self_refine(m, standard_f1={"tb": 0.236}))
+    assert "approved 2 answers (1%)" in text and "almost never approves" in text
+    assert "against standard RAG's 0.236 on the same questions (-0.072)" in text and "notebook 14" in text
+    assert "against" not in _text(R.reading_self_refine(m))
+    approving = {**m, "self_refine": {**m["self_refine"], "approved": 70}, "degenerate": ["always approves"]}
+    text = _text(R.reading_self_refine(approving))
+    assert "almost never" not in text and "Flagged degenerate: always approves." in text
+    assert "Over 0 questions" in _text(R.reading_self_refine({}))
+
+
+def test_reading_crag_routing_against_the_best_single_action():
+    c = {"train_pairs": 180, "train_positive_rate": 0.46, "upper": 0.78, "lower": -0.7, "dev_f1": 0.2535, "n": 40,
+         "action_f1": {"Ambiguous": 0.2535, "Correct": 0.2187, "Incorrect": 0.2053}, "oracle_f1": 0.2557,
+         "test_actions": {"Ambiguous": 94, "Correct": 44}}
+    text = _text(R.reading_crag({"crag": {"tb": c}, "scores": {"tb": {"f1": 0.219}}}, standard_f1={"tb": 0.236}))
+    assert "+0.000 over always taking Ambiguous: the routing adds nothing on dev" in text
+    assert "Ambiguous 94, Correct 44" in text and "(-0.017)" in text
+    gain = _text(R.reading_crag({"crag": {"tb": {**c, "dev_f1": 0.3035}}}))
+    assert "+0.050 over always taking Ambiguous" in gain and "adds nothing" not in gain
+    assert R.reading_crag({}) == []
+
+
+# ------------------------------------------------------------------------------------ 15
+def test_reading_analysis_missing_inputs_and_headline():
+    m = {"items": 3, "built": ["a", "b"], "partial": ["b"], "not_built": ["c"], "files": 4,
+         "missing": [{"item": "b", "input": "x.json", "key": "k", "reason": "not found"}],
+         "headline": {"tb": {"Standard RAG": {"f1": 0.236},
+                             "RAG-Critic": {"f1": 0.3, "d_f1": 0.06, "d_f1_low": 0.02, "d_f1_high": 0.1, "p_holm": 0.01}}}}
+    text = _text(R.reading_analysis(m))
+    assert "2 of 3 paper items" in text and "partial: b" in text and "not built: c" in text
+    assert "Missing input for b: x.json k (not found)" in text and "excludes 0 (above Standard RAG)" in text
+    m["headline"]["tb"]["RAG-Critic"].update(d_f1_low=-0.01)
+    assert "contains 0" in _text(R.reading_analysis(m))
+    assert R.reading_analysis({}) == ["0 of 0 paper items were built into 0 files."]
+
+
+# ------------------------------------------------------------------------------------ committed metrics
+_STAGES = {  # stem -> (function, extra keyword arguments the notebook passes)
+    "00_assets": (R.reading_assets, {}), "00_testbed": (R.reading_testbed, {}),
+    "01_retrieval_rag": (R.reading_retrieval_rag, {"top_k": 3}), "02_error_sampling": (R.reading_error_sampling, {}),
+    "03_tagging": (R.reading_tagging, {}), "04_taxonomy": (R.reading_taxonomy, {}),
+    "05_critic_sft": (R.reading_critic_sft, {}), "06_critic_dpo": (R.reading_critic_dpo, {}),
+    "07_benchmark": (R.reading_benchmark, {}), "08_correction": (R.reading_correction, {}),
+    "09_self_refine": (R.reading_self_refine, {"standard_f1": {"testbed": 0.2358}}),
+    "10_crag": (R.reading_crag, {"standard_f1": {"testbed": 0.2358}}), "15_analysis": (R.reading_analysis, {}),
+}
+
+
+def _committed(stem):
+    path = paths.METRICS_DIR / f"{stem}.json"
+    if not path.exists():
+        pytest.skip(f"{path} not committed")
+    return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("stem", sorted(_STAGES))
+def test_reading_runs_on_the_committed_metrics(stem):
+    fn, kw = _STAGES[stem]
+    text = _text(fn(_committed(stem), **kw))
+    assert "n/a" not in text, text
+
+
+def test_committed_readings_follow_the_numbers():
+    for stem, kind in (("05_critic_sft", "SFT"), ("06_critic_dpo", "DPO")):
+        train = _committed(stem)["train"]
+        word = "rose" if train["last_loss"] > train["first_loss"] + 1e-4 else (
+            "fell" if train["last_loss"] < train["first_loss"] - 1e-4 else "stayed")
+        assert f"The {kind} loss {word}" in _text(_STAGES[stem][0](_committed(stem)))
+    m = _committed("08_correction")
+    rows = [r for ds in m["n_questions"] for name, r in m["ladder"][ds].items() if name != "standard RAG"]
+    text = _text(R.reading_correction(m))
+    assert text.count("contains 0") == sum(r["ci_low"] <= 0 <= r["ci_high"] for r in rows)
+    assert text.count("Flagged degenerate") == len(m["degenerate"])
+    bench = _committed("07_benchmark")["critics"]
+    same = {k for k, v in bench.items() for k2, v2 in bench.items() if k != k2
+            and (v["identification"], v["predicted_judgements"]) == (v2["identification"], v2["predicted_judgements"])}
+    assert ("give the same verdict counts" in _text(R.reading_benchmark(_committed("07_benchmark")))) == bool(same)
+
+
+def test_every_reading_function_has_a_notebook_that_calls_it():
+    from ragcritic_lib.params import notebook_paths
+
+    notebooks = notebook_paths()
+    called = [name[len("reading_"):] for name in R.__all__ if name.startswith("reading_")]
+    for stage in called:
+        assert stage in notebooks, f"reading_{stage} names no pipeline stage"
+        assert f"reading_{stage}(" in notebooks[stage].read_text(), f"{notebooks[stage].name} does not call reading_{stage}"
+    assert math.isclose(R._DPO_START_LOSS, 0.6931, abs_tol=1e-4)
