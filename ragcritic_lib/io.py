@@ -34,8 +34,8 @@ def _existing(path: str | os.PathLike[str]) -> Path:
     return p
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` to ``path`` so that readers see either the old or the new file, never half.
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to ``path`` so that readers see either the old or the new file, never half.
 
     A relative path is taken from the repository root, as by the readers."""
     path = paths.resolve(path)
@@ -46,8 +46,8 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -55,6 +55,11 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """:func:`atomic_write_bytes` of ``text`` in UTF-8 (line ends as given, on every platform)."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def _decode_line(raw: bytes, path: Path, lineno: int) -> str:

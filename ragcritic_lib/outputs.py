@@ -15,15 +15,13 @@ lowers it).
 from __future__ import annotations
 
 import io
-import os
 import re
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ragcritic_lib import paths
-from ragcritic_lib.io import atomic_write_text, read_yaml
+from ragcritic_lib.io import atomic_write_bytes, atomic_write_text, read_yaml
 
 FALLBACK_DPI = 120  # when params.yaml has no analysis.figure_dpi
 TABLE_FORMATS = ("csv", "md")
@@ -59,24 +57,6 @@ def _check_name(name: str) -> str:
     return name
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
 def write_figure(fig: Any, base: Path, *, dpi: int, salt: str) -> tuple[Path, Path]:
     """Write ``base.png`` and ``base.svg`` from a matplotlib figure, deterministically.
 
@@ -94,7 +74,7 @@ def write_figure(fig: Any, base: Path, *, dpi: int, salt: str) -> tuple[Path, Pa
     with matplotlib.rc_context({"svg.hashsalt": salt}):
         fig.savefig(png_buf, format="png", dpi=dpi, metadata={"Software": None})
         fig.savefig(svg_buf, format="svg", metadata={"Date": None, "Creator": None})
-    _atomic_write_bytes(png, png_buf.getvalue())
+    atomic_write_bytes(png, png_buf.getvalue())
     atomic_write_text(svg, svg_buf.getvalue())
     return png, svg
 

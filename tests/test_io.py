@@ -128,3 +128,22 @@ def test_kill_9_mid_character_then_resume(tmp_path):
     assert done.returncode == 0 and done.stdout == "finished\n", done.stderr[-2000:]
     assert read_jsonl(path) == [_expected(i) for i in range(30)]  # nothing lost, nothing twice
     assert path.read_bytes().decode("utf-8").count("\n") == 30
+
+
+def test_atomic_writes_keep_bytes_and_the_old_file_on_failure(tmp_path, monkeypatch):
+    from ragcritic_lib import io as rio
+
+    target = tmp_path / "sub" / "f.bin"
+    rio.atomic_write_bytes(target, b"\x00\x89PNG\r\n")
+    assert target.read_bytes() == b"\x00\x89PNG\r\n"
+    rio.atomic_write_text(target, "a\nb\u2028c")  # UTF-8, line ends as given
+    assert target.read_bytes() == "a\nb\u2028c".encode("utf-8")
+
+    def fail(*_args):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(rio.os, "replace", fail)
+    with pytest.raises(OSError, match="disk full"):
+        rio.atomic_write_bytes(target, b"new")
+    assert target.read_bytes() == "a\nb\u2028c".encode("utf-8")
+    assert [p.name for p in target.parent.iterdir()] == ["f.bin"]  # no temporary file left
