@@ -57,6 +57,9 @@ def test_setup_method_loads_what_the_notebooks_loaded(data_dir, generator):
     # The answer setting of item "one answer-generation setting": the default variant's.
     assert setup.gen == answer_gen_params("default", 21)
     assert setup.gen == GenParams(max_new_tokens=21, stop=("\nQuestion:", "\n\n\n", "<|im_end|>"))
+    # Final answers: standard RAG's variant and its answer setting (prefill: one line).
+    assert setup.variant == "prefill" and setup.answer_gen == answer_gen_params("prefill", 21)
+    assert setup.answer_gen == GenParams(max_new_tokens=21, stop=("\n",))
     # The generator, loaded once from the params as runtime.load_generator(params).
     assert setup.llm == "the generator" and generator == [(params, {})]
     # The same questions in the same order as shared_test_sets: comparison.datasets order, first N.
