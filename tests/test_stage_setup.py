@@ -102,3 +102,10 @@ def test_method_notebooks_open_with_setup_method(stem):
     assert f'setup_method("{STAGES[stem]}")' in source
     for hand_built in ("runtime.load_generator(", "shared_test_sets(", "GenParams(", "load_params()"):
         assert hand_built not in source, (stem, hand_built)
+
+
+@pytest.mark.parametrize("stem", ["09_self_refine", "11_simrag"])
+def test_self_refine_and_simrag_answer_with_standard_rags_variant(stem):
+    # Their final answers use standard RAG's prompt variant and its answer setting.
+    source = (NOTEBOOKS / f"{stem}.py").read_text(encoding="utf-8")
+    assert "setup.answer_gen" in source and "setup.variant" in source
