@@ -160,8 +160,10 @@ losses = curve["loss"].tolist()
 write_stage_metrics("05_critic_sft", {
     "splits": split_table.set_index("split").to_dict(orient="index"),
     "balance": balance,
-    # Wall times live in data/critic_sft/train_result.json: metrics stay identical across runs.
-    "train": {"steps": result.steps, "examples": result.examples, "dropped_too_long": result.dropped_too_long, "device": result.device,
+    # seconds: wall time of the training run, the comparison's training cost (it varies from run to
+    # run). The full record is data/critic_sft/train_result.json.
+    "train": {"steps": result.steps, "seconds": round(result.seconds, 1), "examples": result.examples,
+              "dropped_too_long": result.dropped_too_long, "device": result.device,
               "first_loss": round(losses[0], 4) if losses else None, "last_loss": round(losses[-1], 4) if losses else None},
     "preview_parse_failures": sum(not p.ok for p in parses),
     "verdict_calibration": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in calibration.items()},

@@ -139,8 +139,9 @@ def last(col: str) -> float | None:
 write_stage_metrics("06_critic_dpo", {
     "pairs": counts,
     "balance": balance,
-    # Wall times live in data/critic_dpo/train_result.json: metrics stay identical across runs.
-    "train": {"beta": beta, "steps": result.steps, "pairs_used": result.examples,
+    # seconds: wall time of the training run, the comparison's training cost (it varies from run to
+    # run). The full record is data/critic_dpo/train_result.json.
+    "train": {"beta": beta, "steps": result.steps, "seconds": round(result.seconds, 1), "pairs_used": result.examples,
               "dropped_too_long": result.dropped_too_long, "device": result.device,
               "first_loss": round(float(curve["loss"].iloc[0]), 4) if len(curve) else None,
               "last_loss": last("loss"), "last_reward_margin": last("rewards_margins"),

@@ -301,8 +301,10 @@ metrics = {
     "status": {ds: {name: status_counts(r) for name, r in by_method.items()} for ds, by_method in runs.items()},
     "rejections": rejections,
     "action_usage": usage,
-    "planner_training": {k: v for k, v in trained.to_dict().items()
-                         if k not in ("log_history", "recipe") and "second" not in k},
+    # seconds: wall time of the planner's training run, the comparison's training cost (varies per run)
+    "planner_training": {**{k: v for k, v in trained.to_dict().items()
+                            if k not in ("log_history", "recipe") and "second" not in k},
+                         "seconds": round(trained.seconds, 1)},
     "planner_sft_examples": len(sft_examples),
     "critic_verdict": {"mode": critic_verdict, "threshold": round(threshold, 4)},
     "planner_decoding": planner_decoding,

@@ -21,7 +21,9 @@
 # its answer against the passages, then rewrites the answer from that feedback, and repeats. Here
 # the loop starts from standard RAG's answer and runs up to `rounds` times; feedback and rewrite
 # both see the earlier answers of the question with the feedback they got (the method's history),
-# and the loop stops as soon as the feedback approves the current answer.
+# and the loop stops as soon as the feedback approves the current answer. Each rewrite is standard
+# RAG's prompt (its variant `retrieval_rag.prompt_variant`) with the feedback as an extra
+# instruction, read with standard RAG's answer extraction; only the feedback has its own prompt.
 
 # %% tags=["parameters"]
 rounds = 2
@@ -35,6 +37,7 @@ from ragcritic_lib.baselines.stage_setup import setup_method
 
 setup = setup_method("self_refine")  # params, standard RAG's settings, the answer setting, generator, questions
 rr, gen, llm, test = setup.rag, setup.gen, setup.llm, setup.test
+answer_kw = dict(gen_params=setup.answer_gen, rag_variant=setup.variant)  # answers as standard RAG writes them
 {ds: len(recs) for ds, recs in test.items()}
 
 # %% [markdown]
@@ -47,8 +50,8 @@ m, refined = MeteredLLM(llm), []
 with stopwatch() as t:
     for ds, recs in test.items():
         with m.dataset(ds):
-            # BEGIN SOLUTION hint: refine this dataset's records with self_refine.self_refine through the metered m (rounds, gen, rr['max_passage_words']) and add them to refined
-            refined += self_refine.self_refine(m, recs, rounds=rounds, gen_params=gen,
+            # BEGIN SOLUTION hint: refine this dataset's records with self_refine.self_refine through the metered m (rounds, answer_kw, gen for the feedback, rr['max_passage_words']) and add them to refined
+            refined += self_refine.self_refine(m, recs, rounds=rounds, **answer_kw, feedback_params=gen,
                                                max_words=rr["max_passage_words"])
             # END SOLUTION
 info = self_refine.self_refine_summary(refined)

@@ -26,8 +26,13 @@
 # by the packaged LLM fine-tuned with LoRA (`critic: llm`); the light TF-IDF logistic regression
 # is kept as an ablation (`classifier_ablation`). Neither critic sees the turn index. The oracle
 # critic (Accept exactly when the answer is right; it reads the gold answers) gives the ceiling of
-# the loop and is labelled as an oracle. Fewer than `min_examples` practice examples, a missing
-# label, or a critic that accepts every answer at some turn are flagged as degenerate.
+# the loop and is labelled as an oracle. A balanced training set smaller than `min_examples`, a
+# missing label, held-out examples without a correct answer, or a critic that accepts every answer
+# at some turn are flagged as degenerate.
+#
+# Each turn's answer is standard RAG's: its prompt (variant `retrieval_rag.prompt_variant`) over
+# the passages gathered so far, read with its answer extraction; the rationale the critic reads
+# has SIM-RAG's own prompt and explains that answer.
 
 # %% tags=["parameters"]
 train_questions = 68
@@ -59,7 +64,8 @@ params, seed, rr, gen, llm, test = setup.params, setup.seed, setup.rag, setup.ge
 short = dataclasses.replace(gen, max_new_tokens=24, stop=("\n",))  # search queries
 datasets, retrievers, out_dir = setup.datasets, setup.load_retrievers(), setup.out_dir
 sim_kw = dict(max_turns=max_turns, gen_params=gen, query_params=short, docs_per_turn=docs_per_turn,
-              initial_docs=initial_docs)
+              initial_docs=initial_docs, answer_params=setup.answer_gen, rag_variant=setup.variant,
+              max_passage_words=rr["max_passage_words"])  # answers as standard RAG writes them; gen: rationales
 match_fn = simrag.make_match_fn(match)
 {ds: len(recs) for ds, recs in test.items()}
 
@@ -74,9 +80,9 @@ with stopwatch() as t_practice:
             practice += simrag.self_practice(practice_m, retrievers[ds],
                                              runtime.load_split(params, ds, "train", limit=train_questions),
                                              match_fn=match_fn, **sim_kw)
-# BEGIN SOLUTION hint: summarize practice with simrag.practice_summary (min_examples), then split it into train_ex, heldout_ex with simrag.split_by_question (heldout_frac, seed)
-practice_info = simrag.practice_summary(practice, min_examples=min_examples)
+# BEGIN SOLUTION hint: split practice into train_ex, heldout_ex with simrag.split_by_question (heldout_frac, seed), then summarize it with simrag.practice_summary (min_examples, train=train_ex)
 train_ex, heldout_ex = simrag.split_by_question(practice, heldout_frac=heldout_frac, seed=seed)
+practice_info = simrag.practice_summary(practice, min_examples=min_examples, train=train_ex)
 # END SOLUTION
 heldout_ex = sorted(heldout_ex, key=lambda e: datasets.index(e["dataset"]))  # grouped by dataset, order kept
 balanced = simrag.balance_labels(train_ex, seed=seed)

@@ -26,9 +26,10 @@
 # detectable effect says how large a change these questions can detect at 80% power.
 #
 # Cost: test-time LLM calls per question (generate, score and choose; the standard RAG answer a
-# method starts from is included), and training cost: LLM calls and optimizer steps spent before
-# test time (RAG-Critic: answer sampling for its error pool, the LLM-teacher subsets, critic SFT
-# and DPO, the planner's SFT). The degenerate list gathers every method's flags.
+# method starts from is included), and training cost: LLM calls, optimizer steps and seconds
+# spent before test time (RAG-Critic: answer sampling for its error pool, the LLM-teacher subsets,
+# critic SFT and DPO, the planner's SFT; its seconds are those of its three training runs). The
+# degenerate list gathers every method's flags.
 
 # %% tags=["parameters"]
 datasets = "testbed"
@@ -47,7 +48,9 @@ from ragcritic_lib import paths
 from ragcritic_lib.baselines import (
     comparison_table, jsonable, load_method_results, markdown_table, records_cost, score_records,
 )
-from ragcritic_lib.baselines.compare import comparison_summary, degenerate_list, method_comparison, reading
+from ragcritic_lib.baselines.compare import (
+    comparison_summary, degenerate_list, method_comparison, rag_critic_training, reading,
+)
 from ragcritic_lib.baselines.harness import load_method_run, shared_test_sets
 from ragcritic_lib.io import read_json
 from ragcritic_lib.outputs import save_figure, save_markdown, save_table
@@ -98,17 +101,10 @@ for ds in datasets:
 m02, m05, m06 = (read_json(paths.require(paths.METRICS_DIR / f"{s}.json"))
                  for s in ("02_error_sampling", "05_critic_sft", "06_critic_dpo"))
 m03 = read_json(paths.require(paths.METRICS_DIR / "03_tagging.json"))
-rc_training = {
-    "sampled_answers": m02.get("samples"),
-    "llm_teacher_calls": ((m02.get("teacher_parse") or {}).get("llm_subset") or {}).get("calls", 0)
-    + (m03.get("llm_subset_parse") or {}).get("calls", 0),
-    "steps": {"critic_sft": (m05.get("train") or {}).get("steps"), "critic_dpo": (m06.get("train") or {}).get("steps"),
-              "planner_sft": (m08.get("planner_training") or {}).get("steps")},
-}
-rc_training["calls"] = (rc_training["sampled_answers"] or 0) + rc_training["llm_teacher_calls"]
+rc_training = rag_critic_training(m02, m03, m05, m06, m08)  # calls, steps and seconds; its docstring says what counts
 for ds in datasets:
     if costs[ds]["RAG-Critic"]:
-        costs[ds]["RAG-Critic"]["training_calls"] = rc_training["calls"]
+        costs[ds]["RAG-Critic"].update(training_calls=rc_training["calls"], training_seconds=rc_training["seconds"])
 steps = {"RAG-Critic": sum(v or 0 for v in rc_training["steps"].values()),
          "SIM-RAG": (run_metrics["SIM-RAG"].get("training") or {}).get("llm_critic", {}).get("steps", 0),
          "RePAIR": sum((run_metrics["RePAIR"].get("training") or {}).get("dpo_steps") or [0]),
@@ -146,7 +142,8 @@ summaries
 # %% [markdown]
 # ## Degenerate regimes
 # A flag means the method ran in a regime that its paper's numbers do not describe: read its row
-# with that in mind.
+# with that in mind. Each method's flags are its own stage's `degenerate` list (SIM-RAG's include
+# a balanced critic training set below `simrag.min_examples`), listed here once.
 
 # %%
 flags = {name: mt.get("degenerate") or [] for name, mt in run_metrics.items()}
@@ -155,17 +152,6 @@ flags["RAG-Critic"] = [d for d in (m08.get("degenerate") or [])  # notebook 08's
 m13 = paths.METRICS_DIR / "13_ragec.json"
 ragec = read_json(m13) if m13.exists() else {}
 flags["RAGEC"] = ragec.get("degenerate") or []
-# Checks on what SIM-RAG's critic actually learned from (its stage counts all practice examples).
-sim = run_metrics["SIM-RAG"]
-min_examples = params["simrag"]["min_examples"]
-if sim.get("balanced_train", 0) < min_examples:
-    flags["SIM-RAG"].append(f"simrag: the critic trained on {sim.get('balanced_train')} balanced examples "
-                            f"({(sim.get('practice') or {}).get('accept')} correct answers among "
-                            f"{sim.get('practice_examples')} self-practice examples), fewer than {min_examples}")
-held = sim.get("heldout_confusion") or {}
-if held and held.get("correct_accept", 0) + held.get("correct_reject", 0) == 0:
-    flags["SIM-RAG"].append("simrag: no held-out example has a correct answer, so how often the critic accepts "
-                            "right answers is not measured")
 degenerate = degenerate_list(flags)
 degenerate
 

@@ -515,6 +515,7 @@ class TaxonomyMetrics(StageMetrics):
 # --------------------------------------------------------------------------------------------
 class TrainSummary(TypedDict, total=False):
     steps: Count
+    seconds: NonNegative | None  # wall time of the run (the comparison sums it into training_seconds)
     examples: Count
     dropped_too_long: Count
     device: str
@@ -656,6 +657,7 @@ class PlanShares(TypedDict, total=False):
 
 class PlannerTraining(TypedDict, total=False):
     steps: Count
+    seconds: NonNegative | None  # wall time of the run (the comparison sums it into training_seconds)
     examples: Count
     dropped_too_long: Count
     device: str
@@ -742,6 +744,10 @@ class Practice(TypedDict, total=False):
     reject: Count
     examples: Count
     questions: Count
+    train_examples: Count
+    train_accept: Count
+    train_reject: Count
+    balanced_train: Count
     degenerate: Reasons
 
 
@@ -849,6 +855,16 @@ class ComparisonSummary(TypedDict, total=False):
     significant_after_holm: list[str]
 
 
+class RagCriticTraining(TypedDict, total=False):
+    """``rag_critic_training`` (``ragcritic_lib.baselines.compare.rag_critic_training``)."""
+    sampled_answers: Count | None
+    llm_teacher_calls: Count
+    calls: Count
+    steps: dict[str, Count | None]
+    seconds: NonNegative | None
+    seconds_by_run: dict[str, NonNegative | None]
+
+
 class ComparisonMetrics(StageMetrics):
     """``14_comparison.json``."""
     comparison: dict[str, dict[str, MethodComparison]]
@@ -858,7 +874,7 @@ class ComparisonMetrics(StageMetrics):
     oracle_and_ablation_rows: NotRequired[dict[str, dict[str, MethodComparison]]]
     summary: NotRequired[dict[str, ComparisonSummary]]
     degenerate_by_method: NotRequired[dict[str, Reasons]]
-    rag_critic_training: NotRequired[dict[str, Any]]
+    rag_critic_training: NotRequired[RagCriticTraining]
 
 
 class MissingInput(TypedDict):

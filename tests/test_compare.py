@@ -9,7 +9,7 @@ import pytest
 
 from ragcritic_lib.baselines.compare import (
     reading,
-    comparison_summary, degenerate_list, holm_adjust, method_comparison,
+    comparison_summary, degenerate_list, holm_adjust, method_comparison, rag_critic_training,
 )
 from ragcritic_lib.stats import paired_mde
 
@@ -117,6 +117,55 @@ def test_degenerate_list():
         "CRAG: all ambiguous", "CRAG: no web search", "SIM-RAG: critic always accepts"]
     with pytest.raises(ValueError, match="'CRAG'"):
         degenerate_list({"CRAG": "no web search"})
+    # A reason a stage states twice is listed once.
+    assert degenerate_list({"SIM-RAG": ["small critic set", "small critic set"], "CRAG": []}) == [
+        "SIM-RAG: small critic set"]
+
+
+def _training_metrics(sft_seconds=30.5, dpo_seconds=12.25, planner_seconds=7.0):
+    def run(steps, seconds):
+        return {"steps": steps, "device": "cpu", **({} if seconds is None else {"seconds": seconds})}
+
+    return dict(
+        error_sampling={"samples": 512, "teacher_parse": {"llm_subset": {"calls": 40}}},
+        tagging={"llm_subset_parse": {"calls": 8}},
+        critic_sft={"train": run(30, sft_seconds)},
+        critic_dpo={"train": {**run(10, dpo_seconds), "beta": 0.3}},
+        correction={"planner_training": run(24, planner_seconds)},
+    )
+
+
+def test_rag_critic_training_sums_its_three_training_runs():
+    rc = rag_critic_training(**_training_metrics())
+    # Calls and steps as the comparison counted them before.
+    assert (rc["sampled_answers"], rc["llm_teacher_calls"], rc["calls"]) == (512, 48, 560)
+    assert rc["steps"] == {"critic_sft": 30, "critic_dpo": 10, "planner_sft": 24}
+    # Seconds: critic SFT + critic DPO + planner SFT.
+    assert rc["seconds_by_run"] == {"critic_sft": 30.5, "critic_dpo": 12.25, "planner_sft": 7.0}
+    assert rc["seconds"] == pytest.approx(49.8)
+    # A run without recorded seconds leaves the total unknown rather than too small.
+    missing = rag_critic_training(**_training_metrics(planner_seconds=None))
+    assert missing["seconds"] is None and missing["seconds_by_run"]["planner_sft"] is None
+    assert missing["calls"] == 560
+    empty = rag_critic_training({}, {}, {}, {}, {})
+    assert (empty["calls"], empty["seconds"], empty["steps"]["critic_sft"]) == (0, None, None)
+
+
+def test_rag_critic_training_seconds_reach_the_comparison(results):
+    rc = rag_critic_training(**_training_metrics())
+    missing = rag_critic_training(**_training_metrics(sft_seconds=None))
+    costs = {"Better": {"calls": 120, "training_calls": rc["calls"], "training_seconds": rc["seconds"]}}
+    block = method_comparison(results, costs=costs, n_boot=100, n_perm=100)
+    assert (block["Better"]["training_calls"], block["Better"]["training_seconds"]) == (560, rc["seconds"])
+    # The comparison's metrics schema types every key of the block.
+    from ragcritic_lib import metrics_schema as ms
+
+    assert set(rc) == set(ms.RagCriticTraining.__annotations__)
+    assert ms.problems("14_comparison", {"rag_critic_training": rc}, partial=True) == []
+    assert ms.problems("14_comparison", {"rag_critic_training": missing}, partial=True) == []
+    bad = {**rc, "seconds": -1.0}
+    assert ms.problems("14_comparison", {"rag_critic_training": bad}, partial=True) == [
+        "rag_critic_training.seconds = -1.0 is not >= 0"]
 
 
 def test_reading_says_what_survives_holm_and_quotes_flags():

@@ -105,6 +105,11 @@ BROKEN = [
     ("07_benchmark", _set(("critics", "heuristic", "identification"), KeyError), "critics.heuristic.identification is missing"),
     ("09_self_refine", _set(("scores", "testbed", "f1"), 16.35), "scores.testbed.f1 = 16.35 is not in [0, 1]"),
     ("11_simrag", _set(("heldout_confusion", "wrong_reject"), KeyError), "heldout_confusion.wrong_reject is missing"),
+    ("11_simrag", _set(("practice", "balanced_train"), 2.5), "practice.balanced_train = 2.5 is not an integer"),
+    ("05_critic_sft", _set(("train", "seconds"), -3.0), "train.seconds = -3.0 is not >= 0"),
+    ("06_critic_dpo", _set(("train", "seconds"), "12s"), "train.seconds = '12s' is not a number"),
+    ("08_correction", _set(("planner_training", "seconds"), -1), "planner_training.seconds = -1 is not >= 0"),
+    ("14_comparison", _set(("rag_critic_training", "seconds"), -1.0), "rag_critic_training.seconds = -1.0 is not >= 0"),
     ("12_repair", _set(("action_usage",), {"Retrieval": 10}), "action_usage = {'Retrieval': 10} is not a list"),
     ("13_ragec", _set(("mode_frequency", "1"), True), "mode_frequency.1 = True is not a number"),
     ("15_analysis", _set(("missing", 0, "reason"), KeyError), "missing[0].reason is missing"),
@@ -257,3 +262,14 @@ def test_save_method_run_then_load_method_run(tmp_metrics):
     assert loaded["seconds"] == {"test": 1.2} and loaded["environment"] == ENV
     assert [r["f1"] for r in records] == [1.0, 0.0, 1.0]
     assert len(load_method_run("09_self_refine", "self_refine", run="oracle")[1]) == 2
+
+
+def test_training_seconds_are_optional_and_may_be_null():
+    for stem, block in (("05_critic_sft", "train"), ("06_critic_dpo", "train"), ("08_correction", "planner_training")):
+        data = committed(stem)
+        data[block].pop("seconds", None)
+        assert ms.problems(stem, data) == [], stem  # metrics written before the seconds were recorded
+        data[block]["seconds"] = None
+        assert ms.problems(stem, data) == [], stem
+        data[block]["seconds"] = 812.4
+        assert ms.problems(stem, data) == [], stem

@@ -6,6 +6,8 @@ import pytest
 
 from ragcritic_lib.baselines import self_refine as sr
 from ragcritic_lib.llm import CallableLLM, GenParams
+from ragcritic_lib.rag import answer_gen_params, build_rag_messages, extract_answer, passages_of, run_standard_rag
+from ragcritic_lib.retrieval import Hit
 
 REC = {"id": "1", "question": "Which river flows through Vienna?", "golden_answers": ["Danube"],
        "passages": [{"id": "d1", "contents": "Vienna\nThe Danube flows through Vienna."}],
@@ -22,15 +24,18 @@ def test_feedback_verdict(text, ok):
     assert sr.feedback_is_ok(text) is ok
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("Fixed.\nSo the final answer is: Danube.", ("Danube", "prefix")),
-    ("Improved answer: the Danube\nbecause ...", ("the Danube", "loose")),
-    ("Danube", ("Danube", "line")),
-    ("The river that flows through the city of Vienna in Austria is, as the passage explains at length, not the Rhine", ("Rhine", "kept")),
-    ("", ("Rhine", "kept")),
+@pytest.mark.parametrize("text, prefilled, expected", [
+    ("Fixed.\nSo the final answer is: Danube.", False, ("Danube", "prefix")),
+    ("Answer: the Danube\nbecause ...", False, ("the Danube", "line")),
+    ("Danube", False, ("Danube", "line")),
+    (" Danube.", True, ("Danube", "prefix")),
+    ("", False, ("Rhine", "kept")),
+    ("  ", True, ("Rhine", "kept")),
 ])
-def test_extract_refined_answer(text, expected):
-    assert sr.extract_refined_answer(text, "Rhine") == expected
+def test_extract_refined_answer_is_standard_rags(text, prefilled, expected):
+    assert sr.extract_refined_answer(text, "Rhine", prefilled=prefilled) == expected
+    if expected[1] != "kept":  # the answer is exactly what standard RAG's extraction reads
+        assert expected[0] == extract_answer(text, prefilled=prefilled)[0]
 
 
 def scripted(prompt, params):
@@ -61,8 +66,8 @@ def test_round_budget_and_zero_rounds():
 def test_prompts_carry_question_passages_and_feedback():
     fb = sr.build_feedback_messages(REC["question"], ["Vienna\nThe Danube flows."], "Rhine")[1]["content"]
     assert "[1] Vienna: The Danube flows." in fb and "Proposed answer: Rhine" in fb and sr.OK_MARKER in fb
-    rf = sr.build_refine_messages(REC["question"], [], "", "Say Danube")[1]["content"]
-    assert "(no passages)" in rf and "Previous answer: (empty)" in rf and "Feedback: Say Danube" in rf
+    rf = sr.build_refine_messages(REC["question"], [], "", "Say Danube")[-1]["content"]
+    assert "Previous answer: (empty)" in rf and "Feedback: Say Danube" in rf
 
 
 def test_each_round_sees_the_earlier_answers_and_feedback():
@@ -108,3 +113,60 @@ def test_stops_at_the_first_approval_and_reports_the_approval_rate():
                                                    gen_params=GEN))
     assert always["degenerate"] == ["self_refine: feedback approves every original answer (2 questions), "
                                     "nothing refined"]
+
+
+PASSAGES = ["Vienna\nThe Danube flows through Vienna.", "Rhine\nThe Rhine is long."]
+HITS = [Hit("d1", 2.0, PASSAGES[0]), Hit("d2", 1.0, PASSAGES[1])]
+
+
+def _recording(prompts, seen, answer=" Rhine.\nThen more text", feedback=lambda user: "NO ISSUES"):
+    """A reader that records prompts and decoding; a prefilled turn gets ``answer``."""
+    def fn(prompt, params):
+        prompts.append(prompt)
+        seen.append(params)
+        return answer if prompt[-1]["role"] == "assistant" else feedback(prompt[-1]["content"])
+    return fn
+
+
+def test_initial_answer_is_standard_rags_prompt_and_extraction():
+    q = {"id": "1", "question": REC["question"], "golden_answers": ["Danube"]}
+    gen = answer_gen_params("prefill", 24)
+    std_prompts, std_seen = [], []
+    (std,) = run_standard_rag(CallableLLM(_recording(std_prompts, std_seen)), [q], retriever=None, hits=[HITS], k=2,
+                              variant="prefill", gen_params=gen, max_passage_words=50)
+    prompts, seen = [], []
+    # The same question and passages, without standard RAG's answer: Self-Refine answers first.
+    (out,) = sr.self_refine(CallableLLM(_recording(prompts, seen)), [{**q, "passages": std["passages"]}], rounds=0,
+                            gen_params=gen, rag_variant="prefill", max_words=50)
+    assert prompts == std_prompts == [build_rag_messages(q["question"], PASSAGES, variant="prefill",
+                                                         max_passage_words=50)]
+    assert seen == std_seen == [gen] and gen.stop == ("\n",)  # the prefill setting: cut at the newline
+    assert (out["prediction"], out["raw_output"], out["followed_prefix"]) == (
+        std["prediction"], std["raw_output"], std["followed_prefix"]) == ("Rhine", " Rhine.", True)
+    # A record that carries standard RAG's answer starts from it: no answer call, only feedback.
+    prompts.clear()
+    (kept,) = sr.self_refine(CallableLLM(_recording(prompts, [])), [std], rounds=2, gen_params=gen,
+                             rag_variant="prefill", max_words=50)
+    assert len(prompts) == 1 and "Proposed answer: Rhine" in prompts[0][-1]["content"]
+    assert (kept["prediction"], kept["self_refine_stopped"]) == ("Rhine", True)
+
+
+def test_refined_answer_is_standard_rags_prompt_with_the_feedback():
+    prompts, seen = [], []
+    wrong = "Wrong: the passage says Danube."
+    fn = _recording(prompts, seen, answer=" Danube\nand more",
+                    feedback=lambda user: wrong if "Proposed answer: Rhine" in user else "NO ISSUES")
+    gen = answer_gen_params("prefill", 24)
+    rec = {**REC, "passages": passages_of(HITS)}  # standard RAG answered Rhine
+    (out,) = sr.self_refine(CallableLLM(fn), [rec], rounds=2, gen_params=gen, rag_variant="prefill", max_words=50)
+    _, refine, _ = prompts
+    assert refine == build_rag_messages(REC["question"], PASSAGES, variant="prefill", max_passage_words=50,
+                                        additional_instruction=sr.refine_instruction("Rhine", wrong))
+    # Standard RAG's prompt word for word, the feedback added as its instruction after the question.
+    std = build_rag_messages(REC["question"], PASSAGES, variant="prefill", max_passage_words=50)
+    assert refine[:-2] == std[:-2] and refine[-1] == std[-1]
+    assert refine[-2]["content"].startswith(std[-2]["content"] + "\nInstruction: " + sr.REFINE_INSTRUCTION)
+    # Answers use the prefill setting; the free-text feedback the default variant's.
+    assert seen == [answer_gen_params("default", 24), gen, answer_gen_params("default", 24)]
+    assert (out["prediction"], out["raw_output"], out["followed_prefix"]) == ("Danube", " Danube", True)
+    assert [h.get("how") for h in out["self_refine_history"]] == ["prefix", None]

@@ -6,6 +6,7 @@ import pytest
 
 from ragcritic_lib.baselines import simrag
 from ragcritic_lib.llm import CallableLLM, GenParams
+from ragcritic_lib.rag import answer_gen_params, build_rag_messages, run_standard_rag
 from ragcritic_lib.retrieval import Hit
 
 Q = {"id": "q1", "question": "Which river flows through Vienna?", "golden_answers": ["Danube"],
@@ -27,14 +28,16 @@ def reasoner(prompt, params):
     user = prompt[-1]["content"]
     if "Write one short search query" in user:
         return 'Query: "danube vienna"\nextra'
-    if "The Danube flows" in user:
-        return "Passage says Danube.\nSo the final answer is: Danube"
-    return "I guess.\nSo the final answer is: Rhine"
+    found = "The Danube flows" in user
+    if "explain what the information above says" in user:  # SIM-RAG's rationale prompt
+        return "Passage says Danube." if found else "I guess."
+    # standard RAG's answer prompt (default variant) over the passages found so far
+    return "Passage says Danube.\nSo the final answer is: Danube" if found else "I guess.\nSo the final answer is: Rhine"
 
 
 def test_parsers():
-    assert simrag.parse_answer("Because X.\nSo the final answer is: Danube.") == ("Danube", "Because X.")
-    assert simrag.parse_answer("") == ("", "")
+    assert simrag.parse_rationale("Because X.\nSo the final answer is: Danube.") == "Because X."
+    assert simrag.parse_rationale("  Because X. ") == "Because X." and simrag.parse_rationale("") == ""
     assert simrag.parse_query('  \nSearch query: "river Vienna"\n', "q?") == "river Vienna"
     assert simrag.parse_query("???", "fallback question") == "fallback question"
 
@@ -47,8 +50,8 @@ def test_self_practice_algorithm_1():
     # Seen documents are skipped: the second search adds d2, not d1 again.
     assert [c["doc_ids"] for c in exs[2]["context"]] == [["d1"], ["d2"]]
     assert exs[1]["context"][0]["query"] == "danube vienna" and exs[1]["rationale"] == "Passage says Danube."
-    # T answers and T - 1 searches (the unused search after the last answer is skipped).
-    assert llm.stats.calls == 5 and len(ret.calls) == 2
+    # T answers with T rationales, and T - 1 searches (the unused search after the last answer is skipped).
+    assert llm.stats.calls == 8 and len(ret.calls) == 2
 
 
 def test_initial_docs_and_match_metric():
@@ -162,18 +165,37 @@ def test_critic_features_ignore_the_turn_index():
 def test_practice_summary_counts_and_flags():
     exs = [{**_ex(f"q{i // 3}", "Accept" if i % 3 == 2 else "Reject", turn=i % 3), "dataset": "testbed"}
            for i in range(210)]
-    ok = simrag.practice_summary(exs, min_examples=200)
+    ok = simrag.practice_summary(exs, min_examples=140)
     assert (ok["examples"], ok["questions"], ok["accept"], ok["reject"], ok["degenerate"]) == (210, 70, 70, 140, [])
     assert ok["label_accept_rate_by_turn"] == {0: {"n": 70, "accept_rate": 0.0}, 1: {"n": 70, "accept_rate": 0.0},
                                                2: {"n": 70, "accept_rate": 1.0}}
-    few = simrag.practice_summary(exs[:30], min_examples=200)
-    assert few["degenerate"] == ["simrag: 30 self-practice examples, fewer than 200"]
+    # The critic trains on the balanced set, 2 x 70 Accept = 140 examples, not on all 210.
+    assert (ok["train_examples"], ok["train_accept"], ok["train_reject"], ok["balanced_train"]) == (210, 70, 140, 140)
+    assert len(simrag.balance_labels(exs)) == ok["balanced_train"]
+    small = simrag.practice_summary(exs, min_examples=200)
+    assert small["degenerate"] == ["simrag: the critic trains on 140 balanced examples (2 x 70 Accept among 210 "
+                                   "training examples, 210 self-practice examples in all), fewer than 200"]
+    # With the question split, only the training side counts.
+    train, _ = simrag.split_by_question(exs, heldout_frac=0.5, seed=0)
+    split = simrag.practice_summary(exs, min_examples=140, train=train)
+    assert split["examples"] == 210 and split["train_examples"] == len(train) == 105
+    assert split["balanced_train"] == 2 * min(split["train_accept"], split["train_reject"]) == 70
+    assert split["degenerate"] == ["simrag: the critic trains on 70 balanced examples (2 x 35 Accept among 105 "
+                                   "training examples, 210 self-practice examples in all), fewer than 140"]
     rejects = [e for e in exs if e["label"] == "Reject"]
     one = simrag.practice_summary(rejects, min_examples=100)
-    assert one["degenerate"] == ["simrag: self-practice produced no Accept example (140 examples): "
-                                 "the critic can only predict one label"]
+    assert one["degenerate"] == ["simrag: self-practice produced no Accept example (140 examples: 0 Accept, "
+                                 "140 Reject): the critic can only predict one label"]
+    assert one["balanced_train"] == 0
     with pytest.raises(ValueError, match="no Accept example"):
         simrag.practice_summary(rejects, strict=True)
+    # Both labels in the practice data, but none of the Accept ones on the training side.
+    lopsided = simrag.practice_summary(exs, min_examples=10, train=rejects[:50])
+    assert lopsided["degenerate"] == ["simrag: the critic's training examples have no Accept example (50 of 210 "
+                                      "self-practice examples: 0 Accept, 50 Reject): the critic can only predict "
+                                      "one label"]
+    with pytest.raises(ValueError, match="training examples have no Accept"):
+        simrag.practice_summary(exs, train=rejects[:50], strict=True)
 
 
 class ByTurn:
@@ -199,10 +221,55 @@ def test_critic_report_per_turn_confusion_and_degenerate():
     rep = simrag.critic_report(Always(True), held[:1], infer)
     assert rep["inference_accept_rate_by_turn"] == {0: {"n": 2, "accept_rate": 1.0}}
     assert rep["degenerate"] == ["simrag: the critic accepts every held-out answer at turn 0 (1 answers)",
-                                 "simrag: the critic accepts every inference answer at turn 0 (2 answers)"]
+                                 "simrag: the critic accepts every inference answer at turn 0 (2 answers)",
+                                 "simrag: no held-out example has a correct answer (1 held-out examples), so how "
+                                 "often the critic accepts right answers is not measured"]
     never = simrag.critic_report(Always(False), held)
     assert never["degenerate"] == ["simrag: the critic never accepts (4 verdicts)"]
     given = simrag.critic_report(None, held, accepted=[False, False, True, False])  # the critic is not asked
     assert given["heldout_accept_rate_by_turn"][1]["accept_rate"] == 0.5 and given["degenerate"] == []
     with pytest.raises(ValueError, match="differ in length"):
         simrag.critic_report(None, held, accepted=[True])
+
+
+def _recording(prompts, seen):
+    """A reader that records prompts and decoding: a prefilled answer turn gets " Danube." plus
+    more text (cut at the newline by the prefill setting); anything else a rationale."""
+    def fn(prompt, params):
+        prompts.append(prompt)
+        seen.append(params)
+        return " Danube.\nand more" if prompt[-1]["role"] == "assistant" else "Passage [1] names the Danube."
+    return fn
+
+
+def test_answer_is_standard_rags_for_the_same_passages():
+    answer = answer_gen_params("prefill", 20)
+    prompts, seen = [], []
+    (out,) = simrag.simrag_infer(CallableLLM(_recording(prompts, seen)), FakeRetriever(), [Q], Always(True),
+                                 max_turns=3, gen_params=GEN, query_params=QRY, answer_params=answer,
+                                 rag_variant="prefill", max_passage_words=50, initial_docs=2)
+    std_prompts, std_seen = [], []
+    (std,) = run_standard_rag(CallableLLM(_recording(std_prompts, std_seen)), [Q], retriever=None, hits=[HITS], k=2,
+                              variant="prefill", gen_params=answer, max_passage_words=50)
+    # The same passages give standard RAG's prompt, decoding and extraction, hence its answer.
+    assert prompts[0] == std_prompts[0] == build_rag_messages(Q["question"], [h.contents for h in HITS],
+                                                              variant="prefill", max_passage_words=50)
+    assert seen == [answer, GEN] and std_seen == [answer]  # then the rationale, free text with gen_params
+    assert (out["prediction"], out["raw_output"], out["followed_prefix"]) == (
+        std["prediction"], std["raw_output"], std["followed_prefix"]) == ("Danube", " Danube.", True)
+    assert out["simrag_history"][0]["rationale"] == "Passage [1] names the Danube."
+    rationale = prompts[1][-1]["content"]
+    assert "Proposed answer: Danube" in rationale and "Search 1:" in rationale  # SIM-RAG's own prompt
+
+
+def test_later_turns_answer_over_every_passage_found():
+    prompts, seen = [], []
+    exs = simrag.self_practice(CallableLLM(_recording(prompts, seen)), FakeRetriever(), [Q], max_turns=3,
+                               gen_params=GEN, query_params=QRY, rag_variant="prefill", docs_per_turn=1)
+    answers = [p for p in prompts if p[-1]["role"] == "assistant"]
+    found = [HITS[0].contents, HITS[1].contents]  # one new document per search, in the order found
+    assert answers == [build_rag_messages(Q["question"], found[:n], variant="prefill") for n in range(3)]
+    assert simrag.context_passages(exs[2]["context"]) == found
+    # Without answer_params the answers take the variant's setting at gen_params' length.
+    assert seen[0] == answer_gen_params("prefill", GEN.max_new_tokens)
+    assert [e["answer"] for e in exs] == ["Danube"] * 3

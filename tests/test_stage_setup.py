@@ -57,6 +57,9 @@ def test_setup_method_loads_what_the_notebooks_loaded(data_dir, generator):
     # The answer setting of item "one answer-generation setting": the default variant's.
     assert setup.gen == answer_gen_params("default", 21)
     assert setup.gen == GenParams(max_new_tokens=21, stop=("\nQuestion:", "\n\n\n", "<|im_end|>"))
+    # Final answers: standard RAG's variant and its answer setting (prefill: one line).
+    assert setup.variant == "prefill" and setup.answer_gen == answer_gen_params("prefill", 21)
+    assert setup.answer_gen == GenParams(max_new_tokens=21, stop=("\n",))
     # The generator, loaded once from the params as runtime.load_generator(params).
     assert setup.llm == "the generator" and generator == [(params, {})]
     # The same questions in the same order as shared_test_sets: comparison.datasets order, first N.
@@ -99,3 +102,10 @@ def test_method_notebooks_open_with_setup_method(stem):
     assert f'setup_method("{STAGES[stem]}")' in source
     for hand_built in ("runtime.load_generator(", "shared_test_sets(", "GenParams(", "load_params()"):
         assert hand_built not in source, (stem, hand_built)
+
+
+@pytest.mark.parametrize("stem", ["09_self_refine", "11_simrag"])
+def test_self_refine_and_simrag_answer_with_standard_rags_variant(stem):
+    # Their final answers use standard RAG's prompt variant and its answer setting.
+    source = (NOTEBOOKS / f"{stem}.py").read_text(encoding="utf-8")
+    assert "setup.answer_gen" in source and "setup.variant" in source

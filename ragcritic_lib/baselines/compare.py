@@ -151,12 +151,16 @@ def comparison_summary(block: Mapping[str, Mapping[str, Any]], *, baseline: str 
 
 
 def degenerate_list(flags: Mapping[str, Sequence[str] | None]) -> list[str]:
-    """``{method: [reason, ...]}`` as sorted "method: reason" strings (empty when none)."""
-    out = []
+    """``{method: [reason, ...]}`` as sorted "method: reason" strings, each once (empty when none).
+
+    Each method's reasons are its own stage's ``degenerate`` list; a reason given twice is listed
+    once.
+    """
+    out = set()
     for method, reasons in flags.items():
         if isinstance(reasons, str):
             raise ValueError(f"degenerate flags of {method!r} must be a list of reasons, got a string")
-        out.extend(f"{method}: {reason}" for reason in reasons or ())
+        out.update(f"{method}: {reason}" for reason in reasons or ())
     return sorted(out)
 
 
@@ -188,3 +192,45 @@ def reading(dataset: str, block: Mapping[str, Mapping[str, Any]], summary: Mappi
         lines.append(f"- **{name}**: F1 {row['f1']:.3f}, change {row['delta_f1']:+.3f} "
                      f"(95% CI {row['ci_low']:+.3f}..{row['ci_high']:+.3f}), {verdict}{flagged}.")
     return "\n".join(lines)
+
+
+RAG_CRITIC_RUNS = ("critic_sft", "critic_dpo", "planner_sft")
+
+
+def rag_critic_training(error_sampling: Mapping[str, Any], tagging: Mapping[str, Any], critic_sft: Mapping[str, Any],
+                        critic_dpo: Mapping[str, Any], correction: Mapping[str, Any]) -> dict[str, Any]:
+    """RAG-Critic's training cost, from the metrics of notebooks 02, 03, 05, 06 and 08.
+
+    What is counted:
+
+    - ``calls`` (the comparison's ``training_calls``): LLM calls before test time, that is the
+      answers sampled for the error pool (02 ``samples``, as ``sampled_answers``) plus the LLM
+      teacher's calls on its subsets (02 ``teacher_parse.llm_subset.calls`` and 03
+      ``llm_subset_parse.calls``, as ``llm_teacher_calls``).
+    - ``steps``: optimizer steps of each training run, {"critic_sft": 05 ``train.steps``,
+      "critic_dpo": 06 ``train.steps``, "planner_sft": 08 ``planner_training.steps``}.
+    - ``seconds`` (the comparison's ``training_seconds``): the wall time of those three training
+      runs (``trainer.train()`` each: 05 ``train.seconds``, 06 ``train.seconds``, 08
+      ``planner_training.seconds``), summed; ``seconds_by_run`` gives each. It is None unless
+      all three are recorded, so a missing run never makes the total look smaller.
+
+    Not in ``seconds``: the time spent sampling answers and running the LLM teacher (notebooks
+    02 and 03 record their calls, counted above, but no wall time), the taxonomy, merging the
+    adapters and calibrating the verdicts.
+    """
+    def seconds(block: Mapping[str, Any] | None) -> float | None:
+        value = (block or {}).get("seconds")
+        return None if value is None else float(value)
+
+    sampled = error_sampling.get("samples")
+    teacher = (((error_sampling.get("teacher_parse") or {}).get("llm_subset") or {}).get("calls", 0)
+               + (tagging.get("llm_subset_parse") or {}).get("calls", 0))
+    blocks = dict(zip(RAG_CRITIC_RUNS, (critic_sft.get("train"), critic_dpo.get("train"),
+                                        correction.get("planner_training"))))
+    by_run = {run: seconds(block) for run, block in blocks.items()}
+    return {
+        "sampled_answers": sampled, "llm_teacher_calls": teacher, "calls": (sampled or 0) + teacher,
+        "steps": {run: (block or {}).get("steps") for run, block in blocks.items()},
+        "seconds": None if None in by_run.values() else round(sum(by_run.values()), 1),
+        "seconds_by_run": by_run,
+    }

@@ -10,10 +10,17 @@ answer with the feedback it got, so the model does not repeat an answer already 
 never does (Self-Refine then just rewrites every answer N times) or approves every first answer
 (nothing is refined).
 
+Answers are written exactly as standard RAG writes them (:mod:`ragcritic_lib.rag`): the initial
+answer (when a record does not already carry standard RAG's) and every refined answer come from
+:func:`ragcritic_lib.rag.build_rag_messages` in standard RAG's prompt variant, the refined one
+with the earlier answers and the feedback as its ``additional_instruction``, and are read with
+:func:`ragcritic_lib.rag.extract_answer`. Without feedback a Self-Refine answer is therefore
+standard RAG's answer for the same passages. Only the feedback has a prompt of its own
+(:func:`build_feedback_messages`), generated as free text.
+
 Batched: each round is one feedback call and one refine call over the questions still open.
-The refined answer is read with the standard answer phrase first, then a few looser patterns;
-when nothing usable comes out, the previous answer is kept (a failed rewrite never blanks an
-answer).
+When a refined generation yields no answer, the previous answer is kept (a failed rewrite never
+blanks an answer).
 """
 
 from __future__ import annotations
@@ -34,9 +41,8 @@ _PROBLEM_RE = re.compile(
     r"|\bshould\b|\bmistake\b|\bdoes not\b|\bdoesn'?t\b",
     re.IGNORECASE,
 )
-_LOOSE_ANSWER_RE = re.compile(
-    r"(?:improved|revised|new|corrected|better)?\s*answer\s*(?:is)?\s*[:\-]\s*(?P<a>[^\n]+)", re.IGNORECASE
-)
+REFINE_INSTRUCTION = ("Write a better short answer (a name, number, date or short phrase) that avoids the "
+                      "mistakes named in the feedback below.")
 
 
 def _passage_block(passages: Sequence[str], max_words: int) -> str:
@@ -74,26 +80,28 @@ def build_feedback_messages(
     ]
 
 
+def refine_instruction(answer: str, feedback: str, *, history: Sequence[Mapping[str, Any]] = ()) -> str:
+    """The ``additional_instruction`` of a refine step: what to do, the earlier rounds
+    ({"reviewed", "feedback"}), then the current answer and its feedback."""
+    return (f"{REFINE_INSTRUCTION}\n{_history_block(history)}"
+            f"Previous answer: {answer or '(empty)'}\nFeedback: {' '.join(str(feedback).split())}")
+
+
 def build_refine_messages(
     question: str, passages: Sequence[str], answer: str, feedback: str, *,
-    history: Sequence[Mapping[str, Any]] = (), max_words: int = 60,
+    history: Sequence[Mapping[str, Any]] = (), max_words: int = 60, variant: str = "default",
 ) -> list[dict[str, str]]:
-    """Refine prompt: rewrite the answer using the feedback, ending with the answer phrase.
+    """Refine prompt: standard RAG's prompt (:func:`ragcritic_lib.rag.build_rag_messages`, in
+    ``variant``) over the same passages, with :func:`refine_instruction` as its additional
+    instruction.
 
     ``history`` holds the rounds before this one ({"reviewed", "feedback"}), shown before the
     current answer and its feedback so earlier mistakes are not repeated.
     """
-    from ragcritic_lib.rag import ANSWER_PREFIX
+    from ragcritic_lib.rag import build_rag_messages
 
-    return [
-        {"role": "system", "content": "You improve answers to questions using review feedback and the passages."},
-        {"role": "user", "content": f"Passages:\n{_passage_block(passages, max_words)}\n\nQuestion: {question}\n\n"
-                                    f"{_history_block(history)}"
-                                    f"Previous answer: {answer or '(empty)'}\nFeedback: {feedback.strip()}\n\n"
-                                    "Write a better short answer (a name, number, date or short phrase) that "
-                                    "avoids the mistakes named in the feedback. "
-                                    f"End with: {ANSWER_PREFIX} <answer>"},
-    ]
+    return build_rag_messages(question, list(passages), variant=variant, max_passage_words=max_words,
+                              additional_instruction=refine_instruction(answer, feedback, history=history))
 
 
 def feedback_is_ok(text: str) -> bool:
@@ -107,25 +115,35 @@ def feedback_is_ok(text: str) -> bool:
     return approves and not _PROBLEM_RE.search(t)
 
 
-def extract_refined_answer(text: str, previous: str) -> tuple[str, str]:
-    """Read the refined answer; returns (answer, how) with how in prefix / loose / line / kept.
+def extract_refined_answer(text: str, previous: str, *, prefilled: bool = False) -> tuple[str, str]:
+    """Read a refined answer with standard RAG's extraction; returns (answer, how).
 
-    The standard answer phrase wins; else an "Answer: ..." style line; else the first line when
-    it is short (at most 12 words); else the previous answer is kept.
+    ``how`` is "prefix" when :func:`ragcritic_lib.rag.extract_answer` found the answer after the
+    answer phrase (always so for a ``prefilled`` prompt), "line" when it fell back to the text
+    without the phrase, and "kept" when it found nothing: the ``previous`` answer is kept.
     """
     from ragcritic_lib.rag import extract_answer
 
-    answer, followed = extract_answer(text or "")
-    if followed and answer:
-        return answer, "prefix"
-    m = _LOOSE_ANSWER_RE.search(text or "")
-    if m:
-        loose, _ = extract_answer(m.group("a"), prefilled=True)
-        if loose:
-            return loose, "loose"
-    if answer and len(answer.split()) <= 12:
-        return answer, "line"
-    return previous, "kept"
+    answer, followed = extract_answer(text or "", prefilled=prefilled)
+    if not answer:
+        return previous, "kept"
+    return answer, "prefix" if followed else "line"
+
+
+def _initial_answers(llm: Any, states: Sequence[dict[str, Any]], gen_params: Any, variant: str,
+                     max_words: int) -> None:
+    """Answer the states without a starting answer exactly as standard RAG does."""
+    from ragcritic_lib.rag import build_rag_messages, extract_answer
+
+    todo = [s for s in states if s["answer"] is None]
+    if not todo:
+        return
+    gens = llm.generate([build_rag_messages(s["rec"]["question"], s["passages"], variant=variant,
+                                            max_passage_words=max_words) for s in todo],
+                        gen_params, desc="self-refine initial answer")
+    for s, g in zip(todo, gens):
+        s["answer"], s["followed"] = extract_answer(g.text, prefilled=variant == "prefill")
+        s["raw"] = g.text
 
 
 def self_refine(
@@ -135,27 +153,43 @@ def self_refine(
     rounds: int,
     gen_params: Any,
     feedback_params: Any | None = None,
+    rag_variant: str = "default",
     max_words: int = 60,
 ) -> list[dict[str, Any]]:
     """Run Self-Refine from standard RAG results (question, passages, prediction).
 
+    A record without a ``prediction`` is first answered with standard RAG's prompt and
+    extraction; one that has it (standard RAG's answer) starts from it.
+
     Args:
         rounds: N, the most feedback-refine rounds per question.
-        gen_params: decoding of the refine step (standard RAG's settings).
-        feedback_params: decoding of the feedback step (default: gen_params).
+        gen_params: decoding of the answers (initial and refined): standard RAG's answer
+            setting, ``rag.answer_gen_params(rag_variant, max_new_tokens)``.
+        feedback_params: decoding of the free-text feedback (default: the ``default`` variant's
+            answer setting with ``gen_params.max_new_tokens``).
+        rag_variant: standard RAG's prompt variant (``retrieval_rag.prompt_variant``), used for
+            every answer prompt and its extraction.
+        max_words: words kept per passage (standard RAG's ``max_passage_words``).
 
     Returns:
-        copies of the records with prediction (the final answer), raw_output (last refine
-        output, or the original), self_refine_rounds (refinements made), self_refine_stopped
-        (feedback approved an answer) and self_refine_history ([{reviewed, feedback, ok, output,
-        answer, how}] per round; the last three only for rounds that refined).
+        copies of the records with prediction (the final answer), raw_output (last answer
+        generation, or the original), followed_prefix (of that generation), self_refine_rounds
+        (refinements made), self_refine_stopped (feedback approved an answer) and
+        self_refine_history ([{reviewed, feedback, ok, output, answer, how}] per round; the last
+        three only for rounds that refined).
     """
-    fb_params = feedback_params or gen_params
+    from ragcritic_lib.rag import answer_gen_params
+
+    fb_params = feedback_params or answer_gen_params("default", gen_params.max_new_tokens)
+    prefilled = rag_variant == "prefill"
     states = []
     for rec in records:
         passages = [str(p.get("contents", "")) for p in rec.get("passages") or []]
-        states.append({"rec": rec, "passages": passages, "answer": str(rec.get("prediction") or ""),
-                       "raw": rec.get("raw_output", ""), "history": [], "stopped": False, "n": 0})
+        given = rec.get("prediction")
+        states.append({"rec": rec, "passages": passages, "answer": None if given is None else str(given),
+                       "raw": rec.get("raw_output", ""), "followed": rec.get("followed_prefix"), "history": [],
+                       "stopped": False, "n": 0})
+    _initial_answers(llm, states, gen_params, rag_variant, max_words)
     open_idx = list(range(len(states)))
     for _ in range(rounds):
         if not open_idx:
@@ -176,19 +210,22 @@ def self_refine(
             break
         gens = llm.generate([build_refine_messages(states[i]["rec"]["question"], states[i]["passages"],
                                                    states[i]["answer"], states[i]["history"][-1]["feedback"],
-                                                   history=states[i]["history"][:-1], max_words=max_words)
+                                                   history=states[i]["history"][:-1], max_words=max_words,
+                                                   variant=rag_variant)
                              for i in to_refine], gen_params, desc="self-refine rewrite")
         for i, g in zip(to_refine, gens):
             s = states[i]
-            answer, how = extract_refined_answer(g.text, s["answer"])
+            answer, how = extract_refined_answer(g.text, s["answer"], prefilled=prefilled)
             s["history"][-1].update(output=g.text, answer=answer, how=how)
-            s["answer"], s["raw"], s["n"] = answer, g.text, s["n"] + 1
+            s["answer"], s["raw"], s["followed"], s["n"] = answer, g.text, how == "prefix", s["n"] + 1
         open_idx = to_refine
     out = []
     for s in states:
         r = dict(s["rec"])
         r.update(prediction=s["answer"], raw_output=s["raw"], self_refine_rounds=s["n"],
                  self_refine_stopped=s["stopped"], self_refine_history=s["history"])
+        if s["followed"] is not None:
+            r["followed_prefix"] = bool(s["followed"])
         out.append(r)
     return out
 

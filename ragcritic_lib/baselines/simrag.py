@@ -3,12 +3,19 @@
 Reproduces Yang et al. (SIM-RAG, SIGIR 2025) in our harness:
 
 - **Self-practice** (Algorithm 1). For each training question, with an empty context at turn 0:
-  the reasoner writes a short rationale and an answer; the tuple (question, context, answer,
-  rationale) is labelled Accept when the answer matches a gold answer (exact match by default,
-  as the paper's A' = A) and Reject otherwise; then the reasoner writes a search query, the
-  retriever returns documents, and "query + documents" is appended to the context. T turns give
-  T labelled examples per question. The paper's loop also retrieves after the last answer; that
-  retrieval is never used, so we skip it.
+  the generator answers, then writes a short rationale for that answer; the tuple (question,
+  context, answer, rationale) is labelled Accept when the answer matches a gold answer (exact
+  match by default, as the paper's A' = A) and Reject otherwise; then the reasoner writes a
+  search query, the retriever returns documents, and "query + documents" is appended to the
+  context. T turns give T labelled examples per question. The paper's loop also retrieves after
+  the last answer; that retrieval is never used, so we skip it.
+- **Answers as standard RAG writes them.** Every turn's answer comes from standard RAG's prompt
+  (:func:`ragcritic_lib.rag.build_rag_messages`, in standard RAG's prompt variant) over the
+  documents in the context so far, read with :func:`ragcritic_lib.rag.extract_answer`; with the
+  same passages a SIM-RAG answer is standard RAG's answer (at turn 0 the context is empty and
+  the prompt lists no passage). The rationale the critic reads has SIM-RAG's own reasoning
+  prompt (:func:`build_rationale_messages`) and is free text; the paper's reasoner writes
+  rationale and answer in one output, here the rationale explains the answer just given.
 - **Critic training.** Labels are balanced by downsampling the majority class and split by
   question id. The default critic is a small classifier (TF-IDF of question / context / answer /
   rationale plus a few grounded features -> logistic regression); the paper fine-tunes Flan-T5,
@@ -16,14 +23,16 @@ Reproduces Yang et al. (SIM-RAG, SIGIR 2025) in our harness:
   ``ragcritic_lib.training.train_sft`` instead. The critic never sees the turn index (nor the
   number of searches, which equals it): later turns are right more often, and a critic that
   learns "accept at turn t" judges the turn, not the information.
-  :func:`practice_summary` counts the self-practice examples per label and turn and flags too
-  few examples or a missing label; :func:`critic_report` gives the held-out confusion matrix and
-  the accept rate per turn, and flags a critic that accepts every answer at some turn.
+  :func:`practice_summary` counts the self-practice examples per label and turn and flags a
+  balanced training set that is too small or lacks a label; :func:`critic_report` gives the
+  held-out confusion matrix and the accept rate per turn, and flags a critic that accepts every
+  answer at some turn and held-out examples without a correct answer.
 - **Inference.** Answer, ask the critic; stop when it accepts, else query, retrieve, append and
   answer again, up to T turns (the last answer is returned when the critic never accepts). The
   oracle critic (accepts exactly the correct answers) gives the ceiling of the paper's Fig. 5.
 
-Batched: every turn is one ``generate`` call over all questions still running.
+Batched: every turn is one ``generate`` call per step (answers, rationales, queries) over all
+questions still running.
 """
 
 from __future__ import annotations
@@ -51,15 +60,37 @@ def _render_context(context: Sequence[Mapping[str, str]], max_chars: int) -> str
     return "\n".join(lines)
 
 
-def build_answer_messages(question: str, context: Sequence[Mapping[str, str]], *, max_chars: int = 700) -> list[dict[str, str]]:
-    """Reasoner prompt: a brief rationale, then the answer after the standard answer prefix."""
-    from ragcritic_lib.rag import ANSWER_PREFIX
+def context_passages(context: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The passages gathered so far, in the order they were found (each search's ``docs``; a
+    context entry without them counts its ``doc`` text as one passage)."""
+    out: list[str] = []
+    for c in context:
+        if c.get("docs") is not None:
+            out.extend(str(d) for d in c["docs"])
+        elif c.get("doc"):
+            out.append(str(c["doc"]))
+    return out
 
+
+def build_answer_messages(question: str, context: Sequence[Mapping[str, Any]], *, variant: str = "default",
+                          max_passage_words: int = 80) -> list[dict[str, str]]:
+    """A turn's answer prompt: standard RAG's (:func:`ragcritic_lib.rag.build_rag_messages`) over
+    :func:`context_passages`."""
+    from ragcritic_lib.rag import build_rag_messages
+
+    return build_rag_messages(question, context_passages(context), variant=variant,
+                              max_passage_words=max_passage_words)
+
+
+def build_rationale_messages(question: str, context: Sequence[Mapping[str, str]], answer: str, *,
+                             max_chars: int = 700) -> list[dict[str, str]]:
+    """SIM-RAG's reasoning prompt: explain the turn's answer from what has been found."""
     return [
-        {"role": "system", "content": "You answer questions using what you know and what has been found by searching."},
-        {"role": "user", "content": f"{_render_context(context, max_chars)}\n\nQuestion: {question}\n\n"
-                                    "Explain your reasoning in one or two sentences, then finish with a line "
-                                    f"'{ANSWER_PREFIX} <short answer>'."},
+        {"role": "system", "content": "You explain answers to questions using what has been found by searching."},
+        {"role": "user", "content": f"{_render_context(context, max_chars)}\n\nQuestion: {question}\n"
+                                    f"Proposed answer: {answer or '(empty)'}\n\n"
+                                    "In one or two sentences, explain what the information above says about "
+                                    "this answer."},
     ]
 
 
@@ -73,14 +104,13 @@ def build_query_messages(question: str, context: Sequence[Mapping[str, str]], *,
     ]
 
 
-def parse_answer(text: str) -> tuple[str, str]:
-    """(answer, rationale) from a reasoner output; the rationale is the text before the prefix."""
-    from ragcritic_lib.rag import ANSWER_PREFIX, extract_answer
+def parse_rationale(text: str) -> str:
+    """The rationale: the output stripped, cut before an answer phrase the model may add."""
+    from ragcritic_lib.rag import ANSWER_PREFIX
 
-    answer, _ = extract_answer(text or "")
-    pos = (text or "").find(ANSWER_PREFIX)
-    rationale = (text[:pos] if pos >= 0 else text or "").strip()
-    return answer.strip(), rationale
+    text = text or ""
+    pos = text.find(ANSWER_PREFIX)
+    return (text[:pos] if pos >= 0 else text).strip()
 
 
 def parse_query(text: str, question: str) -> str:
@@ -108,30 +138,69 @@ def make_match_fn(metric: str = "em", threshold: float = 1.0) -> Callable[[str, 
 @dataclass
 class _State:
     record: Mapping[str, Any]
-    context: list[dict[str, str]] = field(default_factory=list)
+    context: list[dict[str, Any]] = field(default_factory=list)
     seen: set[str] = field(default_factory=set)
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _answer_turn(llm: Any, states: Sequence[_State], gen_params: Any, max_chars: int) -> list[tuple[str, str, str]]:
-    prompts = [build_answer_messages(s.record["question"], s.context, max_chars=max_chars) for s in states]
-    gens = llm.generate(prompts, gen_params, desc="simrag answer") if prompts else []
-    return [(*parse_answer(g.text), g.text) for g in gens]
+@dataclass(frozen=True)
+class _Loop:
+    """How a SIM-RAG loop generates and searches (shared by self-practice and inference)."""
+
+    llm: Any
+    retriever: Any
+    gen_params: Any
+    answer_params: Any
+    query_params: Any
+    rag_variant: str
+    max_passage_words: int
+    docs_per_turn: int
+    max_chars: int
 
 
-def _search_turn(llm: Any, retriever: Any, states: Sequence[_State], query_params: Any, docs_per_turn: int,
-                 max_chars: int) -> None:
+def _loop(llm: Any, retriever: Any, *, gen_params: Any, answer_params: Any | None, query_params: Any,
+          rag_variant: str, max_passage_words: int, docs_per_turn: int, max_chars: int) -> _Loop:
+    from ragcritic_lib.rag import answer_gen_params
+
+    answer = answer_params or answer_gen_params(rag_variant, gen_params.max_new_tokens)
+    return _Loop(llm, retriever, gen_params, answer, query_params, rag_variant, max_passage_words, docs_per_turn,
+                 max_chars)
+
+
+def _answer_turn(loop: _Loop, states: Sequence[_State]) -> list[dict[str, Any]]:
+    """Each state's answer (standard RAG's prompt and extraction over its context), then its
+    rationale; [{"answer", "rationale", "raw", "followed"}] in state order."""
+    from ragcritic_lib.rag import extract_answer
+
+    if not states:
+        return []
+    prompts = [build_answer_messages(s.record["question"], s.context, variant=loop.rag_variant,
+                                     max_passage_words=loop.max_passage_words) for s in states]
+    gens = loop.llm.generate(prompts, loop.answer_params, desc="simrag answer")
+    read = [extract_answer(g.text, prefilled=loop.rag_variant == "prefill") for g in gens]
+    why = loop.llm.generate([build_rationale_messages(s.record["question"], s.context, a, max_chars=loop.max_chars)
+                             for s, (a, _) in zip(states, read)], loop.gen_params, desc="simrag rationale")
+    return [{"answer": a.strip(), "rationale": parse_rationale(w.text), "raw": g.text, "followed": followed}
+            for (a, followed), w, g in zip(read, why, gens)]
+
+
+def _context_entry(query: str, hits: Sequence[Any]) -> dict[str, Any]:
+    return {"query": query, "doc": "\n".join(h.contents for h in hits), "docs": [h.contents for h in hits],
+            "doc_ids": [h.doc_id for h in hits]}
+
+
+def _search_turn(loop: _Loop, states: Sequence[_State]) -> None:
     if not states:
         return
-    prompts = [build_query_messages(s.record["question"], s.context, max_chars=max_chars) for s in states]
-    gens = llm.generate(prompts, query_params, desc="simrag query")
+    prompts = [build_query_messages(s.record["question"], s.context, max_chars=loop.max_chars) for s in states]
+    gens = loop.llm.generate(prompts, loop.query_params, desc="simrag query")
     queries = [parse_query(g.text, s.record["question"]) for g, s in zip(gens, states)]
     # Ask for extra hits so documents already in the context can be skipped.
-    depth = docs_per_turn + max(len(s.seen) for s in states)
-    for s, q, hits in zip(states, queries, retriever.search(queries, depth)):
-        new = [h for h in hits if h.doc_id not in s.seen][:docs_per_turn]
+    depth = loop.docs_per_turn + max(len(s.seen) for s in states)
+    for s, q, hits in zip(states, queries, loop.retriever.search(queries, depth)):
+        new = [h for h in hits if h.doc_id not in s.seen][: loop.docs_per_turn]
         s.seen.update(h.doc_id for h in new)
-        s.context.append({"query": q, "doc": "\n".join(h.contents for h in new), "doc_ids": [h.doc_id for h in new]})
+        s.context.append(_context_entry(q, new))
 
 
 def _initial_states(records: Sequence[Mapping[str, Any]], retriever: Any, initial_docs: int) -> list[_State]:
@@ -139,8 +208,7 @@ def _initial_states(records: Sequence[Mapping[str, Any]], retriever: Any, initia
     if initial_docs > 0 and states:
         for s, hits in zip(states, retriever.search([r["question"] for r in records], initial_docs)):
             s.seen.update(h.doc_id for h in hits)
-            s.context.append({"query": s.record["question"], "doc": "\n".join(h.contents for h in hits),
-                              "doc_ids": [h.doc_id for h in hits]})
+            s.context.append(_context_entry(s.record["question"], hits))
     return states
 
 
@@ -160,6 +228,9 @@ def self_practice(
     max_turns: int,
     gen_params: Any,
     query_params: Any,
+    answer_params: Any | None = None,
+    rag_variant: str = "default",
+    max_passage_words: int = 80,
     docs_per_turn: int = 2,
     initial_docs: int = 0,
     match_fn: Callable[[str, Sequence[str]], bool] | None = None,
@@ -169,24 +240,36 @@ def self_practice(
 
     Args:
         max_turns: T, answers per question.
+        gen_params: decoding of the free-text rationale (the ``default`` variant's setting).
+        query_params: decoding of the search queries.
+        answer_params: decoding of the answers: standard RAG's setting for ``rag_variant``,
+            ``rag.answer_gen_params(rag_variant, max_new_tokens)`` (default: that with
+            ``gen_params.max_new_tokens``).
+        rag_variant: standard RAG's prompt variant (``retrieval_rag.prompt_variant``) for the
+            answer prompt and its extraction.
+        max_passage_words: words kept per passage in the answer prompt (standard RAG's).
         docs_per_turn: new documents appended per search (already-seen ids skipped).
         initial_docs: documents retrieved with the question itself before turn 0 (0 = the
             paper's empty starting context).
         match_fn: Accept test, default exact match against any gold answer.
+        max_chars: characters of a search's documents shown in the rationale and query prompts.
 
     Returns:
         examples with qid, dataset, question, golden_answers, turn, context, answer, rationale,
         label ("Accept"/"Reject"), in question order then turn order.
     """
     match = match_fn or make_match_fn("em")
+    loop = _loop(llm, retriever, gen_params=gen_params, answer_params=answer_params, query_params=query_params,
+                 rag_variant=rag_variant, max_passage_words=max_passage_words, docs_per_turn=docs_per_turn,
+                 max_chars=max_chars)
     states = _initial_states(records, retriever, initial_docs)
     for turn in range(max_turns):
-        for s, (answer, rationale, _) in zip(states, _answer_turn(llm, states, gen_params, max_chars)):
-            ex = _example(s, turn, answer, rationale)
-            ex["label"] = "Accept" if match(answer, ex["golden_answers"]) else "Reject"
+        for s, a in zip(states, _answer_turn(loop, states)):
+            ex = _example(s, turn, a["answer"], a["rationale"])
+            ex["label"] = "Accept" if match(a["answer"], ex["golden_answers"]) else "Reject"
             s.history.append(ex)
         if turn < max_turns - 1:
-            _search_turn(llm, retriever, states, query_params, docs_per_turn, max_chars)
+            _search_turn(loop, states)
     return [ex for s in states for ex in s.history]
 
 
@@ -238,39 +321,65 @@ def _by_turn(rows: Sequence[tuple[int, bool]]) -> dict[int, dict[str, Any]]:
 
 
 def practice_summary(
-    examples: Sequence[Mapping[str, Any]], *, min_examples: int = 200, strict: bool = False
+    examples: Sequence[Mapping[str, Any]], *, min_examples: int = 200,
+    train: Sequence[Mapping[str, Any]] | None = None, strict: bool = False,
 ) -> dict[str, Any]:
     """How much self-practice data there is, per label and turn, and whether it can train a critic.
 
+    The critic trains on the balanced training set: the training side of the question split,
+    downsampled to as many Accept as Reject examples (:func:`balance_labels`), that is 2 x the
+    minority label's count. That size, not the number of practice examples, is checked.
+
     Args:
-        min_examples: the fewest examples that count as enough (the ``degenerate`` list says so
-            below it).
+        examples: every self-practice example.
+        min_examples: the fewest balanced training examples that count as enough.
+        train: the examples the critic is fitted on, before balancing (the training side of
+            :func:`split_by_question`); default: all ``examples``.
         strict: raise instead of flagging when a label is missing.
 
     Returns:
-        {"examples", "questions", "accept", "reject", "label_accept_rate_by_turn": {turn:
-        {"n", "accept_rate"}}, "degenerate": [...]}.
+        {"examples", "questions", "accept", "reject", "train_examples", "train_accept",
+        "train_reject", "balanced_train" (2 x the minority label count of ``train``),
+        "label_accept_rate_by_turn": {turn: {"n", "accept_rate"}}, "degenerate": a line when
+        the examples or the training examples lack a label, else one when the balanced training
+        set has fewer than ``min_examples`` examples; each line gives the counts}.
 
     Raises:
-        ValueError: with ``strict``, when the examples lack the Accept or the Reject label.
+        ValueError: with ``strict``, when the (training) examples lack the Accept or the Reject label.
     """
+    train = examples if train is None else train
     n_accept = sum(1 for e in examples if e["label"] == "Accept")
     n_reject = sum(1 for e in examples if e["label"] == "Reject")
+    t_accept = sum(1 for e in train if e["label"] == "Accept")
+    t_reject = sum(1 for e in train if e["label"] == "Reject")
+    balanced = 2 * min(t_accept, t_reject)
     out: dict[str, Any] = {
         "examples": len(examples), "questions": len({(str(e.get("dataset")), str(e["qid"])) for e in examples}),
-        "accept": n_accept, "reject": n_reject,
+        "accept": n_accept, "reject": n_reject, "train_examples": len(train), "train_accept": t_accept,
+        "train_reject": t_reject, "balanced_train": balanced,
         "label_accept_rate_by_turn": _by_turn([(e.get("turn", 0), e["label"] == "Accept") for e in examples]),
         "degenerate": [],
     }
     missing = [lab for lab, n in (("Accept", n_accept), ("Reject", n_reject)) if n == 0]
+    missing_train = [lab for lab, n in (("Accept", t_accept), ("Reject", t_reject)) if n == 0]
+    msg = None
     if missing:
-        msg = (f"simrag: self-practice produced no {missing[0]} example ({len(examples)} examples): "
-               "the critic can only predict one label")
+        msg = (f"simrag: self-practice produced no {missing[0]} example ({len(examples)} examples: {n_accept} "
+               f"Accept, {n_reject} Reject): the critic can only predict one label")
+    elif missing_train:
+        msg = (f"simrag: the critic's training examples have no {missing_train[0]} example ({len(train)} of "
+               f"{len(examples)} self-practice examples: {t_accept} Accept, {t_reject} Reject): the critic can only "
+               "predict one label")
+    if msg:
         if strict:
             raise ValueError(msg)
         out["degenerate"].append(msg)
-    if len(examples) < min_examples:
-        out["degenerate"].append(f"simrag: {len(examples)} self-practice examples, fewer than {min_examples}")
+    elif balanced < min_examples:
+        minority = "Accept" if t_accept <= t_reject else "Reject"
+        out["degenerate"].append(
+            f"simrag: the critic trains on {balanced} balanced examples (2 x {min(t_accept, t_reject)} {minority} "
+            f"among {len(train)} training examples, {len(examples)} self-practice examples in all), fewer than "
+            f"{min_examples}")
     return out
 
 
@@ -447,17 +556,26 @@ def simrag_infer(
     max_turns: int,
     gen_params: Any,
     query_params: Any,
+    answer_params: Any | None = None,
+    rag_variant: str = "default",
+    max_passage_words: int = 80,
     docs_per_turn: int = 2,
     initial_docs: int = 0,
     max_chars: int = 700,
 ) -> list[dict[str, Any]]:
     """Multi-round inference: answer, stop when ``critic.accept`` says so, else search again.
 
+    The arguments are :func:`self_practice`'s (without ``match_fn``), plus the critic.
+
     Returns:
-        copies of the records with prediction, raw_output, simrag_turns (answers produced),
-        simrag_accepted (the critic accepted the returned answer), simrag_context and
-        simrag_history (per turn: answer, rationale, accepted).
+        copies of the records with prediction, raw_output and followed_prefix (of the returned
+        answer's generation), simrag_turns (answers produced), simrag_accepted (the critic
+        accepted the returned answer), simrag_context and simrag_history (per turn: answer,
+        rationale, accepted).
     """
+    loop = _loop(llm, retriever, gen_params=gen_params, answer_params=answer_params, query_params=query_params,
+                 rag_variant=rag_variant, max_passage_words=max_passage_words, docs_per_turn=docs_per_turn,
+                 max_chars=max_chars)
     states = _initial_states(records, retriever, initial_docs)
     final: dict[int, dict[str, Any]] = {}
     active = list(range(len(states)))
@@ -465,23 +583,24 @@ def simrag_infer(
         if not active:
             break
         cur = [states[i] for i in active]
-        answers = _answer_turn(llm, cur, gen_params, max_chars)
-        exs = [_example(s, turn, a, r) for s, (a, r, _) in zip(cur, answers)]
-        verdicts = critic.accept(exs)
+        answers = _answer_turn(loop, cur)
+        verdicts = critic.accept([_example(s, turn, a["answer"], a["rationale"]) for s, a in zip(cur, answers)])
         still = []
-        for i, s, (a, r, raw), ok in zip(active, cur, answers, verdicts):
-            s.history.append({"turn": turn, "answer": a, "rationale": r, "accepted": bool(ok)})
+        for i, s, a, ok in zip(active, cur, answers, verdicts):
+            s.history.append({"turn": turn, "answer": a["answer"], "rationale": a["rationale"], "accepted": bool(ok)})
             if ok or turn == max_turns - 1:
-                final[i] = {"prediction": a, "raw_output": raw, "simrag_turns": turn + 1, "simrag_accepted": bool(ok)}
+                final[i] = {"prediction": a["answer"], "raw_output": a["raw"], "followed_prefix": a["followed"],
+                            "simrag_turns": turn + 1, "simrag_accepted": bool(ok)}
             else:
                 still.append(i)
         if turn < max_turns - 1:
-            _search_turn(llm, retriever, [states[i] for i in still], query_params, docs_per_turn, max_chars)
+            _search_turn(loop, [states[i] for i in still])
         active = still
     out = []
     for i, s in enumerate(states):
         r = dict(s.record)
-        r.update(final.get(i, {"prediction": "", "raw_output": "", "simrag_turns": 0, "simrag_accepted": False}))
+        r.update(final.get(i, {"prediction": "", "raw_output": "", "followed_prefix": False, "simrag_turns": 0,
+                               "simrag_accepted": False}))
         r["simrag_context"] = [dict(c) for c in s.context]
         r["simrag_history"] = s.history
         out.append(r)
@@ -508,7 +627,8 @@ def critic_report(
         {"confusion": :func:`confusion_matrix` on ``heldout``, "heldout_accept_rate_by_turn":
         {turn: {"n", "accept_rate", "label_accept_rate"}}, "inference_accept_rate_by_turn":
         {turn: {"n", "accept_rate"}}, "degenerate": one line per turn at which the critic
-        accepts every answer (held out or at inference), and one when it never accepts}.
+        accepts every answer (held out or at inference), one when it never accepts, and one when
+        no held-out example has a correct answer (its accept rate on right answers is unmeasured)}.
     """
     if accepted is None:
         accepted = critic.accept(list(heldout)) if heldout else []
@@ -528,5 +648,8 @@ def critic_report(
     verdicts = list(accepted) + [h["accepted"] for r in inference for h in r.get("simrag_history") or []]
     if verdicts and not any(verdicts):
         degenerate.append(f"simrag: the critic never accepts ({len(verdicts)} verdicts)")
+    if confusion["correct_accept"] + confusion["correct_reject"] == 0:
+        degenerate.append(f"simrag: no held-out example has a correct answer ({len(heldout)} held-out examples), so "
+                          "how often the critic accepts right answers is not measured")
     return {"confusion": confusion, "heldout_accept_rate_by_turn": held, "inference_accept_rate_by_turn": infer,
             "degenerate": degenerate}

@@ -26,9 +26,11 @@ class MethodSetup:
         params: the whole params.yaml.
         rag: ``params["retrieval_rag"]``, standard RAG's settings: every method reuses them.
         seed: ``params["common"]["seed"]``.
-        gen: the answer setting, ``answer_gen_params("default", rag["max_new_tokens"])``. It is
-            the default variant's because the methods also generate free-form text with it
-            (Self-Refine's feedback, SIM-RAG's reasoning), not only prefilled one-line answers.
+        gen: the default variant's answer setting, ``answer_gen_params("default",
+            rag["max_new_tokens"])``, for free-form text (Self-Refine's feedback, SIM-RAG's
+            rationale). A method's final answers use :attr:`answer_gen` with :attr:`variant`
+            (Self-Refine and SIM-RAG do), or pass :attr:`variant` to code that builds standard
+            RAG's prompt with ``gen``.
         llm: the generator (``runtime.load_generator(params)``).
         test: {dataset: the shared test records}, datasets in ``comparison.datasets`` order.
     """
@@ -40,6 +42,21 @@ class MethodSetup:
     gen: Any
     llm: Any
     test: dict[str, list[dict]]
+
+    @property
+    def variant(self) -> str:
+        """Standard RAG's prompt variant, ``rag["prompt_variant"]``: a method's final answers use
+        it (:func:`ragcritic_lib.rag.build_rag_messages` and ``extract_answer``)."""
+        return str(self.rag["prompt_variant"])
+
+    @property
+    def answer_gen(self) -> Any:
+        """Standard RAG's answer setting for :attr:`variant`,
+        ``answer_gen_params(variant, rag["max_new_tokens"])`` (for "prefill": cut at a newline):
+        the decoding of a method's final answers, where :attr:`gen` serves free-form text."""
+        from ragcritic_lib.rag import answer_gen_params
+
+        return answer_gen_params(self.variant, self.rag["max_new_tokens"])
 
     @property
     def datasets(self) -> list[str]:
