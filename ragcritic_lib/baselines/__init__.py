@@ -1,7 +1,9 @@
-"""The methods RAG-Critic is compared with, run in the same harness (notebook 09).
+"""The methods RAG-Critic is compared with, run in the same harness (notebooks 09-13, compared in 14).
 
-Submodules, one per paper: :mod:`.ragec` (RAGEC error classification), :mod:`.crag` (CRAG),
-:mod:`.simrag` (SIM-RAG), :mod:`.self_refine` (Self-Refine) and :mod:`.repair` (RePAIR).
+Submodules, one per paper: :mod:`.self_refine` (Self-Refine, notebook 09), :mod:`.crag` (CRAG, 10),
+:mod:`.simrag` (SIM-RAG, 11), :mod:`.repair` (RePAIR, 12) and :mod:`.ragec` (RAGEC error
+classification, 13); :mod:`.stage_setup` opens every method stage, :mod:`.harness` saves and
+loads their runs, :mod:`.compare` builds notebook 14's table.
 This module holds what they share: light text helpers, cost accounting around LLM calls, and
 the comparison table with paired bootstrap intervals against standard RAG.
 
