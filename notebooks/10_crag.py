@@ -54,14 +54,14 @@ from ragcritic_lib.baselines.harness import save_method_run
 from ragcritic_lib.baselines.stage_setup import setup_method
 
 setup = setup_method("crag")  # params, standard RAG's settings, the answer setting, generator, questions
-params, seed, rr, gen, llm, test = setup.params, setup.seed, setup.rag, setup.gen, setup.llm, setup.test
+params, seed, rr, llm, test = setup.params, setup.seed, setup.rag, setup.llm, setup.test
 reranker = None
 if use_reranker:
     from ragcritic_lib.retrieval import CrossEncoderReranker
 
     reranker = CrossEncoderReranker(runtime.retriever_config(params)["reranker"])
 ce = crag.make_ce_scorer(reranker)
-crag_kw = dict(gen_params=gen, k_secondary=k_secondary, top_strips=top_strips, min_strip_score=min_strip_score,
+crag_kw = dict(gen_params=setup.answer_gen, k_secondary=k_secondary, top_strips=top_strips, min_strip_score=min_strip_score,
                rewriter=rewriter, rag_variant=rr["prompt_variant"], max_passage_words=rr["max_passage_words"])
 {ds: len(recs) for ds, recs in test.items()}
 

@@ -70,7 +70,7 @@ datasets, retrievers, out_dir = setup.datasets, setup.load_retrievers(), setup.o
 judge = HeuristicCritic(load_taxonomy())  # grounded rules only: reads passages and answer, no gold
 judge_flags = lambda recs: [p.judgement == "Correct" for p in judge.critique(recs)]  # noqa: E731
 act_kw = dict(gen_params=gen, topk=rr["top_k"], max_doc_words=rr["max_passage_words"], rag_variant=rr["prompt_variant"])
-rag_kw = dict(k=rr["top_k"], variant=rr["prompt_variant"], gen_params=gen, max_passage_words=rr["max_passage_words"])
+rag_kw = dict(k=rr["top_k"], variant=rr["prompt_variant"], gen_params=setup.answer_gen, max_passage_words=rr["max_passage_words"])
 pref_kw = dict(n_sampled=sampled_plans, temperature=temperature, margin=margin, max_pairs=max_pairs, topk=rr["top_k"])
 {ds: len(recs) for ds, recs in test.items()}
 

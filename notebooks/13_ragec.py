@@ -49,8 +49,8 @@ from ragcritic_lib.stage_metrics import write_stage_metrics
 from ragcritic_lib.taxonomy import load_taxonomy
 
 setup = setup_method("ragec")  # params, standard RAG's settings, the answer setting, generator, questions
-params, seed, rr, gen, llm, test = setup.params, setup.seed, setup.rag, setup.gen, setup.llm, setup.test
-rag_kw = dict(k=rr["top_k"], variant=rr["prompt_variant"], gen_params=gen, max_passage_words=rr["max_passage_words"])
+params, seed, rr, llm, test = setup.params, setup.seed, setup.rag, setup.llm, setup.test
+rag_kw = dict(k=rr["top_k"], variant=rr["prompt_variant"], gen_params=setup.answer_gen, max_passage_words=rr["max_passage_words"])
 types = ragec.load_ragec_types()
 rerank_on = bool(runtime.retriever_config(params).get("rerank"))
 {ds: len(recs) for ds, recs in test.items()}
