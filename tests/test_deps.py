@@ -155,6 +155,13 @@ def test_literal_copies_of_a_stage_path_param_are_found():
         "reports/tables/t/x.csv (write reports/tables/${train.table})"]}
 
 
+def test_inter_stage_paths_are_declared_once_in_params():
+    # A path a stage reads from its params (a recipe, the critic it loads, ...) is written in dvc.yaml
+    # as ${section.key}; a literal copy would stay behind when params.yaml (or a profile) changes it.
+    raw, _, params = load_pipeline()
+    assert literal_duplicates(raw, params) == {}, "write the paths as ${...} templates in dvc.yaml"
+
+
 def test_resolved_deps_exist_or_come_out_of_another_stage():
     _, dvc, _ = load_pipeline()
     assert unproduced_deps(dvc) == {}
