@@ -13,19 +13,185 @@ from the modules that use them): such code can refuse a run but cannot change wh
 so editing, say, the planner's list of prompt variants does not re-run the retrieval stage.
 ``check`` also lists library files that dvc.yaml names but a stage never runs through, and ``fix``
 removes them, so the deps are the closure exactly.
+
+Paths that pass from one stage to the next and that a notebook reads from params.yaml (a recipe,
+the critic a later stage loads, ...) are declared once, in params.yaml, and dvc.yaml names them
+by DVC's templating, e.g. ``${correction.critic_dir}``. Everything here reads dvc.yaml with those
+templates resolved from params.yaml (as DVC does: ``resolve_templates``), and ``check`` lists a
+stage's dep or out written as a literal copy of one of its own path params (``literal_duplicates``)
+and deps that neither exist nor come out of another stage (``unproduced_deps``). ``fix`` edits
+lines, so templates stay as they are written.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import posixpath
+import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from . import paths
 
 PACKAGE = "ragcritic_lib"
 CHECK_ONLY = "# deps: check-only"
+# DVC's ``${key}`` (dotted keys, ``[n]`` list items); ``\${`` is DVC's escape for a literal ``${``.
+TEMPLATE = re.compile(r"(?<!\\)\$\{\s*([^{}\s]+?)\s*\}")
+# Sections whose path keys are not templated into dvc.yaml: ``common`` names the generator (a
+# served model name for the openai backend, not a path DVC could hash) and an open set of datasets.
+UNTEMPLATED_SECTIONS = ("common",)
+
+
+class TemplateError(ValueError):
+    """A ``${...}`` in dvc.yaml that params.yaml cannot fill."""
+
+
+def param_value(params: Mapping[str, Any], key: str) -> Any:
+    """The value of a dotted params key (``a.b.c``, ``a.list[0]``); KeyError naming the first missing part."""
+    node: Any = params
+    done: list[str] = []
+    for part in re.findall(r"[^.\[\]]+|\[\d+\]", key):
+        if part.startswith("["):
+            index = int(part[1:-1])
+            if not isinstance(node, list) or index >= len(node):
+                raise KeyError(f"{'.'.join(done) or 'params.yaml'} has no item {part}")
+            node = node[index]
+        else:
+            if not isinstance(node, Mapping) or part not in node:
+                raise KeyError(f"{'.'.join(done) or 'params.yaml'} has no key {part!r}")
+            node = node[part]
+        done.append(part)
+    return node
+
+
+def _resolve_str(text: str, params: Mapping[str, Any], where: str) -> str:
+    def fill(match: re.Match) -> str:
+        key = match.group(1)
+        try:
+            value = param_value(params, key)
+        except KeyError as exc:
+            raise TemplateError(f"dvc.yaml {where}: ${{{key}}}: params.yaml has no key {key} "
+                                f"({exc.args[0]})") from None
+        if isinstance(value, (Mapping, list)) or value is None:
+            raise TemplateError(f"dvc.yaml {where}: ${{{key}}}: params.yaml {key} is "
+                                f"{type(value).__name__}, not a string or number")
+        return str(value).lower() if isinstance(value, bool) else str(value)
+
+    return TEMPLATE.sub(fill, text).replace("\\${", "${")
+
+
+def resolve_templates(value: Any, params: Mapping[str, Any], *, where: str = "") -> Any:
+    """``value`` (a dvc.yaml node) with every ``${key}`` in its strings and mapping keys filled from ``params``.
+
+    Raises:
+        TemplateError: naming the key when params.yaml lacks it or holds a mapping or list there.
+    """
+    if isinstance(value, str):
+        return _resolve_str(value, params, where)
+    if isinstance(value, list):
+        return [resolve_templates(v, params, where=where) for v in value]
+    if isinstance(value, Mapping):
+        return {resolve_templates(k, params, where=where): resolve_templates(v, params, where=where)
+                for k, v in value.items()}
+    return value
+
+
+def resolve_dvc(dvc: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
+    """dvc.yaml's content with its templates resolved from params.yaml, stage by stage."""
+    if "vars" in dvc or any(isinstance(s, Mapping) and "vars" in s for s in (dvc.get("stages") or {}).values()):
+        raise TemplateError("dvc.yaml: `vars` is not supported here; templates are filled from params.yaml")
+    out = {key: resolve_templates(value, params, where=key) for key, value in dvc.items() if key != "stages"}
+    out["stages"] = {name: resolve_templates(stage, params, where=f"stage {name}")
+                     for name, stage in (dvc.get("stages") or {}).items()}
+    return out
+
+
+def load_pipeline(root: Path | None = None) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """dvc.yaml as written, the same with its templates resolved, and params.yaml (under ``root``)."""
+    import yaml
+
+    root = Path(root or paths.ROOT)
+    raw = yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8")) or {}
+    params = yaml.safe_load((root / "params.yaml").read_text(encoding="utf-8")) or {}
+    return raw, resolve_dvc(raw, params), params
+
+
+def _entry_path(entry: Any) -> str:
+    return entry if isinstance(entry, str) else next(iter(entry))
+
+
+def _stage_paths(stage: Mapping[str, Any], fields=("deps", "outs", "metrics", "plots")) -> list[str]:
+    return [_entry_path(e) for f in fields for e in (stage.get(f) or [])]
+
+
+def stage_path_params(stage: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, str]:
+    """``{dotted key: value}`` of the path-shaped strings (with a ``/``) among a stage's declared params,
+    leaving out ``UNTEMPLATED_SECTIONS``."""
+    found: dict[str, str] = {}
+
+    def walk(key: str, value: Any) -> None:
+        if isinstance(value, Mapping):
+            for k, v in value.items():
+                walk(f"{key}.{k}", v)
+        elif isinstance(value, str) and "/" in value and "{" not in value and "://" not in value:
+            found[key] = posixpath.normpath(value)
+
+    for entry in stage.get("params") or []:
+        if not isinstance(entry, str) or entry.split(".")[0] in UNTEMPLATED_SECTIONS:
+            continue  # a mapping entry names another params file
+        try:
+            walk(entry, param_value(params, entry))
+        except KeyError:
+            continue  # `params check` and DVC report a missing key
+    return found
+
+
+def literal_duplicates(dvc: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Per stage, its deps and outs written as a literal copy of one of its own path params.
+
+    ``dvc`` is dvc.yaml as written. A literal equal to a param's value, inside it, or ending with it
+    (a param relative to a folder, e.g. ``analysis.ragec_types_table`` under reports/tables/) is a
+    second declaration of the path: when params.yaml changes, DVC would go on tracking the old one.
+    """
+    out: dict[str, list[str]] = {}
+    for name, stage in (dvc.get("stages") or {}).items():
+        values = stage_path_params(stage, params)
+        found = []
+        for path in _stage_paths(stage):
+            if TEMPLATE.search(path):
+                continue
+            norm = posixpath.normpath(path)
+            for key, value in values.items():
+                if norm == value or norm.startswith(value + "/"):
+                    found.append(f"{path} (write ${{{key}}}{norm[len(value):]})")
+                elif norm.endswith("/" + value):
+                    found.append(f"{path} (write {norm[: -len(value)]}${{{key}}})")
+        if found:
+            out[name] = found
+    return out
+
+
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def unproduced_deps(dvc: Mapping[str, Any], *, root: Path | None = None) -> dict[str, list[str]]:
+    """Per stage, resolved deps that do not exist under ``root`` and that no other stage writes."""
+    root = Path(root or paths.ROOT)
+    stages = dvc.get("stages") or {}
+    outs = {name: [posixpath.normpath(p) for p in _stage_paths(s, ("outs", "metrics", "plots"))]
+            for name, s in stages.items()}
+    out: dict[str, list[str]] = {}
+    for name, stage in stages.items():
+        others = [o for other, paths_ in outs.items() if other != name for o in paths_]
+        bad = [d for d in _stage_paths(stage, ("deps",))
+               if not (root / d).exists() and not any(_under(posixpath.normpath(d), o) for o in others)]
+        if bad:
+            out[name] = bad
+    return out
 
 
 def _module_file(module: str, root: Path) -> Path | None:
@@ -120,7 +286,10 @@ def _covered(path: str, deps: list[str]) -> bool:
 
 
 def missing_deps(dvc: dict, *, root: Path | None = None) -> dict[str, list[str]]:
-    """Per stage, the files of its notebook's import closure that dvc.yaml does not list."""
+    """Per stage, the files of its notebook's import closure that dvc.yaml does not list.
+
+    ``dvc`` has its templates resolved (``resolve_dvc``); so has ``dvc`` of ``extra_deps``.
+    """
     root = Path(root or paths.ROOT)
     out: dict[str, list[str]] = {}
     for name, stage in dvc.get("stages", {}).items():
@@ -195,17 +364,30 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "closure":
         print("\n".join(sorted(import_closure(args.source))))
         return 0
-    text = paths.DVC_FILE.read_text(encoding="utf-8")
-    missing, extra = missing_deps(yaml.safe_load(text)), extra_deps(yaml.safe_load(text))
-    if args.cmd == "fix":
-        paths.DVC_FILE.write_text(drop_extra(add_missing(text, missing), extra), encoding="utf-8")
-        fixed = yaml.safe_load(paths.DVC_FILE.read_text(encoding="utf-8"))
-        missing, extra = missing_deps(fixed), extra_deps(fixed)
+    try:
+        params = yaml.safe_load(paths.PARAMS_FILE.read_text(encoding="utf-8")) or {}
+        text = paths.DVC_FILE.read_text(encoding="utf-8")
+        resolved = resolve_dvc(yaml.safe_load(text), params)
+        missing, extra = missing_deps(resolved), extra_deps(resolved)
+        if args.cmd == "fix":
+            paths.DVC_FILE.write_text(drop_extra(add_missing(text, missing), extra), encoding="utf-8")
+            text = paths.DVC_FILE.read_text(encoding="utf-8")
+            resolved = resolve_dvc(yaml.safe_load(text), params)
+            missing, extra = missing_deps(resolved), extra_deps(resolved)
+    except TemplateError as exc:
+        print(exc)
+        return 1
+    twice, unproduced = literal_duplicates(yaml.safe_load(text), params), unproduced_deps(resolved)
     for stage, files in missing.items():
         print(f"dvc.yaml: stage {stage} runs through but does not depend on: {', '.join(files)}")
     for stage, files in extra.items():
         print(f"dvc.yaml: stage {stage} depends on but never runs through: {', '.join(files)}")
-    return 1 if missing or extra else 0
+    for stage, files in twice.items():
+        print(f"dvc.yaml: stage {stage} repeats a path of its params literally: {', '.join(files)}")
+    for stage, files in unproduced.items():
+        print(f"dvc.yaml: stage {stage} depends on paths that neither exist nor come out of another stage: "
+              f"{', '.join(files)}")
+    return 1 if missing or extra or twice or unproduced else 0
 
 
 if __name__ == "__main__":

@@ -2,10 +2,14 @@
 
 import textwrap
 
+import pytest
 import yaml
 
 from ragcritic_lib import paths
-from ragcritic_lib.deps import add_missing, drop_extra, extra_deps, import_closure, missing_deps, stage_closure
+from ragcritic_lib.deps import (
+    TemplateError, add_missing, drop_extra, extra_deps, import_closure, literal_duplicates, load_pipeline, main,
+    missing_deps, resolve_dvc, stage_closure, unproduced_deps,
+)
 
 
 def _write(root, rel, text):
@@ -56,7 +60,7 @@ def test_missing_deps_and_fix_keep_comments(tmp_path):
 
 
 def test_dvc_yaml_deps_cover_every_stage_import_closure():
-    dvc = yaml.safe_load(paths.DVC_FILE.read_text(encoding="utf-8"))
+    _, dvc, _ = load_pipeline()
     assert missing_deps(dvc) == {}, "run `python -m ragcritic_lib.deps fix`"
     assert extra_deps(dvc) == {}, "run `python -m ragcritic_lib.deps fix`"
 
@@ -93,3 +97,71 @@ def test_extra_library_deps_are_found_and_dropped(tmp_path):
     assert extra_deps(dvc, root=tmp_path) == {"x": ["ragcritic_lib/unused.py"]}
     fixed = yaml.safe_load(drop_extra(text, extra_deps(dvc, root=tmp_path)))
     assert extra_deps(fixed, root=tmp_path) == {} and "data/x_in" in fixed["stages"]["x"]["deps"]
+
+
+_TEMPLATED = """\
+stages:
+  train:
+    cmd: python -m ragcritic_lib.stage notebooks/01_x.py
+    deps:
+      - ragcritic_lib/a.py
+      - ${train.recipe}          # the recipe
+      - ${train.critic_dir}/merged
+      - data/other
+    params:
+      - train
+    outs:
+      - data/train
+"""
+
+
+def test_templates_resolve_from_params_and_name_a_missing_key():
+    params = {"train": {"recipe": "configs/r.yaml", "critic_dir": "data/critic"}}
+    deps = resolve_dvc(yaml.safe_load(_TEMPLATED), params)["stages"]["train"]["deps"]
+    assert deps == ["ragcritic_lib/a.py", "configs/r.yaml", "data/critic/merged", "data/other"]
+    with pytest.raises(TemplateError, match=r"stage train: \$\{train\.recipe\}: params.yaml has no key train.recipe"):
+        resolve_dvc(yaml.safe_load(_TEMPLATED), {"train": {"critic_dir": "data/critic"}})
+    with pytest.raises(TemplateError, match=r"train\.recipe is dict"):
+        resolve_dvc(yaml.safe_load(_TEMPLATED), {"train": {"recipe": {"a": 1}, "critic_dir": "x"}})
+
+
+def test_fix_keeps_templates_as_written(tmp_path, monkeypatch):
+    _toy_repo(tmp_path)
+    (tmp_path / "params.yaml").write_text("train:\n  recipe: configs/r.yaml\n  critic_dir: data/critic\n")
+    (tmp_path / "dvc.yaml").write_text(_TEMPLATED)
+    monkeypatch.setattr(paths, "ROOT", tmp_path)
+    monkeypatch.setattr(paths, "DVC_FILE", tmp_path / "dvc.yaml")
+    monkeypatch.setattr(paths, "PARAMS_FILE", tmp_path / "params.yaml")
+    main(["fix"])
+    text = (tmp_path / "dvc.yaml").read_text()
+    assert "      - ${train.recipe}          # the recipe\n      - ${train.critic_dir}/merged\n" in text
+    assert "      - ragcritic_lib/b.py\n" in text  # the closure was completed around them
+
+
+def test_literal_copies_of_a_stage_path_param_are_found():
+    params = {"train": {"recipe": "configs/r.yaml", "critic_dir": "data/critic", "table": "t/x.csv"},
+              "common": {"model": "data/models/m"}}
+    dvc = yaml.safe_load(textwrap.dedent("""\
+        stages:
+          train:
+            deps: [configs/r.yaml, data/critic/merged, reports/tables/t/x.csv, data/models/m, '${train.recipe}']
+            params: [common, train]
+          other:
+            deps: [configs/r.yaml]   # reads no train params: a path of its own
+            params: [other]
+        """))
+    assert literal_duplicates(dvc, params) == {"train": [
+        "configs/r.yaml (write ${train.recipe})", "data/critic/merged (write ${train.critic_dir}/merged)",
+        "reports/tables/t/x.csv (write reports/tables/${train.table})"]}
+
+
+def test_inter_stage_paths_are_declared_once_in_params():
+    # A path a stage reads from its params (a recipe, the critic it loads, ...) is written in dvc.yaml
+    # as ${section.key}; a literal copy would stay behind when params.yaml (or a profile) changes it.
+    raw, _, params = load_pipeline()
+    assert literal_duplicates(raw, params) == {}, "write the paths as ${...} templates in dvc.yaml"
+
+
+def test_resolved_deps_exist_or_come_out_of_another_stage():
+    _, dvc, _ = load_pipeline()
+    assert unproduced_deps(dvc) == {}
