@@ -172,7 +172,9 @@ print(f"critic verdict: {critic_verdict} (threshold {threshold:+.3f}); planner d
 list(methods_for(datasets[0]))
 
 # %%
-gen_params = answer_gen_params("default", rag_cfg["max_new_tokens"])  # the answer setting notebooks 09-13 share
+# GenerateAnswer writes the answers with standard RAG's prompt variant, so it decodes with that variant's
+# answer setting (prefill: one line), as standard RAG (01) and the methods 09-13 do.
+gen_params = answer_gen_params(rag_cfg["prompt_variant"], rag_cfg["max_new_tokens"])
 retriever_cfg = runtime.retriever_config(params)
 # The cross-encoder reranks action retrievals and selects sentences for RefineDoc; GenerateAnswer
 # reads at most standard RAG's top_k passages (the embedded reader gets worse past three).

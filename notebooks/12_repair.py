@@ -65,11 +65,11 @@ from ragcritic_lib.taxonomy import load_taxonomy
 from ragcritic_lib.training import dpo_start
 
 setup = setup_method("repair")  # params, standard RAG's settings, the answer setting, generator, questions
-params, seed, rr, gen, llm, test = setup.params, setup.seed, setup.rag, setup.gen, setup.llm, setup.test
+params, seed, rr, llm, test = setup.params, setup.seed, setup.rag, setup.llm, setup.test
 datasets, retrievers, out_dir = setup.datasets, setup.load_retrievers(), setup.out_dir
 judge = HeuristicCritic(load_taxonomy())  # grounded rules only: reads passages and answer, no gold
 judge_flags = lambda recs: [p.judgement == "Correct" for p in judge.critique(recs)]  # noqa: E731
-act_kw = dict(gen_params=gen, topk=rr["top_k"], max_doc_words=rr["max_passage_words"], rag_variant=rr["prompt_variant"])
+act_kw = dict(gen_params=setup.answer_gen, topk=rr["top_k"], max_doc_words=rr["max_passage_words"], rag_variant=rr["prompt_variant"])
 rag_kw = dict(k=rr["top_k"], variant=rr["prompt_variant"], gen_params=setup.answer_gen, max_passage_words=rr["max_passage_words"])
 pref_kw = dict(n_sampled=sampled_plans, temperature=temperature, margin=margin, max_pairs=max_pairs, topk=rr["top_k"])
 {ds: len(recs) for ds, recs in test.items()}

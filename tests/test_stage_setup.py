@@ -109,3 +109,44 @@ def test_self_refine_and_simrag_answer_with_standard_rags_variant(stem):
     # Their final answers use standard RAG's prompt variant and its answer setting.
     source = (NOTEBOOKS / f"{stem}.py").read_text(encoding="utf-8")
     assert "setup.answer_gen" in source and "setup.variant" in source
+
+
+def _action_set_answer_settings(source: str) -> list[str]:
+    """The source text of the ``gen_params`` every ``ActionSet(...)`` call of a notebook gets,
+    directly or through a ``**name`` whose ``name = dict(...)`` the notebook assigns."""
+    import ast
+
+    tree = ast.parse(source)
+    dicts = {t.id: node.value for node in ast.walk(tree) if isinstance(node, ast.Assign)
+             for t in node.targets if isinstance(t, ast.Name) and isinstance(node.value, ast.Call)
+             and isinstance(node.value.func, ast.Name) and node.value.func.id == "dict"}
+    found = []
+    for call in ast.walk(tree):
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "ActionSet"):
+            continue
+        keywords = list(call.keywords)
+        for kw in call.keywords:
+            if kw.arg is None and isinstance(kw.value, ast.Name) and kw.value.id in dicts:
+                keywords += dicts[kw.value.id].keywords
+        found += [ast.unparse(kw.value) for kw in keywords if kw.arg == "gen_params"]
+    return found
+
+
+@pytest.mark.parametrize("stem, expected", [
+    ("08_correction", 'answer_gen_params(rag_cfg["prompt_variant"], rag_cfg["max_new_tokens"])'),
+    ("12_repair", "setup.answer_gen"),
+])
+def test_action_set_answers_with_standard_rags_setting(stem, expected):
+    # GenerateAnswer writes RAG-Critic's (08) and RePAIR's (12) final answers with standard RAG's
+    # prompt variant (ActionSet's rag_variant), so it decodes with that variant's answer setting
+    # (prefill: cut at the first newline), as standard RAG and the methods 09-13 do.
+    import ast
+
+    source = (NOTEBOOKS / f"{stem}.py").read_text(encoding="utf-8")
+    settings = _action_set_answer_settings(source)
+    assert settings, stem
+    tree = ast.parse(source)
+    assigned = {t.id: ast.unparse(node.value) for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                for t in node.targets if isinstance(t, ast.Name)}
+    for setting in settings:
+        assert assigned.get(setting, setting).replace("'", '"') == expected, (stem, setting)
