@@ -135,6 +135,10 @@ def balance_correct(
 
     Returns:
         (samples, counts) with counts of available and kept errors and correct samples.
+
+    Raises:
+        ValueError: the result would be empty: no wrong or no right answer among ``samples``, or
+            ``max_samples`` below 2. The message gives both counts.
     """
     rng = random.Random(seed)
     errors = [dict(s) for s in samples if s["judgement"] == ERROR]
@@ -142,6 +146,12 @@ def balance_correct(
     n = min(len(errors), len(corrects))
     if max_samples is not None:
         n = min(n, max_samples // 2)
+    if n == 0:
+        raise ValueError(
+            f"balance_correct: {len(errors)} wrong and {len(corrects)} right answers (max_samples="
+            f"{max_samples}) give an empty balanced set; a critic needs both kinds. In the pipeline, "
+            "sample more questions (error_sampling.questions_per_dataset) so that the pool holds right "
+            "answers, or raise max_train_samples.")
     kept_err = rng.sample(errors, n) if n < len(errors) else errors
     kept_cor = rng.sample(corrects, n) if n < len(corrects) else corrects
     out = kept_err + kept_cor

@@ -95,6 +95,16 @@ def test_balance_correct_equal_counts(tx) -> None:
     assert out == out2
 
 
+def test_balance_correct_refuses_an_empty_balanced_set(tx) -> None:
+    only_errors = make_samples(_four_errors(tx), [])
+    with pytest.raises(ValueError, match=r"4 wrong and 0 right answers .*error_sampling.questions_per_dataset"):
+        balance_correct(only_errors, seed=0)
+    with pytest.raises(ValueError, match="0 wrong and 2 right"):
+        balance_correct(make_samples([], [_cor(0), _cor(1)]), seed=0)
+    with pytest.raises(ValueError, match="max_samples=1"):
+        balance_correct(make_samples(_four_errors(tx), [_cor(0)]), seed=0, max_samples=1)
+
+
 def test_sft_examples_end_with_the_target(tx) -> None:
     samples = make_samples(_four_errors(tx)[:1], [_cor(0)])
     ex = sft_examples(samples, tx, top_k=1, passage_words=5)
