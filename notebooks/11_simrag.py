@@ -20,7 +20,12 @@
 # The critic is trained on **self-practice** data (the paper's Algorithm 1): the system runs the
 # same loop on train questions without a critic, and every (question, context, answer, rationale)
 # it produces is labelled Accept when the answer matches a gold answer and Reject otherwise. The
-# labels are balanced and split by question, so no held-out question was seen in training.
+# paper's match is exact; `match` and `match_threshold` default to the project's correctness judge
+# (token F1 >= 0.5, as in error sampling), because a 135M reader's free answers are rarely exact
+# (at `match: em`, 11 of 204 practice answers were labelled Accept). The examples are split by
+# question, so no held-out question was seen in training, and the training side is balanced by
+# repeating the rarer label's examples (`balance: oversample`; `downsample` cuts the other label
+# instead), so the critic learns from every distinct example.
 #
 # In the paper the critic is Flan-T5 fine-tuned on those examples. Here the same role is played
 # by the packaged LLM fine-tuned with LoRA (`critic: llm`); the light TF-IDF logistic regression
@@ -28,22 +33,27 @@
 # critic (Accept exactly when the answer is right; it reads the gold answers) gives the ceiling of
 # the loop and is labelled as an oracle. A balanced training set smaller than `min_examples`, a
 # missing label, held-out examples without a correct answer, or a critic that accepts every answer
-# at some turn are flagged as degenerate.
+# at some turn are flagged as degenerate; so are fewer than `min_examples` distinct training
+# examples or fewer than `min_minority` of the rarer label. `critic_steps: -1` trains one epoch
+# over the balanced set.
 #
 # Each turn's answer is standard RAG's: its prompt (variant `retrieval_rag.prompt_variant`) over
 # the passages gathered so far, read with its answer extraction; the rationale the critic reads
 # has SIM-RAG's own prompt and explains that answer.
 
 # %% tags=["parameters"]
-train_questions = 68
+train_questions = 100
 min_examples = 200
+min_minority = 20
 max_turns = 3
 docs_per_turn = 2
 initial_docs = 0
-match = "em"
+match = "f1"
+match_threshold = 0.5
+balance = "oversample"
 critic = "llm"
 critic_recipe = "configs/train/critic_sft.yaml"
-critic_steps = 50
+critic_steps = -1
 critic_base_model = ""
 heldout_frac = 0.3
 classifier_ablation = True
@@ -55,7 +65,7 @@ import dataclasses
 import pandas as pd
 
 from ragcritic_lib import runtime
-from ragcritic_lib.baselines import MeteredLLM, add_costs, dataset_costs, per_dataset, simrag, stopwatch
+from ragcritic_lib.baselines import MeteredLLM, add_costs, dataset_costs, epochs_trained, per_dataset, simrag, stopwatch
 from ragcritic_lib.baselines.harness import save_method_run
 from ragcritic_lib.baselines.stage_setup import setup_method
 
@@ -66,7 +76,7 @@ datasets, retrievers, out_dir = setup.datasets, setup.load_retrievers(), setup.o
 sim_kw = dict(max_turns=max_turns, gen_params=gen, query_params=short, docs_per_turn=docs_per_turn,
               initial_docs=initial_docs, answer_params=setup.answer_gen, rag_variant=setup.variant,
               max_passage_words=rr["max_passage_words"])  # answers as standard RAG writes them; gen: rationales
-match_fn = simrag.make_match_fn(match)
+match_fn = simrag.make_match_fn(match, match_threshold)
 {ds: len(recs) for ds, recs in test.items()}
 
 # %% [markdown]
@@ -82,11 +92,13 @@ with stopwatch() as t_practice:
                                              match_fn=match_fn, **sim_kw)
 # BEGIN SOLUTION hint: split practice into train_ex, heldout_ex with simrag.split_by_question (heldout_frac, seed), then summarize it with simrag.practice_summary (min_examples, train=train_ex)
 train_ex, heldout_ex = simrag.split_by_question(practice, heldout_frac=heldout_frac, seed=seed)
-practice_info = simrag.practice_summary(practice, min_examples=min_examples, train=train_ex)
+practice_info = simrag.practice_summary(practice, min_examples=min_examples, min_minority=min_minority,
+                                        balance=balance, train=train_ex)
 # END SOLUTION
 heldout_ex = sorted(heldout_ex, key=lambda e: datasets.index(e["dataset"]))  # grouped by dataset, order kept
-balanced = simrag.balance_labels(train_ex, seed=seed)
-pd.DataFrame([{"examples": len(practice), "accepted": practice_info["accept"], "train_balanced": len(balanced),
+balanced = simrag.balance_labels(train_ex, seed=seed, mode=balance)
+pd.DataFrame([{"examples": len(practice), "accepted": practice_info["accept"], "train_distinct": len(train_ex),
+               "train_accept": practice_info["train_accept"], "train_balanced": len(balanced),
                "heldout": len(heldout_ex), "degenerate": practice_info["degenerate"]}])
 
 # %% [markdown]
@@ -114,6 +126,7 @@ with stopwatch() as t_critic:
         critics["llm"] = simrag.LLMSufficiencyCritic(meters["llm"])
         held["llm"] = heldout_verdicts(simrag.LLMSufficiencyCritic(held_m), held_m)
         training["llm_critic"] = {"steps": res.steps, "seconds_per_step": round(res.seconds_per_step, 2),
+                                  "epochs": epochs_trained(res), "rows": res.examples,
                                   "heldout_calls": held_m.cost()["calls"]}
     if critic == "classifier" or classifier_ablation:
         critics["classifier"] = simrag.ClassifierCritic(seed=seed).fit(balanced)
@@ -171,7 +184,8 @@ conf = confusions[critic]
 accepted = sum(1 for r in main_out if r.get("simrag_accepted"))
 mean_turns = sum(r.get("simrag_turns", 0) for r in main_out) / max(1, len(main_out))
 text = [f"Self-practice gave {len(practice)} examples ({practice_info['accept']} accepted as correct); the "
-        f"{critic} critic was trained on {len(balanced)} balanced examples and scores {conf['accuracy']:.0%} on "
+        f"{critic} critic learned from {practice_info['distinct_train']} distinct training examples "
+        f"({practice_info['train_accept']} Accept; {len(balanced)} after balancing by {balance}) and scores {conf['accuracy']:.0%} on "
         f"{conf['n']} held-out ones (accepting {conf['shares']['wrong_accept']:.0%} wrong and rejecting "
         f"{conf['shares']['correct_reject']:.0%} right answers, as shares of all held-out examples).",
         f"On the test questions the critic accepted {accepted} of {len(main_out)} final answers, after "
@@ -189,7 +203,8 @@ save_method_run(
     training={"calls": practice_cost["calls"] + training.get("llm_critic", {}).get("heldout_calls", 0),
               "seconds": round(t_practice["seconds"] + t_critic["seconds"], 1),
               "by_dataset": {ds: {"calls": c["calls"]} for ds, c in practice_m.cost_by_dataset().items()},
-              "what": "self-practice answers and queries, critic fine-tuning and its held-out check", **training},
+              "what": "self-practice answers and queries, critic fine-tuning and its held-out check",
+              "optimizer_seconds": round(res.seconds, 1) if critic == "llm" else 0.0, **training},
     degenerate=degenerate, seconds=seconds, extra_runs=runs,
     info={"critic": critic, "practice_examples": len(practice), "practice": practice_info,
           "balanced_train": len(balanced), "heldout_confusion": confusions[critic], "heldout_confusion_by_critic": confusions,

@@ -31,20 +31,23 @@
 # Setting `init_adapter` to that adapter reproduces the earlier, taxonomy-informed variant. At
 # test time the final planner writes one plan per answer (greedy); a rejected or failing plan
 # keeps the standard RAG answer. Fewer than `min_states` training states, a DPO phase without
-# pairs, no executed test plan, or one plan above 60% of executed plans are flagged as degenerate.
+# pairs or short of one epoch over its pairs, no executed test plan, or one plan above 60% of
+# executed plans are flagged as degenerate. `offpolicy_steps` / `onpolicy_steps` of -1 train each
+# phase for one epoch (the paper's setting); each state gives at most `max_pairs` pairs, its best
+# plan against its worst first.
 
 # %% tags=["parameters"]
-train_questions = 24
+train_questions = 64
 min_states = 100
 grammar_plans = 4
 sampled_plans = 2
 temperature = 0.8
 margin = 0.0
-max_pairs = 4
+max_pairs = 2
 dpo_recipe = "configs/train/critic_dpo.yaml"
 dpo_beta = 0.1
-offpolicy_steps = 6
-onpolicy_steps = 6
+offpolicy_steps = -1
+onpolicy_steps = -1
 init_adapter = ""
 base_model = ""
 
@@ -55,7 +58,8 @@ import pandas as pd
 
 from ragcritic_lib import paths, runtime
 from ragcritic_lib.agent.actions import ActionSet
-from ragcritic_lib.baselines import MeteredLLM, add_costs, dataset_costs, per_dataset, records_cost, repair, stopwatch
+from ragcritic_lib.baselines import (MeteredLLM, add_costs, dataset_costs, epochs_trained, per_dataset, records_cost,
+                                     repair, stopwatch)
 from ragcritic_lib.baselines.harness import save_method_run
 from ragcritic_lib.baselines.stage_setup import setup_method
 from ragcritic_lib.critic import HeuristicCritic
@@ -133,7 +137,8 @@ final_start = dpo_start(res_on) if res_on else start_on
 on_states = len({(c["dataset"], c["qid"]) for c in on_log})
 training_cost = add_costs(gen_m.cost(), planner.cost(), planner_off.cost() if planner_off is not planner else {})
 pd.DataFrame([{"phase": phase, "states": states, "candidates": len(log), "pairs": len(pairs),
-               "dpo_steps": res.steps if res else 0, "s_per_step": round(res.seconds_per_step, 1) if res else None}
+               "dpo_steps": res.steps if res else 0, "epochs": epochs_trained(res) if res else 0.0,
+               "s_per_step": round(res.seconds_per_step, 1) if res else None}
               for phase, states, log, pairs, res in [("off-policy", off_states, off_log, off_pairs, res_off),
                                                      ("on-policy", on_states, on_log, on_pairs, res_on)]])
 
@@ -160,7 +165,13 @@ if executed and top_share > 0.6:
     degenerate.append(f"repair: one plan is {top_share:.0%} of the {len(executed)} executed test plans")
 if off_states + on_states < min_states:
     degenerate.append(f"repair: {off_states} off-policy + {on_states} on-policy training states (< {min_states})")
-info.update(distinct_plans=len(plan_counts), top_plan_share=top_share, states={"off": off_states, "on": on_states})
+epochs = {"off": epochs_trained(res_off) if res_off else 0.0, "on": epochs_trained(res_on) if res_on else 0.0}
+for phase, pairs, res in (("off-policy", off_pairs, res_off), ("on-policy", on_pairs, res_on)):
+    if pairs and res and epochs_trained(res) < 1:
+        degenerate.append(f"repair: the {phase} DPO phase made {res.steps} steps, {epochs_trained(res):.2f} epochs "
+                          f"over its {res.examples} pairs (< 1)")
+info.update(distinct_plans=len(plan_counts), top_plan_share=top_share, states={"off": off_states, "on": on_states},
+            dpo_epochs=epochs)
 pd.Series([r["repair_error"] or "ok" for r in out]).value_counts().rename("plans by outcome")
 
 # %% [markdown]
@@ -198,7 +209,8 @@ save_method_run(
     cost_by_dataset=dataset_costs(base_cost, final_planner.cost_by_dataset(), gen_test.cost_by_dataset()),
     training={"calls": training_cost["calls"], "seconds": round(t_off["seconds"] + t_dpo["seconds"], 1),
               "dpo_steps": [res_off.steps if res_off else 0, res_on.steps if res_on else 0],
-              "what": "train answers, executed candidate plans and two DPO rounds"},
+              "what": "train answers, executed candidate plans and two DPO rounds",
+              "optimizer_seconds": round(sum(r.seconds for r in (res_off, res_on) if r), 1)},
     degenerate=degenerate, seconds={"offpolicy": t_off["seconds"], "dpo_and_onpolicy": t_dpo["seconds"], "test": t["seconds"]},
     info={"repair": {**info, "offpolicy_pairs": len(off_pairs), "onpolicy_pairs": len(on_pairs),
                      "planner_start": "adapter" if start["init_adapter"] else "base model"},

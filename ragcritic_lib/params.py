@@ -288,6 +288,7 @@ LAUNCHERS = ("inprocess", "accelerate")  # ragcritic_lib.training.run_training
 CRITIC_PROMPTS = ("trained", "zeroshot")  # ragcritic_lib.critic.LLMCritic
 CRAG_REWRITERS = ("keywords", "llm")  # ragcritic_lib.baselines.crag
 SIMRAG_CRITICS = ("classifier", "llm")  # notebook 11: a feature classifier or a LoRA-tuned LLM
+SIMRAG_BALANCE = ("oversample", "downsample")  # notebook 11: how the critic's labels are balanced
 # The base model a critic or planner is trained from: a local folder (or a stage's output), or ""
 # for the generator's model (see runtime.resolve_base_model; a served name cannot be trained).
 BASE_MODEL = input_path(empty_ok=True)
@@ -422,7 +423,8 @@ def rules() -> dict[str, dict[str, Rule]]:
         },
         "simrag": {
             "train_questions": count, "min_examples": count, "max_turns": count, "docs_per_turn": count,
-            "initial_docs": some, "match": one_of(mining.METRICS), "critic": one_of(SIMRAG_CRITICS),
+            "initial_docs": some, "match": one_of(mining.METRICS), "match_threshold": FRACTION,
+            "min_minority": some, "balance": one_of(SIMRAG_BALANCE), "critic": one_of(SIMRAG_CRITICS),
             "critic_recipe": input_path(), "critic_steps": steps(), "critic_base_model": BASE_MODEL,
             "heldout_frac": number(0, 1, low_open=True, high_open=True), "classifier_ablation": boolean(),
             "oracle_ceiling": boolean(),

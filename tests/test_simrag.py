@@ -66,16 +66,29 @@ def _ex(qid, label, turn=0):
     return {"qid": qid, "label": label, "turn": turn}
 
 
-def test_balance_labels():
+def test_balance_labels_downsample():
     exs = [_ex("a", "Accept"), _ex("b", "Reject"), _ex("c", "Reject"), _ex("d", "Reject"), _ex("e", "Accept")]
-    out = simrag.balance_labels(exs, seed=0)
+    out = simrag.balance_labels(exs, seed=0, mode="downsample")
     assert [e["label"] for e in out].count("Accept") == 2 and [e["label"] for e in out].count("Reject") == 2
     assert {"a", "e"} <= {e["qid"] for e in out}
     assert [e["qid"] for e in out] == sorted(e["qid"] for e in out)  # original order kept
-    assert out == simrag.balance_labels(exs, seed=0)
+    assert out == simrag.balance_labels(exs, seed=0, mode="downsample")
     even = [_ex("a", "Accept"), _ex("b", "Reject")]
-    assert simrag.balance_labels(even) == even
+    assert simrag.balance_labels(even, mode="downsample") == even == simrag.balance_labels(even)
     assert simrag.balance_labels([_ex("a", "Reject")]) == [_ex("a", "Reject")]
+
+
+def test_balance_labels_oversample_keeps_every_example_and_repeats_the_minority_evenly():
+    exs = [_ex("a", "Accept"), _ex("e", "Accept")] + [_ex(f"r{i}", "Reject") for i in range(7)]
+    out = simrag.balance_labels(exs, seed=3)
+    assert out[:len(exs)] == exs  # the originals first, in order
+    labels = [e["label"] for e in out]
+    assert labels.count("Accept") == labels.count("Reject") == 7 and len(out) == 14
+    repeats = [e["qid"] for e in out[len(exs):]]
+    assert sorted({q: repeats.count(q) for q in repeats}.values()) == [2, 3]  # 5 repeats over 2 examples
+    assert out == simrag.balance_labels(exs, seed=3)
+    with pytest.raises(ValueError, match="simrag.balance must be one of"):
+        simrag.balance_labels(exs, mode="smote")
 
 
 def test_split_by_question_keeps_turns_together():
@@ -165,30 +178,42 @@ def test_critic_features_ignore_the_turn_index():
 def test_practice_summary_counts_and_flags():
     exs = [{**_ex(f"q{i // 3}", "Accept" if i % 3 == 2 else "Reject", turn=i % 3), "dataset": "testbed"}
            for i in range(210)]
-    ok = simrag.practice_summary(exs, min_examples=140)
+    ok = simrag.practice_summary(exs, min_examples=200)
     assert (ok["examples"], ok["questions"], ok["accept"], ok["reject"], ok["degenerate"]) == (210, 70, 70, 140, [])
     assert ok["label_accept_rate_by_turn"] == {0: {"n": 70, "accept_rate": 0.0}, 1: {"n": 70, "accept_rate": 0.0},
                                                2: {"n": 70, "accept_rate": 1.0}}
-    # The critic trains on the balanced set, 2 x 70 Accept = 140 examples, not on all 210.
-    assert (ok["train_examples"], ok["train_accept"], ok["train_reject"], ok["balanced_train"]) == (210, 70, 140, 140)
+    # Oversampling: the critic learns from all 210 distinct examples, the 70 Accept repeated to 140.
+    assert (ok["train_examples"], ok["train_accept"], ok["train_reject"]) == (210, 70, 140)
+    assert (ok["balance"], ok["distinct_train"], ok["balanced_train"]) == ("oversample", 210, 280)
     assert len(simrag.balance_labels(exs)) == ok["balanced_train"]
-    small = simrag.practice_summary(exs, min_examples=200)
-    assert small["degenerate"] == ["simrag: the critic trains on 140 balanced examples (2 x 70 Accept among 210 "
-                                   "training examples, 210 self-practice examples in all), fewer than 200"]
+    # Downsampling: 2 x 70 Accept = 140 distinct examples, fewer than 200.
+    down = simrag.practice_summary(exs, min_examples=200, balance="downsample")
+    assert (down["distinct_train"], down["balanced_train"]) == (140, 140)
+    assert len(simrag.balance_labels(exs, mode="downsample")) == down["balanced_train"]
+    assert down["degenerate"] == ["simrag: the critic learns from 140 distinct examples (70 Accept, 140 Reject among "
+                                  "210 training examples, the 140 Reject downsampled to the 70 Accept; 210 "
+                                  "self-practice examples in all), fewer than 200"]
     # With the question split, only the training side counts.
     train, _ = simrag.split_by_question(exs, heldout_frac=0.5, seed=0)
     split = simrag.practice_summary(exs, min_examples=140, train=train)
     assert split["examples"] == 210 and split["train_examples"] == len(train) == 105
-    assert split["balanced_train"] == 2 * min(split["train_accept"], split["train_reject"]) == 70
-    assert split["degenerate"] == ["simrag: the critic trains on 70 balanced examples (2 x 35 Accept among 105 "
-                                   "training examples, 210 self-practice examples in all), fewer than 140"]
+    assert split["distinct_train"] == 105 and split["balanced_train"] == 2 * split["train_reject"] == 140
+    assert split["degenerate"] == ["simrag: the critic learns from 105 distinct examples (35 Accept, 70 Reject among "
+                                   "105 training examples; 210 self-practice examples in all), fewer than 140"]
+    # Enough examples, but a handful of the rarer label repeated many times.
+    rare = [{**_ex(f"q{i}", "Accept" if i < 8 else "Reject"), "dataset": "testbed"} for i in range(240)]
+    few = simrag.practice_summary(rare, min_examples=200, min_minority=20)
+    assert few["degenerate"] == ["simrag: the critic's training examples hold 8 Accept examples (of 240), fewer than "
+                                 "20: each is repeated about 29 times to balance"]
     rejects = [e for e in exs if e["label"] == "Reject"]
     one = simrag.practice_summary(rejects, min_examples=100)
     assert one["degenerate"] == ["simrag: self-practice produced no Accept example (140 examples: 0 Accept, "
                                  "140 Reject): the critic can only predict one label"]
-    assert one["balanced_train"] == 0
+    assert one["balanced_train"] == one["distinct_train"] == 0
     with pytest.raises(ValueError, match="no Accept example"):
         simrag.practice_summary(rejects, strict=True)
+    with pytest.raises(ValueError, match="simrag.balance must be one of"):
+        simrag.practice_summary(exs, balance="weights")
     # Both labels in the practice data, but none of the Accept ones on the training side.
     lopsided = simrag.practice_summary(exs, min_examples=10, train=rejects[:50])
     assert lopsided["degenerate"] == ["simrag: the critic's training examples have no Accept example (50 of 210 "

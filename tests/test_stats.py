@@ -169,3 +169,15 @@ def test_comparison_table_takes_costs_per_dataset():
     calls = {(r["dataset"], r["method"]): (r.get("calls"), r.get("wall_seconds")) for r in rows}
     assert calls == {("tb", "standard_rag"): (None, None), ("tb", "new"): (3, 2.0),
                      ("tv", "standard_rag"): (None, None), ("tv", "new"): (7, 2.0)}
+
+
+def test_epochs_trained_counts_passes_over_the_rows():
+    from types import SimpleNamespace
+
+    from ragcritic_lib.baselines import epochs_trained
+
+    recipe = {"per_device_train_batch_size": 2, "gradient_accumulation_steps": 2}
+    assert epochs_trained(SimpleNamespace(steps=25, examples=100, recipe=recipe)) == 1.0
+    assert epochs_trained(SimpleNamespace(steps=6, examples=100, recipe=recipe)) == 0.24
+    assert epochs_trained(SimpleNamespace(steps=3, examples=10, recipe={})) == 0.3  # batch 1 by default
+    assert epochs_trained(SimpleNamespace(steps=0, examples=0, recipe=recipe)) == 0.0

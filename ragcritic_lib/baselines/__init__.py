@@ -285,6 +285,19 @@ def stopwatch():
         box["seconds"] = time.perf_counter() - t0
 
 
+def epochs_trained(result: Any) -> float:
+    """Passes over the training rows a run made: steps x batch x accumulation / rows used.
+
+    ``result`` is a :class:`ragcritic_lib.training.TrainResult` (``steps``, ``examples`` and the
+    resolved ``recipe``); 0.0 when it trained on nothing. With several processes the batch is
+    per device, so this counts one process's share and is a lower bound.
+    """
+    recipe = getattr(result, "recipe", None) or {}
+    batch = int(recipe.get("per_device_train_batch_size", 1) or 1) * int(recipe.get("gradient_accumulation_steps", 1) or 1)
+    rows = int(getattr(result, "examples", 0) or 0)
+    return round(int(getattr(result, "steps", 0) or 0) * batch / rows, 2) if rows else 0.0
+
+
 # ---------------------------------------------------------------------- prior results
 def load_method_results(
     path: Any, *, ids: Iterable[str] | None = None, pred_key: str = "prediction"
@@ -439,6 +452,7 @@ def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], *,
 __all__ = [
     "STOPWORDS", "tokens", "content_words", "overlap_fraction", "split_sentences", "split_title",
     "contains_answer", "is_wrong", "score_records", "question_type", "dataset_name", "MeteredLLM", "add_costs",
-    "per_dataset", "dataset_costs", "records_cost", "records_cost_by_dataset", "stopwatch", "load_method_results",
+    "per_dataset", "dataset_costs", "records_cost", "records_cost_by_dataset", "stopwatch", "epochs_trained",
+    "load_method_results",
     "jsonable", "cost_from_per_sample", "comparison_table", "markdown_table", "METRICS",
 ]

@@ -4,8 +4,9 @@ Reproduces Yang et al. (SIM-RAG, SIGIR 2025) in our harness:
 
 - **Self-practice** (Algorithm 1). For each training question, with an empty context at turn 0:
   the generator answers, then writes a short rationale for that answer; the tuple (question,
-  context, answer, rationale) is labelled Accept when the answer matches a gold answer (exact
-  match by default, as the paper's A' = A) and Reject otherwise; then the reasoner writes a
+  context, answer, rationale) is labelled Accept when the answer matches a gold answer
+  (:func:`make_match_fn`: the paper's A' = A is exact match; notebook 11 defaults to the
+  project's correctness judge, token F1 >= 0.5, as error sampling uses) and Reject otherwise; then the reasoner writes a
   search query, the retriever returns documents, and "query + documents" is appended to the
   context. T turns give T labelled examples per question. The paper's loop also retrieves after
   the last answer; that retrieval is never used, so we skip it.
@@ -16,15 +17,15 @@ Reproduces Yang et al. (SIM-RAG, SIGIR 2025) in our harness:
   the prompt lists no passage). The rationale the critic reads has SIM-RAG's own reasoning
   prompt (:func:`build_rationale_messages`) and is free text; the paper's reasoner writes
   rationale and answer in one output, here the rationale explains the answer just given.
-- **Critic training.** Labels are balanced by downsampling the majority class and split by
-  question id. The default critic is a small classifier (TF-IDF of question / context / answer /
+- **Critic training.** Examples are split by question id; on the training side the labels are
+  balanced by repeating the rarer label's examples (or, optionally, by downsampling the other). The default critic is a small classifier (TF-IDF of question / context / answer /
   rationale plus a few grounded features -> logistic regression); the paper fine-tunes Flan-T5,
   and :func:`train_llm_critic` fine-tunes the packaged model with LoRA through
   ``ragcritic_lib.training.train_sft`` instead. The critic never sees the turn index (nor the
   number of searches, which equals it): later turns are right more often, and a critic that
   learns "accept at turn t" judges the turn, not the information.
   :func:`practice_summary` counts the self-practice examples per label and turn and flags a
-  balanced training set that is too small or lacks a label; :func:`critic_report` gives the
+  training set that lacks a label or has too few distinct examples, or too few of the rarer label; :func:`critic_report` gives the
   held-out confusion matrix and the accept rate per turn, and flags a critic that accepts every
   answer at some turn and held-out examples without a correct answer.
 - **Inference.** Answer, ask the critic; stop when it accepts, else query, retrieve, append and
@@ -273,23 +274,47 @@ def self_practice(
     return [ex for s in states for ex in s.history]
 
 
-def balance_labels(examples: Sequence[Mapping[str, Any]], *, seed: int = 0) -> list[dict[str, Any]]:
-    """Downsample the majority label to the minority count (original order kept).
+BALANCE_MODES = ("oversample", "downsample")
 
-    With only one label present nothing can be balanced and the examples are returned as is.
+
+def balance_labels(examples: Sequence[Mapping[str, Any]], *, seed: int = 0,
+                   mode: str = "oversample") -> list[dict[str, Any]]:
+    """Balance the Accept and Reject examples the critic trains on.
+
+    ``oversample`` (default): every example is kept, and the minority label's examples are
+    repeated, each as often as the others (a seeded order decides which get one repeat more), until
+    both labels count as many as the majority; appended after the originals. The critic sees every
+    distinct example and neither label dominates its loss. ``downsample``: the majority label is cut
+    to the minority's count (original order kept), so the set is 2 x the minority.
+
+    With only one label present nothing can be balanced and the examples are returned as is
+    (:func:`practice_summary` flags that case).
+
+    Raises:
+        ValueError: for a ``mode`` not in :data:`BALANCE_MODES`.
     """
+    if mode not in BALANCE_MODES:
+        raise ValueError(f"simrag.balance must be one of {list(BALANCE_MODES)}, got {mode!r}")
     by_label: dict[str, list[int]] = {}
     for i, ex in enumerate(examples):
         by_label.setdefault(str(ex["label"]), []).append(i)
     if len(by_label) < 2:
         return [dict(e) for e in examples]
-    n = min(len(v) for v in by_label.values())
     rng = random.Random(seed)
-    keep: set[int] = set()
+    if mode == "downsample":
+        n = min(len(v) for v in by_label.values())
+        keep: set[int] = set()
+        for label in sorted(by_label):
+            idx = by_label[label]
+            keep.update(idx if len(idx) == n else rng.sample(idx, n))
+        return [dict(examples[i]) for i in sorted(keep)]
+    n = max(len(v) for v in by_label.values())
+    out = [dict(e) for e in examples]
     for label in sorted(by_label):
-        idx = by_label[label]
-        keep.update(idx if len(idx) == n else rng.sample(idx, n))
-    return [dict(examples[i]) for i in sorted(keep)]
+        order = list(by_label[label])
+        rng.shuffle(order)
+        out += [dict(examples[order[j % len(order)]]) for j in range(n - len(order))]
+    return out
 
 
 def split_by_question(
@@ -321,42 +346,57 @@ def _by_turn(rows: Sequence[tuple[int, bool]]) -> dict[int, dict[str, Any]]:
 
 
 def practice_summary(
-    examples: Sequence[Mapping[str, Any]], *, min_examples: int = 200,
-    train: Sequence[Mapping[str, Any]] | None = None, strict: bool = False,
+    examples: Sequence[Mapping[str, Any]], *, min_examples: int = 200, min_minority: int = 20,
+    balance: str = "oversample", train: Sequence[Mapping[str, Any]] | None = None, strict: bool = False,
 ) -> dict[str, Any]:
     """How much self-practice data there is, per label and turn, and whether it can train a critic.
 
-    The critic trains on the balanced training set: the training side of the question split,
-    downsampled to as many Accept as Reject examples (:func:`balance_labels`), that is 2 x the
-    minority label's count. That size, not the number of practice examples, is checked.
+    The critic trains on the training side of the question split, balanced by
+    :func:`balance_labels` in mode ``balance``. What is checked is the number of *distinct*
+    examples the critic learns from (all training examples when oversampling, 2 x the minority
+    label when downsampling) and the number of distinct minority-label examples: repeating a
+    handful of Accept examples many times balances the loss but teaches little.
 
     Args:
         examples: every self-practice example.
-        min_examples: the fewest balanced training examples that count as enough.
+        min_examples: the fewest distinct training examples that count as enough.
+        min_minority: the fewest distinct examples of the rarer label that count as enough.
+        balance: ``oversample`` or ``downsample`` (see :func:`balance_labels`).
         train: the examples the critic is fitted on, before balancing (the training side of
             :func:`split_by_question`); default: all ``examples``.
         strict: raise instead of flagging when a label is missing.
 
     Returns:
         {"examples", "questions", "accept", "reject", "train_examples", "train_accept",
-        "train_reject", "balanced_train" (2 x the minority label count of ``train``),
+        "train_reject", "balance", "distinct_train" (distinct examples the critic learns from),
+        "balanced_train" (the size of the balanced training set, repeats included),
         "label_accept_rate_by_turn": {turn: {"n", "accept_rate"}}, "degenerate": a line when
-        the examples or the training examples lack a label, else one when the balanced training
-        set has fewer than ``min_examples`` examples; each line gives the counts}.
+        the examples or the training examples lack a label, else one line each when the distinct
+        training examples are fewer than ``min_examples`` or the minority label's fewer than
+        ``min_minority``; each line gives the counts}.
 
     Raises:
-        ValueError: with ``strict``, when the (training) examples lack the Accept or the Reject label.
+        ValueError: with ``strict``, when the (training) examples lack the Accept or the Reject
+            label; for an unknown ``balance``.
     """
+    if balance not in BALANCE_MODES:
+        raise ValueError(f"simrag.balance must be one of {list(BALANCE_MODES)}, got {balance!r}")
     train = examples if train is None else train
     n_accept = sum(1 for e in examples if e["label"] == "Accept")
     n_reject = sum(1 for e in examples if e["label"] == "Reject")
     t_accept = sum(1 for e in train if e["label"] == "Accept")
     t_reject = sum(1 for e in train if e["label"] == "Reject")
-    balanced = 2 * min(t_accept, t_reject)
+    lo, hi = min(t_accept, t_reject), max(t_accept, t_reject)
+    if lo == 0:
+        distinct = balanced = 0
+    elif balance == "oversample":
+        distinct, balanced = t_accept + t_reject, 2 * hi
+    else:
+        distinct = balanced = 2 * lo
     out: dict[str, Any] = {
         "examples": len(examples), "questions": len({(str(e.get("dataset")), str(e["qid"])) for e in examples}),
         "accept": n_accept, "reject": n_reject, "train_examples": len(train), "train_accept": t_accept,
-        "train_reject": t_reject, "balanced_train": balanced,
+        "train_reject": t_reject, "balance": balance, "distinct_train": distinct, "balanced_train": balanced,
         "label_accept_rate_by_turn": _by_turn([(e.get("turn", 0), e["label"] == "Accept") for e in examples]),
         "degenerate": [],
     }
@@ -374,12 +414,20 @@ def practice_summary(
         if strict:
             raise ValueError(msg)
         out["degenerate"].append(msg)
-    elif balanced < min_examples:
-        minority = "Accept" if t_accept <= t_reject else "Reject"
+        return out
+    minority = "Accept" if t_accept <= t_reject else "Reject"
+    if distinct < min_examples:
+        how = ("" if balance == "oversample" else f", the {hi} {'Reject' if minority == 'Accept' else 'Accept'} "
+               f"downsampled to the {lo} {minority}")
         out["degenerate"].append(
-            f"simrag: the critic trains on {balanced} balanced examples (2 x {min(t_accept, t_reject)} {minority} "
-            f"among {len(train)} training examples, {len(examples)} self-practice examples in all), fewer than "
+            f"simrag: the critic learns from {distinct} distinct examples ({t_accept} Accept, {t_reject} Reject "
+            f"among {len(train)} training examples{how}; {len(examples)} self-practice examples in all), fewer than "
             f"{min_examples}")
+    if lo < min_minority:
+        out["degenerate"].append(
+            f"simrag: the critic's training examples hold {lo} {minority} examples (of {len(train)}), fewer than "
+            f"{min_minority}" + (f": each is repeated about {hi / lo:.0f} times to balance" if balance == "oversample"
+                                 else ""))
     return out
 
 
