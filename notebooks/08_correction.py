@@ -21,6 +21,14 @@
 # Its central result is the ablation ladder on the same testbed questions: standard RAG, a fixed
 # action without a critic, RAG-Critic after 1 and 2 rounds, and two oracles (gold verdict; gold
 # verdict with labels from the known error causes), each with a paired CI and p-value.
+#
+# The actions are built to change answers at this model size (`ragcritic_lib.agent.actions`):
+# retrieval skips the passages the answer already came from; an "expand" rewrite that the model
+# cannot write falls back to pseudo-relevance feedback (the keyword query plus the words that mark
+# the answer's own passages against the query's wider hits); the table's bridging program for
+# "Data Insufficiency in Retrieval" answers the first sub-question and searches the last one
+# together with that answer; GenerateAnswer hears which answer was rejected where the table says
+# to rewrite it, and abstains when an unsupported answer stays unsupported.
 
 # %% tags=["parameters"]
 n_questions = 140

@@ -12,6 +12,7 @@ from ragcritic_lib.agent.actions import (
     ActionSet,
     action_stubs,
     keyword_query,
+    prf_terms,
     rule_decompose,
 )
 from ragcritic_lib.agent.executor import run_program
@@ -140,6 +141,36 @@ def test_rewrite_query_falls_back_to_keywords(model_text):
     assert out == ["Kestrel Bridge built"]
     assert acts.events[-1]["fallback"] == "keywords"
     assert acts.events[-1]["instruction"] == "clarify"
+
+
+def test_prf_terms_prefer_words_of_the_top_passages_that_the_background_lacks():
+    feedback = ["Acme Corp\nAcme Corp is a company led by Dana Wirth. The company was founded in 1990.",
+                "Acme Corp (history)\nThe company moved. Dana Wirth joined the company in 2001."]
+    background = feedback + [f"Other {i}\nThe company was founded by someone." for i in range(8)]
+    terms = prf_terms("Who leads Acme Corp?", feedback, background, n_terms=3)
+    assert terms[:2] == ["Dana", "Wirth"]  # the bridge entity, in every feedback passage, rare elsewhere
+    assert not {"Acme", "Corp", "company", "1990", "2001", "the"} & set(terms)  # query words, common words, numbers
+    assert prf_terms("Who leads Acme Corp?", feedback, background, n_terms=0) == []
+    assert prf_terms("Who leads Acme Corp?", [], background) == []
+    # Without a background every feedback word counts alike; the top-ranked passage weighs most.
+    assert prf_terms("q", ["Alpha beta", "gamma gamma"], n_terms=2) == ["Alpha", "beta"]
+
+
+def test_expand_rewrite_falls_back_to_pseudo_relevance_feedback():
+    acts, retriever, _ = make_actions({"Query:": "banana smoothie recipe"})
+    out = acts.functions()["RewriteQuery"]("Which river does the Kestrel Bridge cross?", "expand")
+    kw = "river Kestrel Bridge cross"
+    assert out[-1] == kw and out[0].startswith(kw + " ")
+    added = out[0][len(kw) + 1:].split()
+    assert "Aldor" in added and len(added) == 4
+    assert acts.events[-1]["fallback"] == "prf" and acts.events[-1]["prf_terms"] == added
+    assert retriever.queries == [(kw, 20)]  # one background search, memoized
+    acts.functions()["RewriteQuery"]("Which river does the Kestrel Bridge cross?", "expand")
+    assert len(retriever.queries) == 1
+    # With a sample context, the feedback passages are that context (the passages the answer came from).
+    acts.begin_sample(docs=[CORPUS["d4"]], prediction="x")
+    out = acts.functions()["RewriteQuery"]("Which river does the Kestrel Bridge cross?", "expand")
+    assert set(out[0].split()[4:]) <= set(re.findall(r"[A-Za-z0-9]+", CORPUS["d4"]))
 
 
 def test_keyword_query():

@@ -229,3 +229,53 @@ def test_span_mode_never_offers_the_rejected_answer():
     acts.begin_sample(docs=[CORPUS["d1"]], prediction="1850", critique={"tag1": ["Incomplete Information"]})
     assert acts.generate_answer("When was the Kestrel Bridge completed?", [CORPUS["d1"]]) == "1887"
     assert " 1850" not in offered and " 1887" in offered
+
+
+def test_only_the_answer_to_the_samples_question_gets_the_critique():
+    table = load_error_actions()
+    critique = {"tag1": ["Inaccurate or Misunderstood Response"], "tag2": ["Factual Inaccuracies"]}
+    q = "When was the Kestrel Bridge completed?"
+    acts, prompts = make(answer="1850", table=table)
+    acts.begin_sample(docs=[CORPUS["d1"]], prediction="Kestrel", critique=critique, question=q)
+    # A sub-question's answer (a bridging hop) is the reader's answer as it is: no abstain path.
+    assert acts.generate_answer("Which river does the bridge cross?", [CORPUS["d1"]]) == "1850"
+    assert acts.events[-1]["intermediate"] is True and acts.events[-1]["abstained"] is False
+    # The answer to the question itself is the corrected answer (whitespace and case do not matter).
+    assert acts.generate_answer("  when was the Kestrel Bridge completed? ", [CORPUS["d1"]]) == "insufficient information"
+    assert "intermediate" not in acts.events[-1]
+    # The strategy note names the rejected answer only in the final answer's prompt.
+    acts, prompts = make(answer="insufficient information", table=table)
+    acts.begin_sample(docs=[CORPUS["d1"]], prediction="1887", question=q,
+                      critique={"tag1": ["Erroneous Information"]})
+    assert acts.generate_answer("Which river does the bridge cross?", [CORPUS["d1"]]) == "insufficient information"
+    assert "judged wrong" not in prompts[-1][-1]["content"] + prompts[-1][0]["content"]
+    assert acts.generate_answer(q, [CORPUS["d1"]]) == "1887"  # kept over an abstention
+    assert "judged wrong" in str(prompts[-1])
+
+
+def test_bridging_program_feeds_the_first_hops_answer_into_the_second_search():
+    from ragcritic_lib.agent.executor import run_program
+    from ragcritic_lib.agent.planner import RuleBasedPlanner
+
+    def fn(prompt, params):
+        text = prompt[-1]["content"]
+        if "sub-questions" in text:
+            return "Which river does the Kestrel Bridge cross?\nHow long is that river?"
+        if "Which river does the Kestrel Bridge cross?" in text:
+            return "So the final answer is: Aldor"
+        return "So the final answer is: 210 km"
+
+    retriever = TinyRetriever()
+    acts = ActionSet(CallableLLM(fn, name="scripted"), retriever, gen_params=GenParams(max_new_tokens=32), topk=1,
+                     table=load_error_actions())
+    program, _ = RuleBasedPlanner(acts.table, topk=1).program_for(
+        {"tag1": ["Incomplete Information"], "tag2": ["Data Insufficiency in Retrieval"]})
+    question = "How long is the river that the Kestrel Bridge crosses?"
+    acts.begin_sample(docs=[CORPUS["d4"]], prediction="insufficient information", question=question)
+    res = run_program(program, acts.functions(), variables={"question": question, "docs": [CORPUS["d4"]],
+                                                           "prediction": "insufficient information"})
+    assert res.final_answer == "210 km"
+    assert ("How long is that river? Aldor", 2) in retriever.queries  # the bridge joins the second search
+    answers = [e for e in acts.events if e["action"] == "GenerateAnswer"]
+    assert [e.get("intermediate", False) for e in answers] == [True, False]
+    assert CORPUS["d2"] in answers[-1]["docs"]  # the second hop's passage reached the final answer

@@ -48,7 +48,9 @@ def test_tier2_refines_plan_and_instruction_and_implies_its_parent(table):
     program, info = planner.program_for(err([], ["Lack of Specificity", "Data Insufficiency in Retrieval"]))
     assert program == (
         "sub_queries = DecomposeQuery(query=question)\n"
-        "new_docs = docs + Retrieval(query=sub_queries[0], topk=2) + Retrieval(query=sub_queries[-1], topk=2)\n"
+        "hop_docs = Retrieval(query=sub_queries[0], topk=2)\n"
+        "bridge = GenerateAnswer(query=sub_queries[0], docs=docs + hop_docs)\n"
+        'new_docs = docs + hop_docs + Retrieval(query=sub_queries[-1] + " " + bridge, topk=2)\n'
         'final_answer = GenerateAnswer(query=question, docs=new_docs, '
         'additional_instruction="Name the specific person, place, number or date that is asked for.")'
     )

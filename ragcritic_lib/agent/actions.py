@@ -18,8 +18,9 @@ as standard RAG, and :meth:`ActionSet.generate_answer` builds its prompt with
 
 The embedded generator is a 135M model, so every LLM-based action is grounded: its output is
 checked against the query or passage it came from and replaced by a rule-based result when it is
-empty or unrelated (keywords for a rewrite, a pattern split for a decomposition, the passage
-itself for a refinement). Passage deletion, refinement and summarization are extractive and cost
+empty or unrelated (for an "expand" rewrite, the keyword query plus pseudo-relevance-feedback
+terms from the passages, :func:`prf_terms`; keywords for the other rewrites; a pattern split for a
+decomposition; the passage itself for a refinement). Passage deletion, refinement and summarization are extractive and cost
 no LLM call. Every call is logged in :attr:`ActionSet.events` with its fallback, if any.
 
 Per-sample context: before running a sample's program, the workflow calls
@@ -48,6 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -108,6 +110,14 @@ REFINE_KEEP_SENTENCES = {"refine": 3, "summarize": 2}
 DELETE_MIN_LOGIT = 0.0
 """RefineDoc(delete) with a cross-encoder drops a passage whose best sentence scores below this
 relevance logit (ms-marco cross-encoders put unrelated text well below 0, related text above)."""
+
+PRF_DOCS = 3
+"""Pseudo-relevance feedback: passages the expansion terms come from (the sample's context, else
+the query's top hits)."""
+PRF_POOL = 20
+"""... and how many of the query's hits give the background that discounts common words."""
+PRF_TERMS = 4
+"""... and how many terms are added to the keyword query."""
 
 PENDING = "\u2063pending\u2063"
 """Marker returned by actions in prefetch mode in place of a not-yet-generated output."""
@@ -238,6 +248,50 @@ def rule_decompose(question: str) -> list[str]:
     if m and len(m.group("a").split()) >= 2 and len(m.group("b").split()) >= 2:
         return [m.group("a").strip(), m.group("b").strip()]
     return []
+
+
+_TOKEN_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9'\-]*")
+
+
+def prf_terms(query: str, feedback: Sequence[str], background: Sequence[str] = (), *,
+              n_terms: int = PRF_TERMS) -> list[str]:
+    """Expansion terms by pseudo-relevance feedback: words the feedback passages use often that
+    the background passages do not, and that the query lacks.
+
+    A term's score sums, over the feedback passages (best first, rank r from 0), ``1 / (r + 1)``
+    times its share of the passage's words, times a local inverse document frequency
+    ``log((N + 1) / (df + 0.5))`` over the N background passages (1 without a background): words
+    every passage about the topic uses ("company", "founded") score low, the names and terms of
+    the top passages high. Stopwords, the query's own words, pure numbers and words shorter than
+    three characters are never added. Ties keep the order of first occurrence; surface forms are
+    kept as first seen (titles included).
+    """
+    q_keys = {_stem(t.lower()) for t in _TOKEN_RE.findall(str(query))}
+    def keys(text: str) -> list[tuple[str, str]]:
+        return [(_stem(t.lower()), t) for t in _TOKEN_RE.findall(str(text))]
+
+    bg = [set(k for k, _ in keys(d)) for d in background]
+    n_bg = len(bg)
+    score: dict[str, float] = {}
+    surface: dict[str, str] = {}
+    order: dict[str, int] = {}
+    for r, doc in enumerate(feedback):
+        toks = keys(doc)
+        if not toks:
+            continue
+        counts = Counter(k for k, _ in toks)
+        for k, t in toks:
+            if k in q_keys or t.lower() in QUERY_STOPWORDS or len(k) < 3 or k.isdigit():
+                continue
+            if k not in surface:
+                surface[k], order[k] = t, len(order)
+        for k, c in counts.items():
+            if k not in surface:
+                continue
+            idf = math.log((n_bg + 1) / (sum(k in b for b in bg) + 0.5)) if n_bg else 1.0
+            score[k] = score.get(k, 0.0) + (c / len(toks)) * max(idf, 0.0) / (r + 1)
+    ranked = sorted((k for k in score if score[k] > 0), key=lambda k: (-score[k], order[k]))
+    return [surface[k] for k in ranked[:max(0, n_terms)]]
 
 
 def _looks_invented(line: str, query: str) -> bool:
@@ -390,7 +444,8 @@ class ActionSet:
         }
 
     # -- per-sample context ----------------------------------------------------------------------
-    def begin_sample(self, docs: Sequence[str] = (), prediction: str = "", critique: Any = None) -> None:
+    def begin_sample(self, docs: Sequence[str] = (), prediction: str = "", critique: Any = None,
+                     question: str = "") -> None:
         """Set the context of the next program: its passages, the answer it corrects, the critique.
 
         Args:
@@ -398,7 +453,13 @@ class ActionSet:
             prediction: the answer being corrected.
             critique: the critic's feedback (``{"tag1": [...], "tag2": [...]}`` or a CriticParse);
                 its labels pick the answer-rewriting strategy and the abstain path.
+            question: the sample's question. When given, only a GenerateAnswer for that question
+                is the corrected answer (strategy note, abstain path, keeping the earlier answer
+                over an abstention); one for another query, such as the first hop of a bridging
+                program, is a plain answer from its passages. Without it every GenerateAnswer is
+                treated as the corrected answer.
         """
+        self._question = normalize_words(str(question or ""))
         self._context_list = tuple(_flatten_docs(list(docs)))
         self._context_docs = frozenset(self._context_list)
         self._rejected = " ".join(str(prediction or "").split())
@@ -522,8 +583,9 @@ class ActionSet:
         ]
 
     def rewrite_query(self, query: str, instruction: str) -> list[str]:
-        """Rewritten queries (model output that shares a content word with the query), else the
-        keyword form of the query; the keyword query is always the last element."""
+        """Rewritten queries (model output that shares a content word with the query); when none
+        is usable and the instruction is "expand", the keyword query plus pseudo-relevance-feedback
+        terms (:meth:`prf_expansion`); the keyword query is always the last element."""
         query = _as_query(query)
         mode = _normalize_mode(instruction, REWRITE_INSTRUCTIONS, default="clarify")
         if _has_marker(query) or _has_marker(instruction):
@@ -548,10 +610,28 @@ class ActionSet:
             rewrites.append(line)
             if len(rewrites) == 3:
                 break
+        fallback, terms = (None, []) if rewrites else ("keywords", [])
+        if not rewrites and mode == "expand":
+            # The grounded form of "add related terms": pseudo-relevance feedback from the passages.
+            terms = self.prf_expansion(query, keywords)
+            if terms:
+                rewrites, fallback = [f"{keywords} {' '.join(terms)}"], "prf"
         out = rewrites + [keywords]
-        self._log("RewriteQuery", instruction=mode, output=out, raw=text,
-                  fallback=None if rewrites else "keywords")
+        self._log("RewriteQuery", instruction=mode, output=out, raw=text, fallback=fallback,
+                  **({"prf_terms": terms} if terms else {}))
         return out
+
+    def prf_expansion(self, query: str, keywords: str) -> list[str]:
+        """:func:`prf_terms` for ``query``: the feedback passages are the sample's context (the
+        passages the answer came from), else the keyword query's top hits; the background is the
+        query's top :data:`PRF_POOL` hits. One retriever search, memoized; no LLM call."""
+        memo_key = ("prf", query)
+        pool = self._search_memo.get(memo_key)
+        if pool is None:
+            pool = [h.contents for h in self.retriever.search([keywords or query], PRF_POOL)[0]]
+            self._search_memo[memo_key] = pool
+        feedback = list(self._context_list[:PRF_DOCS]) or list(pool[:PRF_DOCS])
+        return prf_terms(query, feedback, pool)
 
     # -- DecomposeQuery ------------------------------------------------------------------------------
     def decompose_messages(self, query: str) -> list[dict[str, str]]:
@@ -711,7 +791,8 @@ class ActionSet:
             scores = self._pair_scores(query, used)
             used = [used[i] for i in sorted(range(len(used)), key=lambda i: (-scores[i], i))]
         used = used[: self.max_docs]
-        if self._strategy and self._rejected:
+        final = not self._question or normalize_words(query) == self._question
+        if final and self._strategy and self._rejected:
             # The table says the answer itself must be rewritten: say which answer was rejected.
             note = f'{self._strategy} The earlier answer "{" ".join(self._rejected.split()[:20])}" was judged wrong.'
             instruction = f"{instruction} {note}" if instruction else note
@@ -721,9 +802,11 @@ class ActionSet:
         answer, followed = extract_answer(text, prefilled=self.rag_variant == "prefill")
         free_answer = answer
         if self.answer_mode == "spans" and len(answer.split()) <= SPAN_MODE_MAX_WORDS:
-            answer = self._choose_span(query, used, instruction, answer)
+            answer = self._choose_span(query, used, instruction, answer, exclude_rejected=final)
         abstained = kept_previous = False
-        if self._abstain and answer and not _grounded(answer, used, self._rejected):
+        if not final:
+            pass  # an intermediate answer (a sub-question's): nothing of the critique applies
+        elif self._abstain and answer and not _grounded(answer, used, self._rejected):
             answer, abstained = ABSTAIN_ANSWER, True
         elif (not self._abstain and self._rejected and is_abstention(answer)
               and not is_abstention(self._rejected)):
@@ -732,13 +815,15 @@ class ActionSet:
             answer, kept_previous = self._rejected, True
         self._log("GenerateAnswer", docs=used, instruction=instruction, raw=text, answer=answer,
                   followed_prefix=followed, abstained=abstained, kept_previous=kept_previous,
+                  **({} if final else {"intermediate": True}),
                   **({"free_answer": free_answer} if self.answer_mode == "spans" else {}))
         return answer
 
-    def _choose_span(self, query: str, docs: Sequence[str], instruction: str | None, free_answer: str) -> str:
+    def _choose_span(self, query: str, docs: Sequence[str], instruction: str | None, free_answer: str, *,
+                     exclude_rejected: bool = True) -> str:
         """Span mode: the option the model's constrained decoding picks after the answer phrase."""
         # The answer the critique rejected is no option (the free answer may repeat it).
-        rejected = normalize_words(self._rejected)
+        rejected = normalize_words(self._rejected) if exclude_rejected else ""
         options = [f" {c}" for c in answer_candidates(query, docs, first=free_answer, max_candidates=self.max_candidates)
                    if not rejected or normalize_words(c) != rejected]
         if len(options) < 2:

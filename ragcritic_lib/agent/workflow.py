@@ -229,7 +229,8 @@ def _execute(program: str, actions: Any, fns: Mapping[str, Any], variables: Mapp
 def _begin_sample(actions: Any, variables: Mapping[str, Any], critique: Any) -> None:
     """Tell the actions which passages, answer and critique the next program corrects."""
     if hasattr(actions, "begin_sample"):
-        actions.begin_sample(variables.get("docs", []), variables.get("prediction", ""), critique)
+        actions.begin_sample(variables.get("docs", []), variables.get("prediction", ""), critique,
+                             question=variables.get("question", ""))
 
 
 def _prefetch(jobs: Sequence[tuple[Any, ...]], actions: Any, fns: Mapping[str, Any],
