@@ -13,7 +13,9 @@
 
 # %% [markdown]
 # # 02 · Error response sampling and judging
-# A pool of LLM configurations answers the training questions of both datasets with retrieval;
+# A pool of LLM configurations answers the training questions of both datasets with retrieval
+# (`questions_per_dataset` each, or the counts `dataset_questions` names, e.g. "testbed=128,trivia=32":
+# a dataset whose answers are almost never right adds errors but no right answer to balance them);
 # each answer is judged against the gold answers, given grounded evidence and an error rationale,
 # and split into the error pool D_error and the correct pool. This reproduces RAG-Critic §3.1.1
 # (Step 1: error response sampling) and the Stage-1 rationale of §3.1.2.
@@ -22,6 +24,7 @@
 pool_file = "configs/pools/embedded.yaml"
 split = "train"
 questions_per_dataset = 64
+dataset_questions = "testbed=128,trivia=32"
 chunk_size = 32
 judge_metric = "f1"
 judge_threshold = 0.5
@@ -39,13 +42,14 @@ from ragcritic_lib import mining, paths, runtime
 from ragcritic_lib.data import dataset_paths, load_corpus_records
 from ragcritic_lib.io import write_jsonl
 from ragcritic_lib.outputs import save_figure, save_table
-from ragcritic_lib.params import load_params
+from ragcritic_lib.params import load_params, parse_dataset_counts
 from ragcritic_lib.stage_metrics import write_stage_metrics
 from ragcritic_lib.teachers import build_teachers, teacher_agreement
 
 params = load_params()
 seed = params["common"]["seed"]
 datasets = runtime.dataset_names(params)
+n_questions = {ds: parse_dataset_counts(dataset_questions).get(ds, questions_per_dataset) for ds in datasets}
 out_dir = paths.stage_dir("error_sampling")
 pool = mining.load_pool(pool_file, base_llm=runtime.generator_config(params),
                         base_retriever=params["common"]["retriever"])
@@ -60,7 +64,7 @@ pd.DataFrame([m.describe() for m in pool])
 # %%
 samples = []
 for ds in datasets:
-    records = runtime.load_split(params, ds, split, limit=questions_per_dataset)
+    records = runtime.load_split(params, ds, split, limit=n_questions[ds])
     # BEGIN SOLUTION hint: sample answers from every pool member (resumable log under out_dir / 'samples')
     samples += mining.sample_error_responses(
         records, pool, lambda m, ds=ds: runtime.load_retriever(params, ds, **m.retriever),

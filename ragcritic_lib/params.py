@@ -267,6 +267,37 @@ def registered_datasets() -> Rule:
     return rule
 
 
+def parse_dataset_counts(value: str) -> dict[str, int]:
+    """``"testbed=128,trivia=32"`` -> {"testbed": 128, "trivia": 32}; ``""`` -> {}.
+
+    Raises:
+        ValueError: naming the item that is not ``name=N`` with N an integer >= 0, or a repeated name.
+    """
+    out: dict[str, int] = {}
+    for item in [x.strip() for x in str(value).split(",")] if str(value).strip() else []:
+        name, sep, n = (part.strip() for part in item.partition("="))
+        if not sep or not name or not n.isdigit():
+            raise ValueError(f"{item!r} is not name=N with N an integer >= 0")
+        if name in out:
+            raise ValueError(f"{name!r} is given twice")
+        out[name] = int(n)
+    return out
+
+
+def dataset_counts() -> Rule:
+    """``""`` or a comma list ``name=N`` over datasets registered in ``common.datasets``."""
+    def rule(value: Any, ctx: Context) -> str | None:
+        if not isinstance(value, str):
+            return f"expected a string like \"testbed=128,trivia=32\", got {type(value).__name__} ({value!r})"
+        try:
+            counts = parse_dataset_counts(value)
+        except ValueError as exc:
+            return f"{exc} in {value!r}"
+        unknown = [x for x in counts if ctx.datasets and x not in ctx.datasets]
+        return f"{', '.join(map(repr, unknown))} not in common.datasets ({', '.join(ctx.datasets)})" if unknown else None
+    return rule
+
+
 def dataset_template() -> Rule:
     """A path with a ``{dataset}`` placeholder, valid for every dataset in common.datasets."""
     def rule(value: Any, ctx: Context) -> str | None:
@@ -368,6 +399,7 @@ def rules() -> dict[str, dict[str, Rule]]:
         },
         "error_sampling": {
             "pool_file": input_path(), "split": one_of(SPLITS), "questions_per_dataset": count,
+            "dataset_questions": dataset_counts(),
             "chunk_size": count, "judge_metric": one_of(mining.METRICS), "judge_threshold": FRACTION,
             "teacher": teacher, "teacher_config": input_path(empty_ok=True), "llm_teacher_subset": some,
             "teacher_few_shot": some, "teacher_max_new_tokens": tokens,
