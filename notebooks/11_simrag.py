@@ -119,8 +119,8 @@ critics, meters, held, training = {}, {}, {}, {}
 with stopwatch() as t_critic:
     if critic == "llm":
         base = runtime.resolve_base_model(params, critic_base_model, key="simrag.critic_base_model")
-        res = simrag.train_llm_critic(balanced, critic_recipe, out_dir / "critic", base_model=base,
-                                      overrides={"max_steps": critic_steps})
+        steps = {"max_steps": -1, "num_train_epochs": 1} if critic_steps == -1 else {"max_steps": critic_steps}
+        res = simrag.train_llm_critic(balanced, critic_recipe, out_dir / "critic", base_model=base, overrides=steps)
         critic_model = runtime.load_trained_model(params, res.adapter_dir, base_model=res.base_model)
         meters["llm"], held_m = MeteredLLM(critic_model), MeteredLLM(critic_model)
         critics["llm"] = simrag.LLMSufficiencyCritic(meters["llm"])
@@ -198,6 +198,9 @@ Markdown("\n\n".join(text))
 # %%
 practice_cost = practice_m.cost()
 degenerate = practice_info["degenerate"] + report["degenerate"]
+if "llm_critic" in training and training["llm_critic"]["epochs"] < 1:
+    degenerate.append(f"simrag: the critic made {training['llm_critic']['steps']} steps, "
+                      f"{training['llm_critic']['epochs']:.2f} epochs over its {training['llm_critic']['rows']} rows (< 1)")
 save_method_run(
     "simrag", "11_simrag", "SIM-RAG", main_out, cost=main_cost, cost_by_dataset=main_by_ds,
     training={"calls": practice_cost["calls"] + training.get("llm_critic", {}).get("heldout_calls", 0),

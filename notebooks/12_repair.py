@@ -119,9 +119,10 @@ off_states = len({(c["dataset"], c["qid"]) for c in off_log})
 
 # %%
 dpo = {"beta": dpo_beta, "max_length": 1024}
+dpo_steps = lambda n: {"max_steps": -1, "num_train_epochs": 1} if n == -1 else {"max_steps": n}  # noqa: E731
 with stopwatch() as t_dpo:
     res_off = repair.train_planner(off_pairs, dpo_recipe, out_dir / "planner_off", **start,
-                                   overrides={**dpo, "max_steps": offpolicy_steps})
+                                   overrides={**dpo, **dpo_steps(offpolicy_steps)})
     start_on = dpo_start(res_off) if res_off else start  # continue the off-policy planner
     planner_off = MeteredLLM(runtime.load_start_model(params, start_on)) if res_off else planner
     on = []
@@ -132,7 +133,7 @@ with stopwatch() as t_dpo:
                                                  seed=seed + 1, **pref_kw))
     on_pairs, on_log = [p for ps, _ in on for p in ps], [c for _, cs in on for c in cs]
     res_on = repair.train_planner(on_pairs, dpo_recipe, out_dir / "planner", **start_on,
-                                  overrides={**dpo, "max_steps": onpolicy_steps})
+                                  overrides={**dpo, **dpo_steps(onpolicy_steps)})
 final_start = dpo_start(res_on) if res_on else start_on
 on_states = len({(c["dataset"], c["qid"]) for c in on_log})
 training_cost = add_costs(gen_m.cost(), planner.cost(), planner_off.cost() if planner_off is not planner else {})

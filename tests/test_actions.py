@@ -152,6 +152,8 @@ def test_prf_terms_prefer_words_of_the_top_passages_that_the_background_lacks():
     assert not {"Acme", "Corp", "company", "1990", "2001", "the"} & set(terms)  # query words, common words, numbers
     assert prf_terms("Who leads Acme Corp?", feedback, background, n_terms=0) == []
     assert prf_terms("Who leads Acme Corp?", [], background) == []
+    # The answer a critique rejected is never searched for again.
+    assert "Dana" not in prf_terms("Who leads Acme Corp?", feedback, background, exclude="Dana Wirth")
     # Without a background every feedback word counts alike; the top-ranked passage weighs most.
     assert prf_terms("q", ["Alpha beta", "gamma gamma"], n_terms=2) == ["Alpha", "beta"]
 
@@ -190,8 +192,13 @@ def test_decompose_falls_back_to_patterns_then_to_the_query():
     assert fns["DecomposeQuery"]("Which river is longer, the Velta or the Orun?") == [
         "the Velta river longer", "the Orun river longer"]
     assert acts.events[-1]["fallback"] == "pattern_split"
-    assert fns["DecomposeQuery"]("Who wrote Hamlet?") == ["Who wrote Hamlet?"]
-    assert acts.events[-1]["fallback"] == "original_query"
+    assert fns["DecomposeQuery"]("Who wrote Hamlet?") == ["wrote Hamlet"]  # never the question itself
+    assert acts.events[-1]["fallback"] == "keywords"
+
+
+def test_decompose_drops_a_line_that_repeats_the_question():
+    acts, _, _ = make_actions({"Question:": "who wrote hamlet\nWhen was Hamlet written?"})
+    assert acts.functions()["DecomposeQuery"]("Who wrote Hamlet?") == ["wrote Hamlet"]
 
 
 @pytest.mark.parametrize(

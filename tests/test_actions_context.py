@@ -247,7 +247,8 @@ def test_only_the_answer_to_the_samples_question_gets_the_critique():
     acts, prompts = make(answer="insufficient information", table=table)
     acts.begin_sample(docs=[CORPUS["d1"]], prediction="1887", question=q,
                       critique={"tag1": ["Erroneous Information"]})
-    assert acts.generate_answer("Which river does the bridge cross?", [CORPUS["d1"]]) == "insufficient information"
+    # ... and a hop that abstains passes on nothing (no "insufficient information" in the next search).
+    assert acts.generate_answer("Which river does the bridge cross?", [CORPUS["d1"]]) == ""
     assert "judged wrong" not in prompts[-1][-1]["content"] + prompts[-1][0]["content"]
     assert acts.generate_answer(q, [CORPUS["d1"]]) == "1887"  # kept over an abstention
     assert "judged wrong" in str(prompts[-1])

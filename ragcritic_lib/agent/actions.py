@@ -254,7 +254,7 @@ _TOKEN_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9'\-]*")
 
 
 def prf_terms(query: str, feedback: Sequence[str], background: Sequence[str] = (), *,
-              n_terms: int = PRF_TERMS) -> list[str]:
+              n_terms: int = PRF_TERMS, exclude: str = "") -> list[str]:
     """Expansion terms by pseudo-relevance feedback: words the feedback passages use often that
     the background passages do not, and that the query lacks.
 
@@ -263,10 +263,11 @@ def prf_terms(query: str, feedback: Sequence[str], background: Sequence[str] = (
     ``log((N + 1) / (df + 0.5))`` over the N background passages (1 without a background): words
     every passage about the topic uses ("company", "founded") score low, the names and terms of
     the top passages high. Stopwords, the query's own words, pure numbers and words shorter than
-    three characters are never added. Ties keep the order of first occurrence; surface forms are
-    kept as first seen (titles included).
+    three characters are never added, nor the words of ``exclude`` (the answer a critique
+    rejected: its passages name it, and searching for it again would steer back to it). Ties keep
+    the order of first occurrence; surface forms are kept as first seen (titles included).
     """
-    q_keys = {_stem(t.lower()) for t in _TOKEN_RE.findall(str(query))}
+    q_keys = {_stem(t.lower()) for t in _TOKEN_RE.findall(f"{query} {exclude}")}
     def keys(text: str) -> list[tuple[str, str]]:
         return [(_stem(t.lower()), t) for t in _TOKEN_RE.findall(str(text))]
 
@@ -624,14 +625,15 @@ class ActionSet:
     def prf_expansion(self, query: str, keywords: str) -> list[str]:
         """:func:`prf_terms` for ``query``: the feedback passages are the sample's context (the
         passages the answer came from), else the keyword query's top hits; the background is the
-        query's top :data:`PRF_POOL` hits. One retriever search, memoized; no LLM call."""
+        query's top :data:`PRF_POOL` hits; the rejected answer's words are never added. One
+        retriever search, memoized; no LLM call."""
         memo_key = ("prf", query)
         pool = self._search_memo.get(memo_key)
         if pool is None:
             pool = [h.contents for h in self.retriever.search([keywords or query], PRF_POOL)[0]]
             self._search_memo[memo_key] = pool
         feedback = list(self._context_list[:PRF_DOCS]) or list(pool[:PRF_DOCS])
-        return prf_terms(query, feedback, pool)
+        return prf_terms(query, feedback, pool, exclude=self._rejected)
 
     # -- DecomposeQuery ------------------------------------------------------------------------------
     def decompose_messages(self, query: str) -> list[dict[str, str]]:
@@ -645,7 +647,10 @@ class ActionSet:
 
     def decompose_query(self, query: str) -> list[str]:
         """Two to four sub-questions from the model when they are about the question; otherwise a
-        pattern split (choices, comparisons, nested relations); otherwise ``[query]``."""
+        pattern split (choices, comparisons, nested relations); otherwise the keyword form of the
+        query, alone. A sub-question is never the question itself (up to case and punctuation):
+        GenerateAnswer treats an answer to the sample's question as the corrected answer, so a
+        bridging hop must ask something else."""
         query = _as_query(query)
         if _has_marker(query):
             return [PENDING]
@@ -658,7 +663,8 @@ class ActionSet:
         q_words = set(content_words(query))
         subs: list[str] = []
         for line in _candidate_lines(text):
-            if len(line.split()) < 2 or line.lower() == query.lower() or line in subs or _looks_invented(line, query):
+            if (len(line.split()) < 2 or normalize_words(line) == normalize_words(query) or line in subs
+                    or _looks_invented(line, query)):
                 continue
             if q_words and not overlap(content_words(line), q_words):
                 continue
@@ -667,9 +673,9 @@ class ActionSet:
                 break
         fallback = None
         if len(subs) < 2:
-            subs = rule_decompose(query)
-            fallback = "pattern_split" if subs else "original_query"
-            subs = subs or [query]
+            subs = [x for x in rule_decompose(query) if normalize_words(x) != normalize_words(query)]
+            fallback = "pattern_split" if subs else "keywords"
+            subs = subs or [keyword_query(query)]
         self._log("DecomposeQuery", output=subs, raw=text, fallback=fallback)
         return subs
 
@@ -805,7 +811,9 @@ class ActionSet:
             answer = self._choose_span(query, used, instruction, answer, exclude_rejected=final)
         abstained = kept_previous = False
         if not final:
-            pass  # an intermediate answer (a sub-question's): nothing of the critique applies
+            # An intermediate answer (a sub-question's): nothing of the critique applies, and an
+            # abstention is no answer to pass on (it would only add noise to the next search).
+            answer = "" if is_abstention(answer) else answer
         elif self._abstain and answer and not _grounded(answer, used, self._rejected):
             answer, abstained = ABSTAIN_ANSWER, True
         elif (not self._abstain and self._rejected and is_abstention(answer)
