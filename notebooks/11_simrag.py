@@ -129,7 +129,9 @@ with stopwatch() as t_critic:
                                   "epochs": epochs_trained(res), "rows": res.examples,
                                   "heldout_calls": held_m.cost()["calls"]}
     if critic == "classifier" or classifier_ablation:
-        critics["classifier"] = simrag.ClassifierCritic(seed=seed).fit(balanced)
+        with stopwatch() as t_fit:
+            critics["classifier"] = simrag.ClassifierCritic(seed=seed).fit(balanced)
+        training["classifier_critic"] = {"seconds": round(t_fit["seconds"], 3), "rows": len(balanced)}
         held["classifier"] = heldout_verdicts(critics["classifier"])
 # BEGIN SOLUTION hint: confusions: simrag.confusion_matrix of the held-out labels (e['label']) against each critic's verdicts in held; show shares and accuracy per critic
 confusions = {name: simrag.confusion_matrix([e["label"] for e in heldout_ex], acc) for name, acc in held.items()}
@@ -207,7 +209,8 @@ save_method_run(
               "seconds": round(t_practice["seconds"] + t_critic["seconds"], 1),
               "by_dataset": {ds: {"calls": c["calls"]} for ds, c in practice_m.cost_by_dataset().items()},
               "what": "self-practice answers and queries, critic fine-tuning and its held-out check",
-              "optimizer_seconds": round(res.seconds, 1) if critic == "llm" else 0.0, **training},
+              "optimizer_seconds": round(res.seconds, 1) if critic == "llm" else training["classifier_critic"]["seconds"],
+              **training},
     degenerate=degenerate, seconds=seconds, extra_runs=runs,
     info={"critic": critic, "practice_examples": len(practice), "practice": practice_info,
           "balanced_train": len(balanced), "heldout_confusion": confusions[critic], "heldout_confusion_by_critic": confusions,
