@@ -18,7 +18,7 @@ from ragcritic_lib.critic_data import dpo_pairs, make_samples, sft_examples
 from ragcritic_lib.io import read_yaml, write_json
 from ragcritic_lib.taxonomy import load_taxonomy
 from ragcritic_lib.training import (
-    DEFAULT_SAVE_TOTAL_LIMIT, OUR_KEYS, TrainResult, build_configs, dpo_start, inference_checkpoint, load_recipe,
+    DEFAULT_SAVE_TOTAL_LIMIT, OUR_KEYS, TrainResult, build_configs, cpu_bf16_enabled, dpo_start, inference_checkpoint, load_recipe,
     load_train_result, loss_curve, merge_adapter, portable_keys, train_dpo, train_sft, training_seed, write_loss_curve,
 )
 
@@ -121,7 +121,38 @@ def test_every_recipe_parses_into_trl_config(name: str, tmp_path: Path) -> None:
     import torch
 
     if not torch.cuda.is_available():
-        assert cfg.use_cpu is True and cfg.bf16 is False and resolved["model_dtype"] == "float32"
+        # Weights stay float32 on a CPU; bf16 autocast follows cpu_bf16 ("auto": the CPU's native bf16).
+        assert cfg.use_cpu is True and resolved["model_dtype"] == "float32"
+        assert cfg.bf16 is cpu_bf16_enabled("auto") and cfg.fp16 is False
+
+
+@pytest.mark.parametrize("setting", [True, False])
+def test_cpu_bf16_forced_either_way_on_a_cpu(setting: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ragcritic_lib.training as tr
+
+    monkeypatch.setattr(tr, "has_gpu", lambda: False)
+    recipe = load_recipe({"cpu_bf16": setting, "max_steps": 1}, "sft")
+    cfg, _, resolved = build_configs(recipe, "sft", tmp_path)
+    assert cfg.bf16 is setting and resolved["bf16"] is setting and resolved["model_dtype"] == "float32"
+
+
+def test_cpu_bf16_auto_follows_the_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ragcritic_lib.llm as llm_mod
+    import ragcritic_lib.training as tr
+
+    monkeypatch.setattr(tr, "has_gpu", lambda: False)
+    for native in (True, False):
+        monkeypatch.setattr(llm_mod, "_resolve_dtype", lambda d, dev, _n=native: "bfloat16" if _n else "float32")
+        cfg, _, _ = build_configs(load_recipe({"max_steps": 1}, "sft"), "sft", tmp_path)
+        assert cfg.bf16 is native
+
+
+@pytest.mark.parametrize("bad", ["yes", "bf16", 1, None])
+def test_cpu_bf16_bad_value_names_the_key_and_file(bad: object, tmp_path: Path) -> None:
+    f = tmp_path / "r.yaml"
+    f.write_text(f"cpu_bf16: {json.dumps(bad)}\n")
+    with pytest.raises(ValueError, match=r"r\.yaml: recipe key 'cpu_bf16'"):
+        load_recipe(f, "sft")
 
 
 def test_accelerate_configs_point_at_the_deepspeed_file() -> None:
