@@ -19,12 +19,19 @@
 #
 # Training follows the paper's two phases:
 # 1. **off-policy**: for each failed train answer, candidate plans (the first `grammar_plans` of a
-#    small action grammar plus `sampled_plans` samples from the current planner) are executed and
-#    rewarded; pairs of a better and a worse plan train the planner by DPO. The state carries the
-#    oracle correctness of the answer.
-# 2. **on-policy**: the off-policy planner samples plans for every train answer with only a
-#    judge's estimate of correctness in the state (the grounded heuristic critic, which reads no
-#    gold answer); a second DPO round continues from the off-policy adapter.
+#    small action grammar, plus `sampled_plans` samples from the current planner under free
+#    decoding) are executed and rewarded; pairs of a better and a worse plan train the planner by
+#    DPO. The state carries the oracle correctness of the answer.
+# 2. **on-policy**: the off-policy planner samples `sampled_plans` plans for every train answer with
+#    only a judge's estimate of correctness in the state (the grounded heuristic critic, which reads
+#    no gold answer); a second DPO round continues from the off-policy adapter.
+#
+# **Decoding.** The paper's planner writes its plan freely (`decoding: free`). The packaged 135M
+# model almost never writes a program the executor accepts (1 of 140 test plans ran in that
+# setting), so by default (`decoding: constrained`) its output is restricted to the grammar's
+# candidate plans, the texts DPO ranked: greedy decoding inside their token trie at test time, and
+# on-policy draws from the planner's own distribution over them. Which plan runs is still the
+# trained policy's choice; no error label enters.
 #
 # The planner starts **taxonomy-free**: from the base model (`init_adapter: ""`), not from
 # notebook 08's planner, which was fine-tuned on plans chosen from RAG-Critic's error labels.
@@ -39,7 +46,7 @@
 # %% tags=["parameters"]
 train_questions = 64
 min_states = 100
-grammar_plans = 4
+grammar_plans = 6
 sampled_plans = 2
 temperature = 0.8
 margin = 0.0
@@ -50,6 +57,7 @@ offpolicy_steps = -1
 onpolicy_steps = -1
 init_adapter = ""
 base_model = ""
+decoding = "constrained"
 
 # %%
 from collections import Counter
@@ -75,7 +83,12 @@ judge = HeuristicCritic(load_taxonomy())  # grounded rules only: reads passages 
 judge_flags = lambda recs: [p.judgement == "Correct" for p in judge.critique(recs)]  # noqa: E731
 act_kw = dict(gen_params=setup.answer_gen, topk=rr["top_k"], max_doc_words=rr["max_passage_words"], rag_variant=rr["prompt_variant"])
 rag_kw = dict(k=rr["top_k"], variant=rr["prompt_variant"], gen_params=setup.answer_gen, max_passage_words=rr["max_passage_words"])
-pref_kw = dict(n_sampled=sampled_plans, temperature=temperature, margin=margin, max_pairs=max_pairs, topk=rr["top_k"])
+# The candidate plans constrained decoding chooses among: the same texts the off-policy phase executes.
+programs = repair.grammar_programs(grammar_plans, topk=rr["top_k"])
+pref_kw = dict(temperature=temperature, margin=margin, max_pairs=max_pairs, topk=rr["top_k"], decoding=decoding,
+               programs=programs)
+# Off-policy, constrained draws could only repeat the grammar plans every state already runs.
+off_sampled = 0 if decoding == "constrained" else sampled_plans
 {ds: len(recs) for ds, recs in test.items()}
 
 # %% [markdown]
@@ -106,7 +119,8 @@ with stopwatch() as t_off:
             train[ds] = run_standard_rag(gen_m, runtime.load_split(params, ds, "train", limit=train_questions),
                                          retriever=retrievers[ds], **rag_kw)
             off.append(repair.collect_preferences(train[ds], actions[ds], phase="off", planner=planner,
-                                                  n_grammar=grammar_plans, seed=seed, **pref_kw))
+                                                  n_grammar=grammar_plans, n_sampled=off_sampled, seed=seed,
+                                                  **pref_kw))
 # BEGIN SOLUTION hint: flatten off's (pairs, candidates) tuples into off_pairs and off_log; off_states: distinct (dataset, qid) in off_log
 off_pairs, off_log = [p for ps, _ in off for p in ps], [c for _, cs in off for c in cs]
 off_states = len({(c["dataset"], c["qid"]) for c in off_log})
@@ -129,7 +143,7 @@ with stopwatch() as t_dpo:
     for ds in datasets:
         with per_dataset(ds, gen_m, planner_off):
             on.append(repair.collect_preferences(train[ds], actions[ds], phase="on", planner=planner_off,
-                                                 n_grammar=0, judged_correct=judge_flags(train[ds]),
+                                                 n_grammar=0, n_sampled=sampled_plans, judged_correct=judge_flags(train[ds]),
                                                  seed=seed + 1, **pref_kw))
     on_pairs, on_log = [p for ps, _ in on for p in ps], [c for _, cs in on for c in cs]
     res_on = repair.train_planner(on_pairs, dpo_recipe, out_dir / "planner", **start_on,
@@ -154,7 +168,8 @@ with stopwatch() as t:
     for ds in datasets:
         test_actions = ActionSet(gen_test, retrievers[ds], **act_kw)
         with per_dataset(ds, final_planner, gen_test):
-            out += repair.repair_infer(final_planner, test[ds], test_actions, judged_correct=judge_flags(test[ds]))
+            out += repair.repair_infer(final_planner, test[ds], test_actions, judged_correct=judge_flags(test[ds]),
+                                       decoding=decoding, programs=programs)
 info = repair.repair_summary(off_pairs, on_pairs, out)
 # BEGIN SOLUTION hint: executed: repair_plan of the records with repair_ok; plan_counts: a Counter of those plans whitespace-normalized; top_share: the most common plan's share (nan if none)
 executed = [r["repair_plan"] for r in out if r["repair_ok"]]
@@ -172,7 +187,7 @@ for phase, pairs, res in (("off-policy", off_pairs, res_off), ("on-policy", on_p
         degenerate.append(f"repair: the {phase} DPO phase made {res.steps} steps, {epochs_trained(res):.2f} epochs "
                           f"over its {res.examples} pairs (< 1)")
 info.update(distinct_plans=len(plan_counts), top_plan_share=top_share, states={"off": off_states, "on": on_states},
-            dpo_epochs=epochs)
+            dpo_epochs=epochs, decoding=decoding, candidate_plans=len(programs) if decoding == "constrained" else None)
 pd.Series([r["repair_error"] or "ok" for r in out]).value_counts().rename("plans by outcome")
 
 # %% [markdown]

@@ -319,6 +319,7 @@ LAUNCHERS = ("inprocess", "accelerate")  # ragcritic_lib.training.run_training
 CRITIC_PROMPTS = ("trained", "zeroshot")  # ragcritic_lib.critic.LLMCritic
 CRAG_REWRITERS = ("keywords", "llm")  # ragcritic_lib.baselines.crag
 SIMRAG_CRITICS = ("classifier", "llm")  # notebook 11: a feature classifier or a LoRA-tuned LLM
+REPAIR_DECODINGS = ("constrained", "free")  # ragcritic_lib.baselines.repair.DECODINGS
 SIMRAG_BALANCE = ("oversample", "downsample")  # notebook 11: how the critic's labels are balanced
 # The base model a critic or planner is trained from: a local folder (or a stage's output), or ""
 # for the generator's model (see runtime.resolve_base_model; a served name cannot be trained).
@@ -466,6 +467,7 @@ def rules() -> dict[str, dict[str, Rule]]:
             "temperature": number(0), "margin": number(0), "max_pairs": count, "dpo_recipe": input_path(),
             "dpo_beta": number(0, low_open=True), "offpolicy_steps": steps(), "onpolicy_steps": steps(),
             "init_adapter": input_path(empty_ok=True), "base_model": BASE_MODEL,
+            "decoding": one_of(REPAIR_DECODINGS),
         },
         "ragec": {
             "votes": count, "temperature": number(0), "coverage_threshold": FRACTION, "first_stage_depth": count,

@@ -140,3 +140,66 @@ def test_repair_summary_flags_untrained_phases_and_no_executed_plan(actions, llm
     assert bad["degenerate"] == [
         "repair: no off-policy preference pairs, so the off-policy DPO phase did not train the planner",
         "repair: none of the 1 test plans executed; every answer is standard RAG's"]
+
+
+# ------------------------------------------------------------------- constrained decoding
+def _prefers(index: int):
+    """A planner whose log-probabilities favour option ``index`` of whatever it is offered."""
+    return lambda prompt, opts: [0.0 if k == index else -5.0 for k in range(len(opts))]
+
+
+def test_constrained_inference_always_runs_one_of_the_grammar_plans(actions):
+    programs = repair.grammar_programs(3, topk=1)
+    # A planner that writes no program at all: free decoding keeps the old answer ...
+    silent = CallableLLM(lambda p, g: "no plan today")
+    free = repair.repair_infer(silent, [REC], actions, judged_correct=[False])
+    assert (free[0]["prediction"], free[0]["repair_error"]) == ("Rhine", "no_program")
+    # ... constrained decoding can only write one of the candidate programs, so a plan always runs.
+    nearest = CallableLLM(lambda p, g: programs[1])  # the fallback choice reads the nearest option
+    out = repair.repair_infer(nearest, [REC], actions, judged_correct=[False], decoding="constrained",
+                              programs=programs)
+    assert out[0]["repair_plan"] == programs[1] and out[0]["repair_ok"] is True
+    assert out[0]["prediction"] == "Danube"  # retrieve_deeper finds the Danube passage
+    with pytest.raises(ValueError, match="candidate programs"):
+        repair.repair_infer(nearest, [REC], actions, judged_correct=[False], decoding="constrained")
+    with pytest.raises(ValueError, match="repair.decoding"):
+        repair.repair_infer(nearest, [REC], actions, judged_correct=[False], decoding="beam")
+
+
+def test_grammar_programs_bounds():
+    assert repair.grammar_programs(2, topk=4) == [src for _, src in repair.plan_grammar(topk=4)[:2]]
+    for bad in (0, len(repair.plan_grammar()) + 1):
+        with pytest.raises(ValueError, match="repair.grammar_plans"):
+            repair.grammar_programs(bad)
+
+
+def test_sampling_from_scores_is_seeded_distinct_and_follows_the_policy():
+    lps = [[0.0, -1.0, -2.0, -30.0]] * 200
+    draws = repair.sample_from_scores(lps, n=2, temperature=1.0, seed=3)
+    assert draws == repair.sample_from_scores(lps, n=2, temperature=1.0, seed=3)
+    assert all(len(set(d)) == 2 for d in draws)
+    firsts = [d[0] for d in draws]
+    # softmax(0, -1, -2, -30): about 0.67, 0.24, 0.09, 0; the improbable option is never drawn first.
+    assert 0.55 < firsts.count(0) / 200 < 0.8 and firsts.count(3) == 0
+    assert repair.sample_from_scores([[-3.0, -1.0, -2.0]], n=2, temperature=0.0, seed=0) == [[1]]
+    assert repair.sample_from_scores([[0.0]], n=3, temperature=1.0, seed=0) == [[0]]
+
+
+def test_on_policy_constrained_draws_come_from_the_planner_scores(actions):
+    programs = repair.grammar_programs(3, topk=1)
+    planner = CallableLLM(lambda p, g: "unused", score_fn=_prefers(1))
+    pairs, log = repair.collect_preferences([REC], actions, phase="on", judged_correct=[False], planner=planner,
+                                            n_grammar=0, n_sampled=2, temperature=0.05, decoding="constrained",
+                                            programs=programs)
+    plans = [row["plan"] for row in log]
+    assert plans[0] == programs[1] and len(plans) == 2 and set(plans) <= set(programs)
+    assert all(row["source"] == "sampled" for row in log)
+    with pytest.raises(ValueError, match="candidate programs"):
+        repair.collect_preferences([REC], actions, phase="on", judged_correct=[False], planner=planner,
+                                   n_grammar=0, n_sampled=2, decoding="constrained")
+
+
+def test_params_and_library_name_the_same_decodings():
+    from ragcritic_lib.params import REPAIR_DECODINGS
+
+    assert set(REPAIR_DECODINGS) == set(repair.DECODINGS)

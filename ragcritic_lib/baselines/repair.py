@@ -21,6 +21,13 @@ GenerateAnswer), run by the same restricted executor
   epoch; ours takes its recipe from params.
 - **Inference.** The planner writes a plan for each test answer (greedy); the plan is executed;
   a rejected or failed plan keeps the standard RAG answer.
+- **Decoding** (``decoding``). "free": the planner writes any text, as in the paper, and the
+  executor rejects what is not a valid program (the packaged 135M model almost never writes one:
+  1 of 140 test plans ran). "constrained": the planner's output is restricted to the candidate
+  plans of the grammar, the same texts DPO ranked: at test time greedy decoding inside their
+  token trie (``LLM.choose``); on-policy, plans drawn from the planner's own distribution over
+  them (log-probabilities from ``LLM.score``, sampled without replacement at ``temperature``).
+  Which plan is chosen is still the trained policy's decision, and no error label is involved.
 
 Action usage (the paper's Table 3) is counted from the executed programs, excluding the final
 GenerateAnswer.
@@ -235,6 +242,60 @@ def build_preference_pairs(
     return pairs
 
 
+DECODINGS = ("free", "constrained")
+
+
+def check_decoding(decoding: str) -> str:
+    if decoding not in DECODINGS:
+        raise ValueError(f"repair.decoding must be one of {', '.join(DECODINGS)}; got {decoding!r}")
+    return decoding
+
+
+def grammar_programs(n: int, *, topk: int = 5) -> list[str]:
+    """The first ``n`` programs of :func:`plan_grammar`: the candidate set of constrained decoding."""
+    grammar = plan_grammar(topk=topk)
+    if not 1 <= n <= len(grammar):
+        raise ValueError(f"repair.grammar_plans must be between 1 and {len(grammar)}; got {n}")
+    return [src for _, src in grammar[:n]]
+
+
+def sample_from_scores(
+    logprobs: Sequence[Sequence[float]], *, n: int, temperature: float, seed: int
+) -> list[list[int]]:
+    """Indices of ``n`` distinct options per row drawn from softmax(logprob / temperature), without
+    replacement (Gumbel top-k, seeded per row), in the order drawn; temperature 0 is the arg-max."""
+    import numpy as np
+
+    out = []
+    for row, lps in enumerate(logprobs):
+        lp = np.asarray(list(lps), dtype=np.float64)
+        k = min(n, len(lp))
+        if temperature <= 0:
+            out.append([int(np.argmax(lp))][:k])
+            continue
+        rng = np.random.default_rng([int(seed), row])
+        keys = lp / float(temperature) + rng.gumbel(size=len(lp))
+        out.append([int(i) for i in np.argsort(-keys, kind="stable")[:k]])
+    return out
+
+
+def sample_grammar_plans(
+    planner: Any,
+    prompts: Sequence[Any],
+    programs: Sequence[str],
+    *,
+    n: int,
+    temperature: float = 0.8,
+    seed: int = 0,
+) -> list[list[str]]:
+    """``n`` distinct candidate programs per prompt from the planner's distribution over
+    ``programs`` (the on-policy draws of constrained decoding)."""
+    if not prompts or n <= 0:
+        return [[] for _ in prompts]
+    scores = planner.score(list(prompts), [list(programs)] * len(prompts), desc="repair on-policy scores")
+    return [[programs[i] for i in idx] for idx in sample_from_scores(scores, n=n, temperature=temperature, seed=seed)]
+
+
 def sample_plans(
     planner: Any,
     prompts: Sequence[Any],
@@ -284,6 +345,8 @@ def collect_preferences(
     topk: int = 5,
     max_calls: int = 12,
     timeout_s: float = 60.0,
+    decoding: str = "free",
+    programs: Sequence[str] | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Candidate plans, rewards and DPO pairs for one training phase.
 
@@ -292,6 +355,9 @@ def collect_preferences(
             are used) or "on" (state has ``judged_correct``; every record is used).
         planner: the current planner LLM, needed when ``n_sampled`` > 0.
         n_grammar: how many grammar plans per state (first N of :func:`plan_grammar`).
+        decoding: "free" samples any text from the planner; "constrained" draws the sampled plans
+            from the planner's distribution over ``programs`` (:func:`sample_grammar_plans`).
+        programs: the candidate programs of constrained decoding (needed with it).
 
     Returns:
         (pairs for ``train_dpo``: {"prompt", "chosen", "rejected", "qid", "dataset", "phase",
@@ -299,6 +365,9 @@ def collect_preferences(
     """
     if phase not in ("off", "on"):
         raise ValueError(f"phase must be 'off' or 'on', got {phase!r}")
+    check_decoding(decoding)
+    if decoding == "constrained" and not programs:
+        raise ValueError("constrained decoding needs the candidate programs")
     if phase == "on" and (judged_correct is None or len(judged_correct) != len(records)):
         raise ValueError("the on-policy phase needs one judged_correct flag per record")
     if phase == "off":
@@ -315,7 +384,10 @@ def collect_preferences(
         states.append((rec, msgs))
     grammar = plan_grammar(topk=topk)[:n_grammar]
     sampled: list[list[str]] = [[] for _ in states]
-    if n_sampled > 0 and planner is not None:
+    if n_sampled > 0 and planner is not None and decoding == "constrained":
+        sampled = sample_grammar_plans(planner, [m for _, m in states], list(programs or []), n=n_sampled,
+                                       temperature=temperature, seed=seed)
+    elif n_sampled > 0 and planner is not None:
         sampled, _ = sample_plans(planner, [m for _, m in states], n=n_sampled, temperature=temperature,
                                   max_new_tokens=max_new_tokens, seed=seed)
     per_state: list[list[dict[str, Any]]] = []
@@ -397,8 +469,13 @@ def repair_infer(
     skip_judged_correct: bool = False,
     max_calls: int = 12,
     timeout_s: float = 60.0,
+    decoding: str = "free",
+    programs: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Plan (greedy) and execute one correction per record; failures keep the previous answer.
+
+    ``decoding`` "constrained" picks one of ``programs`` by greedy decoding inside their token
+    trie (``planner.choose``); "free" lets the planner write any text.
 
     Returns:
         copies of the records with prediction, repair_plan, repair_ok, repair_error,
@@ -406,9 +483,16 @@ def repair_infer(
     """
     if len(judged_correct) != len(records):
         raise ValueError(f"{len(judged_correct)} judge flags for {len(records)} records")
+    check_decoding(decoding)
+    if decoding == "constrained" and not programs:
+        raise ValueError("constrained decoding needs the candidate programs")
     todo = [i for i in range(len(records)) if not (skip_judged_correct and judged_correct[i])]
     prompts = [build_planner_messages(records[i], correct=bool(judged_correct[i])) for i in todo]
-    plans, _ = sample_plans(planner, prompts, n=1, temperature=0.0, max_new_tokens=max_new_tokens)
+    if decoding == "constrained":
+        picks = planner.choose(prompts, [list(programs or [])] * len(prompts), desc="repair plans") if prompts else []
+        plans = [[c.text] for c in picks]
+    else:
+        plans, _ = sample_plans(planner, prompts, n=1, temperature=0.0, max_new_tokens=max_new_tokens)
     jobs = [(p[0] if p else "", planner_variables(records[i])) for i, p in zip(todo, plans)]
     runnable = [j for j, (src, _) in enumerate(jobs) if src]
     results = execute_plans([jobs[j] for j in runnable], action_set, max_calls=max_calls, timeout_s=timeout_s)
