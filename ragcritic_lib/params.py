@@ -320,6 +320,7 @@ CRITIC_PROMPTS = ("trained", "zeroshot")  # ragcritic_lib.critic.LLMCritic
 CRAG_REWRITERS = ("keywords", "llm")  # ragcritic_lib.baselines.crag
 SIMRAG_CRITICS = ("classifier", "llm")  # notebook 11: a feature classifier or a LoRA-tuned LLM
 REPAIR_DECODINGS = ("constrained", "free")  # ragcritic_lib.baselines.repair.DECODINGS
+RAGEC_VOTINGS = ("constrained", "free")  # ragcritic_lib.baselines.ragec.VOTINGS
 SIMRAG_BALANCE = ("oversample", "downsample")  # notebook 11: how the critic's labels are balanced
 # The base model a critic or planner is trained from: a local folder (or a stage's output), or ""
 # for the generator's model (see runtime.resolve_base_model; a served name cannot be trained).
@@ -471,7 +472,7 @@ def rules() -> dict[str, dict[str, Rule]]:
         },
         "ragec": {
             "votes": count, "temperature": number(0), "coverage_threshold": FRACTION, "first_stage_depth": count,
-            "rerank": boolean(), "max_errors": count,
+            "rerank": boolean(), "max_errors": count, "voting": one_of(RAGEC_VOTINGS),
         },
         "comparison": {
             "datasets": registered_datasets(), "test_questions": count,

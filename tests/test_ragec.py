@@ -285,3 +285,56 @@ def test_params_ask_ten_votes_with_a_reranking_stage():
 
     section = load_params()["ragec"]
     assert section["votes"] == 10 and section["rerank"] is True
+
+
+# --------------------------------------------------------------------- constrained voting
+def test_constrained_votes_are_draws_from_the_scored_type_ids(types, gold_fn):
+    offered = []
+
+    def score_fn(prompt, options):
+        offered.append(list(options))
+        return [0.0 if o == "E8" else -4.0 for o in options]
+
+    llm = CallableLLM(lambda p, g: "never asked", score_fn=score_fn)
+    r = record("Which river flows through the capital of Austria?", supporting=["p1", "p2"], passed=["p1"],
+               retrieved=["p1", "p2"])
+    item = {"record": r, "stage": "Reranking", "gold_chunks": gold_fn(r)}
+    (out,) = ragec.classify_types(llm, [item], types, k=10, temperature=0.7, seed=3, voting="constrained")
+    assert offered == [["E7", "E8"]]  # only the blamed stage's ids
+    assert out["n_invalid"] == 0 and out["n_valid"] == 10 and out["source"] == "llm"
+    assert set(out["votes"]) <= {"E7", "E8"} and out["mode"] == "E8" and out["mode_freq"] >= 8
+    again = ragec.classify_types(llm, [item], types, k=10, temperature=0.7, seed=3, voting="constrained")
+    assert again[0]["votes"] == out["votes"]  # seeded
+    with pytest.raises(ValueError, match="ragec.voting"):
+        ragec.classify_types(llm, [item], types, k=2, voting="majority")
+
+
+def test_draw_votes_temperature_and_nucleus():
+    ids = ["E9", "E10", "E11"]
+    assert ragec.draw_votes([-2.0, -0.1, -3.0], ids, k=4, temperature=0.0, top_p=1.0, seed=0) == ["E10"] * 4
+    # top_p 0.5 keeps only the most probable id; a flat distribution at top_p 1 draws all of them.
+    assert set(ragec.draw_votes([0.0, -1.0, -1.0], ids, k=50, temperature=1.0, top_p=0.5, seed=1)) == {"E9"}
+    assert set(ragec.draw_votes([0.0, 0.0, 0.0], ids, k=200, temperature=1.0, top_p=1.0, seed=1)) == set(ids)
+    with pytest.raises(ValueError, match="scores for"):
+        ragec.draw_votes([0.0], ids, k=1, temperature=1.0, top_p=1.0, seed=0)
+
+
+def test_constrained_voting_refuses_ids_that_prefix_each_other():
+    with pytest.raises(ValueError, match="'E1' of stage Generation is a prefix of 'E10'"):
+        ragec._check_prefix_free(["E1", "E10"], "Generation")
+
+
+def test_summary_flags_one_modal_type_for_every_error_of_a_stage():
+    rows = [{"dataset": "testbed", "n_valid": 4, "n_invalid": 0, "source": "llm", "stage": "Generation", "mode": "E9"}
+            for _ in range(5)]
+    s = ragec.ragec_summary(rows, 4, reranking_stage=True)
+    assert s["degenerate"] == ["ragec: all 5 Generation errors get the same modal type E9"]
+    varied = rows[:4] + [dict(rows[0], mode="E12")]
+    assert ragec.ragec_summary(varied, 4, reranking_stage=True)["degenerate"] == []
+    assert ragec.ragec_summary(rows[:4], 4, reranking_stage=True)["degenerate"] == []  # too few to tell
+
+
+def test_params_and_library_name_the_same_votings():
+    from ragcritic_lib.params import RAGEC_VOTINGS
+
+    assert set(RAGEC_VOTINGS) == set(ragec.VOTINGS)
