@@ -36,7 +36,8 @@ trivia_questions = 30
 iterations = 2
 critic_dir = "data/critic_dpo"
 critic_max_new_tokens = 96
-critic_verdict = "calibrated"
+critic_verdict = "dev_f1"
+dev_questions = 140
 planner_train_file = "data/taxonomy/build/error_qa.jsonl"
 planner_recipe = "configs/train/planner_sft.yaml"
 planner_max_steps = 24
@@ -62,7 +63,8 @@ import pandas as pd
 from ragcritic_lib import paths, runtime
 from ragcritic_lib.agent.actions import ActionSet
 from ragcritic_lib.agent.ladder import (
-    AlwaysErrorCritic, KnownCauseCritic, ladder_records, ladder_table, plan_shares, verdict_shares,
+    AlwaysErrorCritic, KnownCauseCritic, fit_critic_act_threshold, ladder_records, ladder_table, plan_shares,
+    verdict_shares,
 )
 from ragcritic_lib.agent.planner import (
     LLMPlanner, RuleBasedPlanner, load_error_actions, load_trained_planner, planner_sft_examples,
@@ -153,7 +155,9 @@ write_json(out_dir / "planner_train_result.json", trained.to_dict())  # records 
 # %%
 generator = runtime.load_generator(params)
 # The critic notebook 07 benchmarked: the checkpoint notebook 06 calibrated, its prompt settings and threshold.
-trained_critic = load_trained_critic(params, paths.resolve(critic_dir), taxonomy, verdict=critic_verdict,
+# dev_f1 starts from the calibrated critic and replaces its threshold below, on the dev split.
+trained_critic = load_trained_critic(params, paths.resolve(critic_dir), taxonomy,
+                                     verdict="generate" if critic_verdict == "generate" else "calibrated",
                                      max_new_tokens=critic_max_new_tokens, name="trained")
 threshold = trained_critic.threshold
 # A LoRA planner runs on its recorded base (planner_base), a fully fine-tuned one as it is.
@@ -187,12 +191,38 @@ retriever_cfg = runtime.retriever_config(params)
 # The cross-encoder reranks action retrievals and selects sentences for RefineDoc; GenerateAnswer
 # reads at most standard RAG's top_k passages (the embedded reader gets worse past three).
 reranker = CrossEncoderReranker(retriever_cfg["reranker"])
+action_sets = {ds: ActionSet(generator, runtime.load_retriever(params, ds), gen_params=gen_params,
+                             topk=rag_cfg["top_k"], max_doc_words=rag_cfg["max_passage_words"],
+                             rag_variant=rag_cfg["prompt_variant"], reranker=reranker,
+                             rerank_depth=retriever_cfg["rerank_depth"], max_docs=rag_cfg["top_k"], table=table,
+                             answer_mode=answer_mode) for ds in datasets}
+
+# %% [markdown]
+# ## When the critic acts: a threshold fitted on dev F1
+# The calibrated threshold (stage critic_dpo) is the one that best separates right from wrong
+# answers on the critic's dev samples; acting on an answer is worth it only when the correction
+# is likely to raise its F1. With `critic_verdict: dev_f1` every answer of the first
+# `dev_questions` *dev* questions is critiqued as an error, planned and corrected once, and the
+# threshold on the critic's verdict margin (log P(Error) - log P(Correct)) is the one whose
+# corrections give the best mean dev F1; when no threshold beats correcting nothing, RAG-Critic
+# corrects nothing (and is flagged). Test questions never enter this fit.
+
+# %%
+act_fit = None
+if critic_verdict == "dev_f1":
+    dev_set = read_jsonl(paths.stage_dir("retrieval_rag") / datasets[0] / "dev.jsonl")[:dev_questions]
+    act_fit, dev_runs = fit_critic_act_threshold(dev_set, critic=trained_critic, planner=trained_planner,
+                                                 actions=action_sets[datasets[0]], max_calls=max_calls,
+                                                 timeout_s=timeout_s, table=table)
+    write_jsonl(out_dir / datasets[0] / "dev_act_threshold_runs.jsonl", dev_runs)
+    trained_critic.threshold = act_fit["threshold"]
+    threshold = trained_critic.threshold
+act_fit
+
+# %%
 runs, costs, method_sets = {}, {}, {}
 for ds in datasets:
-    actions = ActionSet(generator, runtime.load_retriever(params, ds), gen_params=gen_params, topk=rag_cfg["top_k"],
-                        max_doc_words=rag_cfg["max_passage_words"], rag_variant=rag_cfg["prompt_variant"],
-                        reranker=reranker, rerank_depth=retriever_cfg["rerank_depth"], max_docs=rag_cfg["top_k"],
-                        table=table, answer_mode=answer_mode)
+    actions = action_sets[ds]
     method_sets[ds] = methods_for(ds)
     runs[ds], costs[ds] = run_methods(test_sets[ds], method_sets[ds], actions=actions, max_calls=max_calls,
                                       timeout_s=timeout_s, table=table)
@@ -316,7 +346,9 @@ metrics = {
                             if k not in ("log_history", "recipe") and "second" not in k},
                          "seconds": round(trained.seconds, 1)},
     "planner_sft_examples": len(sft_examples),
-    "critic_verdict": {"mode": critic_verdict, "threshold": round(threshold, 4)},
+    "critic_verdict": {"mode": critic_verdict, "threshold": round(threshold, 4) if abs(threshold) != float("inf") else None,
+                       **({"dev_fit": {k: (None if isinstance(v, float) and abs(v) == float("inf") else v)
+                                       for k, v in act_fit.items()}} if act_fit else {})},
     "planner_decoding": planner_decoding,
     # Per planner: plans written, plans without a program (free decoding) and, for constrained
     # decoding, how often the pick was the critique's own rule-based program.

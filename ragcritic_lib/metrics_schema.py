@@ -668,6 +668,7 @@ class PlannerTraining(TypedDict, total=False):
 class CriticVerdict(TypedDict, total=False):
     mode: str
     threshold: Real | None
+    dev_fit: dict[str, Any]  # mode dev_f1: agent.ladder.fit_critic_act_threshold's report (None for an infinite threshold)
 
 
 class CorrectionMetrics(StageMetrics):

@@ -438,7 +438,7 @@ def rules() -> dict[str, dict[str, Rule]]:
         },
         "correction": {
             "n_questions": count, "trivia_questions": count, "iterations": count, "critic_dir": input_path(),
-            "critic_max_new_tokens": tokens, "critic_verdict": one_of(VERDICT_MODES),
+            "critic_max_new_tokens": tokens, "critic_verdict": one_of((*VERDICT_MODES, "dev_f1")), "dev_questions": count,
             "planner_train_file": input_path(), "planner_base_model": BASE_MODEL,
             "planner_recipe": input_path(), "planner_max_steps": steps(), "planner_max_examples": count,
             "planner_prompt": one_of(planner.PLANNER_VARIANTS), "planner_max_new_tokens": tokens,

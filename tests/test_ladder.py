@@ -173,3 +173,69 @@ def test_verdict_shares_flag_a_critic_with_one_verdict():
     assert verdict_shares([rec("Error"), rec("Error", "Error")])["degenerate"] is True
     assert verdict_shares([rec("Error", "Correct"), rec("Error")], iteration=2)["degenerate"] is False  # one verdict seen
     assert verdict_shares([])["error_share"] is None
+
+
+# ------------------------------------------------------------------- acting threshold on dev
+def test_fit_act_threshold_picks_the_margin_whose_corrections_pay():
+    from ragcritic_lib.agent.ladder import fit_act_threshold
+
+    # Corrections help the two answers the critic is surest about and hurt the others.
+    margins = [2.0, 1.0, 0.0, -1.0]
+    before, after = [0.0, 0.0, 1.0, 0.5], [1.0, 0.5, 0.0, 0.0]
+    fit = fit_act_threshold(margins, before, after)
+    assert fit["threshold"] == 0.5 and fit["acted"] == 2 and fit["acts"] is True
+    assert (fit["f1_before"], fit["f1_at_threshold"], fit["f1_all"]) == (0.375, 0.75, 0.375)
+    # When no correction ever helps, the critic acts on nothing (threshold +inf).
+    none = fit_act_threshold(margins, [1.0] * 4, [0.0] * 4)
+    assert none["threshold"] == float("inf") and none["acted"] == 0 and none["acts"] is False
+    # A tie between acting on more and on fewer answers goes to fewer.
+    tie = fit_act_threshold([1.0, 0.0], [0.0, 0.5], [1.0, 0.5])
+    assert tie["threshold"] == 0.5 and tie["acted"] == 1
+    # Everything helps: act on everything.
+    assert fit_act_threshold([1.0, 0.0], [0.0, 0.0], [1.0, 1.0])["threshold"] == float("-inf")
+    with pytest.raises(ValueError, match="2 margins, 1 F1 before"):
+        fit_act_threshold([1.0, 0.0], [0.0], [1.0, 1.0])
+    with pytest.raises(ValueError, match="at least one"):
+        fit_act_threshold([], [], [])
+
+
+def test_fit_critic_act_threshold_corrects_every_dev_answer_once_and_restores_the_critic():
+    from ragcritic_lib.agent.ladder import fit_critic_act_threshold
+    from ragcritic_lib.critic import ERROR, CriticParse
+
+    class Margins:
+        """A calibrated critic stand-in: fixed margins, judgement by its threshold."""
+        llm = None
+
+        def __init__(self, margins):
+            self.margins, self.threshold, self.seen = margins, 0.7, []
+            self.last_generations = []
+
+        def critique(self, records):
+            self.seen.append(self.threshold)
+            return [CriticParse(judgement=ERROR if self.margins[r["question"]] > self.threshold else "Correct",
+                                valid_json=True, margin=self.margins[r["question"]]) for r in records]
+
+    class Planner:
+        llm = None
+        table = None
+
+        def plan(self, contexts):
+            from ragcritic_lib.agent.planner import Plan
+
+            return [Plan(program='final_answer = GenerateAnswer(query=question, docs=docs)', raw="", source="rule") for _ in contexts]
+
+    class Actions:
+        llm = None
+
+        def functions(self):
+            return {"GenerateAnswer": lambda query, docs, **kw: {"q1": "Danube", "q2": "Seine"}[query]}
+
+    recs = [{"id": "1", "question": "q1", "golden_answers": ["Danube"], "prediction": "Rhine", "passages": []},
+            {"id": "2", "question": "q2", "golden_answers": ["Loire"], "prediction": "Loire", "passages": []}]
+    critic = Margins({"q1": 1.5, "q2": -0.3})
+    fit, runs = fit_critic_act_threshold(recs, critic=critic, planner=Planner(), actions=Actions(), prefetch=False)
+    assert critic.seen == [float("-inf")] and critic.threshold == 0.7  # every answer corrected; threshold restored
+    assert [r["final_prediction"] for r in runs] == ["Danube", "Seine"]
+    assert fit["threshold"] == pytest.approx(0.6) and fit["acted"] == 1 and fit["f1_at_threshold"] == 1.0
+    assert fit["calibrated_threshold"] == 0.7 and fit["f1_at_calibrated"] == 1.0 and fit["f1_before"] == 0.5

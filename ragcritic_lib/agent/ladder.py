@@ -203,3 +203,73 @@ def verdict_shares(results: Sequence[Mapping[str, Any]], *, iteration: int = 1) 
     parsed = {k: v for k, v in counts.items() if k != "unparsed"}
     return {"counts": dict(counts), "error_share": round(parsed.get("Error", 0) / sum(parsed.values()), 4) if parsed else None,
             "degenerate": len(parsed) == 1 and sum(parsed.values()) > 1}
+
+
+# ---------------------------------------------------------------------- acting threshold (dev)
+def fit_act_threshold(margins: Sequence[float], f1_before: Sequence[float], f1_after: Sequence[float]) -> dict[str, Any]:
+    """The verdict-margin threshold at which correcting the answers above it gives the best mean F1.
+
+    Each held-out answer i has the critic's margin m_i = log P("Error") - log P("Correct"), its
+    F1 as it is and its F1 after one correction round. Correcting exactly the answers with
+    m_i > t gives mean F1(t); candidates are +inf (correct nothing), the midpoints between
+    consecutive distinct margins and -inf (correct everything). Ties go to the larger threshold:
+    the critic acts on fewer answers for the same F1.
+
+    Returns:
+        {"threshold" (float; inf when acting never helps), "acted" (answers above it), "n",
+        "f1_before", "f1_at_threshold", "f1_all" (acting on every answer), "acts" (bool: acting
+        on some answers beats acting on none)}.
+    """
+    m = [float(x) for x in margins]
+    b = [float(x) for x in f1_before]
+    a = [float(x) for x in f1_after]
+    if not (len(m) == len(b) == len(a)):
+        raise ValueError(f"{len(m)} margins, {len(b)} F1 before and {len(a)} F1 after")
+    if not m:
+        raise ValueError("fit_act_threshold needs at least one held-out answer")
+    n = len(m)
+    distinct = sorted(set(m))
+    candidates = [float("inf")] + [(hi + lo) / 2 for lo, hi in reversed(list(zip(distinct, distinct[1:])))]
+    candidates.append(float("-inf"))
+    best_t, best_f1 = float("inf"), sum(b) / n
+    for t in candidates[1:]:
+        f1 = sum(ai if mi > t else bi for mi, ai, bi in zip(m, a, b)) / n
+        if f1 > best_f1 + 1e-12:
+            best_t, best_f1 = t, f1
+    return {"threshold": best_t, "acted": sum(1 for mi in m if mi > best_t), "n": n,
+            "f1_before": round(sum(b) / n, 4), "f1_at_threshold": round(best_f1, 4),
+            "f1_all": round(sum(a) / n, 4), "acts": best_t != float("inf")}
+
+
+def fit_critic_act_threshold(records: Sequence[Mapping[str, Any]], *, critic: Any, planner: Any, actions: Any,
+                             **kwargs: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Fit the trained critic's acting threshold on held-out (dev) answers: every answer is
+    critiqued as an error (threshold -inf: the critic writes its labels), planned and corrected
+    once, and :func:`fit_act_threshold` picks the margin above which correcting pays on F1. The
+    critic's own ``threshold`` is restored; the caller sets the fitted one.
+
+    Returns:
+        (the fit report plus "calibrated_threshold" and "f1_at_calibrated", the correction results).
+    """
+    from ragcritic_lib.agent.workflow import run_correction
+
+    calibrated = float(critic.threshold)
+    critic.threshold = float("-inf")
+    try:
+        results = run_correction(records, critic=critic, planner=planner, actions=actions, iterations=1, **kwargs)
+    finally:
+        critic.threshold = calibrated
+    margins, before, after = [], [], []
+    for r in results:
+        step = r["steps"][0] if r.get("steps") else {}
+        margin = (step.get("critic") or {}).get("margin")
+        if margin is None:
+            raise ValueError("fit_critic_act_threshold needs a calibrated critic (its critiques carry a verdict margin)")
+        golds = list(r.get("golden_answers") or [])
+        margins.append(float(margin))
+        before.append(score_prediction(str(r["predictions"][0]), golds)["f1"])
+        after.append(score_prediction(str(r["final_prediction"]), golds)["f1"])
+    report = fit_act_threshold(margins, before, after)
+    at_cal = sum(ai if mi > calibrated else bi for mi, ai, bi in zip(margins, after, before)) / len(margins)
+    report.update(calibrated_threshold=calibrated, f1_at_calibrated=round(at_cal, 4))
+    return report, results
