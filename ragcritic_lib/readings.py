@@ -443,6 +443,18 @@ def reading_correction(metrics: Mapping[str, Any], *, alpha: float = 0.05) -> li
             text.append(f"RAG-Critic's F1 on {ds} by round: {' -> '.join(f1s)}.")
     for ds, v in (metrics.get("verdict_shares") or {}).items():
         text.append(f"The critic judged {_pct(v.get('error_share'))} of the {ds} answers wrong.")
+    fit = (metrics.get("critic_verdict") or {}).get("dev_fit")
+    if fit:
+        n, acted = fit.get("n", 0), fit.get("acted", 0)
+        if fit.get("acts"):
+            text.append(f"On {n} dev answers, correcting the {acted} the critic doubted most (margin above "
+                        f"{_signed(fit.get('threshold'))}) gave dev F1 {_f(fit.get('f1_at_threshold'))} against "
+                        f"{_f(fit.get('f1_before'))} uncorrected and {_f(fit.get('f1_all'))} correcting every answer, "
+                        "so the critic acts above that margin on test.")
+        else:
+            text.append(f"On {n} dev answers no margin threshold made correcting pay (dev F1 {_f(fit.get('f1_before'))} "
+                        f"uncorrected, {_f(fit.get('f1_all'))} correcting every answer), so the trained critic corrects "
+                        "nothing: RAG-Critic's rows are standard RAG's answers.")
     return text + _flags(metrics.get("degenerate"))
 
 

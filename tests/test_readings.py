@@ -229,6 +229,13 @@ def test_reading_correction_ladder_per_dataset():
     assert "tv runs small" in text and "0.210 -> 0.200" in text and "54% of the tb answers" in text
     assert lines[-1] == "Flagged degenerate: planner:tb/RC."
     assert R.reading_correction({}) == []
+    fit = {"n": 140, "acted": 12, "threshold": 1.25, "f1_before": 0.2, "f1_at_threshold": 0.23, "f1_all": 0.18,
+           "acts": True}
+    text = _text(R.reading_correction({**m, "critic_verdict": {"mode": "dev_f1", "dev_fit": fit}}))
+    assert "correcting the 12 the critic doubted most (margin above +1.250) gave dev F1 0.230" in text
+    idle = {**fit, "acts": False, "acted": 0, "threshold": None}
+    text = _text(R.reading_correction({**m, "critic_verdict": {"mode": "dev_f1", "dev_fit": idle}}))
+    assert "the trained critic corrects nothing" in text
 
 
 # ------------------------------------------------------------------------------------ 09 / 10
