@@ -78,6 +78,24 @@ def test_known_cause_critic_labels_from_causes():
     assert fb["analysis"] == "Known causes: " + ", ".join(causes) + "."
 
 
+def test_known_cause_critic_never_steers_an_answerable_question_to_abstain():
+    from ragcritic_lib.agent.actions import UNSUPPORTED_LABELS
+
+    critic = KnownCauseCritic(load_known_causes())
+    # "1850 or so" occurs in no passage: the evidence calls it unsupported on either question.
+    answerable = make_testbed_record("1850 or so", "1887", ["p9"])
+    unanswerable = make_testbed_record("1850 or so", "insufficient information", ["p9"], answerable=False,
+                                       supporting=())
+    assert "unsupported_answer" not in critic.causes(answerable)
+    assert critic.causes(answerable) == ["temporal_error"]  # the rest of the diagnosis stays
+    fb_answerable, fb_unanswerable = (critic_feedback(p) for p in critic.critique([answerable, unanswerable]))
+    assert not set(fb_answerable["tag2"]) & UNSUPPORTED_LABELS
+    assert set(fb_unanswerable["tag2"]) & UNSUPPORTED_LABELS
+    # Nothing left after dropping: the generic cause stands in.
+    only_unsupported = make_testbed_record("Velta", "Orun", ["p9"])
+    assert critic.causes(only_unsupported) == ["wrong_answer"]
+
+
 def test_known_cause_critic_diagnoses_on_the_source_record():
     source = make_testbed_record("1850", "1887", ["p9"])
     state = dict(source, passages=[{"id": "", "contents": PASSAGE, "score": 0.0}])

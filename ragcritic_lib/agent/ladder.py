@@ -45,6 +45,11 @@ class AlwaysErrorCritic:
         return [CriticParse(judgement=ERROR, analysis="", valid_json=True) for _ in records]
 
 
+ORACLE_DROPPED_WHEN_ANSWERABLE: frozenset[str] = frozenset({"unsupported_answer"})
+"""Causes the oracle critique leaves out when the reference answer is not an abstention: their
+labels steer GenerateAnswer to abstain (:data:`ragcritic_lib.agent.actions.UNSUPPORTED_LABELS`)."""
+
+
 class KnownCauseCritic:
     """Oracle critique: gold correctness, labels from the known causes of each error.
 
@@ -75,13 +80,24 @@ class KnownCauseCritic:
         self.last_generations: list[Any] = []
 
     def causes(self, record: Mapping[str, Any]) -> list[str]:
-        """Error causes of one record (diagnosed on its source record when that is the same answer)."""
-        from ragcritic_lib.evidence import compute_evidence, error_causes
+        """Error causes of one record (diagnosed on its source record when that is the same answer).
+
+        The oracle knows whether the question is answerable. On an answerable one it does not
+        report :data:`ORACLE_DROPPED_WHEN_ANSWERABLE` ("the answer occurs in no passage"): that
+        cause's remedy is to abstain, which can only lose there (a partly right number or summary
+        becomes "insufficient information"); the other causes of the same error remain, and
+        ``wrong_answer`` stands in when none does.
+        """
+        from ragcritic_lib.evidence import compute_evidence, error_causes, is_abstention
 
         src = self.sources.get(str(record.get("id")))
         if src is not None and str(src.get("prediction") or "") == str(record.get("prediction") or ""):
             record = src
-        return error_causes(record, compute_evidence(record, passage_meta=self.passage_meta))
+        causes = error_causes(record, compute_evidence(record, passage_meta=self.passage_meta))
+        golds = [str(g) for g in record.get("golden_answers") or []]
+        if golds and not all(is_abstention(g) for g in golds):
+            causes = [c for c in causes if c not in ORACLE_DROPPED_WHEN_ANSWERABLE] or ["wrong_answer"]
+        return causes
 
     def labels(self, causes: Sequence[str]) -> tuple[list[str], list[str]]:
         """(tier-1, tier-2) labels of the causes, in cause order, without repeats."""
