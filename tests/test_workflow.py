@@ -257,6 +257,32 @@ def test_cost_meter_counts_logical_and_generated_calls(table, taxonomy):
     assert action_usage(out) == {"GenerateAnswer": 1, "RefineDoc": 4, "Retrieval": 1, "RewriteQuery": 1}
 
 
+def test_cost_meter_counts_a_critics_scoring_calls(table):
+    from ragcritic_lib.critic import CORRECT, CriticParse
+    from ragcritic_lib.llm import UsageStats
+
+    class ScoringCritic:
+        """A calibrated critic: one scoring call per answer, no generation when it finds no error."""
+
+        def __init__(self):
+            self.llm = type("Model", (), {"stats": UsageStats()})()
+            self.last_generations = []
+
+        def critique(self, records):
+            self.llm.stats.add(requests=len(records))
+            self.last_generations = []
+            return [CriticParse(judgement=CORRECT, valid_json=True) for _ in records]
+
+    meter = CostMeter()
+    out = run_correction([S1, S2, S3], critic=ScoringCritic(), planner=RuleBasedPlanner(table), actions=make_actions(),
+                         iterations=2, meter=meter)
+    assert [r["final_prediction"] for r in out] == [S1["prediction"], S2["prediction"], S3["prediction"]]
+    summary = meter.summary(n_samples=3)
+    # Three verdicts scored in round 1; nothing is corrected, so round 2 asks nothing.
+    assert summary["critic"]["calls"] == 3 and summary["critic"]["score_calls"] == 3
+    assert summary["total"]["calls_per_sample"] == 1.0
+
+
 def test_case_study_rendering(table):
     out = run_correction([S2, S1], critic=ScriptedCritic(), planner=RuleBasedPlanner(table), actions=make_actions())
     (case,) = pick_case_studies(out, n=2)

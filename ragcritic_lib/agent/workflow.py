@@ -176,6 +176,27 @@ def _count_generations(counter: Counter[str], gens: Sequence[Any]) -> None:
         counter["completion_tokens"] += int(getattr(g, "completion_tokens", 0))
 
 
+def _answered(llm: Any) -> int | None:
+    """Prompts a backend has answered so far (generate, score and choose; cached or not), or None
+    for a model without usage statistics."""
+    stats = getattr(llm, "stats", None)
+    requests = getattr(stats, "requests", None)
+    return int(requests) if isinstance(requests, (int, float)) else None
+
+
+def _count_component(counter: Counter[str], component: Any, llm: Any, answered_before: int | None) -> None:
+    """A critic's or planner's calls in one phase: the calls it lists (``last_generations``) plus
+    every other prompt its model answered meanwhile, such as a calibrated critic's verdict scoring
+    (``score_calls``; a scored option carries no token counts)."""
+    gens = list(getattr(component, "last_generations", []) or [])
+    _count_generations(counter, gens)
+    after = _answered(llm)
+    if answered_before is not None and after is not None and after - answered_before > len(gens):
+        extra = after - answered_before - len(gens)
+        counter["calls"] += extra
+        counter["score_calls"] += extra
+
+
 def rag_cost(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """Cost of the standard-RAG generation step from its result records."""
     return {
@@ -314,11 +335,12 @@ def run_correction(
         # Critic
         with meter.phase("critic", [critic_llm]) as cost:
             states = [_state_record(records[i], docs[i], preds[i], first=it == 1) for i in open_ids]
+            answered = _answered(critic_llm)
             parses = list(critic.critique(states))
             if len(parses) != len(states):
                 raise ValueError(f"critic returned {len(parses)} critiques for {len(states)} records")
             if critic_llm is not None:
-                _count_generations(cost, getattr(critic, "last_generations", []))
+                _count_component(cost, critic, critic_llm, answered)
         feedback = {i: critic_feedback(p) for i, p in zip(open_ids, parses)}
         raw_critic = {i: (p.to_dict() if hasattr(p, "to_dict") else dict(p)) for i, p in zip(open_ids, parses)}
         to_fix = []
@@ -333,11 +355,12 @@ def run_correction(
         # Plan
         with meter.phase("planner", [planner_llm]) as cost:
             contexts = [PlannerContext(records[i]["question"], docs[i], preds[i], feedback[i], table) for i in to_fix]
+            answered = _answered(planner_llm)
             plans = list(planner.plan(contexts)) if contexts else []
             if len(plans) != len(contexts):
                 raise ValueError(f"planner returned {len(plans)} plans for {len(contexts)} contexts")
             if planner_llm is not None and contexts:
-                _count_generations(cost, getattr(planner, "last_generations", []))
+                _count_component(cost, planner, planner_llm, answered)
         # Execute
         with meter.phase("actions", [gen_llm]) as cost:
             before = Counter(getattr(actions, "counts", Counter()))
