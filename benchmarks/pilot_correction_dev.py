@@ -6,6 +6,7 @@ per-type F1 differences and the time taken. It is the place to try action settin
 and choices are tuned here, on dev, never on the test split that notebook 08 reports.
 
     .venv/bin/python benchmarks/pilot_correction_dev.py --n 56
+    .venv/bin/python benchmarks/pilot_correction_dev.py --n 140 --rows "oracle critique,oracle critique (all causes)"
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ from ragcritic_lib.agent.planner import RuleBasedPlanner, load_error_actions  # 
 from ragcritic_lib.agent.workflow import run_methods  # noqa: E402
 from ragcritic_lib.data import dataset_paths, load_corpus_records  # noqa: E402
 from ragcritic_lib.io import read_jsonl  # noqa: E402
-from ragcritic_lib.llm import GenParams  # noqa: E402
 from ragcritic_lib.mining import passage_metadata  # noqa: E402
 from ragcritic_lib.params import load_params  # noqa: E402
+from ragcritic_lib.rag import answer_gen_params  # noqa: E402
 from ragcritic_lib.retrieval import CrossEncoderReranker  # noqa: E402
 from ragcritic_lib.taxonomy import load_known_causes, load_taxonomy  # noqa: E402
 
@@ -55,12 +56,17 @@ def main(argv: list[str] | None = None) -> int:
         "oracle critique": {"critic": KnownCauseCritic(load_known_causes(taxonomy=taxonomy), source_records=records,
                                                        passage_meta=passage_metadata(corpus)),
                             "planner": rule_planner},
+        # The oracle reporting every cause, "unsupported" included on answerable questions.
+        "oracle critique (all causes)": {
+            "critic": KnownCauseCritic(load_known_causes(taxonomy=taxonomy), source_records=records,
+                                       passage_meta=passage_metadata(corpus), answerable_aware=False),
+            "planner": rule_planner},
     }
     wanted = [r.strip() for r in args.rows.split(",") if r.strip()]
     methods = {k: v for k, v in methods.items() if k in wanted}
     retriever_cfg = runtime.retriever_config(params)
     actions = ActionSet(runtime.load_generator(params), runtime.load_retriever(params, args.dataset),
-                        gen_params=GenParams(max_new_tokens=rag_cfg["max_new_tokens"], stop=("\nQuestion:", "<|im_end|>")),
+                        gen_params=answer_gen_params(rag_cfg["prompt_variant"], rag_cfg["max_new_tokens"]),
                         topk=rag_cfg["top_k"], max_doc_words=rag_cfg["max_passage_words"],
                         rag_variant=rag_cfg["prompt_variant"], reranker=CrossEncoderReranker(retriever_cfg["reranker"]),
                         rerank_depth=retriever_cfg["rerank_depth"], max_docs=rag_cfg["top_k"], table=table,

@@ -91,9 +91,21 @@ def test_known_cause_critic_never_steers_an_answerable_question_to_abstain():
     fb_answerable, fb_unanswerable = (critic_feedback(p) for p in critic.critique([answerable, unanswerable]))
     assert not set(fb_answerable["tag2"]) & UNSUPPORTED_LABELS
     assert set(fb_unanswerable["tag2"]) & UNSUPPORTED_LABELS
+    assert "unsupported_answer" in critic.causes(unanswerable)  # kept where abstaining is right
     # Nothing left after dropping: the generic cause stands in.
     only_unsupported = make_testbed_record("Velta", "Orun", ["p9"])
     assert critic.causes(only_unsupported) == ["wrong_answer"]
+    # The dataset's own answerability flag decides over the wording of the reference ("Unknown"
+    # is a real answer here, not an abstention).
+    named_unknown = make_testbed_record("Velta", "Unknown", ["p9"])
+    assert KnownCauseCritic.answerable(named_unknown) is True
+    assert "unsupported_answer" not in critic.causes(named_unknown)
+    no_flag = {k: v for k, v in only_unsupported.items() if k != "metadata"}
+    assert KnownCauseCritic.answerable(no_flag) is True
+    assert KnownCauseCritic.answerable(dict(no_flag, golden_answers=["insufficient information"])) is False
+    assert KnownCauseCritic.answerable(dict(no_flag, golden_answers=[])) is None
+    # The pilot's comparison row: every cause reported.
+    assert "unsupported_answer" in KnownCauseCritic(load_known_causes(), answerable_aware=False).causes(answerable)
 
 
 def test_known_cause_critic_diagnoses_on_the_source_record():

@@ -64,20 +64,36 @@ class KnownCauseCritic:
             passage texts only, and supporting-passage recall needs the ids).
         passage_meta: corpus metadata by passage id (distractor entities), optional.
         metric: "acc" or "em" decides correctness, as :class:`OracleCritic`.
+        answerable_aware: leave out :data:`ORACLE_DROPPED_WHEN_ANSWERABLE` on answerable
+            questions (default); False reports every cause (the dev pilot compares both).
     """
 
     name = "oracle-critique"
     llm = None
 
     def __init__(self, known_causes: Mapping[str, Mapping[str, Any]], source_records: Sequence[Mapping[str, Any]] = (),
-                 passage_meta: Mapping[str, Mapping[str, Any]] | None = None, metric: str = "acc") -> None:
+                 passage_meta: Mapping[str, Mapping[str, Any]] | None = None, metric: str = "acc",
+                 answerable_aware: bool = True) -> None:
         if metric not in ("acc", "em"):
             raise ValueError(f"KnownCauseCritic metric must be 'acc' or 'em', got {metric!r}")
         self.known_causes = known_causes
         self.sources = {str(r.get("id")): r for r in source_records}
         self.passage_meta = passage_meta
         self.metric = metric
+        self.answerable_aware = answerable_aware
         self.last_generations: list[Any] = []
+
+    @staticmethod
+    def answerable(record: Mapping[str, Any]) -> bool | None:
+        """Whether the question is answerable: the dataset's ``metadata.answerable`` when it says,
+        else whether some reference answer is not an abstention (None without references)."""
+        from ragcritic_lib.evidence import is_abstention
+
+        flag = (record.get("metadata") or {}).get("answerable")
+        if isinstance(flag, bool):
+            return flag
+        golds = [str(g) for g in record.get("golden_answers") or []]
+        return None if not golds else not all(is_abstention(g) for g in golds)
 
     def causes(self, record: Mapping[str, Any]) -> list[str]:
         """Error causes of one record (diagnosed on its source record when that is the same answer).
@@ -88,14 +104,13 @@ class KnownCauseCritic:
         becomes "insufficient information"); the other causes of the same error remain, and
         ``wrong_answer`` stands in when none does.
         """
-        from ragcritic_lib.evidence import compute_evidence, error_causes, is_abstention
+        from ragcritic_lib.evidence import compute_evidence, error_causes
 
         src = self.sources.get(str(record.get("id")))
         if src is not None and str(src.get("prediction") or "") == str(record.get("prediction") or ""):
             record = src
         causes = error_causes(record, compute_evidence(record, passage_meta=self.passage_meta))
-        golds = [str(g) for g in record.get("golden_answers") or []]
-        if golds and not all(is_abstention(g) for g in golds):
+        if self.answerable_aware and self.answerable(record):
             causes = [c for c in causes if c not in ORACLE_DROPPED_WHEN_ANSWERABLE] or ["wrong_answer"]
         return causes
 
