@@ -203,3 +203,27 @@ def test_params_and_library_name_the_same_decodings():
     from ragcritic_lib.params import REPAIR_DECODINGS
 
     assert set(REPAIR_DECODINGS) == set(repair.DECODINGS)
+
+
+def test_constrained_prompts_carry_no_worked_example(actions):
+    programs = repair.grammar_programs(3, topk=1)
+    with_example = repair.build_planner_messages(REC, correct=False)
+    without = repair.build_planner_messages(REC, correct=False, example=False)
+    assert [m["role"] for m in with_example] == ["system", "user", "assistant", "user"]
+    assert [m["role"] for m in without] == ["system", "user"] and without[-1] == with_example[-1]
+    seen = []
+
+    def record_prompts(prompt, opts):
+        seen.append(prompt)
+        return [0.0] + [-5.0] * (len(opts) - 1)
+
+    planner = CallableLLM(lambda p, g: programs[0], score_fn=record_prompts)
+    repair.repair_infer(planner, [REC], actions, judged_correct=[False], decoding="constrained", programs=programs)
+    repair.collect_preferences([REC], actions, phase="on", judged_correct=[False], planner=planner, n_grammar=0,
+                               n_sampled=2, decoding="constrained", programs=programs)
+    assert seen and all(not any(m["role"] == "assistant" for m in p) for p in seen)
+    # Free decoding keeps the example: it is how the planner learns the program format.
+    written = []
+    free_planner = CallableLLM(lambda p, g: written.append(p) or programs[0])
+    repair.repair_infer(free_planner, [REC], actions, judged_correct=[False])
+    assert written and written[0][2] == {"role": "assistant", "content": with_example[2]["content"]}

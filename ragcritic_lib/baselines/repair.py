@@ -122,11 +122,16 @@ def build_planner_messages(
     max_docs: int = 5,
     doc_words: int = 15,
     reasoning_chars: int = 200,
+    example: bool = True,
 ) -> list[dict[str, str]]:
     """Planner prompt for one state (about 600 tokens with five passages shown by their first
     ``doc_words`` words, so a prompt plus a plan fits a 768-token DPO budget).
 
     Args:
+        example: open with a worked example (a question and its plan). Free decoding needs it to
+            learn the program format; constrained decoding leaves it out: its choices are the
+            grammar's programs already, and an example equal to one of them only pulls the choice
+            towards that program.
         correct: correctness of the previous answer (oracle c off-policy, the judge's estimate
             on-policy); None leaves the line out.
         reasoning: the failed reasoning r0 (off-policy only).
@@ -143,10 +148,10 @@ def build_planner_messages(
                      else f"A judge thinks the previous answer is probably {verdict}.")
     if reasoning:
         lines.append("Reasoning behind the previous answer: " + " ".join(str(reasoning).split())[:reasoning_chars])
+    shots = [{"role": "user", "content": _EXAMPLE_USER}, {"role": "assistant", "content": _EXAMPLE_PLAN}]
     return [
         {"role": "system", "content": _SYSTEM.format(signatures=FUNCTION_SIGNATURES)},
-        {"role": "user", "content": _EXAMPLE_USER},
-        {"role": "assistant", "content": _EXAMPLE_PLAN},
+        *(shots if example else []),
         {"role": "user", "content": "\n".join(lines)},
     ]
 
@@ -378,9 +383,10 @@ def collect_preferences(
     for i in chosen_idx:
         rec = records[i]
         if phase == "off":
-            msgs = build_planner_messages(rec, correct=False, reasoning=str(rec.get("raw_output") or ""), oracle=True)
+            msgs = build_planner_messages(rec, correct=False, reasoning=str(rec.get("raw_output") or ""), oracle=True,
+                                          example=decoding == "free")
         else:
-            msgs = build_planner_messages(rec, correct=bool(judged_correct[i]))
+            msgs = build_planner_messages(rec, correct=bool(judged_correct[i]), example=decoding == "free")
         states.append((rec, msgs))
     grammar = plan_grammar(topk=topk)[:n_grammar]
     sampled: list[list[str]] = [[] for _ in states]
@@ -487,7 +493,8 @@ def repair_infer(
     if decoding == "constrained" and not programs:
         raise ValueError("constrained decoding needs the candidate programs")
     todo = [i for i in range(len(records)) if not (skip_judged_correct and judged_correct[i])]
-    prompts = [build_planner_messages(records[i], correct=bool(judged_correct[i])) for i in todo]
+    prompts = [build_planner_messages(records[i], correct=bool(judged_correct[i]), example=decoding == "free")
+               for i in todo]
     if decoding == "constrained":
         picks = planner.choose(prompts, [list(programs or [])] * len(prompts), desc="repair plans") if prompts else []
         plans = [[c.text] for c in picks]
