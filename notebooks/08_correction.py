@@ -146,8 +146,10 @@ write_json(out_dir / "planner_train_result.json", trained.to_dict())  # records 
 # default program runs on every answer: does targeting matter?), RAG-Critic (trained critic and
 # planner), the *oracle verdict* (gold correctness, the trained critic's labels, trained planner)
 # and the *oracle critique* (gold correctness, labels from the known causes of each error, rule
-# planner: the ceiling of the action layer). Oracles read gold answers and the testbed's
-# construction metadata; the actions never do. The Table 4 ablations (zero-shot critic, tier-1-only
+# planner: the ceiling of the action layer). Knowing which questions are answerable, the oracle
+# critique never calls an answerable question's answer unsupported: that label's remedy is to
+# abstain, which can only lose there. Oracles read gold answers and the testbed's construction
+# metadata; the actions never do. The Table 4 ablations (zero-shot critic, tier-1-only
 # labels, rule or zero-shot planner, free decoding) are not run: their CPU time went to 140
 # questions. The trivia set runs only RAG-Critic and the oracle critique, small, beside its
 # answer-recall ceiling: no effect is claimed from it.
