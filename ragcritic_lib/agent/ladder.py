@@ -46,8 +46,8 @@ class AlwaysErrorCritic:
 
 
 ORACLE_DROPPED_WHEN_ANSWERABLE: frozenset[str] = frozenset({"unsupported_answer"})
-"""Causes the oracle critique leaves out when the reference answer is not an abstention: their
-labels steer GenerateAnswer to abstain (:data:`ragcritic_lib.agent.actions.UNSUPPORTED_LABELS`)."""
+"""Causes the oracle critique leaves out on an answerable question (:meth:`KnownCauseCritic.answerable`):
+their labels steer GenerateAnswer to abstain (:data:`ragcritic_lib.agent.actions.UNSUPPORTED_LABELS`)."""
 
 
 class KnownCauseCritic:
