@@ -2,20 +2,28 @@
 
     python benchmarks/bench_repro.py                 # the embedded default (params.yaml as is)
     python benchmarks/bench_repro.py --profile smoke # a params profile from configs/profiles/
+    python benchmarks/bench_repro.py --compare       # ... then compare with this checkout's results
+    python benchmarks/bench_repro.py --compare-only /tmp/ragcritic-repro-XXXX/repo  # a kept copy
 
 Cold = empty LLM and index caches (the asset wheels already downloaded are reused). Prints the
 total, each stage's wall time (from papermill's record in the executed notebooks) and the no-op
-time. Nothing is asserted.
+time. With --compare it then sets the copy's results beside this checkout's (whose outputs must
+be checked out: `dvc checkout`): per metrics file, every number that differs, leaving out keys
+that name times or cache hits; per output folder under data/, the files whose bytes differ.
+Nothing is asserted: a reader decides what a difference means.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -31,11 +39,106 @@ def stage_seconds(root: Path) -> dict[str, float]:
     return out
 
 
+# Metrics keys whose values differ between any two runs without saying anything about results.
+VOLATILE_KEY_WORDS = ("second", "time", "wall", "minute", "date", "cached")
+
+
+def _volatile(key: str) -> bool:
+    return any(word in key.lower() for word in VOLATILE_KEY_WORDS)
+
+
+def json_diffs(a: Any, b: Any, path: str = "") -> Iterator[tuple[str, Any, Any]]:
+    """(dotted path, value in a, value in b) for every leaf of two JSON documents that differs.
+
+    Keys that name times or cache hits (:data:`VOLATILE_KEY_WORDS`) are skipped at any depth; a
+    key present on one side only, or lists of different lengths, count as one difference.
+    """
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b), key=str):
+            if _volatile(str(key)):
+                continue
+            sub = f"{path}.{key}" if path else str(key)
+            if key not in a or key not in b:
+                yield sub, a.get(key, "<absent>"), b.get(key, "<absent>")
+            else:
+                yield from json_diffs(a[key], b[key], sub)
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            yield from json_diffs(x, y, f"{path}[{i}]")
+    elif a != b:
+        yield path, a, b
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def compare_results(src: Path, copy: Path) -> dict[str, Any]:
+    """Set a copy's results beside the source checkout's.
+
+    Returns ``{"metrics": {file: [(path, src value, copy value), ...] or "missing"},
+    "outputs": {folder under data/: {"files", "same", "differ": [...], "missing": [...]}}}``;
+    folders are the first level under ``data/`` (``assets`` included).
+    """
+    report: dict[str, Any] = {"metrics": {}, "outputs": {}}
+    for f in sorted((src / "reports" / "metrics").glob("*.json")):
+        other = copy / "reports" / "metrics" / f.name
+        if not other.is_file():
+            report["metrics"][f.name] = "missing"
+            continue
+        report["metrics"][f.name] = list(json_diffs(json.loads(f.read_text()), json.loads(other.read_text())))
+    data = src / "data"
+    for folder in sorted(p for p in data.iterdir() if p.is_dir()) if data.is_dir() else []:
+        row = {"files": 0, "same": 0, "differ": [], "missing": []}
+        for f in sorted(p for p in folder.rglob("*") if p.is_file()):
+            rel = f.relative_to(src)
+            row["files"] += 1
+            other = copy / rel
+            if not other.is_file():
+                row["missing"].append(str(rel))
+            elif _sha256(f) == _sha256(other):
+                row["same"] += 1
+            else:
+                row["differ"].append(str(rel))
+        report["outputs"][folder.name] = row
+    return report
+
+
+def print_comparison(report: dict[str, Any], limit: int = 8) -> None:
+    print("metrics files (numbers that differ, times and cache hits left out):")
+    for name, diffs in report["metrics"].items():
+        if diffs == "missing":
+            print(f"  {name:<28} missing in the copy")
+            continue
+        print(f"  {name:<28} {len(diffs)} differ")
+        for path, a, b in diffs[:limit]:
+            print(f"      {path}: {json.dumps(a)[:80]} -> {json.dumps(b)[:80]}")
+    print("outputs under data/ (files whose bytes differ):")
+    for folder, row in report["outputs"].items():
+        print(f"  {folder:<28} {row['same']} of {row['files']} identical, {len(row['differ'])} differ, "
+              f"{len(row['missing'])} missing")
+        for rel in row["differ"][:limit]:
+            print(f"      {rel}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--profile", default=None, help="params profile to apply first")
     parser.add_argument("--keep", action="store_true", help="keep the temporary copy")
+    parser.add_argument("--compare", action="store_true",
+                        help="then compare the copy's results with this checkout's")
+    parser.add_argument("--compare-only", type=Path, default=None, metavar="COPY",
+                        help="only compare an existing copy (a kept run's repo folder) with this checkout")
     args = parser.parse_args()
+    if args.compare_only is not None:
+        if not (args.compare_only / "reports" / "metrics").is_dir():
+            parser.error(f"--compare-only: {args.compare_only} has no reports/metrics folder")
+        print_comparison(compare_results(Path(__file__).resolve().parent.parent, args.compare_only))
+        return
     tmp = Path(tempfile.mkdtemp(prefix="ragcritic-repro-"))
     root = copy_repository(tmp / "repo")
     env = pipeline_env(root, tmp / "cache")
@@ -49,6 +152,8 @@ def main() -> None:
         for stage, secs in stage_seconds(root).items():
             print(f"  {stage:<24} {secs:8.1f} s")
         print(f"no-op dvc repro: {noop:.2f} s")
+        if args.compare:
+            print_comparison(compare_results(Path(__file__).resolve().parent.parent, root))
     finally:
         if args.keep:
             print(f"kept {tmp}")
