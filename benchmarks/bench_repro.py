@@ -16,7 +16,6 @@ Nothing is asserted: a reader decides what a difference means.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
 import sys
@@ -25,8 +24,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
+from ragcritic_lib.io import file_sha256  # noqa: E402
 from ragcritic_lib.workspace import copy_repository, pipeline_env, run_timed  # noqa: E402
 
 
@@ -69,14 +70,6 @@ def json_diffs(a: Any, b: Any, path: str = "") -> Iterator[tuple[str, Any, Any]]
         yield path, a, b
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def compare_results(src: Path, copy: Path) -> dict[str, Any]:
     """Set a copy's results beside the source checkout's.
 
@@ -100,7 +93,7 @@ def compare_results(src: Path, copy: Path) -> dict[str, Any]:
             other = copy / rel
             if not other.is_file():
                 row["missing"].append(str(rel))
-            elif _sha256(f) == _sha256(other):
+            elif file_sha256(f) == file_sha256(other):
                 row["same"] += 1
             else:
                 row["differ"].append(str(rel))
@@ -137,7 +130,7 @@ def main() -> None:
     if args.compare_only is not None:
         if not (args.compare_only / "reports" / "metrics").is_dir():
             parser.error(f"--compare-only: {args.compare_only} has no reports/metrics folder")
-        print_comparison(compare_results(Path(__file__).resolve().parent.parent, args.compare_only))
+        print_comparison(compare_results(ROOT, args.compare_only))
         return
     tmp = Path(tempfile.mkdtemp(prefix="ragcritic-repro-"))
     root = copy_repository(tmp / "repo")
@@ -153,7 +146,7 @@ def main() -> None:
             print(f"  {stage:<24} {secs:8.1f} s")
         print(f"no-op dvc repro: {noop:.2f} s")
         if args.compare:
-            print_comparison(compare_results(Path(__file__).resolve().parent.parent, root))
+            print_comparison(compare_results(ROOT, root))
     finally:
         if args.keep:
             print(f"kept {tmp}")
