@@ -21,6 +21,7 @@
 # %% tags=["parameters"]
 recall_questions = 200
 eval_questions = 140
+dataset_questions = "testbed=280"
 top_k = 3
 recall_ks = "1,3,5,10,20"
 prompt_variant = "prefill"
@@ -37,7 +38,7 @@ from ragcritic_lib import paths, runtime
 from ragcritic_lib.evaluation import recall_at_k, summarize_rag
 from ragcritic_lib.io import write_jsonl
 from ragcritic_lib.outputs import save_figure
-from ragcritic_lib.params import load_params
+from ragcritic_lib.params import load_params, parse_dataset_counts
 from ragcritic_lib.rag import PROMPT_VARIANTS, answer_gen_params, run_standard_rag
 from ragcritic_lib.stage_metrics import write_stage_metrics
 
@@ -45,6 +46,8 @@ params = load_params()
 datasets = runtime.dataset_names(params)
 ks = [int(k) for k in recall_ks.split(",")]
 out_dir = paths.stage_dir("retrieval_rag")
+# Standard-RAG answers per split: eval_questions, or the count dataset_questions names.
+n_eval = {ds: parse_dataset_counts(dataset_questions).get(ds, eval_questions) for ds in datasets}
 metrics = {"retrieval": {}, "rag": {}, "closed_book": {}}
 datasets
 
@@ -109,7 +112,7 @@ summary_rows = []
 for ds in datasets:
     retriever = runtime.load_retriever(params, ds)
     for split in ("dev", "test"):
-        records = runtime.load_split(params, ds, split, limit=eval_questions)
+        records = runtime.load_split(params, ds, split, limit=n_eval[ds])
         # BEGIN SOLUTION hint: run standard RAG on these records with the dataset's retriever, top_k and the prompt variant
         results = run_standard_rag(llm, records, retriever=retriever, k=top_k, variant=prompt_variant,
                                    gen_params=gen, max_passage_words=max_passage_words, desc=f"{ds}/{split}")

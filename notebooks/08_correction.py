@@ -31,7 +31,7 @@
 # to rewrite it, and abstains when an unsupported answer stays unsupported.
 
 # %% tags=["parameters"]
-n_questions = 140
+n_questions = 280
 trivia_questions = 30
 iterations = 2
 critic_dir = "data/critic_dpo"
@@ -94,7 +94,8 @@ datasets = runtime.dataset_names(params)
 out_dir = paths.stage_dir("correction")
 taxonomy = load_taxonomy()
 # Standard-RAG answers are read from notebook 01's outputs, never regenerated. The testbed's
-# first N test questions cycle through the question types (N = 140: 20 per type); trivia runs small.
+# first N test questions cycle through the question types (N = 280, the whole split: 40 per type);
+# trivia runs small.
 limits = {ds: n_questions if ds == "testbed" else trivia_questions for ds in datasets}
 test_sets = {ds: read_jsonl(paths.stage_dir("retrieval_rag") / ds / "test.jsonl")[:limits[ds]] for ds in datasets}
 {ds: len(recs) for ds, recs in test_sets.items()}
@@ -150,7 +151,7 @@ write_json(out_dir / "planner_train_result.json", trained.to_dict())  # records 
 # critique never calls an answerable question's answer unsupported: that label's remedy is to
 # abstain, which can only lose there. Oracles read gold answers and the testbed's construction
 # metadata; the actions never do. The Table 4 ablations (zero-shot critic, tier-1-only
-# labels, rule or zero-shot planner, free decoding) are not run: their CPU time went to 140
+# labels, rule or zero-shot planner, free decoding) are not run: their CPU time went to 280
 # questions. The trivia set runs only RAG-Critic and the oracle critique, small, beside its
 # answer-recall ceiling: no effect is claimed from it.
 

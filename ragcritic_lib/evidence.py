@@ -279,7 +279,10 @@ def _known_causes(
             causes.append("outdated_statement")
     if not ev["followed_prefix"]:
         causes.append("answer_not_extracted")
-    if ev["truncated"] or ev["verbose"]:
+    # Cut at the token limit is a fault of form only when the answer is not a partial answer: one
+    # that already states some of the expected points was cut short, and is incomplete instead.
+    partial = ev.get("key_point_coverage") is not None and 0 < ev["key_point_coverage"] < 1
+    if ev["verbose"] or (ev["truncated"] and not partial):
         causes.append("verbose_or_truncated")
     return causes
 
@@ -346,7 +349,9 @@ def error_causes(record: Mapping[str, Any], evidence: Mapping[str, Any] | None =
             causes.append("temporal_error" if dated else "numeric_error")
         elif _picked_other_option(str(record.get("question") or ""), prediction, content_golds):
             causes.append("comparison_error")
-        if ev.get("key_point_coverage") is not None and ev["key_point_coverage"] < 1:
+        # Incomplete: the answer states some of the expected points, not all. One that states
+        # none of them is wrong, not incomplete (its other causes say how).
+        if ev.get("key_point_coverage") is not None and 0 < ev["key_point_coverage"] < 1:
             causes.append("incomplete_summary")
         if ev.get("distractor_retrieved") and "distractor_entity" not in causes:
             causes.append("entity_mismatch")

@@ -79,8 +79,15 @@ class PoolMember:
 
     @property
     def fingerprint(self) -> str:
-        """Hash of everything that changes this member's answers (name excluded)."""
+        """Hash of everything that changes this member's answers (name excluded).
+
+        A local model or adapter folder enters by its base name, not its path: its weights are
+        hashed by content in :func:`sampling_context`, so a clone at another path matches.
+        """
         cfg = {k: v for k, v in dataclasses.asdict(self).items() if k != "name"}
+        if self.llm.get("backend") != "openai":
+            cfg["llm"] = {k: (Path(str(v)).name if k in ("model", "adapter") and v and Path(str(v)).is_dir() else v)
+                          for k, v in self.llm.items()}
         return hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     @property

@@ -383,7 +383,8 @@ def rules() -> dict[str, dict[str, Rule]]:
             "test_fraction": FRACTION, "model_dtype": one_of(SAVE_DTYPES), "corpus_articles": some,
         },
         "retrieval_rag": {
-            "recall_questions": count, "eval_questions": count, "top_k": count,
+            "recall_questions": count, "eval_questions": count, "dataset_questions": dataset_counts(),
+            "top_k": count,
             "recall_ks": comma_list(_positive_int_item, "integers >= 1"),
             "prompt_variant": one_of(answer_variants),
             "variant_probe_questions": count, "max_new_tokens": tokens, "max_passage_words": count,

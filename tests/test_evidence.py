@@ -110,6 +110,23 @@ def test_key_point_coverage_and_summary_cause():
     ev = compute_evidence(rec)
     assert ev["key_point_coverage"] == 2 / 3
     assert "incomplete_summary" in error_causes(rec, ev)
+    # An answer stating none of the points is wrong, not incomplete.
+    none = rag("The Tagus", metadata=meta)
+    assert compute_evidence(none)["key_point_coverage"] == 0
+    assert "incomplete_summary" not in error_causes(none)
+
+
+def test_a_partial_answer_cut_at_the_token_limit_is_incomplete_not_verbose():
+    meta = {"type": "summary", "key_points": ["Douro", "Portugal", "estuary"], "answerable": True, "knobs": {}}
+    cut = rag("The Douro flows in Portugal and", metadata=meta, truncated=True)
+    causes = error_causes(cut)
+    assert "incomplete_summary" in causes and "verbose_or_truncated" not in causes
+    # Cut off before stating any point: a fault of form.
+    off = rag("Rivers of the Iberian Peninsula are", metadata=meta, truncated=True)
+    assert "verbose_or_truncated" in compute_evidence(off)["known_causes"]
+    # Verbose stays verbose, partial or not.
+    long_partial = rag("The Douro flows in Portugal " + " ".join(["and so on"] * 8), metadata=meta)
+    assert "verbose_or_truncated" in compute_evidence(long_partial)["known_causes"]
 
 
 def test_empty_prediction():

@@ -433,3 +433,19 @@ def test_log_with_line_separator_characters_resumes(tmp_path):
                                    llm_factory=_factory(calls))
     assert len(calls) == 6 and again == rows
     assert again[0]["metadata"]["note"] == "a\u2028b\u2029c\u0085d 東京 🙂"
+
+
+def test_member_fingerprint_ignores_where_a_local_model_folder_lives(tmp_path):
+    # A clone at another path finds its logged samples: the folder's name counts, not its path
+    # (its weights are hashed by content in the sampling context).
+    a, b = tmp_path / "a" / "SmolLM2", tmp_path / "b" / "SmolLM2"
+    a.mkdir(parents=True)
+    b.mkdir(parents=True)
+    fp = [PoolMember(name="m", llm={"backend": "hf", "model": str(d)}).fingerprint for d in (a, b)]
+    assert fp[0] == fp[1]
+    other = tmp_path / "b" / "Qwen"
+    other.mkdir()
+    assert PoolMember(name="m", llm={"backend": "hf", "model": str(other)}).fingerprint != fp[0]
+    # Served models keep their whole name: there is no folder to hash.
+    served = [PoolMember(name="m", llm={"backend": "openai", "model": f"{p}/SmolLM2"}).fingerprint for p in "xy"]
+    assert served[0] != served[1]
