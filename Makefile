@@ -85,6 +85,7 @@ report: install
 bench: install
 	$(BIN)/python benchmarks/bench_retrieval.py
 	$(BIN)/python benchmarks/bench_generation.py
+	$(BIN)/python benchmarks/bench_stage_cells.py
 	$(BIN)/python benchmarks/bench_repro.py
 
 clean-cache:
