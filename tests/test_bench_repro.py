@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from script_modules import load_script
 
-
-def _load_bench():
-    spec = importlib.util.spec_from_file_location("bench_repro", ROOT / "benchmarks" / "bench_repro.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_bench()
+bench = load_script("benchmarks/bench_repro.py")
 
 
 def test_json_diffs_reports_results_and_skips_times():

@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from script_modules import load_script
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("bench_stage_cells", ROOT / "benchmarks" / "bench_stage_cells.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load()
+bench = load_script("benchmarks/bench_stage_cells.py")
 
 
 def _notebook(path: Path, total: float | None, cells: list[tuple[str, float | None]]) -> None:

@@ -112,12 +112,9 @@ def test_gpu_profile_passes_params_check_with_models_to_fill_in():
 
 
 def _check_requirements_module():
-    import importlib.util
+    from script_modules import load_script
 
-    spec = importlib.util.spec_from_file_location("check_requirements", paths.ROOT / ".ci" / "check_requirements.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(".ci/check_requirements.py")
 
 
 def test_requirements_check_reports_pips_conflict_explanation_only():
