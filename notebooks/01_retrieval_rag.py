@@ -21,7 +21,7 @@
 # %% tags=["parameters"]
 recall_questions = 200
 eval_questions = 140
-dataset_questions = "testbed=280"
+dataset_questions = "testbed=280,trivia=40"
 top_k = 3
 recall_ks = "1,3,5,10,20"
 prompt_variant = "prefill"
