@@ -38,7 +38,7 @@
 
 # %% tags=["parameters"]
 datasets = "testbed"
-test_questions = 140
+test_questions = 280
 n_boot = 2000
 n_perm = 10000
 ci_alpha = 0.05
