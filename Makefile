@@ -27,7 +27,7 @@ assets: install
 
 ## Run the whole pipeline on the embedded default.
 pipeline: install
-	$(BIN)/python -m ragcritic_lib.params check
+	$(BIN)/python -m ragcritic_lib.pipeline.params check
 	$(BIN)/dvc repro
 
 ## Run the test suite (unit, contract and the end-to-end smoke run of dvc.yaml).
@@ -71,15 +71,15 @@ lab: install
 
 ## Regenerate the .ipynb twins (outputs stripped) from the .py sources.
 notebooks: install
-	$(BIN)/python -m ragcritic_lib.notebooks sync
+	$(BIN)/python -m ragcritic_lib.pipeline.notebooks sync
 
 ## Exercise notebooks for a class (code to fill in, solutions beside them) with the workshop profile.
 exercises: install
-	$(BIN)/python -m ragcritic_lib.exercises build --profile workshop
+	$(BIN)/python -m ragcritic_lib.pipeline.exercises build --profile workshop
 
 ## Static HTML report of every executed notebook and figure (after the pipeline).
 report: install
-	$(BIN)/python -m ragcritic_lib.report
+	$(BIN)/python -m ragcritic_lib.pipeline.html_report
 
 ## Speed measurements (print numbers; nothing asserted).
 bench: install

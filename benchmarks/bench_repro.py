@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ragcritic_lib.io import file_sha256  # noqa: E402
-from ragcritic_lib.workspace import copy_repository, pipeline_env, run_timed  # noqa: E402
+from ragcritic_lib.pipeline.workspace import copy_repository, pipeline_env, run_timed  # noqa: E402
 
 
 def stage_seconds(root: Path) -> dict[str, float]:
@@ -140,7 +140,7 @@ def main() -> None:
     env = pipeline_env(root, tmp / "cache")
     try:
         if args.profile:
-            run_timed([sys.executable, "-m", "ragcritic_lib.params", "profile", args.profile], root, env)
+            run_timed([sys.executable, "-m", "ragcritic_lib.pipeline.params", "profile", args.profile], root, env)
         repro = ["dvc", "repro"] + ([args.target] if args.target else [])
         cold, _ = run_timed(repro, root, env, log=tmp / "cold.log")
         noop, _ = run_timed(repro, root, env, log=tmp / "noop.log")

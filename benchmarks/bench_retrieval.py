@@ -19,7 +19,7 @@ from typing import TypeVar
 
 from ragcritic_lib import paths
 from ragcritic_lib.io import read_jsonl
-from ragcritic_lib.metrics import retrieval_recall
+from ragcritic_lib.evaluation.scoring import retrieval_recall
 from ragcritic_lib.retrieval import (
     BM25Retriever,
     Corpus,

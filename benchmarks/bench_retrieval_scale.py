@@ -191,7 +191,7 @@ def main() -> None:
 def _run() -> None:
     import faiss
 
-    from ragcritic_lib.corpus_store import build_corpus_store, load_corpus_store
+    from ragcritic_lib.data.corpus_store import build_corpus_store, load_corpus_store
     from ragcritic_lib.retrieval import BM25Retriever, auto_train_size
 
     args = _parse()

@@ -25,10 +25,10 @@ from ragcritic_lib.agent.actions import ActionSet  # noqa: E402
 from ragcritic_lib.agent.ladder import AlwaysErrorCritic, KnownCauseCritic, ladder_records, ladder_table  # noqa: E402
 from ragcritic_lib.agent.planner import RuleBasedPlanner, load_error_actions  # noqa: E402
 from ragcritic_lib.agent.workflow import run_methods  # noqa: E402
-from ragcritic_lib.data import dataset_paths, load_corpus_records  # noqa: E402
+from ragcritic_lib.data.flashrag import dataset_paths, load_corpus_records  # noqa: E402
 from ragcritic_lib.io import read_jsonl  # noqa: E402
 from ragcritic_lib.mining import passage_metadata  # noqa: E402
-from ragcritic_lib.params import load_params  # noqa: E402
+from ragcritic_lib.pipeline.params import load_params  # noqa: E402
 from ragcritic_lib.rag import answer_gen_params  # noqa: E402
 from ragcritic_lib.retrieval import CrossEncoderReranker  # noqa: E402
 from ragcritic_lib.taxonomy import load_known_causes, load_taxonomy  # noqa: E402

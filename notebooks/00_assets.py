@@ -27,9 +27,10 @@ model_dtype = "float32"
 corpus_articles = 0
 
 # %%
-from ragcritic_lib import assets, paths
+from ragcritic_lib import paths
+from ragcritic_lib.data import assets
 from ragcritic_lib.io import read_jsonl
-from ragcritic_lib.stage_metrics import write_stage_metrics
+from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 
 stats = assets.build_assets(
     paths.ASSETS_DIR,
@@ -71,6 +72,6 @@ write_stage_metrics("00_assets", {k: v for k, v in stats.items() if k != "wheels
 from IPython.display import Markdown  # noqa: E402
 
 from ragcritic_lib.io import read_json  # noqa: E402
-from ragcritic_lib.readings import reading_assets  # noqa: E402
+from ragcritic_lib.evaluation.readings import reading_assets  # noqa: E402
 
 Markdown("\n\n".join(reading_assets(read_json(paths.METRICS_DIR / "00_assets.json"))))

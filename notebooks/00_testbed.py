@@ -50,7 +50,7 @@ weight_unanswerable = 1.0
 import pandas as pd
 
 from ragcritic_lib import paths
-from ragcritic_lib.stage_metrics import write_stage_metrics
+from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 from ragcritic_lib.testbed import TestbedConfig, example_per_type, generate_testbed, testbed_stats, write_testbed
 
 cfg = TestbedConfig(
@@ -108,6 +108,6 @@ write_stage_metrics("00_testbed", stats)
 from IPython.display import Markdown  # noqa: E402
 
 from ragcritic_lib.io import read_json  # noqa: E402
-from ragcritic_lib.readings import reading_testbed  # noqa: E402
+from ragcritic_lib.evaluation.readings import reading_testbed  # noqa: E402
 
 Markdown("\n\n".join(reading_testbed(read_json(paths.METRICS_DIR / "00_testbed.json"))))

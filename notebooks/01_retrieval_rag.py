@@ -35,12 +35,12 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from ragcritic_lib import paths, runtime
-from ragcritic_lib.evaluation import recall_at_k, summarize_rag
+from ragcritic_lib.evaluation.summaries import recall_at_k, summarize_rag
 from ragcritic_lib.io import write_jsonl
-from ragcritic_lib.outputs import save_figure
-from ragcritic_lib.params import load_params, parse_dataset_counts
+from ragcritic_lib.pipeline.outputs import save_figure
+from ragcritic_lib.pipeline.params import load_params, parse_dataset_counts
 from ragcritic_lib.rag import PROMPT_VARIANTS, answer_gen_params, run_standard_rag
-from ragcritic_lib.stage_metrics import write_stage_metrics
+from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 
 params = load_params()
 datasets = runtime.dataset_names(params)
@@ -185,6 +185,6 @@ write_stage_metrics("01_retrieval_rag", metrics)
 from IPython.display import Markdown  # noqa: E402
 
 from ragcritic_lib.io import read_json  # noqa: E402
-from ragcritic_lib.readings import reading_retrieval_rag  # noqa: E402
+from ragcritic_lib.evaluation.readings import reading_retrieval_rag  # noqa: E402
 
 Markdown("\n\n".join(reading_retrieval_rag(read_json(paths.METRICS_DIR / "01_retrieval_rag.json"), top_k=top_k)))

@@ -39,11 +39,11 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from ragcritic_lib import mining, paths, runtime
-from ragcritic_lib.data import dataset_paths, load_corpus_records
+from ragcritic_lib.data.flashrag import dataset_paths, load_corpus_records
 from ragcritic_lib.io import write_jsonl
-from ragcritic_lib.outputs import save_figure, save_table
-from ragcritic_lib.params import load_params, parse_dataset_counts
-from ragcritic_lib.stage_metrics import write_stage_metrics
+from ragcritic_lib.pipeline.outputs import save_figure, save_table
+from ragcritic_lib.pipeline.params import load_params, parse_dataset_counts
+from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 from ragcritic_lib.teachers import build_teachers, teacher_agreement
 
 params = load_params()
@@ -182,6 +182,6 @@ write_stage_metrics("02_error_sampling", metrics)
 from IPython.display import Markdown  # noqa: E402
 
 from ragcritic_lib.io import read_json  # noqa: E402
-from ragcritic_lib.readings import reading_error_sampling  # noqa: E402
+from ragcritic_lib.evaluation.readings import reading_error_sampling  # noqa: E402
 
 Markdown("\n\n".join(reading_error_sampling(read_json(paths.METRICS_DIR / "02_error_sampling.json"))))

@@ -36,9 +36,9 @@ import pandas as pd
 
 from ragcritic_lib import mining, paths
 from ragcritic_lib.io import read_jsonl, write_jsonl
-from ragcritic_lib.outputs import save_figure
-from ragcritic_lib.params import load_params
-from ragcritic_lib.stage_metrics import write_stage_metrics
+from ragcritic_lib.pipeline.outputs import save_figure
+from ragcritic_lib.pipeline.params import load_params
+from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 from ragcritic_lib.tagging import normalize_tags, tag_counts
 from ragcritic_lib.teachers import build_teachers, teacher_agreement, vocabulary_size
 
@@ -149,6 +149,6 @@ write_stage_metrics("03_tagging", metrics)
 from IPython.display import Markdown  # noqa: E402
 
 from ragcritic_lib.io import read_json  # noqa: E402
-from ragcritic_lib.readings import reading_tagging  # noqa: E402
+from ragcritic_lib.evaluation.readings import reading_tagging  # noqa: E402
 
 Markdown("\n\n".join(reading_tagging(read_json(paths.METRICS_DIR / "03_tagging.json"))))

@@ -39,9 +39,9 @@ from scipy.cluster.hierarchy import dendrogram
 
 from ragcritic_lib import mining, paths, taxonomy as tx
 from ragcritic_lib.io import read_jsonl, write_json, write_jsonl
-from ragcritic_lib.outputs import save_figure, save_markdown, save_table
-from ragcritic_lib.params import load_params
-from ragcritic_lib.stage_metrics import write_stage_metrics
+from ragcritic_lib.pipeline.outputs import save_figure, save_markdown, save_table
+from ragcritic_lib.pipeline.params import load_params
+from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 from ragcritic_lib.tagging import tag_counts
 from ragcritic_lib.teachers import build_teachers
 
@@ -218,6 +218,6 @@ write_stage_metrics("04_taxonomy", metrics)
 from IPython.display import Markdown  # noqa: E402
 
 from ragcritic_lib.io import read_json  # noqa: E402
-from ragcritic_lib.readings import reading_taxonomy  # noqa: E402
+from ragcritic_lib.evaluation.readings import reading_taxonomy  # noqa: E402
 
 Markdown("\n\n".join(reading_taxonomy(read_json(paths.METRICS_DIR / "04_taxonomy.json"))))

@@ -50,9 +50,9 @@ from ragcritic_lib.critic_data import (
     balance_correct, check_no_leakage, label_counts, make_samples, sft_examples, split_by_question,
 )
 from ragcritic_lib.io import read_jsonl, write_json, write_jsonl
-from ragcritic_lib.outputs import save_figure
-from ragcritic_lib.params import load_params
-from ragcritic_lib.stage_metrics import write_stage_metrics
+from ragcritic_lib.pipeline.outputs import save_figure
+from ragcritic_lib.pipeline.params import load_params
+from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 from ragcritic_lib.taxonomy import load_taxonomy
 from ragcritic_lib.training import inference_checkpoint, run_training, write_loss_curve
 
@@ -177,6 +177,6 @@ write_stage_metrics("05_critic_sft", {
 from IPython.display import Markdown  # noqa: E402
 
 from ragcritic_lib.io import read_json  # noqa: E402
-from ragcritic_lib.readings import reading_critic_sft  # noqa: E402
+from ragcritic_lib.evaluation.readings import reading_critic_sft  # noqa: E402
 
 Markdown("\n\n".join(reading_critic_sft(read_json(paths.METRICS_DIR / "05_critic_sft.json"))))

@@ -40,9 +40,9 @@ from ragcritic_lib import paths, runtime
 from ragcritic_lib.critic import calibrate_verdicts, load_trained_critic
 from ragcritic_lib.critic_data import balance_correct, dpo_pairs
 from ragcritic_lib.io import read_json, read_jsonl, write_json, write_jsonl
-from ragcritic_lib.outputs import save_figure
-from ragcritic_lib.params import load_params
-from ragcritic_lib.stage_metrics import write_stage_metrics
+from ragcritic_lib.pipeline.outputs import save_figure
+from ragcritic_lib.pipeline.params import load_params
+from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 from ragcritic_lib.taxonomy import load_taxonomy
 from ragcritic_lib.training import dpo_start, inference_checkpoint, load_recipe, load_train_result, run_training, write_loss_curve
 
@@ -157,6 +157,6 @@ write_stage_metrics("06_critic_dpo", {
 from IPython.display import Markdown  # noqa: E402
 
 from ragcritic_lib.io import read_json  # noqa: E402
-from ragcritic_lib.readings import reading_critic_dpo  # noqa: E402
+from ragcritic_lib.evaluation.readings import reading_critic_dpo  # noqa: E402
 
 Markdown("\n\n".join(reading_critic_dpo(read_json(paths.METRICS_DIR / "06_critic_dpo.json"))))

@@ -33,13 +33,12 @@ known_causes_file = "data/taxonomy/known_causes.yaml"
 import pandas as pd
 
 from ragcritic_lib import paths, runtime
-from ragcritic_lib.benchmark import benchmark_table, build_benchmark, plot_per_label, score_critic, score_known_causes
+from ragcritic_lib.error_benchmark import benchmark_table, build_benchmark, plot_per_label, score_critic, score_known_causes
 from ragcritic_lib.critic import HeuristicCritic, LLMCritic, critiques_to_records, load_trained_critic
 from ragcritic_lib.io import read_json, read_jsonl, write_jsonl
-from ragcritic_lib.llm import load_llm
-from ragcritic_lib.outputs import save_figure, save_table
-from ragcritic_lib.params import load_params
-from ragcritic_lib.stage_metrics import write_stage_metrics
+from ragcritic_lib.pipeline.outputs import save_figure, save_table
+from ragcritic_lib.pipeline.params import load_params
+from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 from ragcritic_lib.taxonomy import load_known_causes, load_taxonomy
 
 params = load_params()
@@ -88,7 +87,7 @@ if extra_critic_model:
     extra_cfg = {"backend": extra_critic_backend, "model": extra_critic_model}
     extra_cfg.update({"urls": extra_critic_urls} if extra_critic_urls else {})
     critics[f"{extra_critic_model} ({extra_critic_variant})"] = LLMCritic(
-        load_llm(extra_cfg), taxonomy, extra_critic_variant, max_new_tokens=max_new_tokens, name="extra",
+        runtime.build_llm(extra_cfg), taxonomy, extra_critic_variant, max_new_tokens=max_new_tokens, name="extra",
         top_k=prompt["top_k"], passage_words=prompt["passage_words"], label_list=prompt["label_list"])
 list(critics)
 
@@ -166,6 +165,6 @@ write_stage_metrics("07_benchmark", {
 from IPython.display import Markdown  # noqa: E402
 
 from ragcritic_lib.io import read_json  # noqa: E402
-from ragcritic_lib.readings import reading_benchmark  # noqa: E402
+from ragcritic_lib.evaluation.readings import reading_benchmark  # noqa: E402
 
 Markdown("\n\n".join(reading_benchmark(read_json(paths.METRICS_DIR / "07_benchmark.json"))))

@@ -75,14 +75,14 @@ from ragcritic_lib.agent.workflow import (
     status_counts,
 )
 from ragcritic_lib.critic import load_trained_critic
-from ragcritic_lib.data import dataset_paths, load_corpus_records
+from ragcritic_lib.data.flashrag import dataset_paths, load_corpus_records
 from ragcritic_lib.evidence import compute_evidence
 from ragcritic_lib.io import read_jsonl, write_json, write_jsonl
 from ragcritic_lib.mining import passage_metadata
-from ragcritic_lib.outputs import save_markdown, save_table
-from ragcritic_lib.params import load_params
+from ragcritic_lib.pipeline.outputs import save_markdown, save_table
+from ragcritic_lib.pipeline.params import load_params
 from ragcritic_lib.rag import answer_gen_params
-from ragcritic_lib.stage_metrics import write_stage_metrics
+from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 from ragcritic_lib.retrieval import CrossEncoderReranker
 from ragcritic_lib.taxonomy import load_known_causes, load_taxonomy
 from ragcritic_lib.training import run_training, write_loss_curve
@@ -376,6 +376,6 @@ metrics["comparison"]
 from IPython.display import Markdown  # noqa: E402
 
 from ragcritic_lib.io import read_json  # noqa: E402
-from ragcritic_lib.readings import reading_correction  # noqa: E402
+from ragcritic_lib.evaluation.readings import reading_correction  # noqa: E402
 
 Markdown("\n\n".join(reading_correction(read_json(paths.METRICS_DIR / "08_correction.json"))))

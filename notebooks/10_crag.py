@@ -133,7 +133,7 @@ from IPython.display import Markdown  # noqa: E402
 
 from ragcritic_lib import paths  # noqa: E402
 from ragcritic_lib.io import read_json  # noqa: E402
-from ragcritic_lib.readings import reading_crag  # noqa: E402
+from ragcritic_lib.evaluation.readings import reading_crag  # noqa: E402
 
 # standard RAG's F1 on the same test questions (their records carry its scored answers)
 standard_f1 = {ds: sum(r["f1"] for r in recs) / max(1, len(recs)) for ds, recs in test.items()}

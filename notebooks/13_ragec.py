@@ -52,8 +52,8 @@ from ragcritic_lib import paths, runtime
 from ragcritic_lib.baselines import MeteredLLM, is_wrong, jsonable, load_method_results, ragec, stopwatch
 from ragcritic_lib.baselines.stage_setup import setup_method
 from ragcritic_lib.io import write_jsonl
-from ragcritic_lib.outputs import save_table
-from ragcritic_lib.stage_metrics import write_stage_metrics
+from ragcritic_lib.pipeline.outputs import save_table
+from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 from ragcritic_lib.taxonomy import load_taxonomy
 
 setup = setup_method("ragec")  # params, standard RAG's settings, the answer setting, generator, questions

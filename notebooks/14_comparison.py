@@ -58,9 +58,9 @@ from ragcritic_lib.baselines.compare import (
 )
 from ragcritic_lib.baselines.harness import load_method_run, shared_test_sets
 from ragcritic_lib.io import read_json
-from ragcritic_lib.outputs import save_figure, save_markdown, save_table
-from ragcritic_lib.params import load_params
-from ragcritic_lib.stage_metrics import write_stage_metrics
+from ragcritic_lib.pipeline.outputs import save_figure, save_markdown, save_table
+from ragcritic_lib.pipeline.params import load_params
+from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 
 params = load_params()
 seed = params["common"]["seed"]

@@ -29,8 +29,9 @@ ragec_types_table = "13_ragec/ragec_types.csv"
 trained_critic = "SFT+DPO critic (calibrated)"
 
 # %%
-from ragcritic_lib import analysis, paths
-from ragcritic_lib.stage_metrics import write_stage_metrics
+from ragcritic_lib import paths
+from ragcritic_lib.evaluation import analysis
+from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 
 fmt = {"percent": percent, "digits": digits}
 inputs = analysis.Inputs(paths.METRICS_DIR, paths.TABLES_DIR)
@@ -180,6 +181,6 @@ write_stage_metrics("15_analysis", metrics)
 from IPython.display import Markdown  # noqa: E402
 
 from ragcritic_lib.io import read_json  # noqa: E402
-from ragcritic_lib.readings import reading_analysis  # noqa: E402
+from ragcritic_lib.evaluation.readings import reading_analysis  # noqa: E402
 
 Markdown("\n\n".join(reading_analysis(read_json(paths.METRICS_DIR / "15_analysis.json"))))

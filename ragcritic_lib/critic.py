@@ -10,7 +10,7 @@ Our training targets put the three tag lists before the free-text analysis: key 
 meaning in JSON, and a generation cut off by the token budget then still carries its labels.
 
 Model output is data: :func:`parse_critic_output` extracts the first JSON object with the
-scanner of :mod:`ragcritic_lib.jsontext` (its FULL repairs), which repairs the usual damage (code
+scanner of :mod:`ragcritic_lib.lenient_json` (its FULL repairs), which repairs the usual damage (code
 fences, prose around the object, single quotes, trailing commas, Python literals, unquoted keys,
 truncation) and never evaluates anything. Labels go through the taxonomy's ``canonical``;
 unknown ones are dropped and listed.
@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from ragcritic_lib.io import DataFormatError
-from ragcritic_lib.jsontext import FULL, repair_json
+from ragcritic_lib.lenient_json import FULL, repair_json
 from ragcritic_lib.text import FEATURE_STOPWORDS, clean_text, clean_value
 
 Message = dict[str, str]
@@ -405,7 +405,7 @@ def _norm_judgement(value: Any) -> str | None:
 def _repair_json(s: str) -> tuple[list[str], set[str]]:
     """Candidate JSON texts for the object at the start of ``s`` (best first) and the repairs made.
 
-    The shared scanner of :mod:`ragcritic_lib.jsontext` with all its repairs (:data:`~ragcritic_lib.
+    The shared scanner of :mod:`ragcritic_lib.lenient_json` with all its repairs (:data:`~ragcritic_lib.
     jsontext.FULL`): either quote style, Python literals and bare words, trailing commas, a
     truncated tail closed, and shorter cuts at earlier commas in case the tail itself is damaged.
     """
@@ -793,7 +793,7 @@ def gold_free_features(question: str, passages: Sequence[str], prediction: str) 
     restates_question, is_title_copy, repetitive.
     """
     from ragcritic_lib.evidence import is_abstention, passage_title
-    from ragcritic_lib.metrics import normalize_words
+    from ragcritic_lib.evaluation.scoring import normalize_words
 
     pred_norm = normalize_words(prediction)
     pred_toks = pred_norm.split()

@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ragcritic_lib.metrics import contains_answer, normalize_words
+from ragcritic_lib.evaluation.scoring import contains_answer, normalize_words
 
 # Phrases that mean "I cannot answer" (matched on the normalized prediction as whole words).
 ABSTAIN_PHRASES: tuple[str, ...] = (

@@ -290,13 +290,15 @@ def weights_fingerprint(llm_cfg: Mapping[str, Any]) -> dict[str, str | None]:
     Uses the LLM cache's fingerprint, so weights replaced at the same path count as a new model.
     Served models (``backend: openai``) have no local weights: their name is all we can see.
     """
-    from ragcritic_lib.llm import _fingerprint, _resolve_model_path
+    from ragcritic_lib.llm import _fingerprint
+    from ragcritic_lib.runtime import resolve_llm_paths
 
     if llm_cfg.get("backend") == "openai":
         return {"weights": None, "adapter_weights": None}
-    model, adapter = llm_cfg.get("model"), llm_cfg.get("adapter")
-    return {"weights": _fingerprint(_resolve_model_path(model)) if model else None,
-            "adapter_weights": _fingerprint(_resolve_model_path(adapter)) if adapter else None}
+    resolved = resolve_llm_paths(llm_cfg)
+    model, adapter = resolved.get("model"), resolved.get("adapter")
+    return {"weights": _fingerprint(model) if model else None,
+            "adapter_weights": _fingerprint(adapter) if adapter else None}
 
 
 def _model_folder_fingerprint(name: str) -> str:
@@ -373,11 +375,11 @@ _SHARED_LLMS: dict[str, Any] = {}
 
 def shared_llm(cfg: Mapping[str, Any]) -> Any:
     """:func:`ragcritic_lib.llm.load_llm`, memoized per config for the life of the process."""
-    from ragcritic_lib.llm import load_llm
+    from ragcritic_lib.runtime import build_llm
 
     key = json.dumps(cfg, sort_keys=True, default=str)
     if key not in _SHARED_LLMS:
-        _SHARED_LLMS[key] = load_llm(cfg)
+        _SHARED_LLMS[key] = build_llm(cfg)
     return _SHARED_LLMS[key]
 
 
@@ -498,7 +500,7 @@ def is_correct(record: Mapping[str, Any], *, metric: str = "f1", threshold: floa
         if is_abstention(str(record.get("prediction") or "")):
             return True
     if metric not in record:
-        from ragcritic_lib.metrics import score_prediction
+        from ragcritic_lib.evaluation.scoring import score_prediction
 
         return score_prediction(str(record.get("prediction") or ""), record.get("golden_answers") or [])[metric] >= threshold
     return float(record[metric]) >= threshold

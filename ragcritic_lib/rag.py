@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .metrics import score_prediction
+from ragcritic_lib.evaluation.scoring import score_prediction
 
 ANSWER_PREFIX = "So the final answer is:"
 ABSTAIN_ANSWER = "insufficient information"
@@ -197,7 +197,7 @@ def answer_gen_params(variant: str = "default", max_new_tokens: int = 48):
     Raises:
         ValueError: an unknown variant.
     """
-    from .llm import GenParams
+    from ragcritic_lib.llm import GenParams
 
     if variant not in PROMPT_VARIANTS:
         raise ValueError(f"unknown RAG prompt variant {variant!r}; choose from {PROMPT_VARIANTS}")

@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from ragcritic_lib import paths
-from ragcritic_lib.corpus_store import fingerprint_update
-from ragcritic_lib.corpus_store import record_fields as _record_fields
+from ragcritic_lib.data.corpus_store import fingerprint_update
+from ragcritic_lib.data.corpus_store import record_fields as _record_fields
 from ragcritic_lib.io import DataFormatError, read_json, write_json
 
 logger = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ class Corpus:
     """Passages in FlashRAG order: ``contents[i]`` is ``"Title\\ntext"`` of passage ``ids[i]``.
 
     ``ids`` and ``contents`` are lists, or memory-mapped sequences for a corpus opened from an
-    on-disk store (:func:`ragcritic_lib.corpus_store.open_corpus`); both read the same way.
+    on-disk store (:func:`ragcritic_lib.data.corpus_store.open_corpus`); both read the same way.
     """
 
     ids: Sequence[str]
@@ -1356,7 +1356,7 @@ def open_flashrag(
     FlashRAG's ``index_builder`` writes a FAISS file (e.g. ``e5_Flat.index``: inner product over
     the corpus rows in file order) and, for BM25 with the bm25s backend, a bm25s folder (with
     the tokenizer vocabulary beside the index). Both are opened memory-mapped by default, and
-    the corpus through a memory-mapped store (:mod:`ragcritic_lib.corpus_store`), so a 21M-
+    the corpus through a memory-mapped store (:mod:`ragcritic_lib.data.corpus_store`), so a 21M-
     passage Wikipedia costs offsets plus page cache, not 50 GB of strings.
 
     Args:
@@ -1378,7 +1378,7 @@ def open_flashrag(
         ValueError: neither index given, a FAISS index without an encoder, or an index whose
             size differs from the corpus (names the file).
     """
-    from ragcritic_lib.corpus_store import DEFAULT_STORE_DIR, open_corpus
+    from ragcritic_lib.data.corpus_store import DEFAULT_STORE_DIR, open_corpus
 
     if faiss_index is None and bm25_dir is None:
         raise ValueError("open_flashrag: give faiss_index (with encoder), bm25_dir, or both")

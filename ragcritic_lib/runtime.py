@@ -13,8 +13,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from . import paths
-from .data import dataset_paths, load_corpus_records, load_dataset_split
+from ragcritic_lib import paths
+from ragcritic_lib.data.flashrag import dataset_paths, load_corpus_records, load_dataset_split
 
 
 def dataset_names(params: Mapping[str, Any]) -> list[str]:
@@ -32,7 +32,7 @@ def load_split(params: Mapping[str, Any], dataset: str, split: str, *, limit: in
 
 @lru_cache(maxsize=8)
 def _corpus(path: str):
-    from .retrieval import Corpus
+    from ragcritic_lib.retrieval import Corpus
 
     return Corpus.from_records(load_corpus_records(path))
 
@@ -58,7 +58,7 @@ _RETRIEVERS_LOCK = threading.RLock()  # pool members sampled in threads share th
 
 def load_retriever(params: Mapping[str, Any], dataset: str, **overrides: Any):
     """A retriever over the dataset's corpus built from ``common.retriever`` plus overrides."""
-    from .retrieval import build_retriever
+    from ragcritic_lib.retrieval import build_retriever
 
     cfg = retriever_config(params, **overrides)
     corpus_path = str(dataset_paths(params["common"]["datasets"], dataset)["corpus"])
@@ -73,24 +73,51 @@ def load_retriever(params: Mapping[str, Any], dataset: str, **overrides: Any):
         return _RETRIEVERS[key]
 
 
+# Keys of an LLM config that may name a local file or folder.
+LLM_PATH_KEYS = ("model", "adapter", "tokenizer", "cache_dir")
+
+
+def resolve_llm_paths(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """An LLM config with its repository-relative paths made absolute: the one place that does it.
+
+    ``model``, ``adapter`` and ``tokenizer`` are resolved where such a local path exists, except a
+    served model's ``model`` (``backend: openai``), which is the server's name for it;
+    ``cache_dir`` always (it is created on first use). Backends take the result as given.
+    """
+    cfg = dict(cfg)
+    for key in LLM_PATH_KEYS:
+        value = cfg.get(key)
+        if not isinstance(value, str) or not value:
+            continue
+        resolved = paths.resolve(value)
+        if key == "cache_dir":
+            cfg[key] = str(resolved)
+        elif key == "model" and cfg.get("backend", "hf") == "openai":
+            continue
+        elif resolved.exists():
+            cfg[key] = str(resolved)
+    return cfg
+
+
 def generator_config(params: Mapping[str, Any], **overrides: Any) -> dict[str, Any]:
     """``common.generator`` with local model/adapter paths resolved (server names are kept)."""
     cfg = dict(params["common"]["generator"])
     cfg.update({k: v for k, v in overrides.items()})
-    for key in ("model", "adapter"):
-        value = cfg.get(key)
-        if isinstance(value, str) and value and cfg.get("backend", "hf") != "openai":
-            resolved = paths.resolve(value)
-            if resolved.exists():
-                cfg[key] = str(resolved)
-    return cfg
+    return resolve_llm_paths(cfg)
+
+
+def build_llm(cfg: Mapping[str, Any]):
+    """:func:`ragcritic_lib.llm.load_llm` on a config whose paths :func:`resolve_llm_paths` resolved."""
+    from ragcritic_lib.llm import load_llm
+
+    return load_llm(resolve_llm_paths(cfg))
 
 
 _LLMS: dict[tuple, Any] = {}
 
 
 def _memoized_llm(cfg: Mapping[str, Any]):
-    from .llm import load_llm
+    from ragcritic_lib.llm import load_llm
 
     key = tuple(sorted((k, str(v)) for k, v in cfg.items()))
     if key not in _LLMS:
@@ -160,7 +187,7 @@ def checkpoint_kind(checkpoint: str | Path) -> str:
 def _read_json_object(path: Path) -> dict[str, Any]:
     import json
 
-    from .io import DataFormatError
+    from ragcritic_lib.io import DataFormatError
 
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -236,7 +263,7 @@ def trained_model_config(params: Mapping[str, Any], checkpoint: str | Path, *,
     Trained weights are local, so with a served generator (backend openai) they run on the hf
     backend; the server settings are left out.
     """
-    from .llm import _BACKEND_KEYS, _COMMON_KEYS
+    from ragcritic_lib.llm import _BACKEND_KEYS, _COMMON_KEYS
 
     folder = paths.resolve(checkpoint)
     kind = checkpoint_kind(folder)
@@ -274,7 +301,7 @@ def release_llms() -> bool:
     engine on its next call. Returns True when an engine was freed."""
     import gc
 
-    from .llm import release_vllm_engine
+    from ragcritic_lib.llm import release_vllm_engine
 
     freed = release_vllm_engine()
     gc.collect()
@@ -320,8 +347,8 @@ def sample_pool(
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from . import mining
-    from .io import append_jsonl, read_jsonl_tolerant, write_jsonl
+    from ragcritic_lib import mining
+    from ragcritic_lib.io import append_jsonl, read_jsonl_tolerant, write_jsonl
 
     if isinstance(parallel_members, bool) or not isinstance(parallel_members, int) or parallel_members < 1:
         raise ValueError(f"parallel_members must be an int >= 1, got {parallel_members!r}")

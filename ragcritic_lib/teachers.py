@@ -26,14 +26,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragcritic_lib.evidence import compute_evidence, error_causes
-from ragcritic_lib.jsontext import MAX_PARSE_CHARS, loads_lenient, strip_fences
+from ragcritic_lib.lenient_json import MAX_PARSE_CHARS, loads_lenient, strip_fences
 from ragcritic_lib.text import TAG_STOPWORDS
 
 MAX_TAGS_PER_OUTPUT = 10
 
 
 # ============================================================================================
-# Tolerant JSON parsing (model output is data, never code): ragcritic_lib.jsontext with its
+# Tolerant JSON parsing (model output is data, never code): ragcritic_lib.lenient_json with its
 # LIGHT repairs, so a tag output that needs more than those is counted as invalid.
 # ============================================================================================
 

@@ -205,7 +205,7 @@ def training_seed(seed: int | None = None, overrides: Mapping[str, Any] | None =
     if seed is None and overrides and overrides.get("seed") is not None:
         seed = overrides["seed"]
     if seed is None:
-        from ragcritic_lib.params import load_params
+        from ragcritic_lib.pipeline.params import load_params
 
         common = load_params(validate=False).get("common") or {}
         seed = common.get("seed")

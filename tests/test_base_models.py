@@ -14,7 +14,7 @@ import shutil
 import pytest
 
 from ragcritic_lib import paths, runtime
-from ragcritic_lib.params import load_params, params_problems
+from ragcritic_lib.pipeline.params import load_params, params_problems
 from ragcritic_lib.training import TrainResult
 
 SERVED = {"backend": "openai", "model": "served-generator", "urls": "http://127.0.0.1:9", "cache": False,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ragcritic_lib import paths
-from ragcritic_lib.cache import LLMCache
+from ragcritic_lib.llm.cache import LLMCache
 from ragcritic_lib.llm import GenParams
 
 _WORDS = ("lake river passage answer question museum century founded north bridge capital "

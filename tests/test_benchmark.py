@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ragcritic_lib.benchmark import benchmark_table, build_benchmark, plot_per_label, score_critic, score_known_causes
+from ragcritic_lib.error_benchmark import benchmark_table, build_benchmark, plot_per_label, score_critic, score_known_causes
 from ragcritic_lib.critic import parse_critic_output
 from ragcritic_lib.taxonomy import load_taxonomy
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ragcritic_lib.cache import DB_FILENAME, CacheError, LLMCache, make_key
+from ragcritic_lib.llm.cache import DB_FILENAME, CacheError, LLMCache, make_key
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -89,7 +89,7 @@ _WRITER = textwrap.dedent(
     """
     import sys
     sys.path.insert(0, {root!r})
-    from ragcritic_lib.cache import LLMCache
+    from ragcritic_lib.llm.cache import LLMCache
     cache = LLMCache({cache_dir!r})
     batch = {batch}
     for b in range(100000):

@@ -54,7 +54,7 @@ def test_choose_validates_options():
 
 
 def test_score_needs_a_scoring_backend_and_is_cached(tmp_path):
-    from ragcritic_lib.cache import LLMCache
+    from ragcritic_lib.llm.cache import LLMCache
 
     with pytest.raises(NotImplementedError, match="cannot score"):
         CallableLLM(lambda p, g: "x").score(["p"], [["a", "b"]])

@@ -11,7 +11,7 @@ from ragcritic_lib.baselines.compare import (
     reading,
     comparison_summary, degenerate_list, holm_adjust, method_comparison, rag_critic_training,
 )
-from ragcritic_lib.stats import paired_mde
+from ragcritic_lib.evaluation.stats import paired_mde
 
 
 def test_holm_hand_computed():
@@ -158,7 +158,7 @@ def test_rag_critic_training_seconds_reach_the_comparison(results):
     block = method_comparison(results, costs=costs, n_boot=100, n_perm=100)
     assert (block["Better"]["training_calls"], block["Better"]["training_seconds"]) == (560, rc["seconds"])
     # The comparison's metrics schema types every key of the block.
-    from ragcritic_lib import metrics_schema as ms
+    from ragcritic_lib.pipeline import metrics_schema as ms
 
     assert set(rc) == set(ms.RagCriticTraining.__annotations__)
     assert ms.problems("14_comparison", {"rag_critic_training": rc}, partial=True) == []

@@ -7,11 +7,11 @@ import pytest
 import yaml
 
 from ragcritic_lib import paths
-from ragcritic_lib.notebooks import out_of_sync
-from ragcritic_lib.params import (
+from ragcritic_lib.pipeline.notebooks import out_of_sync
+from ragcritic_lib.pipeline.params import (
     ParamsError, apply_profile, load_params, notebook_parameters, notebook_paths, validate_params,
 )
-from ragcritic_lib.stage import stage_name
+from ragcritic_lib.pipeline.stage import stage_name
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def test_every_notebook_has_a_stage_and_vice_versa(dvc):
     assert set(stages) == set(notebooks)
     for name, stage in stages.items():
         nb = notebooks[name].relative_to(paths.ROOT).as_posix()
-        assert stage["cmd"] == f"python -m ragcritic_lib.stage {nb}"
+        assert stage["cmd"] == f"python -m ragcritic_lib.pipeline.stage {nb}"
         assert nb in stage["deps"], f"stage {name} must depend on its notebook source"
         assert not any(str(d).endswith(".ipynb") for d in stage["deps"]), "never depend on an executed notebook"
         assert f"reports/notebooks/{notebooks[name].stem}.ipynb" in [
@@ -40,7 +40,7 @@ def test_every_notebook_has_a_stage_and_vice_versa(dvc):
 # Modules every stage runs through (the stage runner, params, atomic io, paths), and the ones
 # that build datasets, retrievers and LLMs for the model stages: a change to any of them must
 # re-run the stages, so each is a declared dependency.
-_CORE_MODULES = ("ragcritic_lib/stage.py", "ragcritic_lib/params.py", "ragcritic_lib/io.py", "ragcritic_lib/paths.py")
+_CORE_MODULES = ("ragcritic_lib/pipeline/stage.py", "ragcritic_lib/pipeline/params.py", "ragcritic_lib/io.py", "ragcritic_lib/paths.py")
 
 
 def test_every_stage_depends_on_the_shared_modules(dvc):
@@ -58,13 +58,13 @@ def test_notebook_parameters_equal_params_sections(params):
 
 
 def test_notebook_defaults_equal_params_by_value(params):
-    from ragcritic_lib.notebooks import defaults_drift
+    from ragcritic_lib.pipeline.notebooks import defaults_drift
 
     assert defaults_drift(params) == [], "run `make notebooks` to take the defaults from params.yaml"
 
 
 def test_sync_defaults_rewrites_only_the_parameters_cell(tmp_path):
-    from ragcritic_lib.notebooks import defaults_drift, sync_defaults
+    from ragcritic_lib.pipeline.notebooks import defaults_drift, sync_defaults
 
     nb = tmp_path / "05_x.py"
     nb.write_text('# %% [markdown]\n# # T\n# %% tags=["parameters"]\nsteps = 40  # LoRA steps\n'
@@ -152,7 +152,7 @@ def test_exercise_notebooks_are_valid_python(tmp_path):
 
     import nbformat
 
-    from ragcritic_lib.exercises import main as exercises_main
+    from ragcritic_lib.pipeline.exercises import main as exercises_main
 
     assert exercises_main(["build", "--out-dir", str(tmp_path)]) == 0
     built = sorted(tmp_path.glob("*.ipynb"))

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from ragcritic_lib.data import load_corpus_records, load_dataset_split
+from ragcritic_lib.data.flashrag import load_corpus_records, load_dataset_split
 from ragcritic_lib.io import DataFormatError, iter_jsonl_numbered, read_jsonl, read_jsonl_tolerant
 
 GOOD = json.dumps({"id": "a", "question": "Who?", "golden_answers": ["X"]})

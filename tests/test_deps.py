@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from ragcritic_lib import paths
-from ragcritic_lib.deps import (
+from ragcritic_lib.pipeline.deps import (
     TemplateError, add_missing, drop_extra, extra_deps, import_closure, literal_duplicates, load_pipeline, main,
     missing_deps, resolve_dvc, stage_closure, unproduced_deps,
 )
@@ -43,7 +43,7 @@ def test_missing_deps_and_fix_keep_comments(tmp_path):
         # pipeline
         stages:
           x:
-            cmd: python -m ragcritic_lib.stage notebooks/01_x.py
+            cmd: python -m ragcritic_lib.pipeline.stage notebooks/01_x.py
             deps:
               - notebooks/01_x.py
               - ragcritic_lib/a.py   # the entry module
@@ -61,8 +61,8 @@ def test_missing_deps_and_fix_keep_comments(tmp_path):
 
 def test_dvc_yaml_deps_cover_every_stage_import_closure():
     _, dvc, _ = load_pipeline()
-    assert missing_deps(dvc) == {}, "run `python -m ragcritic_lib.deps fix`"
-    assert extra_deps(dvc) == {}, "run `python -m ragcritic_lib.deps fix`"
+    assert missing_deps(dvc) == {}, "run `python -m ragcritic_lib.pipeline.deps fix`"
+    assert extra_deps(dvc) == {}, "run `python -m ragcritic_lib.pipeline.deps fix`"
 
 
 def test_check_only_imports_are_not_dependencies(tmp_path):
@@ -75,13 +75,13 @@ def test_check_only_imports_are_not_dependencies(tmp_path):
 
 def test_extra_library_deps_are_found_and_dropped(tmp_path):
     _toy_repo(tmp_path)
-    _write(tmp_path, "ragcritic_lib/stage.py", "from . import d\n")
+    _write(tmp_path, "ragcritic_lib/pipeline/stage.py", "from . import d\n")
     text = textwrap.dedent("""\
         stages:
           x:
-            cmd: python -m ragcritic_lib.stage notebooks/01_x.py
+            cmd: python -m ragcritic_lib.pipeline.stage notebooks/01_x.py
             deps:
-              - ragcritic_lib/stage.py
+              - ragcritic_lib/pipeline/stage.py
               - ragcritic_lib/__init__.py
               - ragcritic_lib/a.py
               - ragcritic_lib/b.py
@@ -92,7 +92,7 @@ def test_extra_library_deps_are_found_and_dropped(tmp_path):
               - data/x_in
         """)
     dvc = yaml.safe_load(text)
-    assert "ragcritic_lib/stage.py" in stage_closure(dvc["stages"]["x"]["cmd"], root=tmp_path)
+    assert "ragcritic_lib/pipeline/stage.py" in stage_closure(dvc["stages"]["x"]["cmd"], root=tmp_path)
     assert missing_deps(dvc, root=tmp_path) == {}
     assert extra_deps(dvc, root=tmp_path) == {"x": ["ragcritic_lib/unused.py"]}
     fixed = yaml.safe_load(drop_extra(text, extra_deps(dvc, root=tmp_path)))
@@ -102,7 +102,7 @@ def test_extra_library_deps_are_found_and_dropped(tmp_path):
 _TEMPLATED = """\
 stages:
   train:
-    cmd: python -m ragcritic_lib.stage notebooks/01_x.py
+    cmd: python -m ragcritic_lib.pipeline.stage notebooks/01_x.py
     deps:
       - ragcritic_lib/a.py
       - ${train.recipe}          # the recipe

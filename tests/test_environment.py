@@ -86,8 +86,8 @@ def test_conda_environment_installs_the_gpu_set_only():
 
 def test_import_is_light():
     code = (
-        "import sys, ragcritic_lib, ragcritic_lib.paths, ragcritic_lib.params, ragcritic_lib.rag, "
-        "ragcritic_lib.metrics, ragcritic_lib.io, ragcritic_lib.data, ragcritic_lib.runtime; "
+        "import sys, ragcritic_lib, ragcritic_lib.paths, ragcritic_lib.pipeline.params, ragcritic_lib.rag, "
+        "ragcritic_lib.evaluation.scoring, ragcritic_lib.io, ragcritic_lib.data.flashrag, ragcritic_lib.runtime; "
         "heavy = [m for m in ('torch', 'transformers', 'vllm', 'trl', 'peft', 'sentence_transformers') if m in sys.modules]; "
         "print(','.join(heavy))"
     )
@@ -97,7 +97,7 @@ def test_import_is_light():
 
 def test_gpu_profile_passes_params_check_with_models_to_fill_in():
     """`params check --profile gpu` accepts the profile as committed (models still USER_TO_FILL)."""
-    out = subprocess.run([sys.executable, "-m", "ragcritic_lib.params", "check", "--profile", "gpu"],
+    out = subprocess.run([sys.executable, "-m", "ragcritic_lib.pipeline.params", "check", "--profile", "gpu"],
                          capture_output=True, text=True, cwd=paths.ROOT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().endswith("gpu.yaml: ok")

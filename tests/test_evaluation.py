@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from ragcritic_lib.evaluation import recall_at_k
+from ragcritic_lib.evaluation.summaries import recall_at_k
 
 
 class FixedRetriever:

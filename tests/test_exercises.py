@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from ragcritic_lib import exercises, paths
+from ragcritic_lib import paths
+
+from ragcritic_lib.pipeline import exercises
 from ragcritic_lib.io import DataFormatError
 
 nbformat = pytest.importorskip("nbformat")
@@ -168,15 +170,15 @@ def test_workshop_profile_merges_over_params():
 
 
 def _dvc_stage_notebooks():
-    """Notebook paths named by the stage commands in dvc.yaml (``... -m ragcritic_lib.stage <notebook>``)."""
+    """Notebook paths named by the stage commands in dvc.yaml (``... -m ragcritic_lib.pipeline.stage <notebook>``)."""
     import yaml
 
     stages = yaml.safe_load(paths.DVC_FILE.read_text(encoding="utf-8"))["stages"]
     found = []
     for stage in stages.values():
         words = str(stage["cmd"]).split()
-        if "ragcritic_lib.stage" in words:
-            found.append(paths.ROOT / words[words.index("ragcritic_lib.stage") + 1])
+        if "ragcritic_lib.pipeline.stage" in words:
+            found.append(paths.ROOT / words[words.index("ragcritic_lib.pipeline.stage") + 1])
     return sorted(found)
 
 

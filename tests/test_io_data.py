@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from ragcritic_lib.data import load_corpus_records, load_dataset_split, seeded_split, split_title
+from ragcritic_lib.data.flashrag import load_corpus_records, load_dataset_split, seeded_split, split_title
 from ragcritic_lib.io import (
     DataFormatError, append_jsonl, atomic_write_text, read_jsonl, read_jsonl_tolerant, read_yaml, write_jsonl,
 )

@@ -1,7 +1,7 @@
-"""The shared tolerant JSON scanner (ragcritic_lib.jsontext) against the two scanners it replaced.
+"""The shared tolerant JSON scanner (ragcritic_lib.lenient_json) against the two scanners it replaced.
 
 The critic's ``_repair_json`` and the teachers' ``loads_lenient`` each had a scanner of their own.
-Both now use :func:`ragcritic_lib.jsontext.repair_json`, the critic with :data:`FULL` repairs, the
+Both now use :func:`ragcritic_lib.lenient_json.repair_json`, the critic with :data:`FULL` repairs, the
 teachers with :data:`LIGHT` ones. The old scanners are kept below exactly as they were (only
 renamed), and every test here checks that each caller's output is unchanged: the critic's
 candidates and repair notes, the teachers' (value, error) pair, on malformed model output
@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ragcritic_lib import critic, teachers
-from ragcritic_lib.jsontext import FULL, LIGHT, loads_lenient, repair_json, strip_fences
+from ragcritic_lib.lenient_json import FULL, LIGHT, loads_lenient, repair_json, strip_fences
 
 # --------------------------------------------------------------------------------------------
 # The scanners as they were: ragcritic_lib/critic.py and ragcritic_lib/teachers.py before the

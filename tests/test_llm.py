@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ragcritic_lib.cache import LLMCache
+from ragcritic_lib.llm.cache import LLMCache
 from ragcritic_lib.llm import (
     CallableLLM,
     Generation,
@@ -37,7 +37,7 @@ CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": 
 # ---------------------------------------------------------------------------------------------
 def test_import_stays_light():
     code = (
-        "import sys, ragcritic_lib.llm, ragcritic_lib.cache; "
+        "import sys, ragcritic_lib.llm, ragcritic_lib.llm.cache; "
         "heavy = [m for m in ('torch', 'transformers', 'vllm', 'httpx', 'peft') if m in sys.modules]; "
         "print(heavy); sys.exit(1 if heavy else 0)"
     )
@@ -59,7 +59,7 @@ def test_genparams_validation_and_cache_dict():
 
 
 def test_request_counters_include_cache_hits(tmp_path):
-    from ragcritic_lib.cache import LLMCache
+    from ragcritic_lib.llm.cache import LLMCache
 
     llm = CallableLLM(lambda prompt, params: "answer", name="t", cache=LLMCache(tmp_path))
     llm.generate(["p1", "p2"], GenParams(max_new_tokens=4))

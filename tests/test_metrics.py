@@ -4,7 +4,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ragcritic_lib.metrics import (
+from ragcritic_lib.evaluation.scoring import (
     accuracy, aggregate, aggregate_by, contains_answer, exact_match, normalize_answer, normalize_words,
     retrieval_recall, support_recall, token_f1,
 )
@@ -216,7 +216,7 @@ def test_abstention_phrases_still_match_contractions():
 
 
 def test_answer_index_splits_hyphenated_words():
-    from ragcritic_lib.assets import NgramIndex
+    from ragcritic_lib.data.assets import NgramIndex
 
     index = NgramIndex(["Jean-Paul Sartre wrote Nausea in 1938."])
     assert index.contains("Jean Paul Sartre") and index.contains("Jean-Paul") and index.contains("Sartre")

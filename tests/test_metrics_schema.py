@@ -9,10 +9,11 @@ import shutil
 
 import pytest
 
-from ragcritic_lib import metrics_schema as ms
-from ragcritic_lib import paths, stage_metrics
+from ragcritic_lib.pipeline import metrics_schema as ms
+from ragcritic_lib import paths
+from ragcritic_lib.pipeline import stage_metrics
 from ragcritic_lib.io import read_json, write_json
-from ragcritic_lib.params import notebook_paths
+from ragcritic_lib.pipeline.params import notebook_paths
 
 REAL_METRICS = paths.METRICS_DIR  # the committed files (some tests point METRICS_DIR elsewhere)
 COMMITTED = sorted(REAL_METRICS.glob("*.json"))

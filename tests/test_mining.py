@@ -226,7 +226,7 @@ def test_callable_retriever_source_and_closed_book(tmp_path):
 
 
 def _rec(i, pred, golds, **meta):
-    from ragcritic_lib.metrics import score_prediction
+    from ragcritic_lib.evaluation.scoring import score_prediction
 
     r = {"id": f"q{i}", "question": "Q?", "golden_answers": golds, "prediction": pred, "pool_member": "m",
          "dataset": "toy", "metadata": {"dataset": "toy", **meta}, "passages": [

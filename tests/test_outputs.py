@@ -1,4 +1,4 @@
-"""The figure and table writer (ragcritic_lib.outputs) and the contract that every stage uses it:
+"""The figure and table writer (ragcritic_lib.pipeline.outputs) and the contract that every stage uses it:
 per-stage folders under reports/figures and reports/tables, declared in dvc.yaml as one out each."""
 
 import ast
@@ -9,8 +9,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from ragcritic_lib import outputs, paths
-from ragcritic_lib.params import notebook_paths
+from ragcritic_lib import paths
+
+from ragcritic_lib.pipeline import outputs
+from ragcritic_lib.pipeline.params import notebook_paths
 
 
 @pytest.fixture()
@@ -140,10 +142,10 @@ def test_notebooks_save_figures_and_tables_only_through_the_writer():
     for nb in notebook_paths().values():
         for lineno, line in enumerate(nb.read_text().splitlines(), 1):
             code = line.split("#", 1)[0]
-            assert not _DIRECT_WRITE.search(code), f"{nb.name}:{lineno}: use ragcritic_lib.outputs: {line.strip()}"
+            assert not _DIRECT_WRITE.search(code), f"{nb.name}:{lineno}: use ragcritic_lib.pipeline.outputs: {line.strip()}"
             if _REPORT_DIRS.search(code):
                 # Reading a stage's tables (notebook 15) is fine; writing there is the writer's job.
-                assert "analysis.Inputs(" in code, f"{nb.name}:{lineno}: use ragcritic_lib.outputs: {line.strip()}"
+                assert "analysis.Inputs(" in code, f"{nb.name}:{lineno}: use ragcritic_lib.pipeline.outputs: {line.strip()}"
 
 
 def _outs(stage):

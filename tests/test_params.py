@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from ragcritic_lib import paths
-from ragcritic_lib.data import seeded_split
+from ragcritic_lib.data.flashrag import seeded_split
 from ragcritic_lib.io import DataFormatError, read_yaml
-from ragcritic_lib.params import (
+from ragcritic_lib.pipeline.params import (
     ParamsError, load_params, notebook_parameters, notebook_paths, params_problems, profile_params, rules,
     validate_params,
 )
@@ -222,7 +222,7 @@ def test_seeded_split_refuses_bad_fractions():
 
 
 def test_trivia_split_names_the_bad_fractions():
-    from ragcritic_lib.assets import build_trivia_splits
+    from ragcritic_lib.data.assets import build_trivia_splits
 
     with pytest.raises(ValueError, match="dev_fraction=0.6, test_fraction=0.6"):
         build_trivia_splits([], [], seed=1, dev_fraction=0.6, test_fraction=0.6)
@@ -270,7 +270,7 @@ CLI_CASES = {
 def test_params_check_cli_exit_2_one_line_per_problem(tmp_path, case):
     make, expected = CLI_CASES[case]
     root = _repo_copy(tmp_path, make())
-    res = _run(root, "ragcritic_lib.params", "check")
+    res = _run(root, "ragcritic_lib.pipeline.params", "check")
     assert res.returncode == 2, res.stderr
     assert "Traceback" not in res.stderr and res.stdout == ""
     lines = res.stderr.strip().splitlines()
@@ -282,7 +282,7 @@ def test_params_check_cli_exit_2_one_line_per_problem(tmp_path, case):
 
 def test_stage_runner_reports_params_problems_without_traceback(tmp_path):
     root = _repo_copy(tmp_path, _bad_params_text())
-    res = _run(root, "ragcritic_lib.stage", "notebooks/01_retrieval_rag.py")
+    res = _run(root, "ragcritic_lib.pipeline.stage", "notebooks/01_retrieval_rag.py")
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     assert [line.split(":")[0] for line in res.stderr.strip().splitlines()[1:]] == [
         "  - assets.dev_fraction + assets.test_fraction", "  - retrieval_rag.top_k", "  - retrieval_rag.prompt_variant"]
@@ -291,7 +291,7 @@ def test_stage_runner_reports_params_problems_without_traceback(tmp_path):
 
 def test_params_check_cli_ok_and_profile(tmp_path):
     root = _repo_copy(tmp_path, paths.PARAMS_FILE.read_text(encoding="utf-8"))
-    res = _run(root, "ragcritic_lib.params", "check")
+    res = _run(root, "ragcritic_lib.pipeline.params", "check")
     assert res.returncode == 0 and res.stdout.strip() == f"{root.resolve() / 'params.yaml'}: ok", res.stderr
-    res = _run(root, "ragcritic_lib.params", "check", "--profile", "nope")
+    res = _run(root, "ragcritic_lib.pipeline.params", "check", "--profile", "nope")
     assert res.returncode == 2 and "no such params profile" in res.stderr and "Traceback" not in res.stderr

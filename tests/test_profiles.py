@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from ragcritic_lib import paths
-from ragcritic_lib.params import ParamsError, apply_profile, deep_merge, profile_params
-from ragcritic_lib.profiles import OPEN_SECTIONS, overlay_text, render_value, reset_params
+from ragcritic_lib.pipeline.params import ParamsError, apply_profile, deep_merge, profile_params
+from ragcritic_lib.pipeline.profiles import OPEN_SECTIONS, overlay_text, render_value, reset_params
 
 PROFILES = paths.CONFIGS_DIR / "profiles"
 _KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_]+):")
@@ -225,7 +225,7 @@ def test_rendered_values_read_back_with_their_type(value):
 
 def _cli(root: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "RAGCRITIC_ROOT": str(root)}
-    return subprocess.run([sys.executable, "-m", "ragcritic_lib.params", *args], cwd=paths.ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "ragcritic_lib.pipeline.params", *args], cwd=paths.ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
 
 

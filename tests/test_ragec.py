@@ -281,7 +281,7 @@ def test_reranked_records_make_the_reranking_stage_reachable(types, gold_fn):
 
 
 def test_params_ask_ten_votes_with_a_reranking_stage():
-    from ragcritic_lib.params import load_params
+    from ragcritic_lib.pipeline.params import load_params
 
     section = load_params()["ragec"]
     assert section["votes"] == 10 and section["rerank"] is True
@@ -335,6 +335,6 @@ def test_summary_flags_one_modal_type_for_every_error_of_a_stage():
 
 
 def test_params_and_library_name_the_same_votings():
-    from ragcritic_lib.params import RAGEC_VOTINGS
+    from ragcritic_lib.pipeline.params import RAGEC_VOTINGS
 
     assert set(RAGEC_VOTINGS) == set(ragec.VOTINGS)

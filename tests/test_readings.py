@@ -6,8 +6,10 @@ import math
 
 import pytest
 
-from ragcritic_lib import paths, readings as R
-from ragcritic_lib.readings import change_sentence
+from ragcritic_lib import paths
+
+from ragcritic_lib.evaluation import readings as R
+from ragcritic_lib.evaluation.readings import change_sentence
 
 
 def _text(lines):
@@ -323,7 +325,7 @@ def test_committed_readings_follow_the_numbers():
 
 
 def test_every_reading_function_has_a_notebook_that_calls_it():
-    from ragcritic_lib.params import notebook_paths
+    from ragcritic_lib.pipeline.params import notebook_paths
 
     notebooks = notebook_paths()
     called = [name[len("reading_"):] for name in R.__all__ if name.startswith("reading_")]

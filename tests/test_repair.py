@@ -200,7 +200,7 @@ def test_on_policy_constrained_draws_come_from_the_planner_scores(actions):
 
 
 def test_params_and_library_name_the_same_decodings():
-    from ragcritic_lib.params import REPAIR_DECODINGS
+    from ragcritic_lib.pipeline.params import REPAIR_DECODINGS
 
     assert set(REPAIR_DECODINGS) == set(repair.DECODINGS)
 

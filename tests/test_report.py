@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from ragcritic_lib import report
+from ragcritic_lib.pipeline import html_report as report
 
 nbformat = pytest.importorskip("nbformat")
 
@@ -44,7 +44,7 @@ def reports(tmp_path):
     nbformat.write(_executed_notebook("01 · Retrieval & <RAG>", "SENTINEL-B"), nbdir / "01_retrieval_rag.ipynb")
     nbformat.write(_executed_notebook("02 · Error sampling", "SENTINEL-C"), nbdir / "02_error_sampling.failed.ipynb")
     nbformat.write(_executed_notebook("partial", "x"), nbdir / ".03_tagging.partial.ipynb")
-    (rep / "figures" / "01_retrieval_rag").mkdir(parents=True)  # one folder per stage (ragcritic_lib.outputs)
+    (rep / "figures" / "01_retrieval_rag").mkdir(parents=True)  # one folder per stage (ragcritic_lib.pipeline.outputs)
     (rep / "figures" / "01_retrieval_rag" / "recall_at_k.png").write_bytes(PNG)
     (rep / "figures" / "01_retrieval_rag" / "recall_at_k.svg").write_text("<svg xmlns='http://www.w3.org/2000/svg'/>")
     for stage in ("02_error_sampling", "08_correction", "09_self_refine"):

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ragcritic_lib import corpus_store
-from ragcritic_lib.corpus_store import StringColumn, build_corpus_store, load_corpus_store, open_corpus
+from ragcritic_lib.data import corpus_store
+from ragcritic_lib.data.corpus_store import StringColumn, build_corpus_store, load_corpus_store, open_corpus
 from ragcritic_lib.io import DataFormatError
 from ragcritic_lib.retrieval import (
     BM25Retriever,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ragcritic_lib.cache import LLMCache
+from ragcritic_lib.llm.cache import LLMCache
 from ragcritic_lib.llm import GenParams, OpenAIBackend, load_llm, retry_after_seconds
 
 

@@ -22,7 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from ragcritic_lib import assets, paths
+from ragcritic_lib import paths
+
+from ragcritic_lib.data import assets
 from ragcritic_lib.llm import GenParams, OpenAIBackend
 
 pytestmark = [

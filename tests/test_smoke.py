@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from ragcritic_lib import paths
-from ragcritic_lib.workspace import copy_repository, pipeline_env, run_timed
+from ragcritic_lib.pipeline.workspace import copy_repository, pipeline_env, run_timed
 
 pytestmark = pytest.mark.smoke
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.smoke
 def smoke_repo(tmp_path_factory):
     root = copy_repository(tmp_path_factory.mktemp("smoke") / "repo")
     env = pipeline_env(root, root / ".cache")
-    run_timed([sys.executable, "-m", "ragcritic_lib.params", "profile", "smoke"], root, env)
+    run_timed([sys.executable, "-m", "ragcritic_lib.pipeline.params", "profile", "smoke"], root, env)
     seconds, out = run_timed(["dvc", "repro"], root, env, log=root / "repro.log")
     print(f"smoke dvc repro: {seconds:.1f} s")
     return root, env
@@ -57,7 +57,7 @@ def test_rag_metrics_are_real_numbers(smoke_repo):
 
 def test_report_builds_and_links_every_executed_notebook(smoke_repo):
     root, env = smoke_repo
-    run_timed([sys.executable, "-m", "ragcritic_lib.report"], root, env)
+    run_timed([sys.executable, "-m", "ragcritic_lib.pipeline.html_report"], root, env)
     index = (root / "reports" / "html" / "index.html").read_text()
     executed = sorted((root / "reports" / "notebooks").glob("*.ipynb"))
     assert executed

@@ -5,9 +5,11 @@ from importlib import metadata
 
 import pytest
 
-from ragcritic_lib import paths, stage_metrics
+from ragcritic_lib import paths
+
+from ragcritic_lib.pipeline import stage_metrics
 from ragcritic_lib.io import read_json
-from ragcritic_lib.params import notebook_paths
+from ragcritic_lib.pipeline.params import notebook_paths
 
 
 def test_environment_resolves_auto_dtype_and_names_versions():

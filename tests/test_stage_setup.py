@@ -71,7 +71,7 @@ def test_setup_method_loads_what_the_notebooks_loaded(data_dir, generator):
 
 
 def test_setup_method_reads_params_yaml_by_default(data_dir, generator, monkeypatch):
-    import ragcritic_lib.params as params_module
+    import ragcritic_lib.pipeline.params as params_module
 
     monkeypatch.setattr(params_module, "load_params", lambda: _params("alpha", 2))
     setup = setup_method("repair")

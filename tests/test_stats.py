@@ -1,4 +1,4 @@
-"""Bootstrap intervals (ragcritic_lib.stats) and the comparison table built on them."""
+"""Bootstrap intervals (ragcritic_lib.evaluation.stats) and the comparison table built on them."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from ragcritic_lib.baselines import (
     MeteredLLM, add_costs, comparison_table, cost_from_per_sample, jsonable, markdown_table, records_cost,
 )
 from ragcritic_lib.llm import CallableLLM, GenParams
-from ragcritic_lib.stats import bootstrap_ci, paired_bootstrap_diff
+from ragcritic_lib.evaluation.stats import bootstrap_ci, paired_bootstrap_diff
 
 
 def test_exact_enumeration_two_values():

@@ -1,4 +1,4 @@
-"""Paired permutation p-values and minimum detectable effects (ragcritic_lib.stats)."""
+"""Paired permutation p-values and minimum detectable effects (ragcritic_lib.evaluation.stats)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from ragcritic_lib.stats import (
+from ragcritic_lib.evaluation.stats import (
     min_detectable_effect, paired_comparison, paired_mde, paired_permutation_p,
 )
 

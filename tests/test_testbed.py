@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from ragcritic_lib import testbed as tb
-from ragcritic_lib.data import load_corpus_records, load_dataset_split
-from ragcritic_lib.metrics import normalize_answer
+from ragcritic_lib.data.flashrag import load_corpus_records, load_dataset_split
+from ragcritic_lib.evaluation.scoring import normalize_answer
 
 SMALL = dict(n_entities_per_domain=12, frac_dev=0.25, frac_test=0.25, questions_per_type_train=8,
              questions_per_type_dev=4, questions_per_type_test=4)

@@ -57,7 +57,7 @@ from typing import Any
 
 from ragcritic_lib.evidence import is_abstention
 from ragcritic_lib.llm import GenParams
-from ragcritic_lib.metrics import normalize_words
+from ragcritic_lib.evaluation.scoring import normalize_words
 from ragcritic_lib.rag import ABSTAIN_ANSWER, ANSWER_PREFIX, build_rag_messages, extract_answer
 from ragcritic_lib.text import NOT_NAME_WORDS, QUERY_STOPWORDS
 

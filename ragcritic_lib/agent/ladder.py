@@ -6,7 +6,7 @@ answer, no critic: does targeting matter?); RAG-Critic with its trained critic a
 critique* (gold correctness and labels from the error's known causes, rule-based planner: the
 ceiling of the action layer). Each row reports EM / F1 / accuracy and its F1 difference to
 standard RAG with a paired bootstrap interval and a paired sign-flip permutation p-value
-(:mod:`ragcritic_lib.stats`); the minimum detectable F1 effect says what the sample size can see.
+(:mod:`ragcritic_lib.evaluation.stats`); the minimum detectable F1 effect says what the sample size can see.
 
 The two oracles read gold answers and the testbed's construction metadata: they are labelled as
 oracles and exist only as ceilings; the actions they drive never see either.
@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ragcritic_lib.agent.workflow import records_at_iteration
-from ragcritic_lib.metrics import score_prediction
-from ragcritic_lib.stats import paired_comparison, paired_mde
+from ragcritic_lib.evaluation.scoring import score_prediction
+from ragcritic_lib.evaluation.stats import paired_comparison, paired_mde
 
 LADDER_ROWS: tuple[str, ...] = (
     "standard RAG", "fixed action", "RAG-Critic (1 iter)", "RAG-Critic (2 iter)", "oracle verdict", "oracle critique",

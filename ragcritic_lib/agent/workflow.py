@@ -24,7 +24,7 @@ from typing import Any
 
 from ragcritic_lib.agent.executor import ProgramError, ProgramRuntimeError, run_program
 from ragcritic_lib.agent.planner import PlannerContext, critic_feedback, passage_strings
-from ragcritic_lib.metrics import aggregate, aggregate_by, score_prediction
+from ragcritic_lib.evaluation.scoring import aggregate, aggregate_by, score_prediction
 
 STATUSES = (
     "corrected",         # the program ran and produced a new non-empty answer

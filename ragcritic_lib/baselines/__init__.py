@@ -74,7 +74,7 @@ def split_title(contents: str) -> tuple[str, str]:
 
 def contains_answer(text: str, golds: Sequence[str]) -> bool:
     """True when a normalized gold answer occurs in ``text`` as whole words (FlashRAG style)."""
-    from ragcritic_lib.metrics import contains_answer as _contains
+    from ragcritic_lib.evaluation.scoring import contains_answer as _contains
 
     return _contains(text, list(golds))
 
@@ -89,7 +89,7 @@ def is_wrong(record: Mapping[str, Any], *, metric: str = "em", threshold: float 
 
 def score_records(records: Iterable[Mapping[str, Any]], *, pred_key: str = "prediction") -> list[dict]:
     """Copy records adding FlashRAG metrics em / f1 / acc of ``record[pred_key]`` vs the golds."""
-    from ragcritic_lib.metrics import score_prediction
+    from ragcritic_lib.evaluation.scoring import score_prediction
 
     out = []
     for rec in records:
@@ -377,7 +377,7 @@ def comparison_table(
     Raises:
         KeyError: when ``baseline`` is not among ``results``.
     """
-    from ragcritic_lib.stats import bootstrap_ci, paired_bootstrap_diff
+    from ragcritic_lib.evaluation.stats import bootstrap_ci, paired_bootstrap_diff
 
     if baseline not in results:
         raise KeyError(f"baseline method {baseline!r} missing from results ({sorted(results)})")

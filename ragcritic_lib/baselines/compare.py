@@ -87,7 +87,7 @@ def method_comparison(
             the baseline's questions (naming it and how many ids are missing and extra); a
             duplicated id or an unscored record.
     """
-    from ragcritic_lib.stats import paired_comparison
+    from ragcritic_lib.evaluation.stats import paired_comparison
 
     if baseline not in results:
         raise KeyError(f"baseline {baseline!r} missing from results ({sorted(results)})")
@@ -135,10 +135,10 @@ def comparison_summary(block: Mapping[str, Mapping[str, Any]], *, baseline: str 
 
     - ``mde_conservative``: F1 change detectable at 80% power from the baseline's per-question
       F1 SD at its n, treating paired scores as uncorrelated (difference SD ``sqrt(2) * sd``,
-      :func:`ragcritic_lib.stats.paired_mde`); NaN below 2 questions.
+      :func:`ragcritic_lib.evaluation.stats.paired_mde`); NaN below 2 questions.
     - ``significant_after_holm``: methods with ``p_holm < alpha``, baseline excluded, sorted.
     """
-    from ragcritic_lib.stats import paired_mde
+    from ragcritic_lib.evaluation.stats import paired_mde
 
     if baseline not in block:
         raise KeyError(f"baseline {baseline!r} missing from the comparison block ({sorted(block)})")

@@ -485,7 +485,7 @@ def measure_action_f1(
         {"scores": evaluator scores per question, "action_f1": per question {action: token F1},
         "predictions": per question {action: answer}}.
     """
-    from ragcritic_lib.metrics import token_f1
+    from ragcritic_lib.evaluation.scoring import token_f1
 
     every = list(range(len(records)))
     internal, external, _ = gather_knowledge(

@@ -14,7 +14,7 @@ the correction ladder (notebook 08). A method stage writes
   ``seconds`` (wall time of the method's phases on this machine), and the method's own block.
 
 The comparison stage (notebook 14) reads these files back with :func:`load_method_run`. Both
-directions check the metrics against their schema (``ragcritic_lib.metrics_schema.MethodRunMetrics``
+directions check the metrics against their schema (``ragcritic_lib.pipeline.metrics_schema.MethodRunMetrics``
 and the method's own, e.g. ``SimRagMetrics``). A method stage opens with
 :func:`ragcritic_lib.baselines.stage_setup.setup_method` (params, the answer setting, the generator
 and these questions).
@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import dataset_name, jsonable, score_records
+from ragcritic_lib.baselines import dataset_name, jsonable, score_records
 
 METRIC_KEYS = ("em", "f1", "acc")
 
@@ -78,7 +78,7 @@ def save_method_run(
 ) -> dict[str, Any]:
     """Score and write a method's test answers and its metrics file; returns the metrics.
 
-    The metrics are checked against the stem's schema (``ragcritic_lib.metrics_schema``) first:
+    The metrics are checked against the stem's schema (``ragcritic_lib.pipeline.metrics_schema``) first:
     when they do not match, ``MetricsSchemaError`` names the key path and no file is written.
 
     Args:
@@ -92,8 +92,8 @@ def save_method_run(
     """
     from ragcritic_lib import paths
     from ragcritic_lib.io import write_jsonl
-    from ragcritic_lib.metrics_schema import validate
-    from ragcritic_lib.stage_metrics import write_stage_metrics
+    from ragcritic_lib.pipeline.metrics_schema import validate
+    from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 
     out_dir = paths.stage_dir(stage)
     scored = score_records(records)
@@ -128,11 +128,11 @@ def load_method_run(stem: str, stage: str, *, run: str = "test") -> tuple[dict[s
 
     Raises:
         FileNotFoundError: naming the file and the stage that writes it.
-        ragcritic_lib.metrics_schema.MetricsSchemaError: the metrics do not match their schema.
+        ragcritic_lib.pipeline.metrics_schema.MetricsSchemaError: the metrics do not match their schema.
     """
     from ragcritic_lib import paths
     from ragcritic_lib.io import read_jsonl
-    from ragcritic_lib.stage_metrics import load_stage_metrics
+    from ragcritic_lib.pipeline.stage_metrics import load_stage_metrics
 
     metrics = load_stage_metrics(stem)
     records = read_jsonl(paths.require(paths.stage_dir(stage) / f"{run}.jsonl"))

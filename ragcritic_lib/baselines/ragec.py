@@ -200,7 +200,7 @@ def make_chunk_gold_fn(
         ``fn(record) -> [{"id", "contents"}]``: supporting passages when the record's metadata
         lists ``supporting_ids``; none for unanswerable questions; else the trivia rule.
     """
-    from ragcritic_lib.metrics import normalize_words
+    from ragcritic_lib.evaluation.scoring import normalize_words
 
     ids, texts = _corpus_pairs(corpus)
     by_id = dict(zip(ids, texts))
@@ -289,7 +289,7 @@ def same_answer_keys(
 ) -> set[tuple[str, str]]:
     """(dataset, id) of the questions that two runs answered with the same (normalized) answer:
     where labels given to one run's answers also describe the other's."""
-    from ragcritic_lib.metrics import normalize_words
+    from ragcritic_lib.evaluation.scoring import normalize_words
 
     first = {(dataset_name(r), str(r.get("id"))): normalize_words(str(r.get("prediction") or "")) for r in a}
     return {(dataset_name(r), str(r.get("id"))) for r in b
@@ -489,7 +489,7 @@ def grounded_type(record: Mapping[str, Any], stage: str, gold_chunks: Sequence[M
         gold_ids = {str(c["id"]) for c in gold_chunks}
         return "E7" if dropped_by_reranker(record, gold_ids) else "E8"
     from ragcritic_lib.evidence import is_abstention
-    from ragcritic_lib.metrics import token_f1
+    from ragcritic_lib.evaluation.scoring import token_f1
 
     pred = str(record.get("prediction") or "")
     golds = list(record.get("golden_answers") or [])

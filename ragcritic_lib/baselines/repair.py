@@ -205,7 +205,7 @@ def execute_plans(
 
 def plan_reward(answer: str | None, record: Mapping[str, Any]) -> float:
     """Token F1 of the revised answer; a failed plan keeps the previous answer and its F1."""
-    from ragcritic_lib.metrics import token_f1
+    from ragcritic_lib.evaluation.scoring import token_f1
 
     final = answer if answer is not None else str(record.get("prediction") or "")
     return token_f1(final, list(record.get("golden_answers") or []))

@@ -125,8 +125,8 @@ def parse_query(text: str, question: str) -> str:
 
 # ------------------------------------------------------------------------ correctness
 def make_match_fn(metric: str = "em", threshold: float = 1.0) -> Callable[[str, Sequence[str]], bool]:
-    """``fn(answer, golds) -> bool``: metric (em / f1 / acc of ragcritic_lib.metrics) >= threshold."""
-    from ragcritic_lib import metrics
+    """``fn(answer, golds) -> bool``: metric (em / f1 / acc of ragcritic_lib.evaluation.scoring) >= threshold."""
+    from ragcritic_lib.evaluation import scoring as metrics
 
     fns = {"em": metrics.exact_match, "f1": metrics.token_f1, "acc": metrics.accuracy}
     if metric not in fns:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .harness import shared_test_sets
+from ragcritic_lib.baselines.harness import shared_test_sets
 
 
 @dataclass
@@ -82,14 +82,14 @@ def setup_method(stage: str, params: Mapping[str, Any] | None = None) -> MethodS
 
     Args:
         stage: the DVC stage name, e.g. ``"crag"``.
-        params: the params (default: :func:`ragcritic_lib.params.load_params`).
+        params: the params (default: :func:`ragcritic_lib.pipeline.params.load_params`).
 
     Raises:
         ValueError: ``stage`` is not a non-empty name.
         KeyError: a dataset of ``comparison.datasets`` that ``common.datasets`` does not register.
     """
     from ragcritic_lib import runtime
-    from ragcritic_lib.params import load_params
+    from ragcritic_lib.pipeline.params import load_params
     from ragcritic_lib.rag import answer_gen_params
 
     if not isinstance(stage, str) or not stage.strip() or "/" in stage:

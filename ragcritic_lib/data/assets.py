@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import paths
-from .io import DataFormatError, atomic_write_text, write_json, write_jsonl
-from .metrics import normalize_words
+from ragcritic_lib import paths
+from ragcritic_lib.io import DataFormatError, atomic_write_text, write_json, write_jsonl
+from ragcritic_lib.evaluation.scoring import normalize_words
 
 _REQ_LINE = re.compile(r"^\s*([A-Za-z0-9_.\-]+)==([^\s]+)\s+--hash=sha256:([0-9a-f]{64})\s*$")
 
@@ -265,7 +265,7 @@ def build_trivia_splits(
         ValueError: naming ``dev_fraction`` / ``test_fraction`` when either is outside [0, 1)
             or they leave nothing for train.
     """
-    from .data import seeded_split
+    from ragcritic_lib.data.flashrag import seeded_split
 
     if not (0 <= dev_fraction < 1 and 0 <= test_fraction < 1 and dev_fraction + test_fraction < 1):
         raise ValueError(f"trivia split: need 0 <= dev_fraction, test_fraction and dev_fraction + test_fraction < 1; "

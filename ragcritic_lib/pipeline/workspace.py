@@ -8,7 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from . import paths
+from ragcritic_lib import paths
 
 
 def copy_repository(dest: Path, src: Path = paths.ROOT) -> Path:

@@ -1,7 +1,7 @@
 """What every stage's metrics file holds: one typed schema per ``reports/metrics/<stem>.json``.
 
 Each schema is a ``TypedDict``: its required keys are the ones a reader relies on (notebook 15's
-:mod:`ragcritic_lib.analysis`, the comparison stage, the contracts the README quotes), its
+:mod:`ragcritic_lib.evaluation.analysis`, the comparison stage, the contracts the README quotes), its
 ``NotRequired`` keys are typed where they are present, and every schema allows keys it does not
 name. Field types carry their ranges through ``Annotated`` aliases (:data:`Fraction` for EM, F1,
 accuracy and rates in [0, 1], :data:`Count` for integers >= 0, :data:`Delta` for a change of a
@@ -12,8 +12,8 @@ what :func:`ragcritic_lib.baselines.jsonable` writes for it. Intervals are check
 :func:`validate` checks a metrics dict against its stem's schema and raises one
 :class:`MetricsSchemaError` naming the file and the key path of every problem, e.g.
 ``reports/metrics/08_correction.json: ladder.testbed.fixed action.f1 = 1.3 is not in [0, 1]``.
-``ragcritic_lib.stage_metrics.write_stage_metrics`` validates before it writes and
-``ragcritic_lib.stage_metrics.load_stage_metrics`` after it reads; a stem without a schema of
+``ragcritic_lib.pipeline.stage_metrics.write_stage_metrics`` validates before it writes and
+``ragcritic_lib.pipeline.stage_metrics.load_stage_metrics`` after it reads; a stem without a schema of
 its own gets :class:`StageMetrics` (any keys; a present ``environment`` block typed).
 
 With ``partial=True`` absent keys are not problems (present ones are still checked): notebook 15
@@ -328,7 +328,7 @@ class Scores(TypedDict):
 
 
 class Aggregate(Scores):
-    """``ragcritic_lib.metrics.aggregate``: mean EM/F1/acc over ``n`` records."""
+    """``ragcritic_lib.evaluation.scoring.aggregate``: mean EM/F1/acc over ``n`` records."""
     n: Count
 
 
@@ -342,7 +342,7 @@ class SplitSizes(TypedDict):
 
 
 class AssetsMetrics(StageMetrics):
-    """``00_assets.json`` (``ragcritic_lib.assets``)."""
+    """``00_assets.json`` (``ragcritic_lib.data.assets``)."""
     corpus_passages: Count
     trivia_split_sizes: SplitSizes
     corpus_articles: NotRequired[Count]
@@ -386,7 +386,7 @@ class TestbedMetrics(StageMetrics):
 # 01: retrieval and standard RAG
 # --------------------------------------------------------------------------------------------
 class RecallGroup(TypedDict):
-    """``ragcritic_lib.evaluation.recall_at_k`` for one group: recall per k (null without questions)."""
+    """``ragcritic_lib.evaluation.summaries.recall_at_k`` for one group: recall per k (null without questions)."""
     n: Count
     answer_recall: dict[str, Fraction | None]
     support_recall: NotRequired[dict[str, Fraction | None]]
@@ -397,7 +397,7 @@ class RecallSummary(RecallGroup):
 
 
 class RagSummary(TypedDict):
-    """``ragcritic_lib.evaluation.summarize_rag`` (only ``n`` when there was no question)."""
+    """``ragcritic_lib.evaluation.summaries.summarize_rag`` (only ``n`` when there was no question)."""
     n: Count
     em: NotRequired[Fraction]
     f1: NotRequired[Fraction]
@@ -589,7 +589,7 @@ class TierScores(TypedDict, total=False):
 
 
 class CriticScore(TypedDict):
-    """``ragcritic_lib.benchmark.score_critic``."""
+    """``ragcritic_lib.error_benchmark.score_critic``."""
     identification: Identification
     classification: Classification
     n: NotRequired[Count]
@@ -897,7 +897,7 @@ class Headline(TypedDict, total=False):
 
 
 class AnalysisMetrics(StageMetrics):
-    """``15_analysis.json`` (``ragcritic_lib.analysis.summary_metrics``)."""
+    """``15_analysis.json`` (``ragcritic_lib.evaluation.analysis.summary_metrics``)."""
     items: Count
     built: list[str]
     partial: list[str]
@@ -942,7 +942,7 @@ def problems(stem: str, data: Any, *, partial: bool = False) -> list[str]:
 
 def source_name(path: str | os.PathLike[str]) -> str:
     """``path`` relative to the repository root where it lies inside it (for messages)."""
-    from . import paths
+    from ragcritic_lib import paths
 
     p = Path(path)
     try:
@@ -961,7 +961,7 @@ def validate(stem: str, data: Any, *, source: str | os.PathLike[str] | None = No
     found = problems(stem, data, partial=partial)
     if found:
         if source is None:
-            from . import paths
+            from ragcritic_lib import paths
 
             source = paths.METRICS_DIR / f"{stem}.json"
         raise MetricsSchemaError(source_name(source), found)

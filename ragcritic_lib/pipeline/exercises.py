@@ -1,4 +1,4 @@
-"""Exercise versions of the notebooks: ``python -m ragcritic_lib.exercises build``.
+"""Exercise versions of the notebooks: ``python -m ragcritic_lib.pipeline.exercises build``.
 
 In a solution notebook (``notebooks/NN_name.py``), a code region between the comment lines
 
@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import paths
-from .io import DataFormatError, atomic_write_text
+from ragcritic_lib import paths
+from ragcritic_lib.io import DataFormatError, atomic_write_text
 
 BEGIN = re.compile(r"^(?P<indent>[ \t]*)#\s*BEGIN SOLUTION\b(?:\s*(?:hint\s*:|:)?\s*(?P<hint>.*?))?\s*$")
 END = re.compile(r"^[ \t]*#\s*END SOLUTION\b.*$")
@@ -211,8 +211,8 @@ def build(notebooks_dir: Path = paths.NOTEBOOKS_DIR, out_dir: Path | None = None
 def profile_params(profile: str | None = None, params_file: Path | None = None) -> dict[str, Any]:
     """params.yaml (or ``params_file``) with ``configs/profiles/<profile>.yaml`` merged over it,
     in memory (params.yaml is not touched)."""
-    from .io import read_yaml
-    from .params import ParamsError, deep_merge
+    from ragcritic_lib.io import read_yaml
+    from ragcritic_lib.pipeline.params import ParamsError, deep_merge
 
     base = read_yaml(params_file or paths.PARAMS_FILE) or {}
     if not profile:
@@ -230,7 +230,7 @@ def check(notebooks_dir: Path = paths.NOTEBOOKS_DIR) -> dict[str, list[Exercise]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ragcritic_lib.exercises", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m ragcritic_lib.pipeline.exercises", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="write notebooks/exercises/NN_name.ipynb from the solution notebooks")
     c = sub.add_parser("check", help="validate the solution markers and list the exercises")
@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--profile", default=None, help="set parameters cells from params.yaml + this profile (e.g. workshop)")
     b.add_argument("--params", type=Path, default=None, help="set parameters cells from this params file")
     args = parser.parse_args(argv)
-    from .params import ParamsError
+    from ragcritic_lib.pipeline.params import ParamsError
 
     try:
         if args.cmd == "build":

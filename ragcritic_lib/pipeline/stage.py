@@ -1,4 +1,4 @@
-"""Run one notebook as a pipeline stage: ``python -m ragcritic_lib.stage notebooks/NN_name.py``.
+"""Run one notebook as a pipeline stage: ``python -m ragcritic_lib.pipeline.stage notebooks/NN_name.py``.
 
 1. params.yaml is validated as a whole (one clear error before any compute);
 2. the jupytext twin is converted to a notebook in memory;
@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import paths
-from .params import ParamsError, load_params, notebook_paths
+from ragcritic_lib import paths
+from ragcritic_lib.pipeline.params import ParamsError, load_params, notebook_paths
 
 
 def stage_name(notebook: Path) -> str:
@@ -79,7 +79,7 @@ def run_notebook(py_path: str | os.PathLike[str], *, output_dir: Path | None = N
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ragcritic_lib.stage", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m ragcritic_lib.pipeline.stage", description=__doc__.split("\n")[0])
     parser.add_argument("notebook", help="notebooks/NN_name.py")
     parser.add_argument("--log-output", action="store_true", help="stream cell output")
     args = parser.parse_args(argv)

@@ -4,7 +4,7 @@ A stage must re-run when any code it executes changes, so every library module i
 closure of its notebook is a DVC dependency. ``import_closure`` follows ``import`` and ``from ...
 import`` statements (at module level and inside functions, since lazy imports of heavy modules
 still run) from a notebook's ``.py`` twin through ``ragcritic_lib``, including each package's
-``__init__.py``. ``python -m ragcritic_lib.deps check`` lists what dvc.yaml lacks, ``fix`` adds it, and
+``__init__.py``. ``python -m ragcritic_lib.pipeline.deps check`` lists what dvc.yaml lacks, ``fix`` adds it, and
 ``closure NOTEBOOK`` prints one notebook's closure.
 
 An import whose line ends with the marker ``# deps: check-only`` is left out of the closure. It is
@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from . import paths
+from ragcritic_lib import paths
 
 PACKAGE = "ragcritic_lib"
 CHECK_ONLY = "# deps: check-only"
@@ -354,7 +354,7 @@ def add_missing(dvc_text: str, missing: dict[str, list[str]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     import yaml
 
-    parser = argparse.ArgumentParser(prog="python -m ragcritic_lib.deps", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ragcritic_lib.pipeline.deps", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("check", help="list stages whose dvc.yaml library deps differ from what they import")
     sub.add_parser("fix", help="add missing and drop extra library deps in dvc.yaml (comments and layout kept)")

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import paths
-from .io import DataFormatError, iter_jsonl_numbered
+from ragcritic_lib import paths
+from ragcritic_lib.io import DataFormatError, iter_jsonl_numbered
 
 SPLITS = ("train", "dev", "test")
 

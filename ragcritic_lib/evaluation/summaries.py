@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .metrics import aggregate, mean, retrieval_recall, support_recall
+from ragcritic_lib.evaluation.scoring import aggregate, mean, retrieval_recall, support_recall
 
 
 def recall_at_k(

@@ -1,6 +1,6 @@
 """Keep the ``.ipynb`` twins (what people open in JupyterLab) in step with the ``.py`` sources.
 
-``python -m ragcritic_lib.notebooks sync`` first sets every notebook's parameter defaults to
+``python -m ragcritic_lib.pipeline.notebooks sync`` first sets every notebook's parameter defaults to
 params.yaml's values (so a notebook run in JupyterLab computes what ``dvc repro`` computes), then
 writes every ``notebooks/NN_name.ipynb`` from its
 jupytext ``.py`` twin with outputs stripped; ``check`` exits non-zero when a twin is missing or
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import paths
+from ragcritic_lib import paths
 
 _PAIRING = "ipynb,py:percent"
 
@@ -66,7 +66,7 @@ def defaults_drift(params: dict[str, Any], notebooks_dir: Path = paths.NOTEBOOKS
     A notebook opened in JupyterLab runs on its own defaults, so they must equal params.yaml,
     or an interactive run would compute (and overwrite DVC outputs with) something else.
     """
-    from .params import notebook_parameters
+    from ragcritic_lib.pipeline.params import notebook_parameters
 
     out = []
     for py in sorted(notebooks_dir.glob("[0-9][0-9]_*.py")):
@@ -81,7 +81,7 @@ def defaults_drift(params: dict[str, Any], notebooks_dir: Path = paths.NOTEBOOKS
 
 def sync_defaults(params: dict[str, Any], notebooks_dir: Path = paths.NOTEBOOKS_DIR) -> list[Path]:
     """Rewrite the parameters cells so every default equals params.yaml; returns changed files."""
-    from .io import atomic_write_text
+    from ragcritic_lib.io import atomic_write_text
 
     changed = []
     for py in sorted(notebooks_dir.glob("[0-9][0-9]_*.py")):
@@ -112,7 +112,7 @@ def sync(notebooks_dir: Path = paths.NOTEBOOKS_DIR) -> list[Path]:
     """Write every twin; returns the paths written."""
     import nbformat
 
-    from .io import atomic_write_text
+    from ragcritic_lib.io import atomic_write_text
 
     written = []
     for py in sorted(notebooks_dir.glob("[0-9][0-9]_*.py")):
@@ -141,11 +141,11 @@ def out_of_sync(notebooks_dir: Path = paths.NOTEBOOKS_DIR) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ragcritic_lib.notebooks")
+    parser = argparse.ArgumentParser(prog="python -m ragcritic_lib.pipeline.notebooks")
     parser.add_argument("cmd", choices=["sync", "check"])
     args = parser.parse_args(argv)
     if args.cmd == "sync":
-        from .params import load_params
+        from ragcritic_lib.pipeline.params import load_params
 
         for p in sync_defaults(load_params()):
             print(f"defaults from params.yaml: {p.relative_to(paths.ROOT)}")

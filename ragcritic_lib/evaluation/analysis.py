@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import paths
-from .io import DataFormatError, atomic_write_text, read_jsonl, write_json
-from .outputs import FALLBACK_DPI, write_figure
-from .metrics_schema import MetricsSchemaError
-from .stage_metrics import load_stage_metrics
+from ragcritic_lib import paths
+from ragcritic_lib.io import DataFormatError, atomic_write_text, read_jsonl, write_json
+from ragcritic_lib.pipeline.outputs import FALLBACK_DPI, write_figure
+from ragcritic_lib.pipeline.metrics_schema import MetricsSchemaError
+from ragcritic_lib.pipeline.stage_metrics import load_stage_metrics
 
 # Stage name -> stem of its notebook, metrics JSON and executed notebook.
 STAGE_FILES: dict[str, str] = {
@@ -156,7 +156,7 @@ class Inputs:
     def metric(self, stage: str, *keys: str, item: str) -> Any:
         """``metrics[stage][k1][k2]...`` or None (recorded as missing for ``item``).
 
-        Each file is read once through :func:`ragcritic_lib.stage_metrics.load_stage_metrics`
+        Each file is read once through :func:`ragcritic_lib.pipeline.stage_metrics.load_stage_metrics`
         with ``partial=True``: an absent key is recorded for the item that asked for it, while a
         present value that does not match the stage's schema makes the whole file unusable
         (recorded as "does not match its schema" with the key path).
@@ -919,7 +919,7 @@ def _is_score(d: Any) -> bool:
 
 
 def critic_scores(inputs: Inputs, *, item: str, key: str = "critics") -> dict[str, Mapping[str, Any]] | None:
-    """Score dicts (``ragcritic_lib.benchmark.score_critic``) per critic from stage 07's metrics."""
+    """Score dicts (``ragcritic_lib.error_benchmark.score_critic``) per critic from stage 07's metrics."""
     block = inputs.metric("benchmark", key, item=item)
     if block is None:
         return None

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from . import io as rio
+from ragcritic_lib import io as rio
 
 SPLITS: tuple[str, ...] = ("train", "dev", "test")
 QUESTION_TYPES: tuple[str, ...] = (
@@ -1383,7 +1383,7 @@ class _SplitSentence:
 
 
 def normalize(text: str) -> str:
-    """Word-splitting normalization (punctuation to spaces, like :func:`ragcritic_lib.metrics.normalize_words`)."""
+    """Word-splitting normalization (punctuation to spaces, like :func:`ragcritic_lib.evaluation.scoring.normalize_words`)."""
     text = str(text).lower()
     text = re.sub(r"[^\w\s]|_", " ", text)
     text = re.sub(r"\b(a|an|the)\b", " ", text)

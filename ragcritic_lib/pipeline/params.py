@@ -22,8 +22,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from . import paths
-from .io import DataFormatError, read_yaml
+from ragcritic_lib import paths
+from ragcritic_lib.io import DataFormatError, read_yaml
 
 _NB_NAME = re.compile(r"^(\d\d)_([a-z0-9_]+)\.py$")
 
@@ -334,10 +334,10 @@ def rules() -> dict[str, dict[str, Rule]]:
     Choice lists are read from the modules that consume the values, so adding a prompt
     variant or a metric there is enough. Keys without a rule here are checked by type only.
     """
-    from . import llm, mining, rag, retrieval, teachers, testbed  # deps: check-only
-    from .agent import actions, planner  # deps: check-only
-    from .critic import VERDICT_MODES  # deps: check-only
-    from .data import SPLITS  # deps: check-only
+    from ragcritic_lib import llm, mining, rag, retrieval, teachers, testbed  # deps: check-only
+    from ragcritic_lib.agent import actions, planner  # deps: check-only
+    from ragcritic_lib.critic import VERDICT_MODES  # deps: check-only
+    from ragcritic_lib.data.flashrag import SPLITS  # deps: check-only
 
     answer_variants = tuple(v for v in rag.PROMPT_VARIANTS if v != "closed_book")  # closed book: its own switch
     teacher = one_of(teachers.TEACHER_CHOICES)
@@ -584,7 +584,7 @@ def _apply_rules(where: str, section: Mapping[str, Any], table: Mapping[str, Rul
 
 
 def _generator_problems(cfg: Mapping[str, Any], ctx: Context) -> list[str]:
-    from .llm import _BACKEND_KEYS, _COMMON_KEYS, _INACTIVE, _PORTABLE_KEYS  # deps: check-only
+    from ragcritic_lib.llm import _BACKEND_KEYS, _COMMON_KEYS, _INACTIVE, _PORTABLE_KEYS  # deps: check-only
 
     where = "common.generator"
     known = _COMMON_KEYS.union(*_BACKEND_KEYS.values())
@@ -603,7 +603,7 @@ def _generator_problems(cfg: Mapping[str, Any], ctx: Context) -> list[str]:
 
 
 def _retriever_problems(cfg: Mapping[str, Any], ctx: Context) -> list[str]:
-    from .retrieval import RETRIEVER_DEFAULTS, validate_retriever_cfg  # deps: check-only
+    from ragcritic_lib.retrieval import RETRIEVER_DEFAULTS, validate_retriever_cfg  # deps: check-only
 
     where = "common.retriever"
     out: list[str] = []
@@ -621,7 +621,7 @@ def _retriever_problems(cfg: Mapping[str, Any], ctx: Context) -> list[str]:
 def _library_check(section: str, values: Mapping[str, Any]) -> str | None:
     """A stage's own config check, for rules that need more than one key (run on a clean section)."""
     if section == "testbed":
-        from .testbed import TestbedConfig  # deps: check-only
+        from ragcritic_lib.testbed import TestbedConfig  # deps: check-only
 
         try:
             TestbedConfig.from_params(values)
@@ -830,13 +830,13 @@ def profile_params(profile: str, *, params_path: Path | None = None) -> tuple[di
 
 def apply_profile(profile: str, *, params_path: Path | None = None) -> dict[str, Any]:
     """Set the values of ``configs/profiles/<profile>.yaml`` in params.yaml in place (comments and
-    layout kept; see :mod:`ragcritic_lib.profiles`); returns the merged params now in the file.
+    layout kept; see :mod:`ragcritic_lib.pipeline.profiles`); returns the merged params now in the file.
 
     The merged params are validated before anything is written; ``profile --reset`` (or
     ``git checkout params.yaml``) returns to the committed file.
     """
     # The profile writer runs from the command line only, never inside a pipeline stage.
-    from .profiles import apply_profile as overlay  # deps: check-only
+    from ragcritic_lib.pipeline.profiles import apply_profile as overlay  # deps: check-only
 
     return overlay(profile, params_path=params_path)
 
@@ -846,7 +846,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import sys
 
-    parser = argparse.ArgumentParser(prog="python -m ragcritic_lib.params",
+    parser = argparse.ArgumentParser(prog="python -m ragcritic_lib.pipeline.params",
                                      description="Validate params.yaml or switch params profile.")
     sub = parser.add_subparsers(dest="cmd", required=True)
     check = sub.add_parser("check", help="validate params.yaml")
@@ -868,7 +868,7 @@ def main(argv: list[str] | None = None) -> int:
             load_params()
             print(f"{paths.PARAMS_FILE}: ok")
         elif args.reset:
-            from .profiles import reset_params  # deps: check-only
+            from ragcritic_lib.pipeline.profiles import reset_params  # deps: check-only
 
             print(f"{reset_params()}: restored from git HEAD")
         else:

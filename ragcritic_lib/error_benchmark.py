@@ -261,7 +261,7 @@ def benchmark_table(results: Mapping[str, Mapping[str, Any]]) -> list[dict[str, 
 
 def plot_per_label(results: Mapping[str, Mapping[str, Any]], taxonomy: TaxonomyLike) -> Any:
     """Per-label F1 of every critic, tier-1 and tier-2 side by side (like Fig. 5 / Fig. 7); returns
-    the matplotlib Figure (saved by :func:`ragcritic_lib.outputs.save_figure`)."""
+    the matplotlib Figure (saved by :func:`ragcritic_lib.pipeline.outputs.save_figure`)."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -1,4 +1,4 @@
-"""Params profiles written into params.yaml's own text: ``python -m ragcritic_lib.params profile NAME``.
+"""Params profiles written into params.yaml's own text: ``python -m ragcritic_lib.pipeline.params profile NAME``.
 
 A profile (``configs/profiles/NAME.yaml``) lists the keys it changes. Applying it edits the value
 of each of those keys where params.yaml writes it, and nothing else: comments, blank lines, key
@@ -13,7 +13,7 @@ Rules:
   (:data:`OPEN_SECTIONS`), whose keys are optional and take the loader's defaults when absent
   (the GPU profile sets ``common.generator.gpu_memory_utilization``, for instance): there a new
   key is added after the section's last line, and the usual validation rejects a misspelt one;
-- the merged params are validated (:func:`ragcritic_lib.params.validate_params`) and the edited
+- the merged params are validated (:func:`ragcritic_lib.pipeline.params.validate_params`) and the edited
   text is read back and compared with the merge of the profile over params.yaml before anything
   is written; any difference is an error;
 - the file is replaced atomically (temporary file, fsync, rename): an interrupted or failed
@@ -35,9 +35,9 @@ from typing import Any
 
 import yaml
 
-from . import paths
-from .io import UniqueKeyLoader, atomic_write_text
-from .params import ParamsError, _read, deep_merge, profile_file, validate_params
+from ragcritic_lib import paths
+from ragcritic_lib.io import UniqueKeyLoader, atomic_write_text
+from ragcritic_lib.pipeline.params import ParamsError, _read, deep_merge, profile_file, validate_params
 
 # Sections whose keys are optional (the generator's and the retriever's loaders fill in defaults):
 # a profile may add a key there that params.yaml does not write.

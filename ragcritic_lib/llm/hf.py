@@ -1,0 +1,482 @@
+"""The transformers backend (CPU or GPU): batched, left-padded generation with chat templates
+and an optional LoRA adapter merged for inference; ``auto`` device and dtype resolution."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from ragcritic_lib.llm.cache import LLMCache
+from ragcritic_lib.text import clean_text
+
+from ragcritic_lib.llm.base import (
+    Choice,
+    GenParams,
+    Generation,
+    LLM,
+    Prompt,
+    _adapter_has_tokenizer,
+    _fingerprint,
+    _model_label,
+    _render_chat,
+    _resolve_model_path,
+    cut_at_stop,
+    validate_prompt,
+)
+
+log = logging.getLogger(__name__)
+
+# ---------------------------------------------------------------------------------------------
+# transformers backend
+# ---------------------------------------------------------------------------------------------
+def _resolve_device(device: str) -> str:
+    import torch
+
+    if device in ("auto", None, ""):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"device {device!r} requested but torch sees no CUDA GPU")
+    return str(device)
+
+
+def _resolve_dtype(dtype: str, device: str) -> str:
+    """Map "auto" to the fastest safe dtype: bf16 on GPUs that have it and on CPUs with
+    AMX/AVX512-BF16 (about 2.5x faster than fp32 there), float32 otherwise."""
+    import torch
+
+    if dtype not in ("auto", "bfloat16", "float32", "float16"):
+        raise ValueError(f"dtype must be one of auto, bfloat16, float32, float16; got {dtype!r}")
+    if dtype != "auto":
+        return dtype
+    if device.startswith("cuda"):
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+    cpu = getattr(torch, "cpu", None)
+    fast_bf16 = False
+    for probe in ("_is_amx_tile_supported", "_is_avx512_bf16_supported"):
+        fn = getattr(cpu, probe, None)
+        if fn is not None:
+            try:
+                fast_bf16 = fast_bf16 or bool(fn())
+            except Exception:  # a probe missing on this build is not an error
+                pass
+    return "bfloat16" if fast_bf16 else "float32"
+
+
+# Prompts are left-padded to a multiple of this many tokens (see plan_batches).
+PAD_MULTIPLE = 64
+
+
+def padded_width(n_tokens: int, multiple: int = PAD_MULTIPLE) -> int:
+    """The width a prompt of ``n_tokens`` is left-padded to: the next multiple of ``multiple``
+    strictly above it, so every row carries at least one pad and attention always takes the
+    masked path (an unpadded batch would take another kernel)."""
+    return (n_tokens // multiple + 1) * multiple
+
+
+def plan_batches(lengths: Sequence[int], batch_size: int, multiple: int = PAD_MULTIPLE) -> list[tuple[list[int], int]]:
+    """Group prompts into batches whose tensor shapes depend on each prompt alone.
+
+    Greedy decoding of a row is not invariant to the shape of its batch: the attention's
+    reduction runs over the padded width, and on CPU a different width (or a different number
+    of rows) changes the rounding and so, at a near tie, the argmax. Hence each prompt is padded
+    to :func:`padded_width` of its own length and only prompts of equal width share a batch, so
+    which other prompts a call holds (for instance the cache misses of a re-run) cannot change the
+    width a prompt is computed at. The number of rows still varies with the call: measured, it
+    changed no answer (bf16 and fp32 probes, 1 vs 4 rows, and one call vs two calls in
+    tests/test_batch_invariance.py), while filling every batch to ``batch_size`` rows with copies
+    cost up to 2.5x the CPU on small calls, so batches hold real prompts only.
+
+    Args:
+        lengths: token count of each prompt.
+        batch_size: rows per batch.
+        multiple: width granularity in tokens.
+
+    Returns:
+        (indices, width) pairs: widest first; inside one width, longest first, then input order.
+    """
+    by_width: dict[int, list[int]] = {}
+    for i, n in enumerate(lengths):
+        by_width.setdefault(padded_width(n, multiple), []).append(i)
+    plan = []
+    for width in sorted(by_width, reverse=True):
+        members = sorted(by_width[width], key=lambda i: (-lengths[i], i))
+        plan += [(members[s : s + batch_size], width) for s in range(0, len(members), batch_size)]
+    return plan
+
+
+def _left_padded(rows: Sequence[Sequence[int]], width: int, n_rows: int, pad_id: int) -> tuple[Any, Any]:
+    """Input ids and attention mask of ``rows`` left-padded to ``width`` (``n_rows`` rows: more
+    than ``len(rows)`` fills with copies of the first row, whose outputs are discarded)."""
+    import torch
+
+    filled = list(rows) + [rows[0]] * (n_rows - len(rows))
+    input_ids = torch.full((len(filled), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(filled), width), dtype=torch.long)
+    for r, ids in enumerate(filled):
+        if len(ids) > width:
+            raise ValueError(f"row {r} has {len(ids)} tokens, more than the batch width {width}")
+        if ids:
+            input_ids[r, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            attention[r, width - len(ids) :] = 1
+    return input_ids, attention
+
+
+def _row_seed(seed: int, prompt_ids: Sequence[int]) -> int:
+    """The sampling seed of one prompt: a function of the call's seed and the prompt alone."""
+    blob = json.dumps([seed, list(prompt_ids)], separators=(",", ":")).encode()
+    return int.from_bytes(hashlib.sha256(blob).digest()[:8], "little") >> 1
+
+
+def _row_sampler(seeds: Sequence[int], temperature: float, top_p: float) -> Any:
+    """A logits processor that makes greedy decoding draw a sample, with one random stream per row.
+
+    Gumbel-max: the argmax of ``log p + Gumbel noise`` is a draw from ``p`` (here the softmax of
+    logits / temperature, restricted to the top-p nucleus). Each row's noise comes from its own
+    generator, so a prompt's sample does not depend on the other rows of its batch, and the
+    global torch RNG is never touched.
+    """
+    import torch
+    from transformers import LogitsProcessor
+
+    class _RowSampler(LogitsProcessor):
+        def __init__(self) -> None:
+            self.generators = [torch.Generator().manual_seed(s) for s in seeds]
+
+        def __call__(self, input_ids: Any, scores: Any) -> Any:
+            logp = torch.log_softmax(scores.float() / temperature, dim=-1)
+            if top_p < 1.0:
+                sorted_lp, order = logp.sort(dim=-1, descending=True)
+                probs = sorted_lp.exp()
+                # Drop a token once the mass of the tokens ranked above it reaches top_p (the
+                # most likely token is always kept).
+                drop_sorted = (probs.cumsum(-1) - probs) >= top_p
+                logp = logp.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), float("-inf"))
+            u = torch.stack([torch.rand(scores.shape[-1], generator=g) for g in self.generators])
+            gumbel = -torch.log(-torch.log(u.clamp(min=1e-12)))
+            return logp + gumbel.to(logp.device)
+
+    return _RowSampler()
+
+
+class HFBackend(LLM):
+    """transformers causal LM: batched, left-padded generation on CPU or GPU.
+
+    Prompts are rendered with the tokenizer's chat template (``add_generation_prompt=True``)
+    and encoded without adding special tokens; raw str prompts are encoded as they are. A prompt
+    is computed at the same width whatever else the call holds (left-padded to
+    :func:`padded_width` of its own length, batched with equal widths only, at most
+    ``batch_size`` rows, see :func:`plan_batches`), so its output does not depend on its batch
+    neighbours nor on which prompts an earlier run left in the cache. Greedy when temperature is 0, else sampling
+    from a random stream seeded by ``GenParams.seed`` and the prompt itself (the caller's torch
+    RNG state is left untouched).
+
+    Args:
+        model: local model folder (relative paths are relative to the repo root).
+        adapter: optional LoRA adapter folder (peft); merged into the weights for inference. Its
+            tokenizer is used when it saved one (training may change the chat template).
+        dtype: "auto" (bf16 where fast, else fp32), "bfloat16", "float32" or "float16".
+        device: "auto" (CUDA when available), "cpu", "cuda", "cuda:1"...
+        batch_size: rows of every forward batch (short batches are filled with copies).
+        max_input_tokens: prompts longer than this are cut from the left (the end, with the
+            question and the assistant turn, is what matters most).
+        repetition_penalty: >1 discourages repeating tokens (1.0 = off).
+        no_repeat_ngram_size: forbid repeating any n-gram of this size (0 = off).
+        cache: the persistent cache, or None for none.
+        attn_implementation: passed to ``from_pretrained`` when set (e.g. "sdpa", "eager").
+    """
+
+    backend = "hf"
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str],
+        *,
+        adapter: str | os.PathLike[str] | None = None,
+        dtype: str = "auto",
+        device: str = "auto",
+        batch_size: int = 8,
+        max_input_tokens: int | None = None,
+        repetition_penalty: float = 1.0,
+        no_repeat_ngram_size: int = 0,
+        cache: LLMCache | None = None,
+        attn_implementation: str | None = None,
+    ):
+        super().__init__(cache=cache, batch_size=batch_size)
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+        self.model = _resolve_model_path(model)
+        self.adapter = _resolve_model_path(adapter) if adapter else None
+        if self.adapter and not Path(self.adapter).exists():
+            raise FileNotFoundError(f"{self.adapter}: LoRA adapter folder not found")
+        self.device = _resolve_device(device)
+        self.dtype = _resolve_dtype(dtype, self.device)
+        if max_input_tokens is not None and max_input_tokens < 1:
+            raise ValueError(f"max_input_tokens must be >= 1, got {max_input_tokens!r}")
+        self.max_input_tokens = max_input_tokens
+        self.repetition_penalty = float(repetition_penalty)
+        self.no_repeat_ngram_size = int(no_repeat_ngram_size)
+
+        tok_dir = self.adapter if _adapter_has_tokenizer(self.adapter) else self.model
+        self.tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+
+        kwargs: dict[str, Any] = {"dtype": getattr(torch, self.dtype)}
+        if self.device.startswith("cuda"):
+            kwargs["device_map"] = self.device  # load straight onto the GPU
+        if attn_implementation:
+            kwargs["attn_implementation"] = attn_implementation
+        hf_model = AutoModelForCausalLM.from_pretrained(self.model, **kwargs)
+        if self.adapter:
+            from peft import PeftModel
+
+            if len(self.tokenizer) > hf_model.get_input_embeddings().weight.shape[0]:
+                hf_model.resize_token_embeddings(len(self.tokenizer))
+            hf_model = PeftModel.from_pretrained(hf_model, self.adapter).merge_and_unload()
+        self.hf_model = hf_model.to(self.device).eval()
+
+        # End tokens: the model's generation config may list several (e.g. <|im_end|> and <|endoftext|>).
+        eos = self.hf_model.generation_config.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        if self.tokenizer.eos_token_id is not None:
+            eos_ids.add(self.tokenizer.eos_token_id)
+        self.eos_token_ids = sorted(eos_ids)
+        self.pad_token_id = int(self.tokenizer.pad_token_id)
+        # A clean generation config, so no sampling default shipped with the checkpoint
+        # (top_k=50, temperature...) leaks into our decoding.
+        self.hf_model.generation_config = GenerationConfig(
+            bos_token_id=self.tokenizer.bos_token_id,
+            eos_token_id=self.eos_token_ids,
+            pad_token_id=self.pad_token_id,
+        )
+        self._identity = {
+            "backend": self.backend,
+            "model": _model_label(self.model),
+            "weights": _fingerprint(self.model),
+            "adapter": _model_label(self.adapter) if self.adapter else None,
+            "adapter_weights": _fingerprint(self.adapter),
+            "dtype": self.dtype,
+            "max_input_tokens": self.max_input_tokens,
+            "repetition_penalty": self.repetition_penalty,
+            "no_repeat_ngram_size": self.no_repeat_ngram_size,
+        }
+
+    def identity(self) -> dict[str, Any]:
+        # The batch shape a prompt is computed at (rows, width granularity) and the sampler are
+        # part of what decides its output, so entries made under other settings never match.
+        batching = {"rows": self.batch_size, "fill": "none", "pad_multiple": PAD_MULTIPLE, "sampler": "row-gumbel"}
+        return {**self._identity, "batching": batching}
+
+    def render(self, prompt: Prompt) -> str:
+        """The exact text the model reads for ``prompt`` (before tokenization)."""
+        validate_prompt(prompt)
+        return prompt if isinstance(prompt, str) else _render_chat(self.tokenizer, prompt)
+
+    def _prepare(self, prompt: Prompt) -> str:
+        return self.render(prompt)
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of a rendered prompt, left-truncated to ``max_input_tokens``."""
+        ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        if self.max_input_tokens is not None and len(ids) > self.max_input_tokens:
+            ids = ids[-self.max_input_tokens :]
+            self.stats.add(truncated_inputs=1)
+        return ids
+
+    def _generate(self, prompts: list[Any], params: GenParams) -> Iterator[tuple[int, Generation]]:
+        encoded = [self.encode(t) for t in prompts]
+        for idx, width in plan_batches([len(ids) for ids in encoded], self.batch_size):
+            outs = self._generate_batch([encoded[i] for i in idx], params, width=width)
+            yield from zip(idx, outs)
+
+    def _generate_batch(self, batch: list[list[int]], params: GenParams, *, width: int) -> list[Generation]:
+        """Generate one batch at a fixed width (``width`` columns, one row per prompt)."""
+        import torch
+        from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
+
+        input_ids, attention = _left_padded(batch, width, len(batch), self.pad_token_id)
+        # Sampling is greedy decoding over Gumbel-perturbed scores (_row_sampler), so HF's own
+        # sampler, which draws for the whole batch from one stream, is never used.
+        gen_cfg: dict[str, Any] = {
+            "max_new_tokens": params.max_new_tokens,
+            "do_sample": False,
+            "pad_token_id": self.pad_token_id,
+            "eos_token_id": self.eos_token_ids,
+        }
+        if self.repetition_penalty != 1.0:
+            gen_cfg["repetition_penalty"] = self.repetition_penalty
+        if self.no_repeat_ngram_size > 0:
+            gen_cfg["no_repeat_ngram_size"] = self.no_repeat_ngram_size
+        processors = LogitsProcessorList()
+        if not params.greedy:
+            seeds = [_row_seed(params.seed, ids) for ids in batch]
+            processors.append(_row_sampler(seeds, float(params.temperature), float(params.top_p)))
+        stopping = StoppingCriteriaList()
+        stop_rule = None
+        if params.stop:
+            stop_rule = _stop_string_criteria(self.tokenizer, params.stop, width)
+            stopping.append(stop_rule)
+
+        with torch.inference_mode():
+            out = self.hf_model.generate(
+                input_ids=input_ids.to(self.device),
+                attention_mask=attention.to(self.device),
+                generation_config=GenerationConfig(**gen_cfg),
+                logits_processor=processors,
+                stopping_criteria=stopping,
+            )
+        new_tokens = out[: len(batch), width:].tolist()
+        stopped_at = stop_rule.stopped_at if stop_rule is not None else {}
+        return [
+            self._finish(ids, row, params, stopped_at.get(r))
+            for r, (ids, row) in enumerate(zip(batch, new_tokens))
+        ]
+
+    def _finish(
+        self, prompt_ids: list[int], row: list[int], params: GenParams, stopped_at: int | None
+    ) -> Generation:
+        eos = set(self.eos_token_ids)
+        n_gen, ended = len(row), False
+        for pos, tok in enumerate(row[: stopped_at if stopped_at is not None else len(row)]):
+            if tok in eos:
+                n_gen, ended = pos + 1, True
+                break
+        else:
+            if stopped_at is not None:
+                n_gen = stopped_at  # what follows is padding, not generated tokens
+        text = clean_text(self.tokenizer.decode(row[:n_gen], skip_special_tokens=True))
+        text, found = cut_at_stop(text, params.stop)
+        length_hit = not ended and not found and n_gen >= params.max_new_tokens
+        return Generation(
+            text=text,
+            prompt_tokens=len(prompt_ids),
+            completion_tokens=n_gen,
+            finish_reason="length" if length_hit else "stop",
+        )
+
+
+    # -- scoring and constrained choice ------------------------------------------------------
+    def _option_ids(self, option: str) -> list[int]:
+        ids = list(self.tokenizer(option, add_special_tokens=False)["input_ids"])
+        if not ids:
+            raise ValueError(f"option {option!r} encodes to no tokens")
+        return ids
+
+    def _score(self, prompts: list[Any], options: list[list[str]]) -> Iterator[tuple[int, list[float]]]:
+        import torch
+
+        for j, (text, opts) in enumerate(zip(prompts, options)):
+            prompt_ids = self.encode(text)
+            opt_ids = [self._option_ids(o) for o in opts]
+            with torch.inference_mode():
+                if all(len(ids) == 1 for ids in opt_ids):
+                    # One forward pass: every option is a single next token.
+                    logits = self.hf_model(torch.tensor([prompt_ids], device=self.device)).logits[0, -1]
+                    lp = torch.log_softmax(logits.float(), -1)
+                    yield j, [float(lp[ids[0]]) for ids in opt_ids]
+                    continue
+                scores = []
+                for start in range(0, len(opt_ids), self.batch_size):
+                    chunk = opt_ids[start : start + self.batch_size]
+                    width = len(prompt_ids) + max(map(len, chunk))
+                    ids = torch.full((len(chunk), width), self.pad_token_id, dtype=torch.long)
+                    mask = torch.zeros((len(chunk), width), dtype=torch.long)
+                    for r, o in enumerate(chunk):
+                        seq = prompt_ids + o
+                        ids[r, : len(seq)] = torch.tensor(seq)
+                        mask[r, : len(seq)] = 1
+                    logits = self.hf_model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits
+                    lp = torch.log_softmax(logits.float(), -1)
+                    for r, o in enumerate(chunk):
+                        pos = torch.arange(len(prompt_ids) - 1, len(prompt_ids) - 1 + len(o))
+                        scores.append(float(lp[r, pos, torch.tensor(o)].sum()))
+                yield j, scores
+
+    def _choose(self, prompts: list[Any], options: list[list[str]]) -> Iterator[tuple[int, Choice]]:
+        """Greedy decoding restricted to a token trie of each prompt's options (batched)."""
+        import torch
+        from transformers import GenerationConfig
+
+        # The option ends with the end-of-turn token a chat model writes after its answer.
+        eos = self.tokenizer.eos_token_id
+        end = int(eos) if eos is not None else self.eos_token_ids[0]
+        encoded = [self.encode(t) for t in prompts]
+        tries: list[dict[tuple[int, ...], set[int]]] = []
+        seqs: list[dict[tuple[int, ...], int]] = []
+        for opts in options:
+            trie: dict[tuple[int, ...], set[int]] = {}
+            full: dict[tuple[int, ...], int] = {}
+            for k, o in enumerate(opts):
+                ids = tuple(self._option_ids(o)) + (end,)
+                full.setdefault(ids, k)
+                for n in range(len(ids)):
+                    trie.setdefault(ids[:n], set()).add(ids[n])
+            tries.append(trie)
+            seqs.append(full)
+        # Fixed batch shapes, as in _generate: a choice never depends on the other prompts.
+        for idx, width in plan_batches([len(ids) for ids in encoded], self.batch_size):
+            input_ids, attention = _left_padded([encoded[i] for i in idx], width, len(idx), self.pad_token_id)
+            rows = idx
+            longest = max(len(ids) for i in idx for ids in seqs[i])
+
+            def allowed(row: int, ids: Any, _idx: list[int] = rows, _w: int = width) -> list[int]:
+                done = tuple(ids[_w:].tolist())
+                nxt = tries[_idx[row]].get(done)
+                # A finished row is padded with the end token until the batch is done.
+                return sorted(nxt) if nxt else [end]
+
+            cfg = GenerationConfig(max_new_tokens=longest, do_sample=False, pad_token_id=self.pad_token_id,
+                                   eos_token_id=self.eos_token_ids)
+            with torch.inference_mode():
+                out = self.hf_model.generate(input_ids=input_ids.to(self.device),
+                                             attention_mask=attention.to(self.device),
+                                             generation_config=cfg, prefix_allowed_tokens_fn=allowed)
+            for r, i in enumerate(idx):
+                row = out[r, width:].tolist()
+                cut = row.index(end) + 1 if end in row else len(row)
+                k = seqs[i].get(tuple(row[:cut]))
+                if k is None:  # cannot happen with a complete trie; never guess silently
+                    raise RuntimeError(f"constrained decoding left the option trie for prompt {i}")
+                yield i, Choice(index=k, text=options[i][k], prompt_tokens=len(encoded[i]),
+                                completion_tokens=cut, constrained=True)
+
+
+def _stop_string_criteria(tokenizer: Any, stop: Sequence[str], prompt_width: int) -> Any:
+    """A stopping criterion that ends each row once its decoded completion holds a stop string.
+
+    Decoding the completion (not matching token ids) catches stop strings however the
+    tokenizer splits them; the text is cut exactly afterwards in ``_finish``.
+    """
+    import torch
+    from transformers import StoppingCriteria
+
+    class _StopOnStrings(StoppingCriteria):
+        def __init__(self) -> None:
+            # row -> number of generated tokens when its stop string first appeared. Needed
+            # because finished rows are padded, and pad may equal the end token.
+            self.stopped_at: dict[int, int] = {}
+
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+            rows = input_ids[:, prompt_width:].tolist()
+            done = []
+            for r, row in enumerate(rows):
+                if r not in self.stopped_at and any(
+                    s in tokenizer.decode(row, skip_special_tokens=True) for s in stop
+                ):
+                    self.stopped_at[r] = len(row)
+                done.append(r in self.stopped_at)
+            return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+    return _StopOnStrings()
+
+
