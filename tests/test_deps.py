@@ -165,3 +165,18 @@ def test_inter_stage_paths_are_declared_once_in_params():
 def test_resolved_deps_exist_or_come_out_of_another_stage():
     _, dvc, _ = load_pipeline()
     assert unproduced_deps(dvc) == {}
+
+
+def test_data_files_named_by_a_module_join_the_closure(tmp_path):
+    _toy_repo(tmp_path)
+    _write(tmp_path, "ragcritic_lib/d.py", 'DATA_FILES = ("words.yaml",)\nx = 1\n')
+    _write(tmp_path, "ragcritic_lib/words.yaml", "a: 1\n")
+    closure = import_closure("notebooks/01_x.py", root=tmp_path)
+    assert "ragcritic_lib/words.yaml" in closure and "ragcritic_lib/d.py" in closure
+    _write(tmp_path, "ragcritic_lib/d.py", "DATA_FILES = tuple(sorted(['words.yaml']))\n")
+    with pytest.raises(ValueError, match="DATA_FILES must be a literal"):
+        import_closure("notebooks/01_x.py", root=tmp_path)
+
+
+def test_testbed_stage_depends_on_the_vocabulary_file():
+    assert "ragcritic_lib/testbed/vocabulary.yaml" in import_closure("notebooks/00_testbed.py")

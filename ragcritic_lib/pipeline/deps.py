@@ -12,7 +12,9 @@ for imports that only validate parameters before a stage runs (``params.rules`` 
 from the modules that use them): such code can refuse a run but cannot change what a stage writes,
 so editing, say, the planner's list of prompt variants does not re-run the retrieval stage.
 ``check`` also lists library files that dvc.yaml names but a stage never runs through, and ``fix``
-removes them, so the deps are the closure exactly.
+removes them, so the deps are the closure exactly. A module that reads a data file kept beside it
+(the testbed's vocabulary) names it in a module-level tuple ``DATA_FILES``; those files are part
+of the closure wherever the module is.
 
 Paths that pass from one stage to the next and that a notebook reads from params.yaml (a recipe,
 the critic a later stage loads, ...) are declared once, in params.yaml, and dvc.yaml names them
@@ -240,6 +242,21 @@ def _imported_modules(file: Path, root: Path) -> set[str]:
     return {m for m in found if m == PACKAGE or m.startswith(PACKAGE + ".")}
 
 
+def _data_files(file: Path) -> list[Path]:
+    """The files a module names in its module-level ``DATA_FILES`` tuple, beside the module."""
+    tree = ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
+    for node in tree.body:
+        if (isinstance(node, (ast.Assign, ast.AnnAssign))
+                and any(isinstance(t, ast.Name) and t.id == "DATA_FILES"
+                        for t in (node.targets if isinstance(node, ast.Assign) else [node.target]))):
+            try:
+                names = ast.literal_eval(node.value)
+            except ValueError:
+                raise ValueError(f"{file}: DATA_FILES must be a literal tuple of file names") from None
+            return [file.with_name(str(n)) for n in names]
+    return []
+
+
 def import_closure(source: str | Path, *, root: Path | None = None) -> set[str]:
     """Repository-relative paths of every package file ``source`` runs through.
 
@@ -265,7 +282,8 @@ def import_closure(source: str | Path, *, root: Path | None = None) -> set[str]:
                 if target is not None and target not in seen:
                     seen.add(target)
                     todo.append(target)
-    return {p.relative_to(root).as_posix() for p in seen}
+    data = {d for f in seen for d in _data_files(f)}
+    return {p.relative_to(root).as_posix() for p in seen | data}
 
 
 def stage_closure(cmd: str, *, root: Path | None = None) -> set[str]:
