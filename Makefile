@@ -9,7 +9,7 @@ export DVC_NO_ANALYTICS := 1
 export PYTHONUNBUFFERED := 1
 STAMP := $(VENV)/.installed
 
-.PHONY: install assets pipeline test test-fast test-served smoke lab notebooks exercises report bench clean-cache check-requirements gpu-smoke
+.PHONY: install assets pipeline test test-fast test-served smoke lab notebooks exercises report readme bench clean-cache check-requirements gpu-smoke
 
 $(STAMP): requirements-cpu.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -80,6 +80,10 @@ exercises: install
 ## Static HTML report of every executed notebook and figure (after the pipeline).
 report: install
 	$(BIN)/python -m ragcritic_lib.pipeline.html_report
+
+## Rewrite README's generated result tables (and docs/results.md) from reports/metrics.
+readme: install
+	$(BIN)/python -m ragcritic_lib.pipeline.readme
 
 ## Speed measurements (print numbers; nothing asserted).
 bench: install

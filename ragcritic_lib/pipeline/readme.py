@@ -1,0 +1,527 @@
+"""README's result tables, written from ``reports/metrics`` so that no number is copied by hand.
+
+README.md and docs/results.md hold blocks delimited by HTML comments::
+
+    <!-- BEGIN generated: ladder -->
+    ...
+    <!-- END generated: ladder -->
+
+``python -m ragcritic_lib.pipeline.readme`` (``make readme``) rewrites every such block from the
+metrics files it reads; ``--check`` rewrites nothing and exits 1 naming each block whose text
+differs from what the metrics give (tests/test_readme.py runs the same check). Each block says
+where its numbers come from: the metrics file, the generator's backend, device and dtype from
+that file's ``environment`` block, and the question counts. A missing file or key is one
+:class:`ReadmeDataError` naming the file and the key path.
+
+Functions take data and return data: :func:`render_block` maps a block name and the loaded
+metrics (``{stem: dict}``) to Markdown; :func:`rewrite_blocks` returns a file's text with its
+blocks replaced; :func:`differing_blocks` names those that would change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+from typing import Any
+
+from ragcritic_lib import paths
+from ragcritic_lib.io import atomic_write_text, read_json
+
+__all__ = [
+    "BLOCK_SOURCES", "ReadmeDataError", "block_names", "check", "differing_blocks", "environment_line",
+    "load_metrics", "main", "render_block", "rewrite_blocks", "target_files",
+]
+
+BASELINE = "standard RAG"
+_BLOCK = re.compile(r"<!-- BEGIN generated: (?P<name>[a-z0-9_]+) -->\n(?P<body>.*?)<!-- END generated: (?P=name) -->",
+                    re.DOTALL)
+_BEGIN = re.compile(r"<!-- BEGIN generated: ([^ ]*) -->")
+_DASH = "–"
+
+# The metrics files (stems of reports/metrics/<stem>.json) each block reads.
+BLOCK_SOURCES: dict[str, tuple[str, ...]] = {
+    "ladder": ("08_correction",),
+    "benchmark": ("07_benchmark", "05_critic_sft", "06_critic_dpo"),
+    "comparison": ("14_comparison",),
+    "ladder_by_type": ("08_correction",),
+    "ladder_trivia": ("08_correction",),
+    "standard_rag": ("01_retrieval_rag",),
+    "comparison_details": ("14_comparison",),
+}
+# The trained critic each critic stage calibrates, for the verdict AUROC on its dev samples.
+_CALIBRATED_CRITICS = {"05_critic_sft": "SFT critic", "06_critic_dpo": "SFT+DPO critic"}
+
+
+class ReadmeDataError(ValueError):
+    """A metrics file or key that a generated block needs is missing or malformed."""
+
+
+def _file(stem: str) -> str:
+    return f"reports/metrics/{stem}.json"
+
+
+# ------------------------------------------------------------------------------ reading metrics
+def load_metrics(stems: Iterable[str], metrics_dir: str | Path = paths.METRICS_DIR) -> dict[str, Any]:
+    """Read ``<metrics_dir>/<stem>.json`` for each stem.
+
+    Args:
+        stems: metrics file stems, e.g. ``"08_correction"``.
+        metrics_dir: the folder holding them.
+
+    Returns:
+        ``{stem: parsed JSON}``.
+
+    Raises:
+        ReadmeDataError: a file is missing or not valid JSON (the message names it).
+    """
+    out: dict[str, Any] = {}
+    for stem in dict.fromkeys(stems):
+        try:
+            out[stem] = read_json(Path(metrics_dir) / f"{stem}.json")
+        except (OSError, ValueError) as exc:
+            raise ReadmeDataError(f"{_file(stem)}: cannot be read for README: {exc}") from None
+    return out
+
+
+def _get(metrics: Mapping[str, Any], stem: str, *keys: str) -> Any:
+    """``metrics[stem][k1][k2]...``, or one error naming the file and the missing key path."""
+    if stem not in metrics:
+        raise ReadmeDataError(f"{_file(stem)}: missing (no such metrics file was loaded)")
+    node = metrics[stem]
+    for i, key in enumerate(keys):
+        if not isinstance(node, Mapping) or key not in node:
+            raise ReadmeDataError(f"{_file(stem)}: missing key {'.'.join(keys[:i + 1])}")
+        node = node[key]
+    return node
+
+
+def _number(metrics: Mapping[str, Any], stem: str, *keys: str, nullable: bool = False) -> float | None:
+    value = _get(metrics, stem, *keys)
+    if value is None and nullable:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise ReadmeDataError(f"{_file(stem)}: key {'.'.join(keys)} is {value!r}, not a number")
+    return value
+
+
+# ------------------------------------------------------------------------------------ formatting
+def _clean(x: float, digits: int) -> float:
+    """``x`` rounded half away from zero as its shortest decimal reads (0.0075 -> 0.008, not binary's
+    0.007); -0.0 becomes 0.0, so a zero change prints as +0.000."""
+    exact = Decimal(repr(float(x))).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
+    return float(exact) + 0.0
+
+
+def _f(x: float | None, digits: int = 3) -> str:
+    return _DASH if x is None else f"{_clean(x, digits):.{digits}f}"
+
+
+def _signed(x: float | None, digits: int = 3) -> str:
+    return _DASH if x is None else f"{_clean(x, digits):+.{digits}f}"
+
+
+def _pct(x: float | None) -> str:
+    return _DASH if x is None else f"{_clean(100 * x, 1):.1f}"
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def _ordered(names: Iterable[str]) -> list[str]:
+    """The baseline first, RAG-Critic rows next, oracle rows last, the rest in file order."""
+    def rank(name: str) -> int:
+        if name == BASELINE:
+            return 0
+        if name.startswith("RAG-Critic"):
+            return 1
+        return 3 if "oracle" in name.lower() else 2
+    return sorted(names, key=rank)
+
+
+def environment_line(metrics: Mapping[str, Any], stem: str) -> str:
+    """Where a metrics file was computed: the generator's backend, device and dtype, and versions.
+
+    Args:
+        metrics: the loaded metrics (``{stem: dict}``).
+        stem: the file whose ``environment`` block is described.
+
+    Returns:
+        One Markdown sentence, e.g. "Generator: backend `hf`, device `cpu`, dtype `bfloat16`; ...".
+    """
+    gen = [f"{key} `{_get(metrics, stem, 'environment', 'generator', key)}`" for key in ("backend", "device", "dtype")]
+    env = _get(metrics, stem, "environment")
+    versions = [f"{k} {v}" for k, v in env.items() if k != "generator" and isinstance(v, (str, int, float))]
+    line = "Generator: " + ", ".join(gen)
+    return line + ("; " + ", ".join(versions) if versions else "") + f" (`{_file(stem)}`)."
+
+
+def _flags_line(flags: Sequence[str]) -> str:
+    if not flags:
+        return "Flagged as degenerate (`degenerate`): none."
+    return "Flagged as degenerate (`degenerate`): " + "; ".join(f"`{f}`" for f in flags) + "."
+
+
+def _flags(metrics: Mapping[str, Any], stem: str) -> list[str]:
+    flags = _get(metrics, stem, "degenerate")
+    if not isinstance(flags, list):
+        raise ReadmeDataError(f"{_file(stem)}: key degenerate is {flags!r}, not a list")
+    return [str(f) for f in flags]
+
+
+def _ci_sentence(metrics: Mapping[str, Any], stem: str, group: Sequence[str], names: Iterable[str]) -> str:
+    """Which rows' 95% CI of the F1 change lies wholly above 0 and which wholly below."""
+    above, below = [], []
+    for name in names:
+        if name == BASELINE:
+            continue
+        low, high = (_number(metrics, stem, *group, name, k) for k in ("ci_low", "ci_high"))
+        if low > 0:
+            above.append(name)
+        elif high < 0:
+            below.append(name)
+    return (f"95% CI of ΔF1 wholly above 0: {', '.join(above) or 'none'}; "
+            f"wholly below 0: {', '.join(below) or 'none'}.")
+
+
+def _change(metrics: Mapping[str, Any], stem: str, *keys: str) -> str:
+    d, lo, hi = (_number(metrics, stem, *keys, k) for k in ("delta_f1", "ci_low", "ci_high"))
+    return f"{_signed(d)} ({_signed(lo)}, {_signed(hi)})"
+
+
+# ------------------------------------------------------------------------------------- the blocks
+def _ladder_rows(metrics: Mapping[str, Any], dataset: str) -> list[list[str]]:
+    stem = "08_correction"
+    rows = _get(metrics, stem, "ladder", dataset)
+    mdes = _get(metrics, stem, "ladder").get(f"{dataset}_paired_mde_f1", {})
+    out = []
+    for name in _ordered(rows):
+        key = ("ladder", dataset, name)
+        base = name == BASELINE
+        out.append([
+            name,
+            str(int(_number(metrics, stem, *key, "n"))),
+            *(_f(_number(metrics, stem, *key, k)) for k in ("em", "f1", "acc")),
+            _DASH if base else _change(metrics, stem, *key),
+            _DASH if base else _f(_number(metrics, stem, *key, "p_value"), 4),
+            _DASH if base or name not in mdes else _f(mdes[name]),
+        ])
+    return out
+
+
+_LADDER_HEADER = ("row", "n", "EM", "F1", "acc", "ΔF1 (95% CI)", "p", "paired MDE")
+
+
+def _compose(intro: str, header: Sequence[str], rows: Iterable[Sequence[str]], notes: Iterable[str]) -> str:
+    """A block: one introductory paragraph, the table, then one bullet per note."""
+    return "\n".join([intro, "", *_table(header, rows), "", *(f"- {note}" for note in notes)])
+
+
+def render_ladder(metrics: Mapping[str, Any]) -> str:
+    """The correction ladder on the testbed (``08_correction.json`` ``ladder.testbed``)."""
+    stem = "08_correction"
+    rows = _get(metrics, stem, "ladder", "testbed")
+    n = int(_number(metrics, stem, "ladder", "testbed", BASELINE, "n"))
+    notes = [
+        _ci_sentence(metrics, stem, ("ladder", "testbed"), rows),
+        (f"Minimum detectable F1 change at n = {n} (80% power, conservative): "
+         f"{_f(_number(metrics, stem, 'ladder', 'testbed_mde_f1'))}."),
+    ]
+    fit = _get(metrics, stem).get("critic_verdict", {}).get("dev_fit")
+    if isinstance(fit, Mapping) and {"n", "threshold", "f1_before"} <= fit.keys():
+        if fit["threshold"] is None:
+            notes.append(f"RAG-Critic's acting threshold, fitted on {fit['n']} dev questions: none raised dev F1 "
+                         f"above {_f(fit['f1_before'])}, so it corrects no test answer.")
+        else:
+            notes.append(f"RAG-Critic's acting threshold, fitted on {fit['n']} dev questions: "
+                         f"{_f(fit['threshold'])} (dev F1 {_f(fit['f1_before'])} -> "
+                         f"{_f(fit.get('f1_at_threshold'))}).")
+    notes += [_flags_line(_flags(metrics, stem)), environment_line(metrics, stem)]
+    intro = (f"Every row answers the same {n} testbed test questions; ΔF1 is the change against standard RAG "
+             "with a paired bootstrap 95% CI and a paired permutation p; the paired MDE is the smallest change "
+             "its paired differences could detect (0 for a row that changed no answer).")
+    return _compose(intro, _LADDER_HEADER, _ladder_rows(metrics, "testbed"), notes)
+
+
+def render_benchmark(metrics: Mapping[str, Any]) -> str:
+    """The RAG-Error benchmark: every critic in ``07_benchmark.json`` ``critics``, in file order."""
+    stem = "07_benchmark"
+    critics = _get(metrics, stem, "critics")
+    with_auroc = any(isinstance(c, Mapping) and "auroc" in c for c in critics.values())
+    header = ["critic", "n", "identification", "on right", "on wrong", "tier-1 F1", "tier-2 F1",
+              "verdicts: Error / Correct / none"] + (["verdict AUROC"] if with_auroc else [])
+    rows = []
+    for name in critics:
+        c = ("critics", name)
+        said = (_get(metrics, stem, *c, "predicted_judgements", k) for k in ("Error", "Correct", "none"))
+        row = [name, str(int(_number(metrics, stem, *c, "n"))),
+               *(_pct(_number(metrics, stem, *c, "identification", k, nullable=True))
+                 for k in ("acc_avg", "acc_correct", "acc_error")),
+               *(_pct(_number(metrics, stem, *c, "classification", k)) for k in ("tag1_f1", "tag2_f1")),
+               " / ".join(str(s) for s in said)]
+        if with_auroc:
+            row.append(_f(_number(metrics, stem, *c, "auroc", nullable=True)) if "auroc" in critics[name] else _DASH)
+        rows.append(row)
+    n_err, n_ok = (int(_number(metrics, stem, "benchmark", k)) for k in ("n_error", "n_correct"))
+    per_label = int(_number(metrics, stem, "benchmark", "per_label_n"))
+    aurocs = []
+    for critic_stem, critic in _CALIBRATED_CRITICS.items():
+        cal = ("verdict_calibration",)
+        aurocs.append(f"{critic} {_f(_number(metrics, critic_stem, *cal, 'auroc', nullable=True))} (n = "
+                      f"{int(_number(metrics, critic_stem, *cal, 'n'))}: "
+                      f"{int(_number(metrics, critic_stem, *cal, 'n_error'))} wrong, "
+                      f"{int(_number(metrics, critic_stem, *cal, 'n_correct'))} right; `{_file(critic_stem)}`)")
+    notes = ["Verdict-score AUROC on the dev samples the threshold was fitted on: " + "; ".join(aurocs) + "."]
+    if "degenerate" in _get(metrics, stem):
+        notes.append(_flags_line(_flags(metrics, stem)))
+    notes.append(environment_line(metrics, stem))
+    intro = (f"{n_err + n_ok} benchmark samples: {n_err} wrong answers (up to {per_label} per tier-2 label) and "
+             f"{n_ok} right ones. Identification is the mean of the accuracies on right and on wrong answers; "
+             "tier-1 and tier-2 F1 are micro F1 of the error labels on the wrong answers; all in %. "
+             "\"(calibrated)\" reads the verdict off the log-probability margin threshold fitted on dev.")
+    return _compose(intro, header, rows, notes)
+
+
+def _training_cost(row: Mapping[str, Any]) -> str:
+    calls, steps, seconds = (row.get(k) for k in ("training_calls", "training_steps", "training_seconds"))
+    if calls is None or steps is None or seconds is None:
+        return _DASH
+    return f"{int(calls)} calls, {int(steps)} steps, {_f(seconds / 60, 1)} min"
+
+
+def render_comparison(metrics: Mapping[str, Any]) -> str:
+    """Every method on the ladder's questions (``14_comparison.json``), oracle and ablation rows last."""
+    stem = "14_comparison"
+    methods = _get(metrics, stem, "comparison", "testbed")
+    extra = _get(metrics, stem).get("oracle_and_ablation_rows", {}).get("testbed", {})
+    by_method = _get(metrics, stem).get("degenerate_by_method", {})
+    header = ("method", "n", "EM", "F1", "ΔF1 (95% CI)", "p", "p (Holm)", "calls / question",
+              "training: LLM calls, optimizer steps, time", "flagged")
+    rows = []
+    for group, names in (("comparison", _ordered(methods)), ("oracle_and_ablation_rows", list(extra))):
+        for name in names:
+            key = (group, "testbed", name)
+            base = name == BASELINE
+            rows.append([
+                name if group == "comparison" else f"*{name}*",
+                str(int(_number(metrics, stem, *key, "n"))),
+                *(_f(_number(metrics, stem, *key, k)) for k in ("em", "f1")),
+                _DASH if base else _change(metrics, stem, *key),
+                _DASH if base else _f(_number(metrics, stem, *key, "p"), 4),
+                _DASH if base else _f(_number(metrics, stem, *key, "p_holm", nullable=True), 4),
+                _f(_number(metrics, stem, *key, "calls_per_question", nullable=True), 2),
+                _training_cost(_get(metrics, stem, *key)) if group == "comparison" else _DASH,
+                "yes" if by_method.get(name) else "",
+            ])
+    significant = _get(metrics, stem, "summary", "testbed").get("significant_after_holm", [])
+    n_family = len(methods) - (BASELINE in methods)
+    n = int(_number(metrics, stem, "comparison", "testbed", BASELINE, "n"))
+    notes = [
+        "Methods: " + _ci_sentence(metrics, stem, ("comparison", "testbed"), methods)
+        + " Significant after Holm: " + (", ".join(significant) if significant else "none") + ".",
+        "Oracle and ablation rows: " + _ci_sentence(metrics, stem, ("oracle_and_ablation_rows", "testbed"), extra),
+        (f"Minimum detectable F1 change at n = {n} (80% power, conservative): "
+         f"{_f(_number(metrics, stem, 'summary', 'testbed', 'mde_conservative'))}."),
+        _flags_line(_flags(metrics, stem)),
+        environment_line(metrics, stem),
+    ]
+    intro = (f"Standard RAG and {n_family} methods on the ladder's {n} testbed test questions, with the same "
+             f"generator, retriever and passages. p (Holm) is corrected across the {n_family} methods; the rows in "
+             "italics (oracle and ablation) are outside that family. Calls per question count every LLM call at "
+             "test time; training counts what each method spent before it.")
+    return _compose(intro, header, rows, notes)
+
+
+def render_comparison_details(metrics: Mapping[str, Any]) -> str:
+    """Accuracy, per-question F1 SD and paired MDE of every row of ``14_comparison.json``."""
+    stem = "14_comparison"
+    rows = []
+    for group in ("comparison", "oracle_and_ablation_rows"):
+        names = _get(metrics, stem, group, "testbed")
+        for name in (_ordered(names) if group == "comparison" else names):
+            key = (group, "testbed", name)
+            rows.append([name if group == "comparison" else f"*{name}*", str(int(_number(metrics, stem, *key, "n"))),
+                         _f(_number(metrics, stem, *key, "acc")),
+                         _f(_number(metrics, stem, *key, "f1_sd", nullable=True)),
+                         _DASH if name == BASELINE else _f(_number(metrics, stem, *key, "mde", nullable=True))])
+    intro = ("The comparison's rows with their accuracy, the SD of per-question F1 and the paired minimum detectable "
+             "F1 change (80% power) from each row's paired differences with standard RAG.")
+    return _compose(intro, ["method", "n", "acc", "F1 SD", "paired MDE"], rows, [environment_line(metrics, stem)])
+
+
+def render_ladder_by_type(metrics: Mapping[str, Any]) -> str:
+    """The ladder's F1 change per question type (``08_correction.json`` ``ladder.testbed_by_type``)."""
+    stem = "08_correction"
+    by_type = ("ladder", "testbed_by_type")
+    names = [n for n in _ordered(_get(metrics, stem, "ladder", "testbed")) if n != BASELINE]
+    rows = []
+    for qtype in _get(metrics, stem, *by_type):
+        rows.append([qtype, str(int(_number(metrics, stem, *by_type, qtype, BASELINE, "n"))),
+                     _f(_number(metrics, stem, *by_type, qtype, BASELINE, "f1"))]
+                    + [_signed(_number(metrics, stem, *by_type, qtype, name, "delta_f1")) for name in names])
+    intro = "F1 of standard RAG and each row's F1 change against it, per question type of the testbed test split."
+    return _compose(intro, ["type", "n", "standard RAG F1", *names], rows, [environment_line(metrics, stem)])
+
+
+def render_ladder_trivia(metrics: Mapping[str, Any]) -> str:
+    """The ladder's rows on trivia (``08_correction.json`` ``ladder.trivia``), beside its answer recall."""
+    stem = "08_correction"
+    intro = (f"Trivia rows: the answer recall of the retrieved passages is "
+             f"{_f(_number(metrics, stem, 'ladder', 'trivia_answer_recall'))}, too low for any effect to be claimed; "
+             f"minimum detectable F1 change {_f(_number(metrics, stem, 'ladder', 'trivia_mde_f1'))}.")
+    return _compose(intro, _LADDER_HEADER, _ladder_rows(metrics, "trivia"), [environment_line(metrics, stem)])
+
+
+def render_standard_rag(metrics: Mapping[str, Any]) -> str:
+    """Standard RAG and closed-book answers per testbed question type (``01_retrieval_rag.json``)."""
+    stem = "01_retrieval_rag"
+    rag = ("rag", "testbed", "test")
+    closed = ("closed_book", "testbed", "test")
+    rows = []
+    for qtype in _get(metrics, stem, *rag, "by_type"):
+        t = (*rag, "by_type", qtype)
+        rows.append([qtype, str(int(_number(metrics, stem, *t, "n"))),
+                     *(_f(_number(metrics, stem, *t, k)) for k in ("em", "f1", "acc")),
+                     _f(_number(metrics, stem, *closed, "by_type", qtype, "f1"))])
+    rows.append(["all", str(int(_number(metrics, stem, *rag, "n"))),
+                 *(_f(_number(metrics, stem, *rag, k)) for k in ("em", "f1", "acc")),
+                 _f(_number(metrics, stem, *closed, "f1"))])
+    intro = ("Standard RAG on the testbed test split, per question type, beside closed-book answers of the same "
+             f"generator. Abstain rate {_f(_number(metrics, stem, *rag, 'abstain_rate'))}.")
+    return _compose(intro, ["type", "n", "EM", "F1", "acc", "closed-book F1"], rows, [environment_line(metrics, stem)])
+
+
+_RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
+    "ladder": render_ladder,
+    "benchmark": render_benchmark,
+    "comparison": render_comparison,
+    "ladder_by_type": render_ladder_by_type,
+    "ladder_trivia": render_ladder_trivia,
+    "standard_rag": render_standard_rag,
+    "comparison_details": render_comparison_details,
+}
+
+
+def render_block(name: str, metrics: Mapping[str, Any]) -> str:
+    """The Markdown of one generated block.
+
+    Args:
+        name: a key of :data:`BLOCK_SOURCES`, e.g. ``"ladder"``.
+        metrics: ``{stem: parsed metrics JSON}`` holding at least the block's sources.
+
+    Returns:
+        The block's text, ending with a newline (the markers are not included).
+
+    Raises:
+        ReadmeDataError: an unknown block name, or a file or key the block needs is missing.
+    """
+    if name not in _RENDERERS:
+        raise ReadmeDataError(f"unknown generated block {name!r} (known: {', '.join(_RENDERERS)})")
+    return _RENDERERS[name](metrics) + "\n"
+
+
+# ------------------------------------------------------------------------------ files and blocks
+def block_names(text: str, source: str = "text") -> list[str]:
+    """The names of the generated blocks in ``text``, in order.
+
+    Args:
+        text: a Markdown file's text.
+        source: the file's name for error messages.
+
+    Raises:
+        ReadmeDataError: a BEGIN marker without its END marker, a name given twice, or a name
+            no renderer knows.
+    """
+    names = [m.group("name") for m in _BLOCK.finditer(text)]
+    begun = _BEGIN.findall(text)
+    if len(begun) != len(names):
+        unmatched = [b for b in begun if b not in names]
+        raise ReadmeDataError(f"{source}: generated block(s) {', '.join(unmatched) or begun} lack a matching "
+                              "<!-- END generated: NAME --> marker")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ReadmeDataError(f"{source}: generated block(s) {', '.join(twice)} appear more than once")
+    unknown = [n for n in names if n not in _RENDERERS]
+    if unknown:
+        raise ReadmeDataError(f"{source}: unknown generated block(s) {', '.join(unknown)} "
+                              f"(known: {', '.join(_RENDERERS)})")
+    return names
+
+
+def rewrite_blocks(text: str, metrics: Mapping[str, Any], source: str = "text") -> str:
+    """``text`` with every generated block's body replaced by :func:`render_block`."""
+    block_names(text, source)
+    return _BLOCK.sub(lambda m: (f"<!-- BEGIN generated: {m.group('name')} -->\n"
+                                 f"{render_block(m.group('name'), metrics)}"
+                                 f"<!-- END generated: {m.group('name')} -->"), text)
+
+
+def differing_blocks(text: str, metrics: Mapping[str, Any], source: str = "text") -> list[str]:
+    """Names of the generated blocks of ``text`` whose body differs from what the metrics give."""
+    block_names(text, source)
+    return [m.group("name") for m in _BLOCK.finditer(text) if m.group("body") != render_block(m.group("name"), metrics)]
+
+
+def target_files(root: str | Path = paths.ROOT) -> list[Path]:
+    """The files with generated blocks: README.md and docs/results.md (where present)."""
+    root = Path(root)
+    return [p for p in (root / "README.md", root / "docs" / "results.md") if p.exists()]
+
+
+def check(files: Sequence[Path], metrics_dir: str | Path = paths.METRICS_DIR,
+          root: str | Path = paths.ROOT, write: bool = False) -> list[str]:
+    """Compare (or, with ``write``, rewrite) each file's generated blocks against the metrics.
+
+    Args:
+        files: files holding generated blocks.
+        metrics_dir: where the metrics JSON files are.
+        root: the folder file names in messages are relative to.
+        write: rewrite the files instead of only comparing.
+
+    Returns:
+        One line per block that differed (and, with ``write``, was rewritten).
+    """
+    texts = {f: Path(f).read_text(encoding="utf-8") for f in files}
+    shown = {f: (Path(f).relative_to(root).as_posix() if Path(f).is_relative_to(root) else str(f)) for f in files}
+    needed = [stem for f, text in texts.items() for name in block_names(text, shown[f])
+              for stem in BLOCK_SOURCES.get(name, ())]
+    metrics = load_metrics(needed, metrics_dir)
+    report = []
+    for f, text in texts.items():
+        differing = differing_blocks(text, metrics, shown[f])
+        report += [f"{shown[f]}: generated block '{name}' differs from what reports/metrics gives" for name in differing]
+        if write and differing:
+            atomic_write_text(f, rewrite_blocks(text, metrics, shown[f]))
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Rewrite README's generated blocks (``--check``: only compare, exit 1 when one differs)."""
+    parser = argparse.ArgumentParser(prog="python -m ragcritic_lib.pipeline.readme", description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare only; exit 1 naming each block that differs")
+    parser.add_argument("files", nargs="*", type=Path, help="files with generated blocks (default: README.md, "
+                                                            "docs/results.md)")
+    args = parser.parse_args(argv)
+    files = [f.resolve() for f in args.files] or target_files()
+    try:
+        report = check(files, write=not args.check)
+    except ReadmeDataError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    if args.check:
+        for line in report:
+            print(f"{line}: run `make readme`", file=sys.stderr)
+        return 1 if report else 0
+    for line in report:
+        print(line.replace("differs from", "rewritten from"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

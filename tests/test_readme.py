@@ -1,0 +1,260 @@
+"""README's generated blocks: equal to what reports/metrics gives, rendered exactly, clear errors."""
+
+import copy
+import re
+
+import pytest
+
+from ragcritic_lib import paths
+from ragcritic_lib.io import write_json
+from ragcritic_lib.pipeline import readme
+from ragcritic_lib.pipeline.readme import (
+    ReadmeDataError,
+    block_names,
+    differing_blocks,
+    render_block,
+    rewrite_blocks,
+)
+
+ENV = {"generator": {"backend": "hf", "device": "cpu", "dtype": "float32"}, "torch": "2.0"}
+
+
+def _row(n, em, f1, acc, delta, low, high, p):
+    return {"n": n, "em": em, "f1": f1, "acc": acc, "delta_f1": delta, "ci_low": low, "ci_high": high, "p_value": p}
+
+
+def ladder_metrics():
+    return {"08_correction": {
+        "environment": copy.deepcopy(ENV),
+        "degenerate": ["critic:testbed/RAG-Critic one verdict"],
+        "critic_verdict": {"dev_fit": {"n": 10, "threshold": None, "f1_before": 0.25}},
+        "ladder": {
+            "testbed": {
+                "oracle critique": _row(4, 0.5, 0.6, 0.75, 0.1, 0.0075, 0.2, 0.03),
+                "fixed action": _row(4, 0.25, 0.5, 0.5, -0.0004, -0.05, 0.04, 0.9),
+                "standard RAG": _row(4, 0.25, 0.5, 0.5, 0.0, 0.0, 0.0, 1.0),
+            },
+            "testbed_mde_f1": 0.3,
+            "testbed_paired_mde_f1": {"fixed action": 0.12},
+            "a_key_from_a_later_schema": {"x": 1},
+        },
+    }}
+
+
+LADDER = """\
+Every row answers the same 4 testbed test questions; ΔF1 is the change against standard RAG with a paired \
+bootstrap 95% CI and a paired permutation p; the paired MDE is the smallest change its paired differences \
+could detect (0 for a row that changed no answer).
+
+| row | n | EM | F1 | acc | ΔF1 (95% CI) | p | paired MDE |
+| --- | --- | --- | --- | --- | --- | --- | --- |
+| standard RAG | 4 | 0.250 | 0.500 | 0.500 | – | – | – |
+| fixed action | 4 | 0.250 | 0.500 | 0.500 | +0.000 (-0.050, +0.040) | 0.9000 | 0.120 |
+| oracle critique | 4 | 0.500 | 0.600 | 0.750 | +0.100 (+0.008, +0.200) | 0.0300 | – |
+
+- 95% CI of ΔF1 wholly above 0: oracle critique; wholly below 0: none.
+- Minimum detectable F1 change at n = 4 (80% power, conservative): 0.300.
+- RAG-Critic's acting threshold, fitted on 10 dev questions: none raised dev F1 above 0.250, so it corrects no \
+test answer.
+- Flagged as degenerate (`degenerate`): `critic:testbed/RAG-Critic one verdict`.
+- Generator: backend `hf`, device `cpu`, dtype `float32`; torch 2.0 (`reports/metrics/08_correction.json`).
+"""
+
+
+def test_the_ladder_renders_exactly():
+    # Rows in reading order (baseline first, oracle rows last), a -0.0004 change printed as +0.000,
+    # 0.0075 rounded half up, a missing paired MDE as a dash, keys the renderer does not know ignored.
+    assert render_block("ladder", ladder_metrics()) == LADDER
+
+
+def test_a_fitted_threshold_is_reported():
+    metrics = ladder_metrics()
+    metrics["08_correction"]["critic_verdict"]["dev_fit"].update(threshold=-1.5, f1_at_threshold=0.31)
+    assert ("- RAG-Critic's acting threshold, fitted on 10 dev questions: -1.500 (dev F1 0.250 -> 0.310).\n"
+            in render_block("ladder", metrics))
+
+
+def test_a_missing_key_is_one_error_naming_file_and_key():
+    metrics = ladder_metrics()
+    del metrics["08_correction"]["ladder"]["testbed"]["fixed action"]["p_value"]
+    with pytest.raises(ReadmeDataError) as err:
+        render_block("ladder", metrics)
+    assert str(err.value) == "reports/metrics/08_correction.json: missing key ladder.testbed.fixed action.p_value"
+
+
+def test_a_missing_environment_is_an_error():
+    metrics = ladder_metrics()
+    del metrics["08_correction"]["environment"]["generator"]["dtype"]
+    with pytest.raises(ReadmeDataError, match=r"08_correction\.json: missing key environment\.generator\.dtype$"):
+        render_block("ladder", metrics)
+
+
+def test_a_non_number_is_an_error():
+    metrics = ladder_metrics()
+    metrics["08_correction"]["ladder"]["testbed"]["standard RAG"]["f1"] = "0.5"
+    with pytest.raises(ReadmeDataError, match=r"key ladder\.testbed\.standard RAG\.f1 is '0\.5', not a number"):
+        render_block("ladder", metrics)
+
+
+def test_a_missing_metrics_file_is_one_error_naming_it(tmp_path):
+    write_json(tmp_path / "07_benchmark.json", {"critics": {}})
+    with pytest.raises(ReadmeDataError, match=r"^reports/metrics/08_correction\.json: cannot be read"):
+        readme.load_metrics(["07_benchmark", "08_correction"], tmp_path)
+    with pytest.raises(ReadmeDataError, match=r"^reports/metrics/14_comparison\.json: missing"):
+        render_block("comparison", {})
+
+
+def _critic(n_ok, n_err, ident, f1s, said, **extra):
+    return {"n": n_ok + n_err, "identification": dict(zip(("acc_avg", "acc_correct", "acc_error"), ident)),
+            "classification": {"tag1_f1": f1s[0], "tag2_f1": f1s[1], "avg_f1": 0.0},
+            "predicted_judgements": dict(zip(("Correct", "Error", "none"), said)), **extra}
+
+
+def benchmark_metrics():
+    calibration = {"verdict_calibration": {"auroc": 0.6, "n": 8, "n_error": 6, "n_correct": 2}}
+    return {
+        "07_benchmark": {
+            "environment": copy.deepcopy(ENV),
+            "benchmark": {"n_error": 2, "n_correct": 2, "per_label_n": 1, "labels_below_n": []},
+            "critics": {
+                "SFT critic": _critic(2, 2, (0.5, 1.0, 0.0), (0.0, 0.0), (4, 0, 0)),
+                "style baseline": _critic(2, 2, (0.75, 0.5, 1.0), (0.2264, 0.1), (1, 3, 0), tag1={"n": 2}),
+            },
+            "style_baseline": {"anything": [1, 2]},
+        },
+        "05_critic_sft": {**calibration, "environment": copy.deepcopy(ENV)},
+        "06_critic_dpo": {"verdict_calibration": {"auroc": None, "n": 8, "n_error": 6, "n_correct": 2}},
+    }
+
+
+def test_the_benchmark_renders_every_critic_in_the_file():
+    text = render_block("benchmark", benchmark_metrics())
+    table = [line for line in text.splitlines() if line.startswith("| ")]
+    assert table == [
+        "| critic | n | identification | on right | on wrong | tier-1 F1 | tier-2 F1 | verdicts: Error / Correct / none |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| SFT critic | 4 | 50.0 | 100.0 | 0.0 | 0.0 | 0.0 | 0 / 4 / 0 |",
+        "| style baseline | 4 | 75.0 | 50.0 | 100.0 | 22.6 | 10.0 | 3 / 1 / 0 |",
+    ]
+    assert text.startswith("4 benchmark samples: 2 wrong answers (up to 1 per tier-2 label) and 2 right ones.")
+    assert ("- Verdict-score AUROC on the dev samples the threshold was fitted on: SFT critic 0.600 (n = 8: 6 wrong, "
+            "2 right; `reports/metrics/05_critic_sft.json`); SFT+DPO critic – (n = 8: 6 wrong, 2 right; "
+            "`reports/metrics/06_critic_dpo.json`).") in text
+    assert "degenerate" not in text  # 07 has no `degenerate` list yet: nothing is claimed about it
+
+
+def test_a_critic_auroc_in_the_benchmark_becomes_a_column():
+    metrics = benchmark_metrics()
+    metrics["07_benchmark"]["critics"]["style baseline"]["auroc"] = 0.71
+    table = [line for line in render_block("benchmark", metrics).splitlines() if line.startswith("| ")]
+    assert table[0].endswith("| verdict AUROC |")
+    assert table[2].endswith("| 0 / 4 / 0 | – |") and table[3].endswith("| 3 / 1 / 0 | 0.710 |")
+
+
+def comparison_metrics():
+    def method(n, em, f1, delta, low, high, p, p_holm, calls, training=(None, None, None)):
+        return {"n": n, "em": em, "f1": f1, "acc": f1, "delta_f1": delta, "ci_low": low, "ci_high": high, "p": p,
+                "p_holm": p_holm, "calls_per_question": calls,
+                **dict(zip(("training_calls", "training_steps", "training_seconds"), training))}
+    return {"14_comparison": {
+        "environment": copy.deepcopy(ENV),
+        "comparison": {"testbed": {
+            "CRAG": method(10, 0.1, 0.2, -0.05, -0.09, -0.01, 0.02, 0.04, 1.0, (12, 0, 0.0)),
+            "RAG-Critic": method(10, 0.2, 0.3, 0.05, -0.01, 0.11, 0.2, 0.2, 2.5, (40, 6, 90.0)),
+            "standard RAG": method(10, 0.15, 0.25, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0),
+        }},
+        "oracle_and_ablation_rows": {"testbed": {
+            "CRAG (oracle)": method(10, 0.3, 0.4, 0.15, 0.05, 0.25, 0.01, None, None)}},
+        "summary": {"testbed": {"mde_conservative": 0.2, "significant_after_holm": ["CRAG"]}},
+        "degenerate": ["RAG-Critic: one verdict"],
+        "degenerate_by_method": {"RAG-Critic": ["one verdict"], "CRAG": []},
+    }}
+
+
+def test_the_comparison_renders_exactly():
+    lines = render_block("comparison", comparison_metrics()).splitlines()
+    assert lines[0].startswith("Standard RAG and 2 methods on the ladder's 10 testbed test questions")
+    assert lines[4:8] == [
+        "| standard RAG | 10 | 0.150 | 0.250 | – | – | – | 1.00 | – |  |",
+        "| RAG-Critic | 10 | 0.200 | 0.300 | +0.050 (-0.010, +0.110) | 0.2000 | 0.2000 | 2.50 | 40 calls, 6 steps, 1.5 min | yes |",
+        "| CRAG | 10 | 0.100 | 0.200 | -0.050 (-0.090, -0.010) | 0.0200 | 0.0400 | 1.00 | 12 calls, 0 steps, 0.0 min |  |",
+        "| *CRAG (oracle)* | 10 | 0.300 | 0.400 | +0.150 (+0.050, +0.250) | 0.0100 | – | – | – |  |",
+    ]
+    assert lines[9:13] == [
+        "- Methods: 95% CI of ΔF1 wholly above 0: none; wholly below 0: CRAG. Significant after Holm: CRAG.",
+        "- Oracle and ablation rows: 95% CI of ΔF1 wholly above 0: CRAG (oracle); wholly below 0: none.",
+        "- Minimum detectable F1 change at n = 10 (80% power, conservative): 0.200.",
+        "- Flagged as degenerate (`degenerate`): `RAG-Critic: one verdict`.",
+    ]
+
+
+def test_an_unknown_block_is_an_error():
+    with pytest.raises(ReadmeDataError, match="unknown generated block 'nonsense'"):
+        render_block("nonsense", {})
+
+
+def test_stale_blocks_are_found_and_rewritten_and_the_rest_is_kept():
+    text = ("# Title\n\nbefore\n\n<!-- BEGIN generated: ladder -->\nF1 0.999\n<!-- END generated: ladder -->\n\n"
+            "after\n")
+    metrics = ladder_metrics()
+    assert block_names(text) == ["ladder"]
+    assert differing_blocks(text, metrics) == ["ladder"]
+    new = rewrite_blocks(text, metrics)
+    assert new == text.replace("F1 0.999\n", LADDER)
+    assert differing_blocks(new, metrics) == []
+
+
+def test_an_unclosed_or_repeated_block_is_an_error():
+    with pytest.raises(ReadmeDataError, match="README.md: generated block.* ladder lack a matching"):
+        block_names("<!-- BEGIN generated: ladder -->\nx\n<!-- END generated: comparison -->\n", "README.md")
+    twice = "<!-- BEGIN generated: ladder -->\n<!-- END generated: ladder -->\n" * 2
+    with pytest.raises(ReadmeDataError, match="ladder appear more than once"):
+        block_names(twice)
+    with pytest.raises(ReadmeDataError, match="docs/results.md: unknown generated block.s. ladder_v2"):
+        block_names("<!-- BEGIN generated: ladder_v2 -->\n<!-- END generated: ladder_v2 -->\n", "docs/results.md")
+
+
+def test_check_names_the_stale_block_and_writes_only_without_check(tmp_path, capsys):
+    page = tmp_path / "page.md"
+    stale = "<!-- BEGIN generated: comparison -->\nold\n<!-- END generated: comparison -->\n"
+    page.write_text(stale, encoding="utf-8")
+    assert readme.main(["--check", str(page)]) == 1
+    assert "generated block 'comparison' differs" in capsys.readouterr().err
+    assert page.read_text(encoding="utf-8") == stale
+    assert readme.main([str(page)]) == 0
+    assert readme.main(["--check", str(page)]) == 0
+    assert "| RAG-Critic |" in page.read_text(encoding="utf-8")
+
+
+# ------------------------------------------------------------------------- the committed README
+README = paths.ROOT / "README.md"
+
+
+def test_readme_and_results_page_equal_what_the_metrics_give():
+    files = readme.target_files()
+    assert README in files
+    assert readme.check(files) == []
+
+
+def test_readme_holds_the_headline_blocks():
+    names = block_names(README.read_text(encoding="utf-8"), "README.md")
+    assert {"ladder", "benchmark", "comparison"} <= set(names)
+
+
+def test_readme_is_a_front_page():
+    assert len(README.read_text(encoding="utf-8").splitlines()) <= 260
+
+
+def test_every_report_file_and_doc_named_in_the_readme_exists():
+    text = README.read_text(encoding="utf-8")
+    named = set(re.findall(r"\]\(((?:docs|data|reports)/[^)#]+)", text))
+    named |= set(re.findall(r"`(reports/[\w/.\-]+\.(?:json|png|md))`", text))
+    assert any(p.endswith(".png") for p in named)
+    assert sorted(p for p in named if not (paths.ROOT / p).exists()) == []
+
+
+def test_the_committed_metrics_render_without_a_missing_key():
+    # Every block renders from the committed files (a schema change that drops a key fails here).
+    metrics = readme.load_metrics({s for stems in readme.BLOCK_SOURCES.values() for s in stems})
+    for name in readme.BLOCK_SOURCES:
+        assert render_block(name, copy.deepcopy(metrics)).endswith("\n")
