@@ -140,7 +140,7 @@ def main() -> None:
     env = pipeline_env(root, tmp / "cache")
     try:
         if args.profile:
-            run_timed([sys.executable, "-m", "ragcritic_lib.pipeline.params", "profile", args.profile], root, env)
+            run_timed([sys.executable, "-m", "ragcritic_lib.pipeline.profiles", args.profile], root, env)
         repro = ["dvc", "repro"] + ([args.target] if args.target else [])
         cold, _ = run_timed(repro, root, env, log=tmp / "cold.log")
         noop, _ = run_timed(repro, root, env, log=tmp / "noop.log")

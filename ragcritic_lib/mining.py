@@ -291,11 +291,10 @@ def weights_fingerprint(llm_cfg: Mapping[str, Any]) -> dict[str, str | None]:
     Served models (``backend: openai``) have no local weights: their name is all we can see.
     """
     from ragcritic_lib.llm import _fingerprint
-    from ragcritic_lib.runtime import resolve_llm_paths
 
     if llm_cfg.get("backend") == "openai":
         return {"weights": None, "adapter_weights": None}
-    resolved = resolve_llm_paths(llm_cfg)
+    resolved = paths.resolve_llm_paths(llm_cfg)
     model, adapter = resolved.get("model"), resolved.get("adapter")
     return {"weights": _fingerprint(model) if model else None,
             "adapter_weights": _fingerprint(adapter) if adapter else None}
@@ -375,11 +374,11 @@ _SHARED_LLMS: dict[str, Any] = {}
 
 def shared_llm(cfg: Mapping[str, Any]) -> Any:
     """:func:`ragcritic_lib.llm.load_llm`, memoized per config for the life of the process."""
-    from ragcritic_lib.runtime import build_llm
+    from ragcritic_lib.llm import load_llm
 
     key = json.dumps(cfg, sort_keys=True, default=str)
     if key not in _SHARED_LLMS:
-        _SHARED_LLMS[key] = build_llm(cfg)
+        _SHARED_LLMS[key] = load_llm(paths.resolve_llm_paths(cfg))
     return _SHARED_LLMS[key]
 
 

@@ -10,7 +10,9 @@ location can be moved with ``RAGCRITIC_CACHE_DIR``.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(os.environ.get("RAGCRITIC_ROOT", Path(__file__).resolve().parent.parent)).resolve()
 
@@ -84,3 +86,29 @@ def require(path: str | os.PathLike[str]) -> Path:
     if not p.exists():
         raise missing_file_error(p)
     return p
+
+
+# Keys of an LLM config that may name a local file or folder.
+LLM_PATH_KEYS = ("model", "adapter", "tokenizer", "cache_dir")
+
+
+def resolve_llm_paths(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """An LLM config with its repository-relative paths made absolute: the one place that does it.
+
+    ``model``, ``adapter`` and ``tokenizer`` are resolved where such a local path exists, except a
+    served model's ``model`` (``backend: openai``), which is the server's name for it;
+    ``cache_dir`` always (it is created on first use). Backends take the result as given.
+    """
+    cfg = dict(cfg)
+    for key in LLM_PATH_KEYS:
+        value = cfg.get(key)
+        if not isinstance(value, str) or not value:
+            continue
+        resolved = resolve(value)
+        if key == "cache_dir":
+            cfg[key] = str(resolved)
+        elif key == "model" and cfg.get("backend", "hf") == "openai":
+            continue
+        elif resolved.exists():
+            cfg[key] = str(resolved)
+    return cfg

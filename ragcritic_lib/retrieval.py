@@ -24,16 +24,15 @@ import time
 from abc import ABC, abstractmethod
 from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ragcritic_lib import paths
-from ragcritic_lib.data.corpus_store import fingerprint_update
-from ragcritic_lib.data.corpus_store import record_fields as _record_fields
-from ragcritic_lib.io import DataFormatError, read_json, write_json
+from ragcritic_lib.data.corpus import Corpus, corpus_fingerprint  # noqa: F401 (retrieval.Corpus is part of its interface)
+from ragcritic_lib.io import read_json, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -85,116 +84,6 @@ RETRIEVER_DEFAULTS: dict[str, Any] = {
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass
-class Corpus:
-    """Passages in FlashRAG order: ``contents[i]`` is ``"Title\\ntext"`` of passage ``ids[i]``.
-
-    ``ids`` and ``contents`` are lists, or memory-mapped sequences for a corpus opened from an
-    on-disk store (:func:`ragcritic_lib.data.corpus_store.open_corpus`); both read the same way.
-    """
-
-    ids: Sequence[str]
-    contents: Sequence[str]
-    _pos: dict[str, int] | None = field(default=None, init=False, repr=False, compare=False)
-    # Set only for immutable stored corpora: the fingerprint computed at build time and an
-    # id -> row lookup that does not need a dict of every id.
-    _fingerprint: str | None = field(default=None, init=False, repr=False, compare=False)
-    _lookup: Callable[[str], int] | None = field(default=None, init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        if len(self.ids) != len(self.contents):
-            raise ValueError(f"Corpus: {len(self.ids)} ids but {len(self.contents)} contents")
-
-    @classmethod
-    def stored(
-        cls, ids: Sequence[str], contents: Sequence[str], *, fingerprint: str, lookup: Callable[[str], int]
-    ) -> Corpus:
-        """A read-only corpus over memory-mapped columns, with its precomputed fingerprint."""
-        corpus = cls(ids, contents)
-        corpus._fingerprint = fingerprint
-        corpus._lookup = lookup
-        return corpus
-
-    @property
-    def is_stored(self) -> bool:
-        """True for a corpus backed by an on-disk store (texts read on demand)."""
-        return self._lookup is not None
-
-    @classmethod
-    def from_records(cls, records: Iterable[Mapping[str, Any]], *, source: str = "corpus") -> Corpus:
-        """Build from FlashRAG records; ``{"title", "text"}`` records are joined as contents.
-
-        Raises:
-            DataFormatError: a record lacks an id or text, or an id repeats (names the record).
-        """
-        ids: list[str] = []
-        contents: list[str] = []
-        seen: set[str] = set()
-        for n, rec in enumerate(records, start=1):
-            doc_id, text = _record_fields(rec, f"{source}: record {n}")
-            if doc_id in seen:
-                raise DataFormatError(f"{source}: record {n}: duplicate id {doc_id!r}")
-            seen.add(doc_id)
-            ids.append(doc_id)
-            contents.append(text)
-        return cls(ids, contents)
-
-    @classmethod
-    def from_jsonl(cls, path: str | os.PathLike[str]) -> Corpus:
-        """Read a FlashRAG corpus JSONL file.
-
-        Raises:
-            DataFormatError: naming the file and line of the first malformed record.
-        """
-        path = Path(path)
-        if not path.exists():
-            raise FileNotFoundError(f"{path}: no such file")
-        ids: list[str] = []
-        contents: list[str] = []
-        seen: set[str] = set()
-        with path.open(encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                where = f"{path}:{lineno}"
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DataFormatError(f"{where}: invalid JSON ({exc.msg})") from None
-                doc_id, text = _record_fields(rec, where)
-                if doc_id in seen:
-                    raise DataFormatError(f"{where}: duplicate id {doc_id!r}")
-                seen.add(doc_id)
-                ids.append(doc_id)
-                contents.append(text)
-        return cls(ids, contents)
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def position(self, doc_id: str) -> int:
-        """Row of ``doc_id``; raises KeyError for an unknown id."""
-        if self._lookup is not None:
-            return self._lookup(doc_id)
-        if self._pos is None or len(self._pos) != len(self.ids):
-            self._pos = {d: i for i, d in enumerate(self.ids)}
-        return self._pos[doc_id]
-
-    def text_of(self, doc_id: str) -> str:
-        """Contents of the passage with this id."""
-        return self.contents[self.position(doc_id)]
-
-    def title(self, i: int) -> str:
-        """Title line of passage ``i`` (FlashRAG's surrounding quotes removed; "" when none)."""
-        head, sep, _ = self.contents[i].partition("\n")
-        return head.strip().strip('"') if sep else ""
-
-    def body(self, i: int) -> str:
-        """Text of passage ``i`` without its title line."""
-        head, sep, rest = self.contents[i].partition("\n")
-        return rest if sep else head
-
-
 @dataclass(frozen=True)
 class Hit:
     """One retrieved passage."""
@@ -206,20 +95,6 @@ class Hit:
     def to_record(self) -> dict[str, Any]:
         """The ``{"id", "contents", "score"}`` form stored in RAG result records."""
         return {"id": self.doc_id, "contents": self.contents, "score": float(self.score)}
-
-
-def corpus_fingerprint(corpus: Corpus) -> str:
-    """sha256 over ids and contents in order: equal iff the corpus content is equal.
-
-    A stored corpus returns the value computed when its store was built (same formula), so
-    opening 21M passages does not re-hash them in every process.
-    """
-    if corpus._fingerprint is not None:
-        return corpus._fingerprint
-    h = hashlib.sha256()
-    for doc_id, text in zip(corpus.ids, corpus.contents):
-        fingerprint_update(h, doc_id, text)
-    return h.hexdigest()
 
 
 def model_fingerprint(folder: str | os.PathLike[str]) -> str:

@@ -73,44 +73,19 @@ def load_retriever(params: Mapping[str, Any], dataset: str, **overrides: Any):
         return _RETRIEVERS[key]
 
 
-# Keys of an LLM config that may name a local file or folder.
-LLM_PATH_KEYS = ("model", "adapter", "tokenizer", "cache_dir")
-
-
-def resolve_llm_paths(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """An LLM config with its repository-relative paths made absolute: the one place that does it.
-
-    ``model``, ``adapter`` and ``tokenizer`` are resolved where such a local path exists, except a
-    served model's ``model`` (``backend: openai``), which is the server's name for it;
-    ``cache_dir`` always (it is created on first use). Backends take the result as given.
-    """
-    cfg = dict(cfg)
-    for key in LLM_PATH_KEYS:
-        value = cfg.get(key)
-        if not isinstance(value, str) or not value:
-            continue
-        resolved = paths.resolve(value)
-        if key == "cache_dir":
-            cfg[key] = str(resolved)
-        elif key == "model" and cfg.get("backend", "hf") == "openai":
-            continue
-        elif resolved.exists():
-            cfg[key] = str(resolved)
-    return cfg
-
-
 def generator_config(params: Mapping[str, Any], **overrides: Any) -> dict[str, Any]:
     """``common.generator`` with local model/adapter paths resolved (server names are kept)."""
     cfg = dict(params["common"]["generator"])
     cfg.update({k: v for k, v in overrides.items()})
-    return resolve_llm_paths(cfg)
+    return paths.resolve_llm_paths(cfg)
 
 
 def build_llm(cfg: Mapping[str, Any]):
-    """:func:`ragcritic_lib.llm.load_llm` on a config whose paths :func:`resolve_llm_paths` resolved."""
+    """:func:`ragcritic_lib.llm.load_llm` on a config whose paths
+    :func:`ragcritic_lib.paths.resolve_llm_paths` resolved."""
     from ragcritic_lib.llm import load_llm
 
-    return load_llm(resolve_llm_paths(cfg))
+    return load_llm(paths.resolve_llm_paths(cfg))
 
 
 _LLMS: dict[tuple, Any] = {}

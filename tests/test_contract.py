@@ -9,8 +9,13 @@ import yaml
 from ragcritic_lib import paths
 from ragcritic_lib.pipeline.notebooks import out_of_sync
 from ragcritic_lib.pipeline.params import (
-    ParamsError, apply_profile, load_params, notebook_parameters, notebook_paths, validate_params,
+    ParamsError,
+    load_params,
+    notebook_parameters,
+    notebook_paths,
+    validate_params,
 )
+from ragcritic_lib.pipeline.profiles import apply_profile
 from ragcritic_lib.pipeline.stage import stage_name
 
 

@@ -14,8 +14,14 @@ import pytest
 import yaml
 
 from ragcritic_lib import paths
-from ragcritic_lib.pipeline.params import ParamsError, apply_profile, deep_merge, profile_params
-from ragcritic_lib.pipeline.profiles import OPEN_SECTIONS, overlay_text, render_value, reset_params
+from ragcritic_lib.pipeline.params import ParamsError, deep_merge, profile_params
+from ragcritic_lib.pipeline.profiles import (
+    OPEN_SECTIONS,
+    apply_profile,
+    overlay_text,
+    render_value,
+    reset_params,
+)
 
 PROFILES = paths.CONFIGS_DIR / "profiles"
 _KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_]+):")
@@ -225,7 +231,7 @@ def test_rendered_values_read_back_with_their_type(value):
 
 def _cli(root: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "RAGCRITIC_ROOT": str(root)}
-    return subprocess.run([sys.executable, "-m", "ragcritic_lib.pipeline.params", *args], cwd=paths.ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "ragcritic_lib.pipeline.profiles", *args], cwd=paths.ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -242,17 +248,17 @@ def test_cli_profile_and_reset_in_a_git_checkout(tmp_path):
     subprocess.run(["git", "add", "params.yaml"], cwd=root, check=True)
     subprocess.run([*git, "commit", "-q", "-m", "params"], cwd=root, check=True)
 
-    res = _cli(root, "profile", "workshop")
+    res = _cli(root, "workshop")
     assert res.returncode == 0, res.stderr
     text = (root / "params.yaml").read_text(encoding="utf-8")
     assert "corpus_articles: 2000     # 0 = every article" in text
     assert text.startswith("# Every tunable of the pipeline.")
 
-    res = _cli(root, "profile", "--reset")
+    res = _cli(root, "--reset")
     assert res.returncode == 0 and "restored from git HEAD" in res.stdout, res.stderr
     assert (root / "params.yaml").read_bytes() == committed
 
-    res = _cli(root, "profile")
+    res = _cli(root)
     assert res.returncode == 2 and "give a profile NAME or --reset" in res.stderr
 
 

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.smoke
 def smoke_repo(tmp_path_factory):
     root = copy_repository(tmp_path_factory.mktemp("smoke") / "repo")
     env = pipeline_env(root, root / ".cache")
-    run_timed([sys.executable, "-m", "ragcritic_lib.pipeline.params", "profile", "smoke"], root, env)
+    run_timed([sys.executable, "-m", "ragcritic_lib.pipeline.profiles", "smoke"], root, env)
     seconds, out = run_timed(["dvc", "repro"], root, env, log=root / "repro.log")
     print(f"smoke dvc repro: {seconds:.1f} s")
     return root, env

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from ragcritic_lib import paths
-from ragcritic_lib.io import DataFormatError, atomic_write_text, write_json, write_jsonl
 from ragcritic_lib.evaluation.scoring import normalize_words
+from ragcritic_lib.io import DataFormatError, write_json, write_jsonl
 
 _REQ_LINE = re.compile(r"^\s*([A-Za-z0-9_.\-]+)==([^\s]+)\s+--hash=sha256:([0-9a-f]{64})\s*$")
 

@@ -23,52 +23,18 @@ import os
 import shutil
 import tempfile
 from array import array
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, overload
 
 import numpy as np
 
 from ragcritic_lib import paths
+from ragcritic_lib.data.corpus import Corpus, fingerprint_update, record_fields
 from ragcritic_lib.io import DataFormatError, read_json, write_json
 
 STORE_FORMAT = 1
 DEFAULT_STORE_DIR = paths.CACHE_DIR / "corpora"
-
-
-def record_fields(rec: Any, where: str) -> tuple[str, str]:
-    """``(id, contents)`` of one FlashRAG record; ``{"title", "text"}`` records are joined.
-
-    Raises:
-        DataFormatError: naming ``where`` and the missing or mistyped key.
-    """
-    if not isinstance(rec, Mapping):
-        raise DataFormatError(f"{where}: expected a JSON object, got {type(rec).__name__}")
-    if "id" not in rec:
-        raise DataFormatError(f"{where}: missing key 'id'")
-    doc_id = rec["id"]
-    if not isinstance(doc_id, (str, int)) or isinstance(doc_id, bool):
-        raise DataFormatError(f"{where}: key 'id' must be a string, got {type(doc_id).__name__}")
-    if "contents" in rec:
-        text = rec["contents"]
-        if not isinstance(text, str):
-            raise DataFormatError(f"{where}: key 'contents' must be a string")
-    elif isinstance(rec.get("text"), str):
-        # BEIR-style records: the FlashRAG convention puts the title on the first line.
-        title = rec.get("title") or ""
-        text = f"{title}\n{rec['text']}" if isinstance(title, str) and title else rec["text"]
-    else:
-        raise DataFormatError(f"{where}: missing key 'contents'")
-    return str(doc_id), text
-
-
-def fingerprint_update(h: Any, doc_id: str, text: str) -> None:
-    """Feed one passage into a sha256 corpus fingerprint (length prefixes keep fields apart)."""
-    b_id, b_text = doc_id.encode("utf-8"), text.encode("utf-8")
-    h.update(len(b_id).to_bytes(8, "little"))
-    h.update(b_id)
-    h.update(len(b_text).to_bytes(8, "little"))
-    h.update(b_text)
 
 
 def id_hash(doc_id: str) -> int:
@@ -268,8 +234,6 @@ def load_corpus_store(folder: str | os.PathLike[str]) -> Any:
     Raises:
         DataFormatError: the folder is not a store of this format or its files disagree.
     """
-    from ragcritic_lib.retrieval import Corpus
-
     folder = Path(folder)
     meta = read_json(folder / "meta.json")
     if meta.get("format") != STORE_FORMAT:

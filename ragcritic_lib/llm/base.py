@@ -2,7 +2,7 @@
 :class:`LLM` base class that serves prompts from the persistent cache and generates only the
 misses (:class:`CallableLLM` wraps a plain function, for tests and rule-based stand-ins).
 
-Model and adapter paths arrive here already resolved (:mod:`ragcritic_lib.runtime` resolves
+Model and adapter paths arrive here already resolved (:func:`ragcritic_lib.paths.resolve_llm_paths` resolves
 repository-relative paths); a backend only makes an existing local path absolute.
 """
 
@@ -294,7 +294,7 @@ def _resolve_model_path(model: str | os.PathLike[str]) -> str:
     """An existing local path made absolute, or else the name as given (a hub or server name).
 
     Repository-relative paths are resolved before a config reaches a backend, by
-    :func:`ragcritic_lib.runtime.resolve_llm_paths`; backends do not know the repository.
+    :func:`ragcritic_lib.paths.resolve_llm_paths`; backends do not know the repository.
     """
     p = Path(model).expanduser()
     return str(p.resolve()) if p.exists() else str(model)

@@ -752,7 +752,7 @@ def validate_params(params: Mapping[str, Any], notebooks: Mapping[str, Path] | N
     _raise(source, params_problems(params, notebooks))
 
 
-def _read(path: Path) -> Any:
+def read_params_file(path: Path) -> Any:
     """A YAML file's content; a missing or unreadable file, invalid UTF-8, invalid YAML and
     duplicate keys are a :class:`ParamsError` (one line per problem)."""
     try:
@@ -775,7 +775,7 @@ def load_params(path: str | os.PathLike[str] | None = None, *, validate: bool = 
 
     path = Path(path) if path is not None else paths.PARAMS_FILE
     try:
-        params = _read(path) or {}
+        params = read_params_file(path) or {}
     except ParamsError as exc:
         if not validate:
             raise
@@ -819,7 +819,7 @@ def profile_params(profile: str, *, params_path: Path | None = None) -> tuple[di
     """
     params_path = params_path or paths.PARAMS_FILE
     prof = profile_file(profile)
-    base, override = _read(params_path) or {}, _read(prof) or {}
+    base, override = read_params_file(params_path) or {}, read_params_file(prof) or {}
     if not isinstance(override, Mapping):
         raise ParamsError(f"{prof}: expected a mapping of sections")
     source = f"{params_path} + {prof.name}"
@@ -828,52 +828,28 @@ def profile_params(profile: str, *, params_path: Path | None = None) -> tuple[di
     return merged, source
 
 
-def apply_profile(profile: str, *, params_path: Path | None = None) -> dict[str, Any]:
-    """Set the values of ``configs/profiles/<profile>.yaml`` in params.yaml in place (comments and
-    layout kept; see :mod:`ragcritic_lib.pipeline.profiles`); returns the merged params now in the file.
-
-    The merged params are validated before anything is written; ``profile --reset`` (or
-    ``git checkout params.yaml``) returns to the committed file.
-    """
-    # The profile writer runs from the command line only, never inside a pipeline stage.
-    from ragcritic_lib.pipeline.profiles import apply_profile as overlay  # deps: check-only
-
-    return overlay(profile, params_path=params_path)
-
-
 def main(argv: list[str] | None = None) -> int:
-    """``check [--profile NAME]``, ``profile NAME`` or ``profile --reset``; exit code 2 with one line per problem."""
+    """``check [--profile NAME]``; exit code 2 with one line per problem.
+
+    Setting a profile's values in params.yaml is :mod:`ragcritic_lib.pipeline.profiles`'s command.
+    """
     import argparse
     import sys
 
     parser = argparse.ArgumentParser(prog="python -m ragcritic_lib.pipeline.params",
-                                     description="Validate params.yaml or switch params profile.")
+                                     description="Validate params.yaml (alone or with a profile merged over it).")
     sub = parser.add_subparsers(dest="cmd", required=True)
     check = sub.add_parser("check", help="validate params.yaml")
     check.add_argument("--profile", help="validate params.yaml merged with configs/profiles/PROFILE.yaml "
                                          "(nothing is written)")
-    prof = sub.add_parser("profile", help="set params.yaml's values from a profile in configs/profiles/ "
-                                          "(comments and layout kept)")
-    prof.add_argument("name", nargs="?", help="profile name (configs/profiles/NAME.yaml)")
-    prof.add_argument("--reset", action="store_true",
-                      help="write back params.yaml as committed at git HEAD (drops hand edits too)")
     args = parser.parse_args(argv)
-    if args.cmd == "profile" and (args.name is None) == (not args.reset):
-        prof.error("give a profile NAME or --reset (not both)")
     try:
         if args.cmd == "check" and args.profile:
             _, source = profile_params(args.profile)
             print(f"{source}: ok")
-        elif args.cmd == "check":
+        else:
             load_params()
             print(f"{paths.PARAMS_FILE}: ok")
-        elif args.reset:
-            from ragcritic_lib.pipeline.profiles import reset_params  # deps: check-only
-
-            print(f"{reset_params()}: restored from git HEAD")
-        else:
-            apply_profile(args.name)
-            print(f"params.yaml now holds profile {args.name!r} (return with `profile --reset`)")
     except ParamsError as exc:
         print(exc, file=sys.stderr)
         return 2

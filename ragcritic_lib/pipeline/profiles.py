@@ -1,4 +1,4 @@
-"""Params profiles written into params.yaml's own text: ``python -m ragcritic_lib.pipeline.params profile NAME``.
+"""Params profiles written into params.yaml's own text: ``python -m ragcritic_lib.pipeline.profiles NAME``.
 
 A profile (``configs/profiles/NAME.yaml``) lists the keys it changes. Applying it edits the value
 of each of those keys where params.yaml writes it, and nothing else: comments, blank lines, key
@@ -19,7 +19,7 @@ Rules:
 - the file is replaced atomically (temporary file, fsync, rename): an interrupted or failed
   write leaves the old params.yaml whole.
 
-``profile --reset`` writes back the params.yaml of git's HEAD (as ``git checkout params.yaml``
+``python -m ragcritic_lib.pipeline.profiles --reset`` writes back the params.yaml of git's HEAD (as ``git checkout params.yaml``
 does, it also drops edits made by hand).
 """
 
@@ -37,7 +37,13 @@ import yaml
 
 from ragcritic_lib import paths
 from ragcritic_lib.io import UniqueKeyLoader, atomic_write_text
-from ragcritic_lib.pipeline.params import ParamsError, _read, deep_merge, profile_file, validate_params
+from ragcritic_lib.pipeline.params import (
+    ParamsError,
+    deep_merge,
+    profile_file,
+    read_params_file,
+    validate_params,
+)
 
 # Sections whose keys are optional (the generator's and the retriever's loaders fill in defaults):
 # a profile may add a key there that params.yaml does not write.
@@ -201,7 +207,7 @@ def apply_profile(profile: str, *, params_path: Path | None = None) -> dict[str,
     """
     params_path = Path(params_path or paths.PARAMS_FILE)
     prof = profile_file(profile)
-    base, override = _read(params_path) or {}, _read(prof) or {}
+    base, override = read_params_file(params_path) or {}, read_params_file(prof) or {}
     if not isinstance(override, Mapping):
         raise ParamsError(f"{prof}: expected a mapping of sections")
     if not isinstance(base, Mapping):
@@ -233,3 +239,33 @@ def reset_params(params_path: Path | None = None) -> Path:
                           f"({why[-1] if why else 'git show failed'})")
     atomic_write_text(params_path, res.stdout.decode("utf-8"))
     return params_path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``NAME`` or ``--reset``; exit code 2 with one line per problem."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m ragcritic_lib.pipeline.profiles",
+                                     description="Set params.yaml's values from a profile in configs/profiles/ "
+                                                 "(comments and layout kept), or go back to the committed file.")
+    parser.add_argument("name", nargs="?", help="profile name (configs/profiles/NAME.yaml)")
+    parser.add_argument("--reset", action="store_true",
+                        help="write back params.yaml as committed at git HEAD (drops hand edits too)")
+    args = parser.parse_args(argv)
+    if (args.name is None) == (not args.reset):
+        parser.error("give a profile NAME or --reset (not both)")
+    try:
+        if args.reset:
+            print(f"{reset_params()}: restored from git HEAD")
+        else:
+            apply_profile(args.name)
+            print(f"params.yaml now holds profile {args.name!r} (return with `--reset`)")
+    except ParamsError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
