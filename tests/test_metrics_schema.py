@@ -112,6 +112,19 @@ BROKEN = [
     ("14_comparison", _set(("degenerate", 0), 3), "degenerate[0] = 3 is not a string"),
     ("14_comparison", _set(("rows", 0, "n"), -1), "rows[0].n = -1 is not >= 0"),
     ("14_comparison", _set_many(("rows", 0), f1_low=0.9, f1=0.2358), "rows[0]: f1_low = 0.9, f1 = 0.2358"),
+    # A schema used in two places is checked in both (pydantic shares one definition between them).
+    ("14_comparison", _set_many(("oracle_and_ablation_rows", "testbed", "SIM-RAG (classifier critic, ablation)"),
+                                ci_low=-0.053, delta_f1=-0.0146, ci_high=-0.5),
+     ("oracle_and_ablation_rows.testbed.SIM-RAG (classifier critic, ablation): ci_low = -0.053, delta_f1 = -0.0146, "
+      "ci_high = -0.5 are not ordered (ci_low <= delta_f1 <= ci_high)")),
+    ("08_correction", _set_many(("ladder", "testbed_by_type", "summary", "RAG-Critic (1 iter)"),
+                                ci_low=0.9, delta_f1=0.0, ci_high=0.0),
+     "ladder.testbed_by_type.summary.RAG-Critic (1 iter): ci_low = 0.9, delta_f1 = 0.0, ci_high = 0.0 are not ordered"),
+    ("08_correction", _set(("ladder", "testbed_mde_f1"), -0.1), "ladder.testbed_mde_f1 = -0.1 is not >= 0"),
+    ("08_correction", _set(("planner_training", "device"), 3), "planner_training.device = 3 is not a string"),
+    ("05_critic_sft", _set(("verdict_calibration", "fitted"), 1), "verdict_calibration.fitted = 1 is not true or false"),
+    ("15_analysis", _set(("missing",), {"a": 1}), "missing = {'a': 1} is not a list"),
+    ("15_analysis", _set(("missing", 0), "x"), "missing[0] = 'x' is not an object"),
     ("01_retrieval_rag", _set(("rag", "testbed", "test", "f1"), "0.2"), "rag.testbed.test.f1 = '0.2' is not a number"),
     ("07_benchmark", _set(("critics", "heuristic", "identification"), KeyError), "critics.heuristic.identification is missing"),
     ("09_self_refine", _set(("scores", "testbed", "f1"), 16.35), "scores.testbed.f1 = 16.35 is not in [0, 1]"),
@@ -171,6 +184,26 @@ def test_extra_keys_are_allowed_and_partial_allows_absent_keys():
     assert ms.problems("14_comparison", data, partial=True) == []
     data["comparison"]["testbed"]["CRAG"]["f1"] = 2.0  # present values are still checked
     assert ms.problems("14_comparison", data, partial=True) == ["comparison.testbed.CRAG.f1 = 2.0 is not in [0, 1]"]
+
+
+def test_an_unordered_interval_is_reported_beside_the_row_s_other_problems():
+    data = committed("14_comparison")
+    data["comparison"]["testbed"]["CRAG"].update(ci_low=0.5, f1="high")
+    found = ms.problems("14_comparison", data)
+    assert found[0] == "comparison.testbed.CRAG.f1 = 'high' is not a number"
+    assert found[1].startswith("comparison.testbed.CRAG: ci_low = 0.5, delta_f1 = ") and len(found) == 2
+
+
+def test_values_in_their_python_shapes_before_writing():
+    """Tuples for lists, int keys, numpy floats: what json.dumps writes as the JSON the schema reads."""
+    np = pytest.importorskip("numpy")
+    data = committed("14_comparison")
+    data["degenerate"] = ("a", "b")
+    data["rows"] = tuple(data["rows"])
+    data["stage_seconds"] = {1: {"test": np.float64(2.5)}}
+    assert ms.problems("14_comparison", data) == []
+    data["stage_seconds"][1]["test"] = np.int64(2)  # not an int: json.dumps would refuse it
+    assert ms.problems("14_comparison", data) == ["stage_seconds.1.test = np.int64(2) is not a number"]
 
 
 def test_a_stem_without_a_schema_takes_any_keys():

@@ -1,13 +1,14 @@
 """What every stage's metrics file holds: one typed schema per ``reports/metrics/<stem>.json``.
 
-Each schema is a ``TypedDict``: its required keys are the ones a reader relies on (notebook 15's
-:mod:`ragcritic_lib.evaluation.analysis`, the comparison stage, the contracts the README quotes), its
-``NotRequired`` keys are typed where they are present, and every schema allows keys it does not
-name. Field types carry their ranges through ``Annotated`` aliases (:data:`Fraction` for EM, F1,
-accuracy and rates in [0, 1], :data:`Count` for integers >= 0, :data:`Delta` for a change of a
-0-1 score); ``X | None`` allows JSON null, and a float NaN or infinity counts as null, which is
-what :func:`ragcritic_lib.baselines.jsonable` writes for it. Intervals are checked in order
-(``ci_low <= delta_f1 <= ci_high``) wherever their ends are numbers.
+Each schema is a ``TypedDict`` that pydantic validates: its required keys are the ones a reader
+relies on (notebook 15's :mod:`ragcritic_lib.evaluation.analysis`, the comparison stage, the
+contracts the README quotes), its ``NotRequired`` keys are typed where they are present, and
+every schema allows keys it does not name. Field types carry their ranges through ``Annotated``
+aliases (:data:`Fraction` for EM, F1, accuracy and rates in [0, 1], :data:`Count` for integers
+>= 0, :data:`Delta` for a change of a 0-1 score); ``X | None`` allows JSON null, and a float NaN
+or infinity counts as null, which is what :func:`ragcritic_lib.baselines.jsonable` writes for it.
+Types are strict (no ``"0.2"`` for a number, no ``1`` for true); an int is a number. Intervals are
+checked in order (``ci_low <= delta_f1 <= ci_high``) wherever their ends are numbers.
 
 :func:`validate` checks a metrics dict against its stem's schema and raises one
 :class:`MetricsSchemaError` naming the file and the key path of every problem, e.g.
@@ -20,23 +21,21 @@ With ``partial=True`` absent keys are not problems (present ones are still check
 reads that way, since it reports each absent input itself, per table, instead of failing.
 """
 
-import dataclasses
 import math
 import os
-import types
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from functools import cache
+from itertools import pairwise
 from pathlib import Path
-from typing import (
-    Annotated, Any, NotRequired, Required, TypedDict, Union, get_args, get_origin, get_type_hints, is_typeddict,
-)
+from typing import Annotated, Any, NotRequired
+
+from pydantic import AfterValidator, TypeAdapter, ValidationError
+from pydantic_core import PydanticCustomError, core_schema
+from typing_extensions import TypedDict  # pydantic reads typing's TypedDict only from Python 3.12
 
 MAX_SHOWN = 20  # problems listed in one error message
 
 
-# --------------------------------------------------------------------------------------------
-# The validator
-# --------------------------------------------------------------------------------------------
 class MetricsSchemaError(ValueError):
     """A metrics dict does not match its schema.
 
@@ -51,15 +50,6 @@ class MetricsSchemaError(ValueError):
         if len(self.problems) > MAX_SHOWN:
             lines.append(f"{source}: ... and {len(self.problems) - MAX_SHOWN} more")
         super().__init__("\n".join(lines))
-
-
-@dataclass
-class _Run:
-    partial: bool
-    problems: list[str] = dataclasses.field(default_factory=list)
-
-    def add(self, path: tuple, message: str) -> None:
-        self.problems.append(f"{key_path(path) or '(top level)'} {message}")
 
 
 def key_path(path: Sequence[Any]) -> str:
@@ -80,228 +70,99 @@ def _bound(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(x)
 
 
-def _is_null(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and not math.isfinite(value))
+# --------------------------------------------------------------------------------------------
+# What pydantic's types do not say: ranges with both ends in the message, ordered intervals,
+# objects keyed by dataset and by <dataset><suffix>
+# --------------------------------------------------------------------------------------------
+def in_range(lo: float | None = None, hi: float | None = None) -> AfterValidator:
+    """A number in [lo, hi] (an open end when None)."""
+    wanted = (f"in [{_bound(lo)}, {_bound(hi)}]" if lo is not None and hi is not None
+              else f">= {_bound(lo)}" if lo is not None else f"<= {_bound(hi)}")
 
+    def check(value: float) -> float:
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            raise PydanticCustomError("range", f"is not {wanted}")
+        return value
 
-class Spec:
-    """A check of one value; ``nullable`` accepts None (and NaN / infinity)."""
-
-    nullable: bool = False
-
-    def check(self, value: Any, path: tuple, run: _Run) -> None:
-        if _is_null(value):
-            if not self.nullable:
-                run.add(path, "is null (a value is required)" if value is None
-                        else f"= {_show(value)} is not a finite number")
-            return
-        self.check_value(value, path, run)
-
-    def check_value(self, value: Any, path: tuple, run: _Run) -> None:
-        raise NotImplementedError
-
-    def or_none(self) -> "Spec":
-        return dataclasses.replace(self, nullable=True)
-
-
-@dataclass(frozen=True)
-class Number(Spec):
-    """A number (not a bool) in [lo, hi]; ``integer`` asks for an int."""
-
-    lo: float | None = None
-    hi: float | None = None
-    integer: bool = False
-    nullable: bool = False
-
-    def check_value(self, value, path, run):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            run.add(path, f"= {_show(value)} is not a number")
-        elif self.integer and not isinstance(value, int):
-            run.add(path, f"= {_show(value)} is not an integer")
-        elif self.lo is not None and self.hi is not None and not self.lo <= value <= self.hi:
-            run.add(path, f"= {_show(value)} is not in [{_bound(self.lo)}, {_bound(self.hi)}]")
-        elif self.lo is not None and self.hi is None and value < self.lo:
-            run.add(path, f"= {_show(value)} is not >= {_bound(self.lo)}")
-        elif self.hi is not None and self.lo is None and value > self.hi:
-            run.add(path, f"= {_show(value)} is not <= {_bound(self.hi)}")
-
-
-@dataclass(frozen=True)
-class Text(Spec):
-    nullable: bool = False
-
-    def check_value(self, value, path, run):
-        if not isinstance(value, str):
-            run.add(path, f"= {_show(value)} is not a string")
-
-
-@dataclass(frozen=True)
-class Flag(Spec):
-    nullable: bool = False
-
-    def check_value(self, value, path, run):
-        if not isinstance(value, bool):
-            run.add(path, f"= {_show(value)} is not true or false")
-
-
-@dataclass(frozen=True)
-class Anything(Spec):
-    nullable: bool = True
-
-    def check_value(self, value, path, run):
-        return
-
-
-@dataclass(frozen=True)
-class ListOf(Spec):
-    item: Spec
-    nullable: bool = False
-
-    def check_value(self, value, path, run):
-        if not isinstance(value, (list, tuple)):
-            run.add(path, f"= {_show(value)} is not a list")
-            return
-        for i, v in enumerate(value):
-            self.item.check(v, path + (i,), run)
-
-
-@dataclass(frozen=True)
-class MapOf(Spec):
-    """An object whose keys are data (datasets, methods, labels), every value checked alike."""
-
-    value: Spec
-    nullable: bool = False
-
-    def check_value(self, value, path, run):
-        if not isinstance(value, Mapping):
-            run.add(path, f"= {_show(value)} is not an object")
-            return
-        for k, v in value.items():
-            self.value.check(v, path + (str(k),), run)
-
-
-@dataclass(frozen=True)
-class Record(Spec):
-    """An object with named fields (a ``TypedDict``); keys it does not name are allowed.
-
-    ``ordered``: chains of fields whose numeric values must not decrease, e.g.
-    ``("ci_low", "delta_f1", "ci_high")``; null or absent ends are skipped.
-    """
-
-    name: str
-    fields: tuple[tuple[str, Spec], ...]
-    required: frozenset[str]
-    ordered: tuple[tuple[str, ...], ...] = ()
-    nullable: bool = False
-
-    def check_value(self, value, path, run):
-        if not isinstance(value, Mapping):
-            run.add(path, f"= {_show(value)} is not an object")
-            return
-        for key, spec in self.fields:
-            if key in value:
-                spec.check(value[key], path + (key,), run)
-            elif key in self.required and not run.partial:
-                run.add(path + (key,), "is missing")
-        for chain in self.ordered:
-            present = [(k, value[k]) for k in chain if k in value and not _is_null(value[k])
-                       and isinstance(value[k], (int, float)) and not isinstance(value[k], bool)]
-            if any(a[1] > b[1] for a, b in zip(present, present[1:])):
-                shown = ", ".join(f"{k} = {_show(v)}" for k, v in present)
-                where = f"{key_path(path)}: " if path else ""
-                run.problems.append(f"{where}{shown} are not ordered ({' <= '.join(k for k, _ in present)})")
-
-
-@dataclass(frozen=True)
-class DatasetKeyed(Spec):
-    """An object keyed by dataset name and by ``<dataset><suffix>`` (notebook 08's ``ladder``).
-
-    A key ending in one of ``suffixed``'s suffixes is checked with that suffix's spec; any other
-    key is a dataset, checked with ``per_dataset``, and each suffix marked required must then be
-    present as ``<dataset><suffix>``.
-    """
-
-    per_dataset: Spec
-    suffixed: tuple[tuple[str, Spec, bool], ...]
-    nullable: bool = False
-
-    def check_value(self, value, path, run):
-        if not isinstance(value, Mapping):
-            run.add(path, f"= {_show(value)} is not an object")
-            return
-        by_length = sorted(self.suffixed, key=lambda s: -len(s[0]))
-        for key, v in value.items():
-            key = str(key)
-            rule = next((s for s in by_length if key.endswith(s[0]) and len(key) > len(s[0])), None)
-            if rule is not None:
-                rule[1].check(v, path + (key,), run)
-                continue
-            self.per_dataset.check(v, path + (key,), run)
-            for suffix, _, required in self.suffixed:
-                if required and not run.partial and f"{key}{suffix}" not in value:
-                    run.add(path + (f"{key}{suffix}",), "is missing")
-
-
-_RECORDS: dict[type, Record] = {}
+    return AfterValidator(check)
 
 
 def ordered(*chains: tuple[str, ...]):
-    """Class decorator: fields of a schema ``TypedDict`` that must be in order (see :class:`Record`)."""
+    """Class decorator: fields of a schema ``TypedDict`` whose numeric values must not decrease,
+    e.g. ``("ci_low", "delta_f1", "ci_high")``; null or absent ends are skipped."""
+
+    def disorder(row: Any) -> list[str]:
+        out = []
+        for chain in chains if isinstance(row, dict) else ():
+            present = [(k, v) for k in chain if isinstance(v := row.get(k), int | float) and not isinstance(v, bool)]
+            if any(a[1] > b[1] for a, b in pairwise(present)):
+                shown = ", ".join(f"{k} = {_show(v)}" for k, v in present)
+                out.append(f"{shown} are not ordered ({' <= '.join(k for k, _ in present)})")
+        return out
+
+    def check(row: Any, handler: core_schema.ValidatorFunctionWrapHandler) -> Any:
+        found = disorder(row)
+        if not found:
+            return handler(row)
+        try:
+            handler(row)
+            errors = []
+        except ValidationError as exc:
+            errors = exc.errors(include_url=False)
+        raise _nested([*errors, *({"type": "ordered", "loc": (), "msg": text} for text in found)])
+
+    def schema(cls, source: Any, handler: Any) -> core_schema.CoreSchema:
+        inner = handler(source)  # the TypedDict's own schema; the check takes over its ref, so that
+        ref = inner.pop("ref", None)  # a second use of the class gets the check too
+        return core_schema.no_info_wrap_validator_function(check, inner, ref=ref)
 
     def mark(cls):
-        cls.__ordered__ = tuple(chains)
+        cls.__get_pydantic_core_schema__ = classmethod(schema)
         return cls
 
     return mark
 
 
-def spec_of(tp: Any) -> Spec:
-    """The check a type annotation of a schema stands for."""
-    if isinstance(tp, Spec):
-        return tp
-    origin, args = get_origin(tp), get_args(tp)
-    if origin is Annotated:
-        found = [m for m in args[1:] if isinstance(m, Spec)]
-        return found[-1] if found else spec_of(args[0])
-    if origin in (Required, NotRequired):
-        return spec_of(args[0])
-    if origin in (Union, types.UnionType):
-        rest = [a for a in args if a is not type(None)]
-        inner = spec_of(rest[0]) if len(rest) == 1 else Anything()
-        return inner.or_none() if len(rest) < len(args) else inner
-    if origin in (dict, Mapping):
-        return MapOf(spec_of(args[1]) if args else Anything())
-    if origin in (list, Sequence):
-        return ListOf(spec_of(args[0]) if args else Anything())
-    if is_typeddict(tp):
-        return record_of(tp)
-    simple = {str: Text(), bool: Flag(), int: Number(integer=True), float: Number(), dict: MapOf(Anything()),
-              list: ListOf(Anything())}
-    if tp is Any:
-        return Anything()
-    if tp in simple:
-        return simple[tp]
-    raise TypeError(f"no schema check for the annotation {tp!r}")
+def _nested(errors: list[Any]) -> PydanticCustomError:
+    """One pydantic error that carries several, with key paths relative to its own (see _lines)."""
+    return PydanticCustomError("nested", "{count} problems", {"count": len(errors), "errors": errors})
 
 
-def record_of(cls: type) -> Record:
-    """The :class:`Record` check of a schema ``TypedDict`` (built once per class)."""
-    if cls not in _RECORDS:
-        hints = get_type_hints(cls, include_extras=True)
-        _RECORDS[cls] = Record(cls.__name__, tuple((k, spec_of(t)) for k, t in hints.items()),
-                               frozenset(cls.__required_keys__), getattr(cls, "__ordered__", ()))
-    return _RECORDS[cls]
+def by_suffix(per_dataset: Any, suffixed: Mapping[str, Any], required: Sequence[str]) -> AfterValidator:
+    """An object keyed by dataset name and by ``<dataset><suffix>`` (notebook 08's ``ladder``).
+
+    A key ending in a suffix of ``suffixed`` is checked with that suffix's type; any other key is
+    a dataset, checked with ``per_dataset``, and each suffix in ``required`` must then be present
+    as ``<dataset><suffix>``.
+    """
+    longest_first = sorted(suffixed, key=len, reverse=True)
+
+    def check(value: dict[str, Any]) -> dict[str, Any]:
+        errors: list[dict[str, Any]] = []
+        for key, item in value.items():
+            suffix = next((s for s in longest_first if key.endswith(s) and len(key) > len(s)), None)
+            try:
+                _adapter(per_dataset if suffix is None else suffixed[suffix]).validate_python(item, strict=True)
+            except ValidationError as exc:
+                errors += [{**e, "loc": (key, *e["loc"])} for e in exc.errors(include_url=False)]
+            if suffix is None:
+                errors += [{"type": "missing", "loc": (key + s,)} for s in required if key + s not in value]
+        if errors:
+            raise _nested(errors)
+        return value
+
+    return AfterValidator(check)
 
 
 # --------------------------------------------------------------------------------------------
 # Field types
 # --------------------------------------------------------------------------------------------
-Fraction = Annotated[float, Number(0.0, 1.0)]        # EM, F1, accuracy, a rate or share
-Count = Annotated[int, Number(0, integer=True)]       # questions, samples, steps, counts
-NonNegative = Annotated[float, Number(0.0)]           # calls, tokens, seconds, an MDE
-Real = Annotated[float, Number()]                     # a loss, a margin, a threshold
-Delta = Annotated[float, Number(-1.0, 1.0)]           # a change of a 0-1 score, an interval end
-Reasons = list[str]                                   # ``degenerate``: one string per reason
+Fraction = Annotated[float, in_range(0, 1)]          # EM, F1, accuracy, a rate or share
+Count = Annotated[int, in_range(0)]                  # questions, samples, steps, counts
+NonNegative = Annotated[float, in_range(0)]          # calls, tokens, seconds, an MDE
+Real = float                                         # a loss, a margin, a threshold
+Delta = Annotated[float, in_range(-1, 1)]            # a change of a 0-1 score, an interval end
+Reasons = list[str]                                  # ``degenerate``: one string per reason
 
 
 class Generator(TypedDict):
@@ -634,12 +495,10 @@ class LadderRow(TypedDict):
     p_value: Fraction
 
 
-LADDER = DatasetKeyed(
-    per_dataset=MapOf(record_of(LadderRow)),
-    suffixed=(("_mde_f1", Number(0.0, nullable=True), True),
-              ("_paired_mde_f1", MapOf(Number(0.0, nullable=True)), False),
-              ("_by_type", MapOf(MapOf(record_of(LadderRow))), False),
-              ("_answer_recall", Number(0.0, 1.0, nullable=True), False)))
+LADDER = by_suffix(dict[str, LadderRow],
+                   {"_mde_f1": NonNegative | None, "_paired_mde_f1": dict[str, NonNegative | None],
+                    "_by_type": dict[str, dict[str, LadderRow]], "_answer_recall": Fraction | None},
+                   required=("_mde_f1",))
 
 
 class ByTypeRow(Aggregate):
@@ -655,14 +514,8 @@ class PlanShares(TypedDict, total=False):
     degenerate: bool
 
 
-class PlannerTraining(TypedDict, total=False):
-    steps: Count
-    seconds: NonNegative | None  # wall time of the run (the comparison sums it into training_seconds)
-    examples: Count
-    dropped_too_long: Count
-    device: str
-    first_loss: Real | None
-    last_loss: Real | None
+class PlannerTraining(TrainSummary, total=False):
+    """``planner_training``: the planner's SFT run, as the critic's."""
 
 
 class CriticVerdict(TypedDict, total=False):
@@ -933,11 +786,73 @@ def schema_for(stem: str) -> type:
     return SCHEMAS.get(stem, StageMetrics)
 
 
+
+
+@cache
+def _adapter(schema: Any) -> TypeAdapter:
+    return TypeAdapter(schema)
+
+
+def _plain(value: Any) -> Any:
+    """JSON's shapes: string keys, lists for tuples, None for a NaN or an infinity, and a value
+    no type accepts for what JSON cannot hold (pydantic would take numpy's int64 as a number)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    return value if value is None or isinstance(value, (str, int)) else object()
+
+
+def _at(data: Any, loc: Sequence[Any]) -> Any:
+    """The value at a key path of the data as given (keys compared as strings)."""
+    for part in loc:
+        if isinstance(data, Mapping):
+            data = next((v for k, v in data.items() if str(k) == str(part)), None)
+        elif isinstance(data, (list, tuple)) and isinstance(part, int) and part < len(data):
+            data = data[part]
+        else:
+            return None
+    return data
+
+
+_WANTED = {"string_type": "a string", "bool_type": "true or false", "list_type": "a list", "dict_type": "an object"}
+
+
+def _lines(error: Mapping[str, Any], data: Any, partial: bool) -> list[str]:
+    """One pydantic error as problem lines: ``<key path> = <value found> is not <what was expected>``."""
+    loc, kind = tuple(error["loc"]), error["type"]
+    where = key_path(loc) or "(top level)"
+    if kind == "nested":
+        return [line for e in error["ctx"]["errors"]
+                for line in _lines({**e, "loc": loc + tuple(e["loc"])}, data, partial)]
+    if kind == "missing":
+        return [] if partial else [f"{where} is missing"]
+    if kind == "ordered":
+        return [f"{key_path(loc)}: {error['msg']}" if loc else error["msg"]]
+    value = _at(data, loc)
+    if value is None:
+        return [f"{where} is null (a value is required)"]
+    if isinstance(value, float) and not math.isfinite(value):
+        return [f"{where} = {_show(value)} is not a finite number"]
+    if kind == "range":
+        return [f"{where} = {_show(value)} {error['msg']}"]
+    if kind.startswith("int_") and isinstance(value, float):
+        return [f"{where} = {_show(value)} is not an integer"]
+    if kind.startswith(("int_", "float_")):
+        return [f"{where} = {_show(value)} is not a number"]
+    wanted = _WANTED.get(kind)
+    return [f"{where} = {_show(value)} " + (f"is not {wanted}" if wanted else error["msg"])]
+
+
 def problems(stem: str, data: Any, *, partial: bool = False) -> list[str]:
     """Every mismatch of ``data`` with the stem's schema, each starting with its key path."""
-    run = _Run(partial=partial)
-    record_of(schema_for(stem)).check(data, (), run)
-    return run.problems
+    try:
+        _adapter(schema_for(stem)).validate_python(_plain(data), strict=True)
+    except ValidationError as exc:
+        return [line for e in exc.errors(include_url=False) for line in _lines(e, data, partial)]
+    return []
 
 
 def source_name(path: str | os.PathLike[str]) -> str:
