@@ -5,7 +5,8 @@ closure of its notebook is a DVC dependency. ``import_closure`` follows ``import
 import`` statements (at module level and inside functions, since lazy imports of heavy modules
 still run) from a notebook's ``.py`` twin through ``ragcritic_lib``, including each package's
 ``__init__.py``. ``python -m ragcritic_lib.pipeline.deps check`` lists what dvc.yaml lacks, ``fix`` adds it, and
-``closure NOTEBOOK`` prints one notebook's closure.
+``closure NOTEBOOK`` prints one notebook's closure, and ``cycles`` lists the library's import
+cycles (there are none; a test keeps it so).
 
 An import whose line ends with the marker ``# deps: check-only`` is left out of the closure. It is
 for imports that only validate parameters before a stage runs (``params.rules`` reads choice lists
@@ -214,8 +215,9 @@ def _package_of(file: Path, root: Path) -> str:
     return ".".join(file.relative_to(root).parts[:-1])
 
 
-def _imported_modules(file: Path, root: Path) -> set[str]:
-    """Dotted names of package modules that ``file`` imports (absolute or relative)."""
+def _imported_modules(file: Path, root: Path, *, check_only: bool = False) -> set[str]:
+    """Dotted names of package modules that ``file`` imports (absolute or relative); imports marked
+    ``# deps: check-only`` are left out unless ``check_only``."""
     source = file.read_text(encoding="utf-8")
     lines = source.splitlines()
     tree = ast.parse(source, filename=str(file))
@@ -223,7 +225,8 @@ def _imported_modules(file: Path, root: Path) -> set[str]:
     package = _package_of(file, root) if in_package else ""
     found: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)) and lines[node.lineno - 1].rstrip().endswith(CHECK_ONLY):
+        if (not check_only and isinstance(node, (ast.Import, ast.ImportFrom))
+                and lines[node.lineno - 1].rstrip().endswith(CHECK_ONLY)):
             continue
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
@@ -284,6 +287,77 @@ def import_closure(source: str | Path, *, root: Path | None = None) -> set[str]:
                     todo.append(target)
     data = {d for f in seen for d in _data_files(f)}
     return {p.relative_to(root).as_posix() for p in seen | data}
+
+
+def _module_name(file: Path, root: Path) -> str:
+    parts = list(file.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(root: Path | None = None) -> dict[str, set[str]]:
+    """``{module: modules of the package it imports}`` over every module of the package.
+
+    Every import counts, lazy and check-only ones included: a cycle through a function-level
+    import is still a cycle of the design. A module importing its own parent package's
+    ``__init__`` (which Python runs first anyway) is not an edge.
+    """
+    root = Path(root or paths.ROOT)
+    graph: dict[str, set[str]] = {}
+    for file in sorted((root / PACKAGE).rglob("*.py")):
+        name = _module_name(file, root)
+        edges = set()
+        for module in _imported_modules(file, root, check_only=True):
+            target = _module_file(module, root)
+            if target is None:
+                continue
+            other = _module_name(target, root)
+            if other != name and not name.startswith(other + "."):
+                edges.add(other)
+        graph[name] = edges
+    return graph
+
+
+def import_cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """The import cycles of ``graph``: its strongly connected components of two or more modules
+    (or one that imports itself), each sorted, found with Tarjan's algorithm (iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph.get(start, ()))))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    comp.append(member)
+                    if member == node:
+                        break
+                if len(comp) > 1 or node in graph.get(node, ()):
+                    found.append(sorted(comp))
+    return sorted(found)
 
 
 def stage_closure(cmd: str, *, root: Path | None = None) -> set[str]:
@@ -378,10 +452,16 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("fix", help="add missing and drop extra library deps in dvc.yaml (comments and layout kept)")
     one = sub.add_parser("closure", help="print the import closure of a notebook or module")
     one.add_argument("source")
+    sub.add_parser("cycles", help="list the library's import cycles (lazy and check-only imports included)")
     args = parser.parse_args(argv)
     if args.cmd == "closure":
         print("\n".join(sorted(import_closure(args.source))))
         return 0
+    if args.cmd == "cycles":
+        cycles = import_cycles(import_graph())
+        for cycle in cycles:
+            print("import cycle: " + " <-> ".join(cycle))
+        return 1 if cycles else 0
     try:
         params = yaml.safe_load(paths.PARAMS_FILE.read_text(encoding="utf-8")) or {}
         text = paths.DVC_FILE.read_text(encoding="utf-8")

@@ -24,7 +24,7 @@ entity is needed by a train question; the corpus is shared.
 
 Entry points: :class:`TestbedConfig`, :func:`generate_testbed`, :func:`write_testbed`,
 :func:`testbed_stats`, :func:`example_per_type`. The package's parts: ``world`` (config, entities,
-value forms, the seeded builder), ``render`` (profiles and passages), ``questions`` (the typed
+value forms), ``builder`` (names and the seeded world builder), ``render`` (profiles and passages), ``questions`` (the typed
 questions), and ``vocabulary`` (kinds and name pools, read from ``vocabulary.yaml``).
 """
 
@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ragcritic_lib import io as rio
+from ragcritic_lib.testbed.builder import _WorldBuilder
 from ragcritic_lib.testbed.questions import _QuestionMaker
 from ragcritic_lib.testbed.render import _render_corpus
 from ragcritic_lib.testbed.vocabulary import _KINDS
@@ -50,7 +51,6 @@ from ragcritic_lib.testbed.world import (  # noqa: F401 (the package's public in
     TestbedConfig,
     World,
     _date_forms,
-    _WorldBuilder,
     fact_key,
     gold_forms,
     normalize,
