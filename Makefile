@@ -62,7 +62,7 @@ check-requirements:
 
 ## GPU smoke run on one CUDA GPU in the GPU environment (environment.yml); fails without CUDA.
 gpu-smoke:
-	python benchmarks/gpu_smoke.py
+	python scripts/gpu_smoke.py
 
 ## Open the notebooks in JupyterLab on the project's kernel.
 lab: install

@@ -5,8 +5,8 @@ testbed's *dev* split (standard-RAG answers from stage retrieval_rag), and print
 per-type F1 differences and the time taken. It is the place to try action settings: thresholds
 and choices are tuned here, on dev, never on the test split that notebook 08 reports.
 
-    .venv/bin/python benchmarks/pilot_correction_dev.py --n 56
-    .venv/bin/python benchmarks/pilot_correction_dev.py --n 140 --rows "oracle critique,oracle critique (all causes)"
+    .venv/bin/python scripts/pilot_correction_dev.py --n 56
+    .venv/bin/python scripts/pilot_correction_dev.py --n 140 --rows "oracle critique,oracle critique (all causes)"
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """One-GPU smoke run of the GPU stack, printing what it measured.
 
-    python benchmarks/gpu_smoke.py               # needs CUDA; exits 2 without it
-    python benchmarks/gpu_smoke.py --allow-cpu   # the CPU-possible parts (no DeepSpeed, vLLM, faiss-gpu)
+    python scripts/gpu_smoke.py               # needs CUDA; exits 2 without it
+    python scripts/gpu_smoke.py --allow-cpu   # the CPU-possible parts (no DeepSpeed, vLLM, faiss-gpu)
 
 Parts, in order (each prints one line per measurement; a failing part makes the exit status 1):
 
