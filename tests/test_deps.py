@@ -7,7 +7,7 @@ import yaml
 
 from ragcritic_lib import paths
 from ragcritic_lib.pipeline.deps import (
-    TemplateError, add_missing, drop_extra, extra_deps, import_closure, literal_duplicates, load_pipeline, main,
+    TemplateError, add_missing, collapse_packages, drop_extra, extra_deps, import_closure, literal_duplicates, load_pipeline, main,
     missing_deps, resolve_dvc, stage_closure, unproduced_deps,
 )
 
@@ -93,10 +93,30 @@ def test_extra_library_deps_are_found_and_dropped(tmp_path):
         """)
     dvc = yaml.safe_load(text)
     assert "ragcritic_lib/pipeline/stage.py" in stage_closure(dvc["stages"]["x"]["cmd"], root=tmp_path)
-    assert missing_deps(dvc, root=tmp_path) == {}
-    assert extra_deps(dvc, root=tmp_path) == {"x": ["ragcritic_lib/unused.py"]}
-    fixed = yaml.safe_load(drop_extra(text, extra_deps(dvc, root=tmp_path)))
-    assert extra_deps(fixed, root=tmp_path) == {} and "data/x_in" in fixed["stages"]["x"]["deps"]
+    # Packages run through whole are listed as their folders, so their files are extra.
+    assert missing_deps(dvc, root=tmp_path) == {"x": ["ragcritic_lib/pipeline", "ragcritic_lib/sub"]}
+    assert extra_deps(dvc, root=tmp_path) == {"x": [
+        "ragcritic_lib/pipeline/stage.py", "ragcritic_lib/sub/__init__.py", "ragcritic_lib/sub/c.py",
+        "ragcritic_lib/unused.py"]}
+    text = drop_extra(add_missing(text, missing_deps(dvc, root=tmp_path)), extra_deps(dvc, root=tmp_path))
+    fixed = yaml.safe_load(text)
+    assert missing_deps(fixed, root=tmp_path) == {} and extra_deps(fixed, root=tmp_path) == {}
+    assert "data/x_in" in fixed["stages"]["x"]["deps"] and "ragcritic_lib/sub" in fixed["stages"]["x"]["deps"]
+
+
+def test_a_package_is_collapsed_only_when_run_through_whole(tmp_path):
+    _toy_repo(tmp_path)
+    _write(tmp_path, "ragcritic_lib/sub/other.py", "y = 2\n")
+    closure = import_closure("notebooks/01_x.py", root=tmp_path)
+    assert collapse_packages(closure, root=tmp_path) == closure  # sub/other.py is never imported
+    _write(tmp_path, "ragcritic_lib/sub/__init__.py", "from . import other\n")
+    closure = import_closure("notebooks/01_x.py", root=tmp_path)
+    collapsed = collapse_packages(closure, root=tmp_path)
+    assert "ragcritic_lib/sub" in collapsed and not any(p.startswith("ragcritic_lib/sub/") for p in collapsed)
+    assert "ragcritic_lib/__init__.py" in collapsed  # the package root is never collapsed
+    (tmp_path / "ragcritic_lib/sub/__pycache__").mkdir()
+    (tmp_path / "ragcritic_lib/sub/__pycache__/c.cpython-311.pyc").write_bytes(b"\0")
+    assert collapse_packages(closure, root=tmp_path) == collapsed  # bytecode caches are not files of the package
 
 
 _TEMPLATED = """\

@@ -13,7 +13,9 @@ for imports that only validate parameters before a stage runs (``params.rules`` 
 from the modules that use them): such code can refuse a run but cannot change what a stage writes,
 so editing, say, the planner's list of prompt variants does not re-run the retrieval stage.
 ``check`` also lists library files that dvc.yaml names but a stage never runs through, and ``fix``
-removes them, so the deps are the closure exactly. A module that reads a data file kept beside it
+removes them, so the deps are the closure exactly. A subpackage whose every file is in a
+stage's closure is listed as its folder (``ragcritic_lib/llm``), which DVC hashes whole: the same
+files in one line (``collapse_packages``). A module that reads a data file kept beside it
 (the testbed's vocabulary) names it in a module-level tuple ``DATA_FILES``; those files are part
 of the closure wherever the module is.
 
@@ -373,6 +375,36 @@ def stage_closure(cmd: str, *, root: Path | None = None) -> set[str]:
     return out
 
 
+def _package_files(folder: Path, root: Path) -> set[str]:
+    """Every file DVC would hash in a package folder (bytecode caches left out, as .dvcignore does)."""
+    return {f.relative_to(root).as_posix() for f in folder.rglob("*")
+            if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".pyc"}
+
+
+def collapse_packages(closure: set[str], *, root: Path | None = None) -> set[str]:
+    """``closure`` with each subpackage folder whose every file is in it written as the folder.
+
+    A stage that runs through the whole ``llm`` package then depends on ``ragcritic_lib/llm``
+    (DVC hashes the folder) instead of one line per module: the same files, fewer lines. The
+    package root itself is never collapsed.
+    """
+    root = Path(root or paths.ROOT)
+    out = set(closure)
+    folders = sorted({posixpath.dirname(p) for p in closure if p.startswith(PACKAGE + "/")}, key=len)
+    for folder in folders:
+        if folder == PACKAGE or any(folder.startswith(done + "/") for done in out if (root / done).is_dir()):
+            continue
+        files = _package_files(root / folder, root)
+        if files and files <= closure:
+            out = {p for p in out if not p.startswith(folder + "/")} | {folder}
+    return out
+
+
+def stage_entries(cmd: str, *, root: Path | None = None) -> set[str]:
+    """The library deps a stage should list: its closure with whole packages as folders."""
+    return collapse_packages(stage_closure(cmd, root=root), root=root)
+
+
 def _covered(path: str, deps: list[str]) -> bool:
     return any(path == d or path.startswith(d.rstrip("/") + "/") for d in deps)
 
@@ -386,7 +418,7 @@ def missing_deps(dvc: dict, *, root: Path | None = None) -> dict[str, list[str]]
     out: dict[str, list[str]] = {}
     for name, stage in dvc.get("stages", {}).items():
         deps = [d if isinstance(d, str) else next(iter(d)) for d in stage.get("deps", [])]
-        missing = sorted(p for p in stage_closure(stage["cmd"], root=root) if not _covered(p, deps))
+        missing = sorted(p for p in stage_entries(stage["cmd"], root=root) if not _covered(p, deps))
         if missing:
             out[name] = missing
     return out
@@ -394,15 +426,17 @@ def missing_deps(dvc: dict, *, root: Path | None = None) -> dict[str, list[str]]
 
 def _library_deps(stage: dict) -> list[str]:
     deps = [d if isinstance(d, str) else next(iter(d)) for d in stage.get("deps", [])]
-    return [d for d in deps if d.startswith(PACKAGE + "/") and d.endswith(".py")]
+    return [d for d in deps if d.startswith(PACKAGE + "/")]
 
 
 def extra_deps(dvc: dict, *, root: Path | None = None) -> dict[str, list[str]]:
-    """Per stage, the library files dvc.yaml lists that its notebook never runs through."""
+    """Per stage, the library deps dvc.yaml lists that are not its entries: files its notebook never
+    runs through, files of a package it lists as a whole folder, and folders it does not run
+    through whole (:func:`stage_entries`)."""
     root = Path(root or paths.ROOT)
     out: dict[str, list[str]] = {}
     for name, stage in dvc.get("stages", {}).items():
-        closure = stage_closure(stage["cmd"], root=root)
+        closure = stage_entries(stage["cmd"], root=root)
         extra = sorted(d for d in _library_deps(stage) if d not in closure)
         if extra:
             out[name] = extra
@@ -467,7 +501,9 @@ def main(argv: list[str] | None = None) -> int:
         text = paths.DVC_FILE.read_text(encoding="utf-8")
         resolved = resolve_dvc(yaml.safe_load(text), params)
         missing, extra = missing_deps(resolved), extra_deps(resolved)
-        if args.cmd == "fix":
+        # Twice: a folder dropped because its package is no longer run through whole leaves
+        # the package's files that are still run through to add.
+        for _ in range(2 if args.cmd == "fix" else 0):
             paths.DVC_FILE.write_text(drop_extra(add_missing(text, missing), extra), encoding="utf-8")
             text = paths.DVC_FILE.read_text(encoding="utf-8")
             resolved = resolve_dvc(yaml.safe_load(text), params)
