@@ -67,3 +67,19 @@ def test_research_code_does_not_import_the_pipeline_runner():
     offenders = {m: sorted(e & tooling) for m, e in import_graph().items()
                  if not m.startswith("ragcritic_lib.pipeline") and e & tooling}
     assert offenders == {}
+
+
+def test_every_documented_module_command_names_a_module():
+    """``python -m ragcritic_lib....`` in the docs, Makefile, configs, CI and scripts runs a real module."""
+    import importlib.util
+    import re
+
+    sources = [paths.ROOT / name for name in ("README.md", "Makefile", "dvc.yaml", ".ci/run")]
+    for pattern in ("docs/*.md", "configs/**/*.yaml", "scripts/*", "benchmarks/*.py", "data/README.md"):
+        sources += sorted(paths.ROOT.glob(pattern))
+    named = {(f.relative_to(paths.ROOT).as_posix(), m)
+             for f in sources if f.is_file()
+             for m in re.findall(r"python -m (ragcritic_lib[\w.]*)", f.read_text(encoding="utf-8"))}
+    assert named, "no module command found: the scan is broken"
+    missing = sorted((f, m) for f, m in named if importlib.util.find_spec(m) is None)
+    assert not missing, f"commands naming modules that do not exist: {missing}"
