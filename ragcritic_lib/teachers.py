@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ragcritic_lib.evidence import compute_evidence, error_causes
+from ragcritic_lib.io import read_yaml
 from ragcritic_lib.lenient_json import MAX_PARSE_CHARS, loads_lenient, strip_fences
 from ragcritic_lib.text import TAG_STOPWORDS
 
@@ -483,313 +484,32 @@ def _fallback_name(tags: Sequence[str]) -> str:
 
 
 # ============================================================================================
-# Grounded teacher: vocabulary
+# Grounded teacher: vocabulary (data in teacher_vocabulary.yaml)
 # ============================================================================================
 
-# Atomic phrasings per cause. Families overlap in meaning on purpose (as LLM tags do), so the
-# clustering has to find the structure.
-TAG_VOCABULARY: dict[str, tuple[str, ...]] = {
-    "supporting_not_retrieved": (
-        "answer not supported by retrieved passages", "missing supporting evidence",
-        "retrieval missed key document", "key passage not retrieved", "relevant document absent",
-        "supporting passage missing from context", "evidence not in retrieved context",
-        "retriever failed to find source", "no retrieved passage contains the answer",
-        "insufficient retrieval coverage", "required fact absent from passages",
-        "retrieval recall failure",
-    ),
-    "gold_not_retrieved": (
-        "gold answer absent from passages", "retrieved documents lack the answer",
-        "information missing in retrieved text", "context does not contain answer",
-        "retrieval did not surface the answer", "answer-bearing passage not found",
-        "knowledge gap in retrieved context", "search returned unhelpful passages",
-        "retrieved context insufficient", "no evidence for correct answer",
-    ),
-    "partial_support": (
-        "incomplete evidence for multi-hop question", "missing bridge passage",
-        "only part of the evidence retrieved", "second hop not retrieved",
-        "partial retrieval of required facts", "reasoning chain broken by missing passage",
-        "one supporting document missing", "multi-step evidence incomplete",
-        "partially supported answer", "missing intermediate fact",
-    ),
-    "split_fact": (
-        "fact split across passages", "answer spans two chunks", "chunk boundary cut the fact",
-        "half of the statement retrieved", "fragmented evidence", "incomplete statement in passage",
-        "context chunk truncated key fact", "split evidence not reassembled",
-        "answer fragment only", "passage chunking lost information",
-    ),
-    "distractor_entity": (
-        "confused similar entity names", "entity confusion", "answered about wrong entity",
-        "near-duplicate entity mix-up", "distractor passage misled the model",
-        "value taken from similarly named entity", "mistook one entity for another",
-        "name ambiguity error", "wrong entity attribute reported", "lookalike entity confusion",
-        "mixed up two similar records",
-    ),
-    "entity_mismatch": (
-        "similar entity in context", "irrelevant entity passage retrieved",
-        "retrieved passage about different entity", "off-target entity retrieval",
-        "distracting document retrieved", "noise from related entity",
-        "retrieval returned a namesake", "wrong subject in retrieved passage",
-    ),
-    "outdated_statement": (
-        "outdated information used", "relied on superseded value", "stale fact in answer",
-        "ignored more recent update", "used old figure instead of current one",
-        "temporal inconsistency in sources", "conflicting statements resolved wrongly",
-        "obsolete data reported", "picked earlier version of fact", "outdated passage trusted",
-    ),
-    "unanswerable_answered": (
-        "hallucinated answer to unanswerable question", "failed to say information is insufficient",
-        "answered despite missing information", "fabricated answer", "overconfident guess",
-        "should have abstained", "invented fact not in context", "no abstention on unknown",
-        "speculative answer without evidence", "made up an answer",
-    ),
-    "unsupported_answer": (
-        "unsupported claim", "answer not grounded in context", "hallucination",
-        "answer contradicts passages", "factual error", "prediction not found in passages",
-        "ungrounded prediction", "incorrect fact stated", "answer invented by model",
-        "claim lacks textual support",
-    ),
-    "abstained_when_answerable": (
-        "unnecessary refusal", "claimed insufficient information wrongly", "missed available answer",
-        "declined to answer answerable question", "overly cautious response",
-        "failed to use provided evidence", "false abstention", "gave up despite evidence",
-        "said unknown although answer present",
-    ),
-    "answer_not_extracted": (
-        "missing final answer prefix", "no clear final answer", "answer format not followed",
-        "final answer not stated", "did not commit to an answer", "response lacks explicit answer",
-        "instruction format ignored", "answer buried in text", "no extractable answer",
-        "format noncompliance",
-    ),
-    "verbose_or_truncated": (
-        "overly verbose response", "response truncated", "rambling answer", "repetitive output",
-        "answer cut off at length limit", "excessive explanation", "redundant repetition",
-        "long-winded response", "looping generation", "too much irrelevant detail",
-        "unfinished response",
-    ),
-    "wrong_span_from_context": (
-        "extracted wrong span", "misread the passage", "picked wrong answer from context",
-        "misattributed statement", "wrong detail selected from passage",
-        "context misunderstanding", "ignored correct sentence in passage",
-        "answer from wrong part of document", "reading comprehension error",
-        "misinterpreted retrieved text",
-    ),
-    "title_copy": (
-        "copied passage title", "answered with document title", "title instead of answer",
-        "restated retrieved heading", "non-answer copied from context", "generic title response",
-        "heading copied as answer", "irrelevant title given",
-    ),
-    "empty_answer": (
-        "empty response", "no answer produced", "blank output", "missing response",
-        "response contains nothing",
-    ),
-    "numeric_error": (
-        "wrong number", "numerical inaccuracy", "calculation error", "wrong arithmetic",
-        "incorrect figure reported", "numeric value mismatch", "wrong unit or magnitude",
-        "miscounted quantity", "imprecise number",
-    ),
-    "temporal_error": (
-        "wrong date", "temporal ordering error", "confused sequence of events", "wrong year reported",
-        "chronology mistake", "mixed up time periods", "incorrect time reference",
-        "earlier and later events swapped",
-    ),
-    "comparison_error": (
-        "wrong comparison result", "compared wrong attributes", "picked the smaller instead of larger",
-        "comparison direction reversed", "misjudged which is greater",
-        "misread the comparison question", "incorrect ranking", "wrong side of comparison",
-    ),
-    "incomplete_summary": (
-        "missing key points", "incomplete summary", "omitted important details",
-        "partial coverage of the topic", "summary lacks main facts", "key information omitted",
-        "only some aspects covered", "shallow summary",
-    ),
-    "off_topic_answer": (
-        "off-topic answer", "topic drift", "irrelevant response content", "answer unrelated to question",
-        "drifted to other subject", "response ignores the question", "misaligned with the context",
-        "content not relevant",
-    ),
-    "wrong_answer": (
-        "incorrect answer", "wrong final answer", "answer does not match reference",
-        "misunderstood the question", "inaccurate response", "answered a different question",
-        "golden answer mismatch", "incorrect conclusion",
-    ),
-}
+# Read at import; listed so that the stages that use the teachers depend on it (pipeline.deps).
+DATA_FILES = ("teacher_vocabulary.yaml",)
 
-# One display name per cause, used when the grounded teacher names a cluster.
-CAUSE_NAMES: dict[str, str] = {
-    "supporting_not_retrieved": "Supporting document not retrieved",
-    "gold_not_retrieved": "Answer missing from retrieved passages",
-    "partial_support": "Incomplete multi-hop evidence",
-    "split_fact": "Fact split across passage chunks",
-    "distractor_entity": "Confusion with a similar entity",
-    "entity_mismatch": "Passages about a different entity",
-    "outdated_statement": "Outdated or conflicting information used",
-    "unanswerable_answered": "Hallucinated answer to unanswerable question",
-    "unsupported_answer": "Unsupported or invented claim",
-    "abstained_when_answerable": "Unnecessary refusal to answer",
-    "answer_not_extracted": "No clear final answer",
-    "verbose_or_truncated": "Verbose, repetitive or truncated response",
-    "wrong_span_from_context": "Wrong span read from context",
-    "title_copy": "Copied title instead of answer",
-    "empty_answer": "Empty response",
-    "numeric_error": "Numerical inaccuracy",
-    "temporal_error": "Temporal ordering mistake",
-    "comparison_error": "Wrong comparison",
-    "incomplete_summary": "Incomplete coverage of key points",
-    "off_topic_answer": "Off-topic response",
-    "wrong_answer": "Incorrect final answer",
-}
 
-_EXPLANATIONS: dict[str, tuple[str, ...]] = {
-    "supporting_not_retrieved": ("None of the retrieved passages is the source of the answer.",
-                                 "The document that states the answer was not retrieved."),
-    "gold_not_retrieved": ("The expected answer appears in none of the passages.",
-                           "Retrieval did not bring back text containing the answer."),
-    "partial_support": ("Only some of the passages needed for the reasoning were retrieved.",
-                        "One step of the multi-hop chain has no evidence."),
-    "split_fact": ("The fact is divided between passages and only a part was available.",
-                   "A chunk boundary separated the pieces of the fact."),
-    "distractor_entity": ("The answer belongs to a similarly named entity.",
-                          "A lookalike entity's passage was used instead of the right one."),
-    "entity_mismatch": ("A passage about another, similar entity was retrieved.",
-                        "Retrieved context mixes in a different subject."),
-    "outdated_statement": ("The answer repeats a value that a newer statement replaced.",
-                           "Conflicting statements were resolved in favour of the old one."),
-    "unanswerable_answered": ("The passages cannot answer the question, yet an answer was given.",
-                              "The model should have said the information is insufficient."),
-    "unsupported_answer": ("The stated answer is not backed by any passage.",
-                           "The claim does not appear in the provided context."),
-    "abstained_when_answerable": ("The model refused although the answer was available.",
-                                  "The evidence was there but the model claimed it was not."),
-    "answer_not_extracted": ("The response has no clearly marked final answer.",
-                             "The required answer format was not followed."),
-    "verbose_or_truncated": ("The response is much longer than needed or cut off.",
-                             "Repetition and length hide the answer."),
-    "wrong_span_from_context": ("The answer was taken from the wrong part of a passage.",
-                                "The correct sentence was present but misread."),
-    "title_copy": ("The response only repeats a passage title.",
-                   "A heading from the context was given instead of an answer."),
-    "empty_answer": ("Nothing usable was produced.", "The response is blank."),
-    "numeric_error": ("The number in the answer is not the correct one.",
-                      "The figure was computed or copied wrongly."),
-    "temporal_error": ("Dates or the order of events are wrong.",
-                       "The answer mixes up when things happened."),
-    "comparison_error": ("The comparison was decided the wrong way.",
-                         "The attributes compared were misjudged."),
-    "incomplete_summary": ("Important points expected in the answer are missing.",
-                           "Only part of the requested content is covered."),
-    "off_topic_answer": ("The response talks about something other than the question.",
-                         "The content drifts away from what was asked."),
-    "wrong_answer": ("The final answer does not match the reference.",
-                     "The response is simply incorrect."),
-}
+def _frozen(value: Any) -> Any:
+    """Lists as tuples, at any depth (mappings keep the file's order)."""
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _frozen(v) for k, v in value.items()}
+    return value
 
-# Rationales are critic training targets: they explain what went wrong from the question, the
-# passages and the answer, and never quote the reference answer (a critic that learns to recite
-# references invents them at test time, where it has none).
-_OPENINGS = (
-    'The model answered "{pred}", and that answer is wrong.',
-    'The prediction "{pred}" does not answer the question correctly.',
-    'The answer "{pred}" is incorrect.',
-    '"{pred}" is not the right answer to this question.',
-    'The response gives "{pred}", which is not correct.',
-)
-_OPENINGS_EMPTY = (
-    "The model gave no usable answer.",
-    "No answer can be read from the response.",
-)
-_OPENINGS_UNANSWERABLE = (
-    'The question cannot be answered from the passages, yet the model answered "{pred}".',
-    'The correct response is that the information is insufficient, but the model said "{pred}".',
-)
-_CAUSE_SENTENCES: dict[str, tuple[str, ...]] = {
-    "supporting_not_retrieved": (
-        "None of the {k} retrieved passages is the document that states the answer, so the model had nothing to ground it on.",
-        "The retriever missed the passage containing the answer; the retrieved documents are about other things.",
-        "The supporting passage was not among the retrieved results, which left the answer without evidence.",
-    ),
-    "gold_not_retrieved": (
-        "The answer occurs in none of the {k} retrieved passages, so retrieval did not supply the needed evidence.",
-        "The retrieved context does not contain the answer at all.",
-        "Retrieval failed: no passage mentions the answer.",
-    ),
-    "partial_support": (
-        "Only {found} of the {total} passages needed for this multi-step question were retrieved, so one link of the reasoning is missing.",
-        "Part of the required evidence was retrieved, but the passage for the other hop is absent.",
-    ),
-    "split_fact": (
-        "The fact is split across neighbouring passages and only part of it was retrieved, so the answer was built from an incomplete statement.",
-        "A chunk boundary divides the relevant statement and the missing half was not retrieved.",
-    ),
-    "distractor_entity": (
-        'A passage about a similarly named entity was retrieved and the model took "{pred}" from it instead of the entity asked about.',
-        "The model confused the entity in the question with a near-duplicate one and reported the other entity's value.",
-    ),
-    "entity_mismatch": (
-        "The retrieved passages include a different but similar entity, which adds confusing noise.",
-        "One of the passages concerns another entity with a similar name.",
-    ),
-    "outdated_statement": (
-        'The model repeated an outdated value ("{pred}") that a newer statement supersedes.',
-        "The passages contain conflicting versions of the fact and the model chose the superseded one.",
-    ),
-    "unanswerable_answered": (
-        "Nothing in the passages answers the question, but the model invented an answer instead of saying the information is insufficient.",
-        "The model should have abstained because the evidence is missing; it guessed instead.",
-    ),
-    "unsupported_answer": (
-        '"{pred}" is not stated in any retrieved passage; the model produced it without support.',
-        "The answer is not grounded in the provided context.",
-        "No passage backs the claim made in the answer.",
-    ),
-    "abstained_when_answerable": (
-        "The model declined to answer although {where} states the answer.",
-        "The response claims the information is missing, but the answer was available.",
-    ),
-    "answer_not_extracted": (
-        "The response never states a final answer after the required prefix, so no clear answer can be read from it.",
-        "The answer format was not followed and the final answer is not marked.",
-    ),
-    "verbose_or_truncated": (
-        "The response is long and rambling{trunc}, burying the short answer.",
-        "Much of the output is repetition{trunc}, and the actual answer gets lost.",
-    ),
-    "wrong_span_from_context": (
-        'The correct answer is in passage [{rank}], but the model extracted a different span, "{pred}".',
-        "The model read the right context but picked the wrong detail from it.",
-    ),
-    "title_copy": (
-        'The model just copied the title of a retrieved passage ("{pred}") rather than answering.',
-        "The output repeats a document heading instead of answering the question.",
-    ),
-    "empty_answer": ("The response is empty.", "Nothing was generated as an answer."),
-    "numeric_error": (
-        "The number is wrong: the evidence does not support {pred}.",
-        "The numerical value was calculated or copied incorrectly.",
-    ),
-    "temporal_error": (
-        "The model got the dates or the order of events wrong.",
-        "The question depends on when things happened and the answer mixes up the time line.",
-    ),
-    "comparison_error": (
-        "The comparison was resolved the wrong way.",
-        "The model compared the two items incorrectly.",
-    ),
-    "incomplete_summary": (
-        "The answer covers only {cov} of the key points that the question requires.",
-        "Several key points expected in the answer are missing.",
-    ),
-    "off_topic_answer": (
-        "The answer drifts away from the question to unrelated content.",
-        "Most of the response is unrelated to what was asked.",
-    ),
-    "wrong_answer": (
-        "The answer is simply incorrect for the question.",
-        "The final answer does not match what the question asks for.",
-    ),
-}
-_CLOSINGS = ("", "A correct response should state the value the passages give for what was asked.",
-             "It should have answered from the right passage.",
-             "The model should have relied on the evidence instead.", "")
+
+_VOCAB = _frozen(read_yaml(Path(__file__).with_name(DATA_FILES[0])))
+# Atomic phrasings per cause.
+TAG_VOCABULARY: dict[str, tuple[str, ...]] = _VOCAB["tag_vocabulary"]
+CAUSE_NAMES: dict[str, str] = _VOCAB["cause_names"]
+_EXPLANATIONS: dict[str, tuple[str, ...]] = _VOCAB["explanations"]
+_OPENINGS: tuple[str, ...] = _VOCAB["openings"]
+_OPENINGS_EMPTY: tuple[str, ...] = _VOCAB["openings_empty"]
+_OPENINGS_UNANSWERABLE: tuple[str, ...] = _VOCAB["openings_unanswerable"]
+_CAUSE_SENTENCES: dict[str, tuple[str, ...]] = _VOCAB["cause_sentences"]
+_CLOSINGS: tuple[str, ...] = _VOCAB["closings"]
 
 
 def _restyle(tag: str, rng: random.Random, noise: float) -> str:

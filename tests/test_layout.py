@@ -11,7 +11,6 @@ from ragcritic_lib.pipeline.deps import import_cycles, import_graph
 LONG_MODULES = {
     "ragcritic_lib/agent/executor.py": "the restricted executor: one safety boundary, read as a whole",
     "ragcritic_lib/agent/actions.py": "the five action functions and the state they share",
-    "ragcritic_lib/teachers.py": "the three teacher roles over one prompt/parse interface",
     "ragcritic_lib/critic.py": "the critic's prompt, target, parser and loaders (one format, kept together)",
     "ragcritic_lib/baselines/ragec.py": "RAGEC's predictor, diagnosis and correction (one method)",
     "ragcritic_lib/pipeline/params.py": "params.yaml's rules table and its checker",
