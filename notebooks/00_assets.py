@@ -27,13 +27,14 @@ model_dtype = "float32"
 corpus_articles = 0
 
 # %%
-from ragcritic_lib import paths
 from ragcritic_lib.data import assets
 from ragcritic_lib.io import read_jsonl
+from ragcritic_lib.pipeline.setup import setup_stage
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 
+setup = setup_stage("assets")  # params and the stage's folder, data/assets; it loads no model
 stats = assets.build_assets(
-    paths.ASSETS_DIR,
+    setup.out_dir,
     passage_words=passage_words,
     seed=seed,
     dev_fraction=dev_fraction,
@@ -55,10 +56,10 @@ pd.DataFrame(stats["wheels"]).T
 # One passage of the corpus and one question of each split:
 
 # %%
-corpus = read_jsonl(paths.ASSETS_DIR / "wiki" / "corpus.jsonl")
+corpus = read_jsonl(setup.out_dir / "wiki" / "corpus.jsonl")
 print(corpus[0]["contents"][:400])
 for split in ("train", "dev", "test"):
-    q = read_jsonl(paths.ASSETS_DIR / "trivia" / f"{split}.jsonl")[0]
+    q = read_jsonl(setup.out_dir / "trivia" / f"{split}.jsonl")[0]
     print(split, "|", q["question"], "->", q["golden_answers"], "| answerable:", q["metadata"]["answerable"])
 
 # %%
@@ -74,4 +75,4 @@ from IPython.display import Markdown  # noqa: E402
 from ragcritic_lib.io import read_json  # noqa: E402
 from ragcritic_lib.evaluation.readings import reading_assets  # noqa: E402
 
-Markdown("\n\n".join(reading_assets(read_json(paths.METRICS_DIR / "00_assets.json"))))
+Markdown("\n\n".join(reading_assets(read_json(setup.metrics_path))))

@@ -50,9 +50,11 @@ weight_unanswerable = 1.0
 import pandas as pd
 
 from ragcritic_lib import paths
+from ragcritic_lib.pipeline.setup import setup_stage
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 from ragcritic_lib.testbed import TestbedConfig, example_per_type, generate_testbed, testbed_stats, write_testbed
 
+setup = setup_stage("testbed")  # params and the stage's folder, data/testbed; no LLM: the world comes from the seed
 cfg = TestbedConfig(
     seed=seed, domains=domains, n_entities_per_domain=n_entities_per_domain, frac_dev=frac_dev,
     frac_test=frac_test, passage_words=passage_words, distractor_rate=distractor_rate,
@@ -96,7 +98,7 @@ for row in example_per_type(testbed, "test"):
     print()
 
 # %%
-written = write_testbed(testbed, paths.TESTBED_DIR)
+written = write_testbed(testbed, setup.out_dir)
 write_stage_metrics("00_testbed", stats)
 {name: str(path.relative_to(paths.ROOT)) for name, path in written.items()}
 
@@ -110,4 +112,4 @@ from IPython.display import Markdown  # noqa: E402
 from ragcritic_lib.io import read_json  # noqa: E402
 from ragcritic_lib.evaluation.readings import reading_testbed  # noqa: E402
 
-Markdown("\n\n".join(reading_testbed(read_json(paths.METRICS_DIR / "00_testbed.json"))))
+Markdown("\n\n".join(reading_testbed(read_json(setup.metrics_path))))

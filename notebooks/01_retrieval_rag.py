@@ -34,18 +34,18 @@ closed_book = True
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from ragcritic_lib import paths, runtime
+from ragcritic_lib import runtime
 from ragcritic_lib.evaluation.summaries import recall_at_k, summarize_rag
 from ragcritic_lib.io import write_jsonl
 from ragcritic_lib.pipeline.outputs import save_figure
-from ragcritic_lib.pipeline.params import load_params, parse_dataset_counts
+from ragcritic_lib.pipeline.params import parse_dataset_counts
+from ragcritic_lib.pipeline.setup import setup_stage
 from ragcritic_lib.rag import PROMPT_VARIANTS, answer_gen_params, run_standard_rag
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 
-params = load_params()
-datasets = runtime.dataset_names(params)
+setup = setup_stage("retrieval_rag")  # params, data/retrieval_rag; generator and retrievers load on first use
+params, datasets, out_dir = setup.params, setup.datasets, setup.out_dir
 ks = [int(k) for k in recall_ks.split(",")]
-out_dir = paths.stage_dir("retrieval_rag")
 # Standard-RAG answers per split: eval_questions, or the count dataset_questions names.
 n_eval = {ds: parse_dataset_counts(dataset_questions).get(ds, eval_questions) for ds in datasets}
 metrics = {"retrieval": {}, "rag": {}, "closed_book": {}}
@@ -69,7 +69,7 @@ for ds in datasets:
     metrics["retrieval"][ds] = {}
     for name, cfg in variants.items():
         # BEGIN SOLUTION hint: compute recall_at_k for this retriever variant and add one row per k to rows
-        res = recall_at_k(runtime.load_retriever(params, ds, **cfg), questions, ks, group="type")
+        res = recall_at_k(setup.retriever(ds, **cfg), questions, ks, group="type")
         metrics["retrieval"][ds][name] = res
         rows += [{"dataset": ds, "retriever": name, "k": int(k), "recall": v} for k, v in res["answer_recall"].items()]
         # END SOLUTION
@@ -106,11 +106,11 @@ pd.DataFrame(type_rows)
 # The generator reads the top-k passages of the configured retriever (`common.retriever`).
 
 # %%
-llm = runtime.load_generator(params)
+llm = setup.llm
 gen = answer_gen_params(prompt_variant, max_new_tokens)
 summary_rows = []
 for ds in datasets:
-    retriever = runtime.load_retriever(params, ds)
+    retriever = setup.retriever(ds)
     for split in ("dev", "test"):
         records = runtime.load_split(params, ds, split, limit=n_eval[ds])
         # BEGIN SOLUTION hint: run standard RAG on these records with the dataset's retriever, top_k and the prompt variant
@@ -139,7 +139,7 @@ pd.DataFrame(summary_rows)
 # %%
 probe_rows = []
 for ds in datasets:
-    retriever = runtime.load_retriever(params, ds)
+    retriever = setup.retriever(ds)
     probe = runtime.load_split(params, ds, "dev", limit=variant_probe_questions)
     for variant in (v for v in PROMPT_VARIANTS if v != "closed_book"):
         res = run_standard_rag(llm, probe, retriever=retriever, k=top_k, variant=variant,
@@ -187,4 +187,4 @@ from IPython.display import Markdown  # noqa: E402
 from ragcritic_lib.io import read_json  # noqa: E402
 from ragcritic_lib.evaluation.readings import reading_retrieval_rag  # noqa: E402
 
-Markdown("\n\n".join(reading_retrieval_rag(read_json(paths.METRICS_DIR / "01_retrieval_rag.json"), top_k=top_k)))
+Markdown("\n\n".join(reading_retrieval_rag(read_json(setup.metrics_path), top_k=top_k)))

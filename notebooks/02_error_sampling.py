@@ -38,19 +38,18 @@ teacher_max_new_tokens = 160
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from ragcritic_lib import mining, paths, runtime
+from ragcritic_lib import mining, runtime
 from ragcritic_lib.data.flashrag import dataset_paths, load_corpus_records
 from ragcritic_lib.io import write_jsonl
 from ragcritic_lib.pipeline.outputs import save_figure, save_table
-from ragcritic_lib.pipeline.params import load_params, parse_dataset_counts
+from ragcritic_lib.pipeline.params import parse_dataset_counts
+from ragcritic_lib.pipeline.setup import setup_stage
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 from ragcritic_lib.teachers import build_teachers, teacher_agreement
 
-params = load_params()
-seed = params["common"]["seed"]
-datasets = runtime.dataset_names(params)
+setup = setup_stage("error_sampling")  # params, data/error_sampling; the pool members load their own models
+params, seed, datasets, out_dir = setup.params, setup.seed, setup.datasets, setup.out_dir
 n_questions = {ds: parse_dataset_counts(dataset_questions).get(ds, questions_per_dataset) for ds in datasets}
-out_dir = paths.stage_dir("error_sampling")
 pool = mining.load_pool(pool_file, base_llm=runtime.generator_config(params),
                         base_retriever=params["common"]["retriever"])
 pd.DataFrame([m.describe() for m in pool])
@@ -67,7 +66,7 @@ for ds in datasets:
     records = runtime.load_split(params, ds, split, limit=n_questions[ds])
     # BEGIN SOLUTION hint: sample answers from every pool member (resumable log under out_dir / 'samples')
     samples += mining.sample_error_responses(
-        records, pool, lambda m, ds=ds: runtime.load_retriever(params, ds, **m.retriever),
+        records, pool, lambda m, ds=ds: setup.retriever(ds, **m.retriever),
         out_path=out_dir / "samples" / f"{ds}.jsonl", chunk_size=chunk_size, progress=True)
     # END SOLUTION
 print(f"{len(samples)} sampled answers from {len(pool)} pool members on {datasets}")
@@ -184,4 +183,4 @@ from IPython.display import Markdown  # noqa: E402
 from ragcritic_lib.io import read_json  # noqa: E402
 from ragcritic_lib.evaluation.readings import reading_error_sampling  # noqa: E402
 
-Markdown("\n\n".join(reading_error_sampling(read_json(paths.METRICS_DIR / "02_error_sampling.json"))))
+Markdown("\n\n".join(reading_error_sampling(read_json(setup.metrics_path))))

@@ -37,15 +37,14 @@ import pandas as pd
 from ragcritic_lib import mining, paths
 from ragcritic_lib.io import read_jsonl, write_jsonl
 from ragcritic_lib.pipeline.outputs import save_figure
-from ragcritic_lib.pipeline.params import load_params
+from ragcritic_lib.pipeline.setup import setup_stage
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 from ragcritic_lib.tagging import normalize_tags, tag_counts
 from ragcritic_lib.teachers import build_teachers, teacher_agreement, vocabulary_size
 
-params = load_params()
-seed = params["common"]["seed"]
+setup = setup_stage("tagging")  # params and data/tagging; an LLM teacher loads its own model
+params, seed, out_dir = setup.params, setup.seed, setup.out_dir
 errors = read_jsonl(paths.stage_dir("error_sampling") / "d_error.jsonl")
-out_dir = paths.stage_dir("tagging")
 primary, grounded, llm_teacher = build_teachers(
     params, teacher=teacher, teacher_config=teacher_config, llm_subset=llm_teacher_subset,
     few_shot=teacher_few_shot, max_new_tokens=teacher_max_new_tokens,
@@ -151,4 +150,4 @@ from IPython.display import Markdown  # noqa: E402
 from ragcritic_lib.io import read_json  # noqa: E402
 from ragcritic_lib.evaluation.readings import reading_tagging  # noqa: E402
 
-Markdown("\n\n".join(reading_tagging(read_json(paths.METRICS_DIR / "03_tagging.json"))))
+Markdown("\n\n".join(reading_tagging(read_json(setup.metrics_path))))

@@ -40,17 +40,16 @@ from scipy.cluster.hierarchy import dendrogram
 from ragcritic_lib import mining, paths, taxonomy as tx
 from ragcritic_lib.io import read_jsonl, write_json, write_jsonl
 from ragcritic_lib.pipeline.outputs import save_figure, save_markdown, save_table
-from ragcritic_lib.pipeline.params import load_params
+from ragcritic_lib.pipeline.setup import setup_stage
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 from ragcritic_lib.tagging import tag_counts
 from ragcritic_lib.teachers import build_teachers
 
-params = load_params()
-seed = params["common"]["seed"]
+setup = setup_stage("taxonomy")  # params and data/taxonomy; the encoder and an LLM namer load below
+params, seed, out_dir = setup.params, setup.seed, setup.out_dir / "build"
 tax = tx.load_taxonomy()
 known = tx.load_known_causes(taxonomy=tax)
 overrides = tx.load_overrides(taxonomy=tax)
-out_dir = paths.stage_dir("taxonomy") / "build"
 pd.DataFrame([{"tier1": t1, "stage": tax.stages[t1], "tier2": ", ".join(tax.children(t1))} for t1 in tax.tier1])
 
 # %% [markdown]
@@ -220,4 +219,4 @@ from IPython.display import Markdown  # noqa: E402
 from ragcritic_lib.io import read_json  # noqa: E402
 from ragcritic_lib.evaluation.readings import reading_taxonomy  # noqa: E402
 
-Markdown("\n\n".join(reading_taxonomy(read_json(paths.METRICS_DIR / "04_taxonomy.json"))))
+Markdown("\n\n".join(reading_taxonomy(read_json(setup.metrics_path))))

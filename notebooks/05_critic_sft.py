@@ -51,17 +51,16 @@ from ragcritic_lib.critic_data import (
 )
 from ragcritic_lib.io import read_jsonl, write_json, write_jsonl
 from ragcritic_lib.pipeline.outputs import save_figure
-from ragcritic_lib.pipeline.params import load_params
+from ragcritic_lib.pipeline.setup import setup_stage
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 from ragcritic_lib.taxonomy import load_taxonomy
 from ragcritic_lib.training import inference_checkpoint, run_training, write_loss_curve
 
-params = load_params()
-seed = params["common"]["seed"]
+setup = setup_stage("critic_sft")  # params and data/critic_sft; the critic is trained and loaded below
+params, seed, out_dir = setup.params, setup.seed, setup.out_dir
 # The local model folder trained from: base_model, or the generator's model ("" and a local generator).
 train_base = runtime.resolve_base_model(params, base_model, key="critic_sft.base_model")
 taxonomy = load_taxonomy()
-out_dir = paths.stage_dir("critic_sft")
 prompt = {"variant": "trained", "top_k": top_k, "passage_words": passage_words, "label_list": label_list}
 train_base
 
@@ -179,4 +178,4 @@ from IPython.display import Markdown  # noqa: E402
 from ragcritic_lib.io import read_json  # noqa: E402
 from ragcritic_lib.evaluation.readings import reading_critic_sft  # noqa: E402
 
-Markdown("\n\n".join(reading_critic_sft(read_json(paths.METRICS_DIR / "05_critic_sft.json"))))
+Markdown("\n\n".join(reading_critic_sft(read_json(setup.metrics_path))))

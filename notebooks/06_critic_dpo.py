@@ -36,21 +36,20 @@ import json
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from ragcritic_lib import paths, runtime
+from ragcritic_lib import paths
 from ragcritic_lib.critic import calibrate_verdicts, load_trained_critic
 from ragcritic_lib.critic_data import balance_correct, dpo_pairs
 from ragcritic_lib.io import read_json, read_jsonl, write_json, write_jsonl
 from ragcritic_lib.pipeline.outputs import save_figure
-from ragcritic_lib.pipeline.params import load_params
+from ragcritic_lib.pipeline.setup import setup_stage
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 from ragcritic_lib.taxonomy import load_taxonomy
 from ragcritic_lib.training import dpo_start, inference_checkpoint, load_recipe, load_train_result, run_training, write_loss_curve
 
-params = load_params()
-seed = params["common"]["seed"]
+setup = setup_stage("critic_dpo")  # params and data/critic_dpo; the aligned critic is loaded below
+params, seed, out_dir = setup.params, setup.seed, setup.out_dir
 taxonomy = load_taxonomy()
 sft_dir = paths.stage_dir("critic_sft")
-out_dir = paths.stage_dir("critic_dpo")
 prompt = read_json(sft_dir / "critic_prompt.json")  # the SFT critic's prompt settings
 train = read_jsonl(sft_dir / "splits" / "train.jsonl")
 prompt
@@ -159,4 +158,4 @@ from IPython.display import Markdown  # noqa: E402
 from ragcritic_lib.io import read_json  # noqa: E402
 from ragcritic_lib.evaluation.readings import reading_critic_dpo  # noqa: E402
 
-Markdown("\n\n".join(reading_critic_dpo(read_json(paths.METRICS_DIR / "06_critic_dpo.json"))))
+Markdown("\n\n".join(reading_critic_dpo(read_json(setup.metrics_path))))

@@ -37,15 +37,14 @@ from ragcritic_lib.error_benchmark import benchmark_table, build_benchmark, plot
 from ragcritic_lib.critic import HeuristicCritic, LLMCritic, critiques_to_records, load_trained_critic
 from ragcritic_lib.io import read_json, read_jsonl, write_jsonl
 from ragcritic_lib.pipeline.outputs import save_figure, save_table
-from ragcritic_lib.pipeline.params import load_params
+from ragcritic_lib.pipeline.setup import setup_stage
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 from ragcritic_lib.taxonomy import load_known_causes, load_taxonomy
 
-params = load_params()
-seed = params["common"]["seed"]
+setup = setup_stage("benchmark")  # params and data/benchmark; the generator loads only for the zero-shot critic
+params, seed, out_dir = setup.params, setup.seed, setup.out_dir
 taxonomy = load_taxonomy()
 known_causes = load_known_causes(paths.resolve(known_causes_file), taxonomy=taxonomy)
-out_dir = paths.stage_dir("benchmark")
 prompt = read_json(paths.stage_dir("critic_sft") / "critic_prompt.json")
 test = read_jsonl(paths.stage_dir("critic_sft") / "splits" / "test.jsonl")
 len(test)
@@ -78,7 +77,7 @@ for name, stage, short in (("SFT critic", "critic_sft", "sft"), ("SFT+DPO critic
     critics[f"{name} (calibrated)"] = load_trained_critic(params, paths.stage_dir(stage), taxonomy,
                                                           max_new_tokens=max_new_tokens, name=f"{short}:calibrated")
 if include_zeroshot:
-    critics["base zero-shot"] = LLMCritic(runtime.load_generator(params), taxonomy, "zeroshot", top_k=prompt["top_k"],
+    critics["base zero-shot"] = LLMCritic(setup.llm, taxonomy, "zeroshot", top_k=prompt["top_k"],
                                           passage_words=prompt["passage_words"], max_new_tokens=max_new_tokens,
                                           name="zeroshot")
 if include_heuristic:
@@ -167,4 +166,4 @@ from IPython.display import Markdown  # noqa: E402
 from ragcritic_lib.io import read_json  # noqa: E402
 from ragcritic_lib.evaluation.readings import reading_benchmark  # noqa: E402
 
-Markdown("\n\n".join(reading_benchmark(read_json(paths.METRICS_DIR / "07_benchmark.json"))))
+Markdown("\n\n".join(reading_benchmark(read_json(setup.metrics_path))))

@@ -63,16 +63,15 @@ import pandas as pd
 from ragcritic_lib import paths, runtime
 from ragcritic_lib.agent.actions import ActionSet
 from ragcritic_lib.agent.ladder import (
-    AlwaysErrorCritic, KnownCauseCritic, fit_critic_act_threshold, ladder_records, ladder_table, plan_shares,
-    verdict_shares,
+    AlwaysErrorCritic, KnownCauseCritic, correction_metrics, fit_critic_act_threshold, ladder_records, ladder_table,
+    plan_shares, verdict_shares,
 )
 from ragcritic_lib.agent.planner import (
     LLMPlanner, RuleBasedPlanner, load_error_actions, load_trained_planner, planner_sft_examples,
 )
 from ragcritic_lib.agent.workflow import (
     OracleCritic, action_usage, comparison_rows, cost_rows, iteration_table,
-    method_slug, pick_case_studies, rag_cost, rejection_counts, render_case_study, run_methods, stable_costs,
-    status_counts,
+    method_slug, pick_case_studies, rag_cost, rejection_counts, render_case_study, run_methods, status_counts,
 )
 from ragcritic_lib.critic import load_trained_critic
 from ragcritic_lib.data.flashrag import dataset_paths, load_corpus_records
@@ -80,18 +79,16 @@ from ragcritic_lib.evidence import compute_evidence
 from ragcritic_lib.io import read_jsonl, write_json, write_jsonl
 from ragcritic_lib.mining import passage_metadata
 from ragcritic_lib.pipeline.outputs import save_markdown, save_table
-from ragcritic_lib.pipeline.params import load_params
+from ragcritic_lib.pipeline.setup import setup_stage
 from ragcritic_lib.rag import answer_gen_params
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 from ragcritic_lib.retrieval import CrossEncoderReranker
 from ragcritic_lib.taxonomy import load_known_causes, load_taxonomy
 from ragcritic_lib.training import run_training, write_loss_curve
 
-params = load_params()
+setup = setup_stage("correction")  # params and data/correction; the generator and retrievers load on first use
+params, seed, datasets, out_dir = setup.params, setup.seed, setup.datasets, setup.out_dir
 rag_cfg = params["retrieval_rag"]  # the standard-RAG settings every answer is generated with
-seed = params["common"]["seed"]
-datasets = runtime.dataset_names(params)
-out_dir = paths.stage_dir("correction")
 taxonomy = load_taxonomy()
 # Standard-RAG answers are read from notebook 01's outputs, never regenerated. The testbed's
 # first N test questions cycle through the question types (N = 280, the whole split: 40 per type);
@@ -156,7 +153,7 @@ write_json(out_dir / "planner_train_result.json", trained.to_dict())  # records 
 # answer-recall ceiling: no effect is claimed from it.
 
 # %%
-generator = runtime.load_generator(params)
+generator = setup.llm
 # The critic notebook 07 benchmarked: the checkpoint notebook 06 calibrated, its prompt settings and threshold.
 # dev_f1 starts from the calibrated critic and replaces its threshold below, on the dev split.
 trained_critic = load_trained_critic(params, paths.resolve(critic_dir), taxonomy,
@@ -194,7 +191,7 @@ retriever_cfg = runtime.retriever_config(params)
 # The cross-encoder reranks action retrievals and selects sentences for RefineDoc; GenerateAnswer
 # reads at most standard RAG's top_k passages (the embedded reader gets worse past three).
 reranker = CrossEncoderReranker(retriever_cfg["reranker"])
-action_sets = {ds: ActionSet(generator, runtime.load_retriever(params, ds), gen_params=gen_params,
+action_sets = {ds: ActionSet(generator, setup.retriever(ds), gen_params=gen_params,
                              topk=rag_cfg["top_k"], max_doc_words=rag_cfg["max_passage_words"],
                              rag_variant=rag_cfg["prompt_variant"], reranker=reranker,
                              rerank_depth=retriever_cfg["rerank_depth"], max_docs=rag_cfg["top_k"], table=table,
@@ -334,37 +331,12 @@ save_markdown("\n---\n\n".join(cases), "08_correction", "case_studies")
 print("\n---\n\n".join(cases))
 
 # %%
-metrics = {
-    "n_questions": {ds: len(r) for ds, r in test_sets.items()},
-    "comparison": {ds: {row["method"]: {k: row[k] for k in ("em", "f1", "acc", "n")}
-                        for row in comparison_rows(runs[ds]) if row["group"] == "all"} for ds in datasets},
-    "by_type": {ds: [row for row in comparison_rows(runs[ds]) if row["group"] != "all"] for ds in datasets},
-    "iterations": {ds: iteration_table(runs[ds]["RAG-Critic"]) for ds in datasets},
-    "cost": stable_costs(costs),
-    "status": {ds: {name: status_counts(r) for name, r in by_method.items()} for ds, by_method in runs.items()},
-    "rejections": rejections,
-    "action_usage": usage,
-    # seconds: wall time of the planner's training run, the comparison's training cost (varies per run)
-    "planner_training": {**{k: v for k, v in trained.to_dict().items()
-                            if k not in ("log_history", "recipe") and "second" not in k},
-                         "seconds": round(trained.seconds, 1)},
-    "planner_sft_examples": len(sft_examples),
-    "critic_verdict": {"mode": critic_verdict, "threshold": round(threshold, 4) if abs(threshold) != float("inf") else None,
-                       **({"dev_fit": {k: (None if isinstance(v, float) and abs(v) == float("inf") else v)
-                                       for k, v in act_fit.items()}} if act_fit else {})},
-    "planner_decoding": planner_decoding,
-    # Per planner: plans written, plans without a program (free decoding) and, for constrained
-    # decoding, how often the pick was the critique's own rule-based program.
-    "planner_stats": {m["planner"].name: dict(m["planner"].stats) for m in method_sets[datasets[0]].values()
-                      if isinstance(m["planner"], LLMPlanner)},
-    "plan_shares": shares,
-    "verdict_shares": verdicts,
-    # ladder.<dataset>.<row> = {n, em, f1, acc, delta_f1, ci_low, ci_high, p_value} (F1 on a 0-1 scale)
-    "ladder": {key: value for ds in datasets for key, value in {
-        ds: ladders[ds]["all"], f"{ds}_by_type": ladders[ds]["by_type"], f"{ds}_mde_f1": ladders[ds]["mde_f1"],
-        f"{ds}_paired_mde_f1": ladders[ds]["paired_mde_f1"], f"{ds}_answer_recall": answer_recall[ds]}.items()},
-    "degenerate": degenerate,
-}
+# Comparison, iterations, stable costs, statuses, the ladder and the flags, gathered in one dict.
+metrics = correction_metrics(test_sets=test_sets, runs=runs, costs=costs, methods=method_sets[datasets[0]],
+                             ladders=ladders, answer_recall=answer_recall, shares=shares, verdicts=verdicts,
+                             degenerate=degenerate, planner_run=trained, planner_sft_examples=len(sft_examples),
+                             critic_verdict=critic_verdict, threshold=threshold, act_fit=act_fit,
+                             planner_decoding=planner_decoding)
 write_stage_metrics("08_correction", metrics)
 metrics["comparison"]
 
@@ -378,4 +350,4 @@ from IPython.display import Markdown  # noqa: E402
 from ragcritic_lib.io import read_json  # noqa: E402
 from ragcritic_lib.evaluation.readings import reading_correction  # noqa: E402
 
-Markdown("\n\n".join(reading_correction(read_json(paths.METRICS_DIR / "08_correction.json"))))
+Markdown("\n\n".join(reading_correction(read_json(setup.metrics_path))))

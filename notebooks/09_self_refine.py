@@ -31,9 +31,10 @@ rounds = 2
 # %%
 import pandas as pd
 
-from ragcritic_lib.baselines import MeteredLLM, add_costs, dataset_costs, records_cost, self_refine, stopwatch
-from ragcritic_lib.baselines.harness import save_method_run
+from ragcritic_lib.baselines import MeteredLLM, add_costs, dataset_costs, jsonable, records_cost, self_refine, stopwatch
+from ragcritic_lib.baselines.harness import save_method_answers
 from ragcritic_lib.baselines.stage_setup import setup_method
+from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 
 setup = setup_method("self_refine")  # params, standard RAG's settings, the answer setting, generator, questions
 rr, gen, llm, test = setup.rag, setup.gen, setup.llm, setup.test
@@ -74,11 +75,13 @@ info["answers_changed"] = len(changed)
 
 # %%
 base_cost = {ds: records_cost(recs) for ds, recs in test.items()}
-save_method_run(
+metrics = save_method_answers(  # the scored answers under data/self_refine, and the metrics checked
     "self_refine", "09_self_refine", "Self-Refine", refined,
     cost=add_costs(*base_cost.values(), m.cost()), cost_by_dataset=dataset_costs(base_cost, m.cost_by_dataset()),
     degenerate=info["degenerate"], seconds={"test": t["seconds"]}, info={"self_refine": info},
-)["scores"]
+)
+write_stage_metrics("09_self_refine", jsonable(metrics))
+metrics["scores"]
 
 # %% [markdown]
 # ## Reading the numbers
@@ -87,10 +90,9 @@ save_method_run(
 # %%
 from IPython.display import Markdown  # noqa: E402
 
-from ragcritic_lib import paths  # noqa: E402
 from ragcritic_lib.io import read_json  # noqa: E402
 from ragcritic_lib.evaluation.readings import reading_self_refine  # noqa: E402
 
 # standard RAG's F1 on the same test questions (their records carry its scored answers)
 standard_f1 = {ds: sum(r["f1"] for r in recs) / max(1, len(recs)) for ds, recs in test.items()}
-Markdown("\n\n".join(reading_self_refine(read_json(paths.METRICS_DIR / "09_self_refine.json"), standard_f1=standard_f1)))
+Markdown("\n\n".join(reading_self_refine(read_json(setup.metrics_path), standard_f1=standard_f1)))

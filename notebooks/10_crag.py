@@ -49,9 +49,10 @@ from collections import Counter
 import pandas as pd
 
 from ragcritic_lib import runtime
-from ragcritic_lib.baselines import MeteredLLM, crag, dataset_name, score_records, stopwatch
-from ragcritic_lib.baselines.harness import save_method_run
+from ragcritic_lib.baselines import MeteredLLM, crag, dataset_name, jsonable, score_records, stopwatch
+from ragcritic_lib.baselines.harness import save_method_answers
 from ragcritic_lib.baselines.stage_setup import setup_method
+from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 
 setup = setup_method("crag")  # params, standard RAG's settings, the answer setting, generator, questions
 params, seed, rr, llm, test = setup.params, setup.seed, setup.rag, setup.llm, setup.test
@@ -73,13 +74,13 @@ split = lambda ds, name, n: runtime.load_split(params, ds, name, limit=n)  # noq
 tune_m, evaluators, secondaries, best, info = MeteredLLM(llm), {}, {}, {}, {}
 with stopwatch() as t_tune:
     for ds in test:
-        retriever = runtime.load_retriever(params, ds)
+        retriever = setup.retriever(ds)
         # BEGIN SOLUTION hint: attach the retriever's top_k passages (crag.attach_passages) to the train and dev questions from split, then fit evaluators[ds] on train with crag.fit_evaluator
         train = crag.attach_passages(split(ds, "train", train_questions), retriever, rr["top_k"])
         dev = crag.attach_passages(split(ds, "dev", dev_questions), retriever, rr["top_k"])
         evaluators[ds] = crag.fit_evaluator(train, ce, seed=seed)
         # END SOLUTION
-        secondaries[ds] = runtime.load_retriever(params, ds, kind=secondary, rerank=False)
+        secondaries[ds] = setup.retriever(ds, kind=secondary, rerank=False)
         with tune_m.dataset(ds):
             best[ds] = crag.tune_on_dev(tune_m, dev, evaluator=evaluators[ds], ce_scorer=ce,
                                         secondary=secondaries[ds], **crag_kw)
@@ -116,13 +117,15 @@ pd.DataFrame([{"dataset": dataset_name(r), "action": r["crag_action"], "f1": r["
 
 # %%
 degenerate = [f"{ds}: {d}" for ds in test for d in info[ds]["degenerate"]]
-save_method_run(
+metrics = save_method_answers(  # the scored answers under data/crag, and the metrics checked
     "crag", "10_crag", "CRAG", out, cost=m.cost(), cost_by_dataset=m.cost_by_dataset(),
     training={"calls": tune_m.cost()["calls"], "seconds": round(t_tune["seconds"], 1),
               "by_dataset": {ds: {"calls": c["calls"]} for ds, c in tune_m.cost_by_dataset().items()},
               "what": "dev answers for threshold tuning (the evaluator's fit makes no LLM call)"},
     degenerate=degenerate, seconds={"tuning": t_tune["seconds"], "test": t["seconds"]}, info={"crag": info},
-)["scores"]
+)
+write_stage_metrics("10_crag", jsonable(metrics))
+metrics["scores"]
 
 # %% [markdown]
 # ## Reading the numbers
@@ -131,10 +134,9 @@ save_method_run(
 # %%
 from IPython.display import Markdown  # noqa: E402
 
-from ragcritic_lib import paths  # noqa: E402
 from ragcritic_lib.io import read_json  # noqa: E402
 from ragcritic_lib.evaluation.readings import reading_crag  # noqa: E402
 
 # standard RAG's F1 on the same test questions (their records carry its scored answers)
 standard_f1 = {ds: sum(r["f1"] for r in recs) / max(1, len(recs)) for ds, recs in test.items()}
-Markdown("\n\n".join(reading_crag(read_json(paths.METRICS_DIR / "10_crag.json"), standard_f1=standard_f1)))
+Markdown("\n\n".join(reading_crag(read_json(setup.metrics_path), standard_f1=standard_f1)))

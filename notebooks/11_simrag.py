@@ -65,9 +65,11 @@ import dataclasses
 import pandas as pd
 
 from ragcritic_lib import runtime
-from ragcritic_lib.baselines import MeteredLLM, add_costs, dataset_costs, epochs_trained, per_dataset, simrag, stopwatch
-from ragcritic_lib.baselines.harness import save_method_run
+from ragcritic_lib.baselines import (MeteredLLM, add_costs, dataset_costs, epochs_trained, jsonable, per_dataset, simrag,
+                                     stopwatch)
+from ragcritic_lib.baselines.harness import save_method_answers
 from ragcritic_lib.baselines.stage_setup import setup_method
+from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 
 setup = setup_method("simrag")  # params, standard RAG's settings, the answer setting, generator, questions
 params, seed, rr, gen, llm, test = setup.params, setup.seed, setup.rag, setup.gen, setup.llm, setup.test
@@ -167,43 +169,13 @@ pd.DataFrame({"held-out accept rate": {t_: r["accept_rate"] for t_, r in held_t.
               "test accept rate": {t_: r["accept_rate"] for t_, r in test_t.items()}}).rename_axis("turn").round(3)
 # END SOLUTION
 
-# %% [markdown]
-# ## Reading the numbers
-# Written from the results above, so it stays true when they change.
-
-# %%
-from IPython.display import Markdown  # noqa: E402
-
-from ragcritic_lib.baselines import score_records  # noqa: E402
-
-
-def mean_f1(recs):
-    scored = score_records(recs)
-    return sum(r["f1"] for r in scored) / max(1, len(scored))
-
-
-conf = confusions[critic]
-accepted = sum(1 for r in main_out if r.get("simrag_accepted"))
-mean_turns = sum(r.get("simrag_turns", 0) for r in main_out) / max(1, len(main_out))
-text = [f"Self-practice gave {len(practice)} examples ({practice_info['accept']} accepted as correct); the "
-        f"{critic} critic learned from {practice_info['distinct_train']} distinct training examples "
-        f"({practice_info['train_accept']} Accept; {len(balanced)} after balancing by {balance}) and scores {conf['accuracy']:.0%} on "
-        f"{conf['n']} held-out ones (accepting {conf['shares']['wrong_accept']:.0%} wrong and rejecting "
-        f"{conf['shares']['correct_reject']:.0%} right answers, as shares of all held-out examples).",
-        f"On the test questions the critic accepted {accepted} of {len(main_out)} final answers, after "
-        f"{mean_turns:.2f} turns on average; "
-        f"mean F1 {mean_f1(main_out):.3f}"
-        + "".join(f"; {label}: {mean_f1(recs):.3f}" for label, recs in runs.values()) + "."]
-text += [f"Flagged degenerate: {d}." for d in practice_info["degenerate"] + report["degenerate"]]
-Markdown("\n\n".join(text))
-
 # %%
 practice_cost = practice_m.cost()
 degenerate = practice_info["degenerate"] + report["degenerate"]
 if "llm_critic" in training and training["llm_critic"]["epochs"] < 1:
     degenerate.append(f"simrag: the critic made {training['llm_critic']['steps']} steps, "
                       f"{training['llm_critic']['epochs']:.2f} epochs over its {training['llm_critic']['rows']} rows (< 1)")
-save_method_run(
+metrics = save_method_answers(  # the scored answers under data/simrag, and the metrics checked
     "simrag", "11_simrag", "SIM-RAG", main_out, cost=main_cost, cost_by_dataset=main_by_ds,
     training={"calls": practice_cost["calls"] + training.get("llm_critic", {}).get("heldout_calls", 0),
               "seconds": round(t_practice["seconds"] + t_critic["seconds"], 1),
@@ -215,4 +187,17 @@ save_method_run(
     info={"critic": critic, "practice_examples": len(practice), "practice": practice_info,
           "balanced_train": len(balanced), "heldout_confusion": confusions[critic], "heldout_confusion_by_critic": confusions,
           "accept_rate_by_turn": {k: report[k] for k in ("heldout_accept_rate_by_turn", "inference_accept_rate_by_turn")}},
-)["scores"]
+)
+write_stage_metrics("11_simrag", jsonable(metrics))
+metrics["scores"]
+
+# %% [markdown]
+# ## Reading the numbers
+# Written from the metrics this stage has just written and its test answers, so it stays true when they change.
+
+# %%
+from IPython.display import Markdown  # noqa: E402
+
+from ragcritic_lib.evaluation.readings import reading_simrag  # noqa: E402
+
+Markdown("\n\n".join(reading_simrag(metrics, main_out, extra_runs=runs)))

@@ -66,12 +66,13 @@ import pandas as pd
 
 from ragcritic_lib import paths, runtime
 from ragcritic_lib.agent.actions import ActionSet
-from ragcritic_lib.baselines import (MeteredLLM, add_costs, dataset_costs, epochs_trained, per_dataset, records_cost,
-                                     repair, stopwatch)
-from ragcritic_lib.baselines.harness import save_method_run
+from ragcritic_lib.baselines import (MeteredLLM, add_costs, dataset_costs, epochs_trained, jsonable, per_dataset,
+                                     records_cost, repair, stopwatch)
+from ragcritic_lib.baselines.harness import save_method_answers
 from ragcritic_lib.baselines.stage_setup import setup_method
 from ragcritic_lib.critic import HeuristicCritic
 from ragcritic_lib.io import read_jsonl
+from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 from ragcritic_lib.rag import run_standard_rag
 from ragcritic_lib.taxonomy import load_taxonomy
 from ragcritic_lib.training import dpo_start
@@ -201,25 +202,9 @@ rc_programs = [s.get("program") or "" for r in (read_jsonl(rc_file) if rc_file.e
 usage = repair.action_usage_table(repair.count_actions(rc_programs), repair.count_actions(executed))
 pd.DataFrame(usage)
 
-# %% [markdown]
-# ## Reading the numbers
-# Written from the results above, so it stays true when they change.
-
-# %%
-from IPython.display import Markdown  # noqa: E402
-
-changed = sum(1 for r, s in zip(out, [x for recs in test.values() for x in recs])
-              if str(r["prediction"]).strip() != str(s["prediction"]).strip())
-text = [f"The planner trained on {off_states} off-policy and {on_states} on-policy states "
-        f"({len(off_pairs)} + {len(on_pairs)} preference pairs). At test time {info['executed']} of {info['plans']} "
-        f"plans executed ({len(plan_counts)} distinct, the most common {top_share:.0%} of them) and "
-        f"{changed} of {len(out)} answers changed."]
-text += [f"Flagged degenerate: {d}." for d in degenerate]
-Markdown("\n\n".join(text))
-
 # %%
 base_cost = {ds: records_cost(recs) for ds, recs in test.items()}
-save_method_run(
+metrics = save_method_answers(  # the scored answers under data/repair, and the metrics checked
     "repair", "12_repair", "RePAIR", out,
     cost=add_costs(*base_cost.values(), final_planner.cost(), gen_test.cost()),
     cost_by_dataset=dataset_costs(base_cost, final_planner.cost_by_dataset(), gen_test.cost_by_dataset()),
@@ -231,4 +216,17 @@ save_method_run(
     info={"repair": {**info, "offpolicy_pairs": len(off_pairs), "onpolicy_pairs": len(on_pairs),
                      "planner_start": "adapter" if start["init_adapter"] else "base model"},
           "action_usage": usage},
-)["scores"]
+)
+write_stage_metrics("12_repair", jsonable(metrics))
+metrics["scores"]
+
+# %% [markdown]
+# ## Reading the numbers
+# Written from the metrics this stage has just written and its test answers, so it stays true when they change.
+
+# %%
+from IPython.display import Markdown  # noqa: E402
+
+from ragcritic_lib.evaluation.readings import reading_repair  # noqa: E402
+
+Markdown("\n\n".join(reading_repair(metrics, out, standard=test)))

@@ -70,11 +70,11 @@ rerank_on = bool(runtime.retriever_config(params).get("rerank"))
 m, out, inputs, answered = MeteredLLM(llm), [], [], {}
 with stopwatch() as t:
     for ds, recs in test.items():
-        first_stage = runtime.load_retriever(params, ds, rerank=False)
+        first_stage = setup.retriever(ds, rerank=False)
         gold_fn = ragec.make_chunk_gold_fn(runtime.load_corpus(params, ds))
         with m.dataset(ds):
             if not rerank_on and rerank:
-                reranked = runtime.load_retriever(params, ds, rerank=True, rerank_depth=first_stage_depth)
+                reranked = setup.retriever(ds, rerank=True, rerank_depth=first_stage_depth)
                 recs = ragec.reranked_records(m, recs, reranked=reranked, first_stage=first_stage,
                                               depth=first_stage_depth, **rag_kw)
             elif rerank_on:
@@ -125,37 +125,22 @@ agreement = ragec.tier1_agreement(out, labels, types, canonical=taxonomy.canonic
 # END SOLUTION
 {"same_answer_questions": len(same), **{k: v for k, v in agreement.items() if k != "by_stage"}}
 
-# %% [markdown]
-# ## Reading the numbers
-# Written from the results above, so it stays true when they change.
-
 # %%
-def pct(x):
-    return "n/a" if x is None or x != x else f"{x:.0%}"
-
-
-# BEGIN SOLUTION hint: stages: info['stages']; top_stage: the stage blamed most often (None when every count is 0)
-stages = info["stages"]
-top_stage = max(stages, key=stages.get) if any(stages.values()) else None
-# END SOLUTION
-text = [f"RAGEC diagnosed {info['errors']} wrong answers with {info['votes']} votes; {pct(info['invalid_vote_rate'])} "
-        "of the votes named no type of the blamed stage"
-        + (f" ({info['grounded_fallbacks']} answers fell back to the grounded rule)." if info["grounded_fallbacks"] else ".")]
-if top_stage:
-    text.append(f"Most errors are blamed on the {top_stage} stage ({stages[top_stage]} of {info['errors']}); "
-                f"stage counts: {', '.join(f'{k} {v}' for k, v in stages.items())}.")
-text.append(f"Against RAG-Critic's tier-1 labels on {agreement.get('n', 0)} shared wrong answers: the two blame the same "
-            f"side {pct(agreement.get('side_agreement'))} of the time and agree on the type {pct(agreement.get('type_agreement'))}.")
-text += [f"Flagged degenerate: {d}." for d in info["degenerate"]]
-from IPython.display import Markdown  # noqa: E402
-
-Markdown("\n\n".join(text))
-
-# %%
-write_jsonl(paths.stage_dir("ragec") / "diagnoses.jsonl", out)
+write_jsonl(setup.out_dir / "diagnoses.jsonl", out)
 save_table(table, "13_ragec", "ragec_types", formats=("csv",))
 metrics = {**info, "answers": answered, "mode_frequency": mode_freq, "agreement": agreement,
            "critic_source": "notebook 08 critic", "same_answer_questions": len(same),
            "cost": m.cost(), "cost_by_dataset": m.cost_by_dataset(), "seconds": {"diagnosis": round(t["seconds"], 1)}}
 write_stage_metrics("13_ragec", jsonable(metrics))
 sorted(metrics)
+
+# %% [markdown]
+# ## Reading the numbers
+# Written from the metrics this stage has just written, so it stays true when they change.
+
+# %%
+from IPython.display import Markdown  # noqa: E402
+
+from ragcritic_lib.evaluation.readings import reading_ragec  # noqa: E402
+
+Markdown("\n\n".join(reading_ragec(metrics)))

@@ -54,16 +54,16 @@ from ragcritic_lib.baselines import (
     comparison_table, jsonable, load_method_results, markdown_table, records_cost, score_records,
 )
 from ragcritic_lib.baselines.compare import (
-    comparison_summary, degenerate_list, method_comparison, rag_critic_training, reading,
+    comparison_summary, degenerate_list, method_comparison, rag_critic_training,
 )
 from ragcritic_lib.baselines.harness import load_method_run, shared_test_sets
 from ragcritic_lib.io import read_json
 from ragcritic_lib.pipeline.outputs import save_figure, save_markdown, save_table
-from ragcritic_lib.pipeline.params import load_params
+from ragcritic_lib.pipeline.setup import setup_stage
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 
-params = load_params()
-seed = params["common"]["seed"]
+setup = setup_stage("comparison")  # params and the seed; it loads no model: every answer is read back
+params, seed = setup.params, setup.seed
 test = shared_test_sets(params)  # reads datasets and test_questions from params, as every baseline stage does
 datasets = list(test)
 METHOD_STAGES = {"Self-Refine": ("09_self_refine", "self_refine"), "CRAG": ("10_crag", "crag"),
@@ -192,15 +192,6 @@ by_type = pd.DataFrame(rows)
 by_type[by_type.type != "all"].pivot_table(index=["dataset", "type"], columns="method", values="d_f1").round(3)
 # END SOLUTION
 
-# %% [markdown]
-# ## Reading the numbers
-# Written from the results above, so it stays true when they change.
-
-# %%
-from IPython.display import Markdown  # noqa: E402
-
-Markdown("\n\n".join(reading(ds, comparison[ds], summaries[ds], flags, alpha=ci_alpha) for ds in datasets))
-
 # %%
 cols = ["dataset", "method", "n", "em", "f1", "acc", "delta_f1", "ci_low", "ci_high", "p", "p_holm",
         "calls_per_question", "training_calls", "training_steps", "training_seconds"]
@@ -214,3 +205,14 @@ metrics = {
 }
 write_stage_metrics("14_comparison", jsonable(metrics))
 sorted(metrics)
+
+# %% [markdown]
+# ## Reading the numbers
+# Written from the metrics this stage has just written, so it stays true when they change.
+
+# %%
+from IPython.display import Markdown  # noqa: E402
+
+from ragcritic_lib.evaluation.readings import reading_comparison  # noqa: E402
+
+Markdown("\n\n".join(reading_comparison(metrics, alpha=ci_alpha)))

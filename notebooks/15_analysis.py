@@ -31,8 +31,10 @@ trained_critic = "SFT+DPO critic (calibrated)"
 # %%
 from ragcritic_lib import paths
 from ragcritic_lib.evaluation import analysis
+from ragcritic_lib.pipeline.setup import setup_stage
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 
+setup = setup_stage("analysis")  # params and the metrics file; it loads no model: every input is a file
 fmt = {"percent": percent, "digits": digits}
 inputs = analysis.Inputs(paths.METRICS_DIR, paths.TABLES_DIR)
 out = analysis.Outputs(paths.REPORTS_DIR / "analysis", dpi=figure_dpi)
@@ -183,4 +185,4 @@ from IPython.display import Markdown  # noqa: E402
 from ragcritic_lib.io import read_json  # noqa: E402
 from ragcritic_lib.evaluation.readings import reading_analysis  # noqa: E402
 
-Markdown("\n\n".join(reading_analysis(read_json(paths.METRICS_DIR / "15_analysis.json"))))
+Markdown("\n\n".join(reading_analysis(read_json(setup.metrics_path))))

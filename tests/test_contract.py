@@ -166,3 +166,63 @@ def test_exercise_notebooks_are_valid_python(tmp_path):
         for cell in nbformat.read(nb_path, as_version=4).cells:
             if cell.cell_type == "code":
                 ast.parse(cell.source)
+
+
+# --------------------------------------------------------------------------------------------
+# Every notebook opens and ends the same way: one setup call, one write_stage_metrics call, a
+# "Reading the numbers" written by the library.
+# --------------------------------------------------------------------------------------------
+def _cells(nb):
+    """(header, source) of each ``# %%`` cell of a jupytext percent notebook."""
+    cells = re.split(r"^# %%", nb.read_text(encoding="utf-8"), flags=re.MULTILINE)[1:]
+    return [(c.split("\n", 1)[0], c.split("\n", 1)[1] if "\n" in c else "") for c in cells]
+
+
+def _calls(source):
+    """Names of the functions a piece of code calls (``f(...)`` and ``x.f(...)``)."""
+    import ast
+
+    return [node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+            for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute))]
+
+
+def _stage_notebooks():
+    return sorted(notebook_paths().items())
+
+
+@pytest.mark.parametrize("stage, nb", _stage_notebooks(), ids=lambda x: getattr(x, "stem", x))
+def test_every_notebook_opens_with_one_setup_call(stage, nb):
+    cells = _cells(nb)
+    at = next(i for i, (head, _) in enumerate(cells) if 'tags=["parameters"]' in head)
+    first = next(src for head, src in cells[at + 1:] if "[markdown]" not in head)
+    assert re.search(rf'^setup = setup_(stage|method)\("{stage}"\)', first, flags=re.MULTILINE), \
+        f"{nb.name}: the first code cell after the parameters must open with setup_stage/setup_method(\"{stage}\")"
+    assert _calls(first).count("setup_stage") + _calls(first).count("setup_method") == 1, nb.name
+    text = nb.read_text(encoding="utf-8")
+    # Params, the stage's own folder and the models come from the setup, not built by hand.
+    for hand_built in ("load_params(", "runtime.load_generator(", "runtime.load_retriever(", f'stage_dir("{stage}")'):
+        assert hand_built not in text, f"{nb.name}: {hand_built} (use the setup)"
+    assert sum(_calls(src).count("setup_stage") + _calls(src).count("setup_method") for _, src in cells) == 1, nb.name
+
+
+@pytest.mark.parametrize("stage, nb", _stage_notebooks(), ids=lambda x: getattr(x, "stem", x))
+def test_every_notebook_writes_its_metrics_once_then_reads_them(stage, nb):
+    cells = _cells(nb)
+    calls = [_calls(src) if "[markdown]" not in head else [] for head, src in cells]
+    writes = [i for i, c in enumerate(calls) for name in c if name == "write_stage_metrics"]
+    assert len(writes) == 1, f"{nb.name}: {len(writes)} write_stage_metrics calls (one, in sight, is the rule)"
+    # save_method_run writes the metrics file itself: method notebooks use save_method_answers.
+    assert not any("save_method_run" in c for c in calls), nb.name
+    at = [i for i, (head, src) in enumerate(cells) if "[markdown]" in head and src.startswith("# ## Reading the numbers")]
+    assert at, f"{nb.name}: no '## Reading the numbers' cell"
+    reading = cells[at[-1] + 1][1]
+    assert writes[0] < at[-1], f"{nb.name}: the reading comes after the metrics are written"
+    assert f"reading_{stage}" in _calls(reading), f"{nb.name}: the reading must call readings.reading_{stage}"
+    assert f"from ragcritic_lib.evaluation.readings import reading_{stage}" in reading, nb.name
+    import ast
+
+    tree = ast.parse(reading)
+    assert not any(isinstance(node, ast.JoinedStr) for node in ast.walk(tree)), f"{nb.name}: f-string in the reading"
+    assert not any(isinstance(node, ast.FunctionDef) for node in ast.walk(tree)), f"{nb.name}: function in the reading"
+    assert cells[at[-1] + 1:] == [cells[-1]], f"{nb.name}: the reading is the notebook's last cell"

@@ -269,3 +269,102 @@ def test_fit_critic_act_threshold_corrects_every_dev_answer_once_and_restores_th
     assert [r["final_prediction"] for r in runs] == ["Danube", "Seine"]
     assert fit["threshold"] == pytest.approx(0.6) and fit["acted"] == 1 and fit["f1_at_threshold"] == 1.0
     assert fit["calibrated_threshold"] == 0.7 and fit["f1_at_calibrated"] == 1.0 and fit["f1_before"] == 0.5
+
+
+# ---------------------------------------------------------------------- the stage's metrics
+def _result(rid, gold, qtype, predictions, steps):
+    return {"id": rid, "golden_answers": [gold], "metadata": {"type": qtype}, "predictions": predictions,
+            "final_prediction": predictions[-1], "steps": steps}
+
+
+def _correction_inputs():
+    from ragcritic_lib.agent.planner import LLMPlanner
+    from ragcritic_lib.llm import CallableLLM
+    from ragcritic_lib.training import TrainResult
+
+    rc = [_result("q1", "1887", "temporal", ["1850", "1887", "1887"], [
+              {"iteration": 1, "status": "corrected", "program": "P1", "critic": {"judgement": "Error"},
+               "events": [{"action": "RetrieveDocuments"}, {"action": "RewriteQuery", "fallback": "keywords"}]},
+              {"iteration": 2, "status": "rejected", "reason": "unsafe", "program": "P2", "events": []}]),
+          _result("q2", "640 km", "numerical", ["640 km", "640 km", "640 km"], [
+              {"iteration": 1, "status": "skipped_correct", "critic": {"judgement": "Correct"}}])]
+    fixed = [_result("q1", "1887", "temporal", ["1850", "1850"], [{"iteration": 1, "status": "no_program", "events": []}]),
+             _result("q2", "640 km", "numerical", ["640 km", "12 km"], [
+                 {"iteration": 1, "status": "corrected", "program": "P3", "events": [{"action": "GenerateAnswer"}]}])]
+    runs = {"tb": {"RAG-Critic": rc, "fixed action": fixed}}
+    planner = LLMPlanner(CallableLLM(lambda prompt, params: "", name="gen"), name="trained")
+    planner.stats.update(plans=2, no_program=1)
+    table = load_error_actions()
+    methods = {"RAG-Critic": {"critic": None, "planner": planner},
+               "fixed action": {"critic": AlwaysErrorCritic(), "planner": RuleBasedPlanner(table)}}
+    ladders = {"tb": ladder_table(ladder_records(runs["tb"], {"standard RAG": ("RAG-Critic", 0),
+                                                              "RAG-Critic (1 iter)": ("RAG-Critic", 1)}),
+                                  n_boot=100, n_perm=100)}
+    trained = TrainResult(adapter_dir="data/correction/planner_adapter", is_adapter=True, base_model="base", steps=24,
+                          seconds=812.44, log_history=[{"loss": 1.0}], examples=160, recipe={"lr": 1e-4})
+    costs = {"tb": {"RAG-Critic": {"critic": {"calls": 2.0, "wall_s": 1.5, "generated_calls": 2.0},
+                                   "total": {"calls": 2.0, "wall_s_per_sample": 0.75, "generation_s": 0.2}}}}
+    return dict(test_sets={"tb": [{"id": "q1"}, {"id": "q2"}]}, runs=runs, costs=costs, methods=methods,
+                ladders=ladders, answer_recall={"tb": 0.5}, shares={"tb": {"RAG-Critic": plan_shares(rc)}},
+                verdicts={"tb": {"counts": {"Error": 1, "Correct": 1}}}, degenerate=["critic:tb/x"],
+                planner_run=trained, planner_sft_examples=160, critic_verdict="dev_f1", threshold=1.23456,
+                act_fit={"threshold": float("-inf"), "acted": 2, "n": 2, "f1_all": 0.5, "acts": True},
+                planner_decoding="constrained")
+
+
+def test_correction_metrics_gathers_the_stage_metrics_exactly():
+    from ragcritic_lib.agent.ladder import correction_metrics
+
+    inputs = _correction_inputs()
+    m = correction_metrics(**inputs)
+    assert list(m) == ["n_questions", "comparison", "by_type", "iterations", "cost", "status", "rejections",
+                       "action_usage", "planner_training", "planner_sft_examples", "critic_verdict", "planner_decoding",
+                       "planner_stats", "plan_shares", "verdict_shares", "ladder", "degenerate"]
+    assert m["n_questions"] == {"tb": 2}
+    # Round 0 of the first method is standard RAG; "12 km" against "640 km" has token F1 0.5.
+    assert m["comparison"] == {"tb": {
+        "standard RAG": {"em": 0.5, "f1": 0.5, "acc": 0.5, "n": 2},
+        "RAG-Critic (1 iter)": {"em": 1.0, "f1": 1.0, "acc": 1.0, "n": 2},
+        "RAG-Critic (2 iter)": {"em": 1.0, "f1": 1.0, "acc": 1.0, "n": 2},
+        "fixed action": {"em": 0.0, "f1": 0.25, "acc": 0.0, "n": 2}}}
+    assert [(r["method"], r["group"], r["f1"]) for r in m["by_type"]["tb"]] == [
+        ("standard RAG", "numerical", 1.0), ("standard RAG", "temporal", 0.0),
+        ("RAG-Critic (1 iter)", "numerical", 1.0), ("RAG-Critic (1 iter)", "temporal", 1.0),
+        ("RAG-Critic (2 iter)", "numerical", 1.0), ("RAG-Critic (2 iter)", "temporal", 1.0),
+        ("fixed action", "numerical", 0.5), ("fixed action", "temporal", 0.0)]
+    assert m["iterations"] == {"tb": {"iter0": {"em": 0.5, "f1": 0.5, "acc": 0.5, "n": 2},
+                                      "iter1": {"em": 1.0, "f1": 1.0, "acc": 1.0, "n": 2},
+                                      "iter2": {"em": 1.0, "f1": 1.0, "acc": 1.0, "n": 2}}}
+    # Wall times and this run's generated calls stay out of the file.
+    assert m["cost"] == {"tb": {"RAG-Critic": {"critic": {"calls": 2.0}, "total": {"calls": 2.0}}}}
+    assert m["status"] == {"tb": {"RAG-Critic": {"iter1": {"corrected": 1, "skipped_correct": 1}, "iter2": {"rejected": 1}},
+                                  "fixed action": {"iter1": {"corrected": 1, "no_program": 1}}}}
+    assert m["rejections"] == {"tb": {"RAG-Critic": {"rejected:unsafe": 1}, "fixed action": {"no_program:no_program": 1}}}
+    assert m["action_usage"] == {"tb": {
+        "RAG-Critic": {"RetrieveDocuments": 1, "RewriteQuery": 1, "RewriteQuery.fallback:keywords": 1},
+        "fixed action": {"GenerateAnswer": 1}}}
+    # The training record without its log, recipe and per-step timing; the wall time to 0.1 s.
+    assert m["planner_training"] == {"adapter_dir": "data/correction/planner_adapter", "is_adapter": True,
+                                     "base_model": "base", "steps": 24, "examples": 160, "dropped_too_long": 0,
+                                     "device": "cpu", "seconds": 812.4}
+    assert m["planner_sft_examples"] == 160 and m["planner_decoding"] == "constrained"
+    assert m["critic_verdict"] == {"mode": "dev_f1", "threshold": 1.2346, "dev_fit": {
+        "threshold": None, "acted": 2, "n": 2, "f1_all": 0.5, "acts": True}}
+    # Only the LLM planners report statistics (the rule-based one has none to give).
+    assert m["planner_stats"] == {"trained": {"plans": 2, "no_program": 1}}
+    assert m["plan_shares"] == inputs["shares"] and m["verdict_shares"] == inputs["verdicts"]
+    ladder = inputs["ladders"]["tb"]
+    assert m["ladder"] == {"tb": ladder["all"], "tb_by_type": ladder["by_type"], "tb_mde_f1": ladder["mde_f1"],
+                           "tb_paired_mde_f1": ladder["paired_mde_f1"], "tb_answer_recall": 0.5}
+    assert m["degenerate"] == ["critic:tb/x"]
+    from ragcritic_lib.pipeline.metrics_schema import problems
+
+    assert problems("08_correction", m) == []  # what write_stage_metrics checks before writing
+
+
+def test_correction_metrics_without_a_dev_fit_or_a_finite_threshold():
+    from ragcritic_lib.agent.ladder import correction_metrics
+
+    m = correction_metrics(**{**_correction_inputs(), "critic_verdict": "calibrated", "threshold": float("inf"),
+                              "act_fit": None})
+    assert m["critic_verdict"] == {"mode": "calibrated", "threshold": None}

@@ -267,6 +267,93 @@ def test_reading_crag_routing_against_the_best_single_action():
     assert R.reading_crag({}) == []
 
 
+# ------------------------------------------------------------------------------------ 11 / 12 / 13 / 14
+def _answer(prediction, gold, **extra):
+    return {"prediction": prediction, "golden_answers": [gold], **extra}
+
+
+def test_reading_simrag_practice_confusion_and_test_answers():
+    m = {"practice_examples": 300, "critic": "llm", "balanced_train": 370,
+         "practice": {"accept": 32, "distinct_train": 210, "train_accept": 25, "balance": "oversample"},
+         "heldout_confusion": {"n": 90, "accuracy": 0.6778, "shares": {"wrong_accept": 0.2556, "correct_reject": 0.0667}},
+         "degenerate": ["simrag: few Accept"]}
+    records = [_answer("paris", "Paris", simrag_accepted=True, simrag_turns=1),
+               _answer("rome", "Paris", simrag_accepted=False, simrag_turns=3),
+               _answer("the city of paris", "Paris", simrag_turns=2)]
+    runs = {"oracle_critic": ("SIM-RAG (oracle critic)", [_answer("paris", "Paris")])}
+    lines = R.reading_simrag(m, records, extra_runs=runs)
+    assert lines[0] == ("Self-practice gave 300 examples (32 accepted as correct); the llm critic learned from 210 "
+                        "distinct training examples (25 Accept; 370 after balancing by oversample) and scores 68% on 90 "
+                        "held-out ones (accepting 26% wrong and rejecting 7% right answers, as shares of all held-out "
+                        "examples).")
+    # F1 1, 0 and 0.5 ("the city of paris" against "Paris": precision 1/3 once "the" is dropped, recall 1).
+    assert lines[1] == ("On the test questions the critic accepted 1 of 3 final answers, after 2.00 turns on average; "
+                        "mean F1 0.500; SIM-RAG (oracle critic): 1.000.")
+    assert lines[2:] == ["Flagged degenerate: simrag: few Accept."]
+    bare = R.reading_simrag({}, [])
+    assert "Self-practice gave 0 examples" in bare[0] and "scores n/a on 0 held-out" in bare[0]
+    assert bare[1] == "On the test questions the critic accepted 0 of 0 final answers, after 0.00 turns on average; mean F1 0.000."
+
+
+def test_reading_repair_counts_changed_answers_against_standard_rag():
+    m = {"repair": {"states": {"off": 59, "on": 64}, "offpolicy_pairs": 68, "onpolicy_pairs": 21, "executed": 2,
+                    "plans": 3, "distinct_plans": 1, "top_plan_share": 1.0},
+         "degenerate": ["repair: one plan is 100% of the 2 executed test plans"]}
+    standard = {"tb": [_answer("a", "x"), _answer("b ", "x")], "tv": [_answer("c", "y")]}
+    records = [_answer("a", "x"), _answer("b", "x"), _answer("d", "y")]  # whitespace alone is no change
+    assert R.reading_repair(m, records, standard) == [
+        "The planner trained on 59 off-policy and 64 on-policy states (68 + 21 preference pairs). At test time 2 of 3 "
+        "plans executed (1 distinct, the most common 100% of them) and 1 of 3 answers changed.",
+        "Flagged degenerate: repair: one plan is 100% of the 2 executed test plans."]
+    none = R.reading_repair({"repair": {"top_plan_share": float("nan")}}, [], {})
+    assert none == ["The planner trained on 0 off-policy and 0 on-policy states (0 + 0 preference pairs). At test time "
+                    "0 of 0 plans executed (0 distinct, the most common n/a of them) and 0 of 0 answers changed."]
+
+
+def test_reading_ragec_top_stage_agreement_and_fallbacks():
+    m = {"errors": 40, "votes": 400, "invalid_vote_rate": 0.0, "grounded_fallbacks": 0,
+         "stages": {"Chunking": 1, "Generation": 33, "Reranking": 5, "Retrieval": 1},
+         "agreement": {"n": 12, "side_agreement": 0.5, "type_agreement": 0.25},
+         "degenerate": ["ragec: all 5 Reranking errors get the same modal type E7"]}
+    assert R.reading_ragec(m) == [
+        "RAGEC diagnosed 40 wrong answers with 400 votes; 0% of the votes named no type of the blamed stage.",
+        "Most errors are blamed on the Generation stage (33 of 40); stage counts: Chunking 1, Generation 33, "
+        "Reranking 5, Retrieval 1.",
+        "Against RAG-Critic's tier-1 labels on 12 shared wrong answers: the two blame the same side 50% of the time "
+        "and agree on the type 25%.",
+        "Flagged degenerate: ragec: all 5 Reranking errors get the same modal type E7."]
+    fallback = R.reading_ragec({**m, "grounded_fallbacks": 3, "invalid_vote_rate": float("nan"),
+                                "stages": {"Generation": 0}, "agreement": {"n": 0, "side_agreement": None}})
+    assert fallback[0].endswith("n/a of the votes named no type of the blamed stage (3 answers fell back to the grounded rule).")
+    assert not any(line.startswith("Most errors") for line in fallback)  # no stage blamed
+    assert "the same side n/a of the time and agree on the type n/a" in fallback[1]
+
+
+def test_reading_comparison_one_block_per_dataset_in_order():
+    base = {"n": 140, "f1": 0.236, "delta_f1": 0.0, "ci_low": 0.0, "ci_high": 0.0, "p_holm": None}
+    worse = {"n": 140, "f1": 0.164, "delta_f1": -0.072, "ci_low": -0.12, "ci_high": -0.033, "p_holm": 0.0025}
+    m = {"comparison": {"tv": {"standard RAG": {**base, "n": 30}, "Worse": worse}, "tb": {"standard RAG": base, "Worse": worse}},
+         "summary": {"tb": {"mde_conservative": 0.107}, "tv": {"mde_conservative": 0.2}},
+         "degenerate_by_method": {"Worse": ["planner: one plan"]}}
+    blocks = R.reading_comparison(m)
+    assert [b.split(" (", 1)[0] for b in blocks] == ["On tv", "On tb"]
+    assert blocks[1] == R.comparison_block("tb", m["comparison"]["tb"], m["summary"]["tb"], m["degenerate_by_method"])
+    assert blocks[1].splitlines()[1] == ("- **Worse**: F1 0.164, change -0.072 (95% CI -0.120..-0.033), below standard RAG "
+                                         "after Holm correction (p 0.0025); flagged degenerate: planner: one plan.")
+    strict = R.reading_comparison(m, alpha=0.001)[1].splitlines()[1]
+    assert "not distinguishable from standard RAG after Holm correction (p 0.0025)" in strict
+    assert R.reading_comparison({}) == []
+
+
+def test_reading_ragec_and_comparison_run_on_the_committed_metrics():
+    ragec = _committed("13_ragec")
+    top = max(ragec["stages"], key=ragec["stages"].get)
+    assert f"blamed on the {top} stage" in _text(R.reading_ragec(ragec))
+    comparison = _committed("14_comparison")
+    blocks = R.reading_comparison(comparison, alpha=0.05)
+    assert len(blocks) == len(comparison["comparison"]) and "n/a" not in "\n".join(blocks)
+
+
 # ------------------------------------------------------------------------------------ 15
 def test_reading_analysis_missing_inputs_and_headline():
     m = {"items": 3, "built": ["a", "b"], "partial": ["b"], "not_built": ["c"], "files": 4,

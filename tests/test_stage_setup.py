@@ -1,5 +1,6 @@
-"""setup_method: the opening the method stages 09-13 share, on tiny standard-RAG outputs written
-to a temporary data folder and a stand-in generator (no model is loaded)."""
+"""setup_stage, the opening every stage notebook shares, and setup_method, the one the method
+stages 09-13 build on it: on tiny standard-RAG outputs written to a temporary data folder and a
+stand-in generator and retriever (no model is loaded)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ragcritic_lib.baselines.harness import shared_test_sets
 from ragcritic_lib.baselines.stage_setup import MethodSetup, setup_method
 from ragcritic_lib.io import write_jsonl
 from ragcritic_lib.llm import GenParams
+from ragcritic_lib.pipeline.setup import StageSetup, setup_stage
 from ragcritic_lib.rag import answer_gen_params
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
@@ -49,10 +51,64 @@ def generator(monkeypatch):
     return loaded
 
 
+def test_setup_stage_gives_params_paths_and_loads_nothing(data_dir, generator):
+    params = {**_params(), "retrieval_rag": {"top_k": 3}}
+    setup = setup_stage("retrieval_rag", params)
+    assert setup.params is params and setup.section is params["retrieval_rag"] and setup.seed == 13
+    assert setup.datasets == ["alpha", "beta", "gamma"]  # common.datasets, in params order
+    assert setup.out_dir == data_dir / "retrieval_rag"
+    assert not setup_stage("correction", params).out_dir.exists()  # named, not created
+    assert setup.stem == "01_retrieval_rag" and setup.metrics_path == paths.METRICS_DIR / "01_retrieval_rag.json"
+    # Figures and tables folders where dvc.yaml declares them as the stage's outputs.
+    assert setup.figures_dir == paths.FIGURES_DIR / "01_retrieval_rag" and setup.tables_dir is None
+    both = setup_stage("error_sampling", params)
+    assert both.figures_dir == paths.FIGURES_DIR / "02_error_sampling"
+    assert both.tables_dir == paths.TABLES_DIR / "02_error_sampling"
+    assert setup_stage("assets", params).figures_dir is None
+    assert generator == [], "no model is loaded before it is used"
+
+
+def test_setup_stage_loads_the_generator_once_on_first_use(data_dir, generator):
+    params = _params()
+    setup = setup_stage("correction", params)
+    assert "not loaded" in repr(setup) and generator == []
+    assert setup.llm == "the generator" and setup.llm == "the generator"
+    assert generator == [(params, {})] and "generator loaded" in repr(setup)
+
+
+def test_setup_stage_retrievers_on_demand(data_dir, generator, monkeypatch):
+    calls = []
+    monkeypatch.setattr(runtime, "load_retriever", lambda params, ds, **kw: calls.append((ds, kw)) or f"r-{ds}")
+    setup = setup_stage("crag", _params())
+    assert calls == []
+    assert setup.retriever("beta", kind="bm25", rerank=False) == "r-beta"
+    assert setup.load_retrievers() == {"alpha": "r-alpha", "beta": "r-beta", "gamma": "r-gamma"}
+    assert calls == [("beta", {"kind": "bm25", "rerank": False}), ("alpha", {}), ("beta", {}), ("gamma", {})]
+    assert generator == []
+
+
+def test_setup_stage_reads_params_yaml_by_default(monkeypatch):
+    import ragcritic_lib.pipeline.params as params_module
+
+    monkeypatch.setattr(params_module, "load_params", lambda: _params("alpha", 2))
+    assert setup_stage("analysis").params == _params("alpha", 2)
+
+
+def test_setup_stage_errors():
+    for bad in ("", "  ", "a/b", None, 3):
+        with pytest.raises(ValueError, match="setup_stage: stage must be a stage name"):
+            setup_stage(bad, _params())
+    setup = setup_stage("no_such_stage", _params())
+    with pytest.raises(KeyError, match="no section 'no_such_stage'"):
+        setup.section  # noqa: B018
+    with pytest.raises(KeyError, match="no notebook NN_no_such_stage.py"):
+        setup.metrics_path  # noqa: B018
+
+
 def test_setup_method_loads_what_the_notebooks_loaded(data_dir, generator):
     params = _params()
     setup = setup_method("crag", params)
-    assert isinstance(setup, MethodSetup)
+    assert isinstance(setup, MethodSetup) and isinstance(setup, StageSetup)
     assert setup.params is params and setup.rag is params["retrieval_rag"] and setup.seed == 13
     # The answer setting of item "one answer-generation setting": the default variant's.
     assert setup.gen == answer_gen_params("default", 21)

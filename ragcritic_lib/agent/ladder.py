@@ -10,6 +10,8 @@ standard RAG with a paired bootstrap interval and a paired sign-flip permutation
 
 The two oracles read gold answers and the testbed's construction metadata: they are labelled as
 oracles and exist only as ceilings; the actions they drive never see either.
+
+:func:`correction_metrics` gathers the stage's metrics file from the ladder, the runs and their costs.
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ragcritic_lib.agent.workflow import records_at_iteration
+from ragcritic_lib.agent.planner import LLMPlanner
+from ragcritic_lib.agent.workflow import (
+    action_usage, comparison_rows, iteration_table, records_at_iteration, rejection_counts, stable_costs, status_counts,
+)
 from ragcritic_lib.evaluation.scoring import score_prediction
 from ragcritic_lib.evaluation.stats import paired_comparison, paired_mde
 
@@ -304,3 +309,70 @@ def fit_critic_act_threshold(records: Sequence[Mapping[str, Any]], *, critic: An
     at_cal = sum(ai if mi > calibrated else bi for mi, ai, bi in zip(margins, after, before)) / len(margins)
     report.update(calibrated_threshold=calibrated, f1_at_calibrated=round(at_cal, 4))
     return report, results
+
+
+# ---------------------------------------------------------------------- the stage's metrics
+def _finite_or_none(value: Any) -> Any:
+    return None if isinstance(value, float) and abs(value) == float("inf") else value
+
+
+def correction_metrics(*, test_sets: Mapping[str, Sequence[Mapping[str, Any]]],
+                       runs: Mapping[str, Mapping[str, Sequence[Mapping[str, Any]]]], costs: Mapping[str, Any],
+                       methods: Mapping[str, Mapping[str, Any]], ladders: Mapping[str, Mapping[str, Any]],
+                       answer_recall: Mapping[str, float], shares: Mapping[str, Any], verdicts: Mapping[str, Any],
+                       degenerate: Sequence[str], planner_run: Any, planner_sft_examples: int, critic_verdict: str,
+                       threshold: float, act_fit: Mapping[str, Any] | None, planner_decoding: str) -> dict[str, Any]:
+    """The correction stage's metrics (``reports/metrics/08_correction.json``, schema
+    ``CorrectionMetrics``) from what the stage computed.
+
+    Args:
+        test_sets: {dataset: standard RAG's test records the methods corrected}; its order is the
+            datasets' order.
+        runs: {dataset: {method: the correction results}} (``run_methods``).
+        costs: {dataset: {method: cost per phase}} (``run_methods``); wall times and generated-call
+            counts are dropped (:func:`~ragcritic_lib.agent.workflow.stable_costs`).
+        methods: the first dataset's methods ({name: {"critic", "planner", ...}}): the statistics
+            of each LLM planner among them are reported.
+        ladders: {dataset: :func:`ladder_table`}; answer_recall: {dataset: share of questions
+            whose gold answer is in standard RAG's passages}.
+        shares: {dataset: {method: :func:`plan_shares`}}; verdicts: {dataset:
+            :func:`verdict_shares` of RAG-Critic}; degenerate: the flags.
+        planner_run: the planner's training result (``run_training``: ``to_dict()`` and ``seconds``).
+        planner_sft_examples: how many examples the planner was trained on.
+        critic_verdict: the verdict mode (``correction.critic_verdict``); threshold: the critic's
+            threshold as used on test (an infinite one is written as None); act_fit: the dev fit
+            (:func:`fit_critic_act_threshold`'s report) or None.
+        planner_decoding: ``correction.planner_decoding``.
+    """
+    datasets = list(test_sets)
+    rows = {ds: comparison_rows(runs[ds]) for ds in datasets}
+    return {
+        "n_questions": {ds: len(r) for ds, r in test_sets.items()},
+        "comparison": {ds: {row["method"]: {k: row[k] for k in ("em", "f1", "acc", "n")}
+                            for row in rows[ds] if row["group"] == "all"} for ds in datasets},
+        "by_type": {ds: [row for row in rows[ds] if row["group"] != "all"] for ds in datasets},
+        "iterations": {ds: iteration_table(runs[ds]["RAG-Critic"]) for ds in datasets},
+        "cost": stable_costs(costs),
+        "status": {ds: {name: status_counts(r) for name, r in by_method.items()} for ds, by_method in runs.items()},
+        "rejections": {ds: {name: rejection_counts(r) for name, r in by_method.items()} for ds, by_method in runs.items()},
+        "action_usage": {ds: {name: action_usage(r) for name, r in by_method.items()} for ds, by_method in runs.items()},
+        # seconds: wall time of the planner's training run, the comparison's training cost (varies per run)
+        "planner_training": {**{k: v for k, v in planner_run.to_dict().items()
+                                if k not in ("log_history", "recipe") and "second" not in k},
+                             "seconds": round(planner_run.seconds, 1)},
+        "planner_sft_examples": planner_sft_examples,
+        "critic_verdict": {"mode": critic_verdict, "threshold": round(threshold, 4) if abs(threshold) != float("inf") else None,
+                           **({"dev_fit": {k: _finite_or_none(v) for k, v in act_fit.items()}} if act_fit else {})},
+        "planner_decoding": planner_decoding,
+        # Per planner: plans written, plans without a program (free decoding) and, for constrained
+        # decoding, how often the pick was the critique's own rule-based program.
+        "planner_stats": {m["planner"].name: dict(m["planner"].stats) for m in methods.values()
+                          if isinstance(m["planner"], LLMPlanner)},
+        "plan_shares": shares,
+        "verdict_shares": verdicts,
+        # ladder.<dataset>.<row> = {n, em, f1, acc, delta_f1, ci_low, ci_high, p_value} (F1 on a 0-1 scale)
+        "ladder": {key: value for ds in datasets for key, value in {
+            ds: ladders[ds]["all"], f"{ds}_by_type": ladders[ds]["by_type"], f"{ds}_mde_f1": ladders[ds]["mde_f1"],
+            f"{ds}_paired_mde_f1": ladders[ds]["paired_mde_f1"], f"{ds}_answer_recall": answer_recall[ds]}.items()},
+        "degenerate": list(degenerate),
+    }

@@ -167,31 +167,17 @@ def degenerate_list(flags: Mapping[str, Sequence[str] | None]) -> list[str]:
 def reading(dataset: str, block: Mapping[str, Mapping[str, Any]], summary: Mapping[str, Any],
             flags: Mapping[str, Sequence[str]] | None = None, *, baseline: str = "standard RAG",
             alpha: float = 0.05) -> str:
-    """A short Markdown reading of one dataset's comparison, written from its numbers.
+    """A short Markdown reading of one dataset's comparison, written from its numbers
+    (:func:`ragcritic_lib.evaluation.readings.comparison_block`; notebook 14 reads all datasets
+    with :func:`~ragcritic_lib.evaluation.readings.reading_comparison`).
 
     Args:
         block: :func:`method_comparison`'s rows; summary: :func:`comparison_summary`'s dict;
         flags: {method: degenerate reasons}, quoted after the method's line.
     """
-    base = block[baseline]
-    lines = [f"On {dataset} ({base['n']} questions) {baseline} scores F1 {base['f1']:.3f}. With this many "
-             f"questions a change of about {summary['mde_conservative']:.3f} F1 is detectable at 80% power "
-             "(conservative MDE); each method's paired MDE is in the table."]
-    for name, row in block.items():
-        if name == baseline:
-            continue
-        p_holm = row.get("p_holm")
-        known = p_holm is not None and p_holm == p_holm
-        if known and p_holm < alpha:
-            side = "above" if row["delta_f1"] > 0 else "below"
-            verdict = f"{side} {baseline} after Holm correction (p {p_holm:.3g})"
-        else:
-            verdict = f"not distinguishable from {baseline} after Holm correction" + (f" (p {p_holm:.3g})" if known else "")
-        why = (flags or {}).get(name)
-        flagged = f"; flagged degenerate: {'; '.join(why)}" if why else ""
-        lines.append(f"- **{name}**: F1 {row['f1']:.3f}, change {row['delta_f1']:+.3f} "
-                     f"(95% CI {row['ci_low']:+.3f}..{row['ci_high']:+.3f}), {verdict}{flagged}.")
-    return "\n".join(lines)
+    from ragcritic_lib.evaluation.readings import comparison_block
+
+    return comparison_block(dataset, block, summary, flags, baseline=baseline, alpha=alpha)
 
 
 RAG_CRITIC_RUNS = ("critic_sft", "critic_dpo", "planner_sft")

@@ -13,9 +13,11 @@ the correction ladder (notebook 08). A method stage writes
   ``runs`` (extra runs: their display name and file), ``degenerate`` (reasons, empty when none),
   ``seconds`` (wall time of the method's phases on this machine), and the method's own block.
 
-The comparison stage (notebook 14) reads these files back with :func:`load_method_run`. Both
-directions check the metrics against their schema (``ragcritic_lib.pipeline.metrics_schema.MethodRunMetrics``
-and the method's own, e.g. ``SimRagMetrics``). A method stage opens with
+The notebook writes the answers with :func:`save_method_answers` and the metrics with its one
+``write_stage_metrics`` call; the comparison stage (notebook 14) reads both back with
+:func:`load_method_run`. Both directions check the metrics against their schema
+(``ragcritic_lib.pipeline.metrics_schema.MethodRunMetrics`` and the method's own, e.g.
+``SimRagMetrics``). A method stage opens with
 :func:`ragcritic_lib.baselines.stage_setup.setup_method` (params, the answer setting, the generator
 and these questions).
 """
@@ -62,7 +64,7 @@ def _scores(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]
     return {ds: {k: sum(float(r.get(k, 0.0)) for r in rs) / len(rs) for k in METRIC_KEYS} for ds, rs in by_ds.items()}
 
 
-def save_method_run(
+def save_method_answers(
     stage: str,
     stem: str,
     method: str,
@@ -76,10 +78,12 @@ def save_method_run(
     extra_runs: Mapping[str, tuple[str, Sequence[Mapping[str, Any]]]] | None = None,
     info: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Score and write a method's test answers and its metrics file; returns the metrics.
+    """Score and write a method's test answers; returns its metrics, checked but not written.
 
-    The metrics are checked against the stem's schema (``ragcritic_lib.pipeline.metrics_schema``) first:
-    when they do not match, ``MetricsSchemaError`` names the key path and no file is written.
+    The notebook writes them once, ``write_stage_metrics(stem, jsonable(metrics))`` (what
+    :func:`save_method_run` does). The metrics are checked against the stem's schema
+    (``ragcritic_lib.pipeline.metrics_schema``) first: when they do not match,
+    ``MetricsSchemaError`` names the key path and no file is written.
 
     Args:
         stage: the DVC stage (folder under ``data/``), e.g. ``"self_refine"``.
@@ -89,11 +93,14 @@ def save_method_run(
         extra_runs: {file stem: (display name, records)}, e.g. an oracle ceiling.
         info: the method's own block (action shares, practice summary, ...); its keys must not
             clash with the common ones.
+
+    Returns:
+        The metrics as computed (floats unrounded; :func:`ragcritic_lib.baselines.jsonable`
+        gives the file's form).
     """
     from ragcritic_lib import paths
     from ragcritic_lib.io import write_jsonl
     from ragcritic_lib.pipeline.metrics_schema import validate
-    from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 
     out_dir = paths.stage_dir(stage)
     scored = score_records(records)
@@ -114,12 +121,25 @@ def save_method_run(
     if clash:
         raise ValueError(f"metrics of {stem}: the method block uses reserved keys {clash}")
     metrics.update(info or {})
-    written = jsonable(metrics)
-    validate(stem, written)  # before any file is written: a failed check leaves the stage's outputs alone
+    validate(stem, jsonable(metrics))  # before any file is written: a failed check leaves the stage's outputs alone
     write_jsonl(out_dir / "test.jsonl", scored)
     for name, extra in extras.items():
         write_jsonl(out_dir / f"{name}.jsonl", extra)
-    write_stage_metrics(stem, written)
+    return metrics
+
+
+def save_method_run(stage: str, stem: str, method: str, records: Sequence[Mapping[str, Any]],
+                    **kwargs: Any) -> dict[str, Any]:
+    """:func:`save_method_answers`, then the metrics file ``reports/metrics/<stem>.json``
+    (``write_stage_metrics(stem, jsonable(metrics))``); returns the metrics as computed.
+
+    Takes :func:`save_method_answers`'s arguments. A method notebook calls the two steps itself,
+    so that its one ``write_stage_metrics`` call is in sight.
+    """
+    from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
+
+    metrics = save_method_answers(stage, stem, method, records, **kwargs)
+    write_stage_metrics(stem, jsonable(metrics))
     return metrics
 
 

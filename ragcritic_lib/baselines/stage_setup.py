@@ -2,24 +2,25 @@
 
 Each compared method runs with standard RAG's settings (``retrieval_rag``), the one answer
 setting (:func:`ragcritic_lib.rag.answer_gen_params`), the pipeline's generator and the shared
-test questions (:func:`ragcritic_lib.baselines.harness.shared_test_sets`). This module is apart
-from :mod:`.harness` because it loads the generator and retrievers: the comparison stage
-(notebook 14) reads runs back through the harness and should not depend on that code.
+test questions (:func:`ragcritic_lib.baselines.harness.shared_test_sets`). It builds on
+:func:`ragcritic_lib.pipeline.setup.setup_stage`, the opening of every notebook, and is apart from
+:mod:`.harness`, through which the comparison stage (notebook 14) reads the runs back without
+depending on how a method stage opens.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ragcritic_lib.baselines.harness import shared_test_sets
+from ragcritic_lib.pipeline.setup import StageSetup, check_stage_name, setup_stage
 
 
-@dataclass
-class MethodSetup:
-    """What a method stage starts from.
+class MethodSetup(StageSetup):
+    """What a method stage starts from: a :class:`~ragcritic_lib.pipeline.setup.StageSetup`
+    (params, seed, ``out_dir``, ``llm``, ``retriever``, ...) with standard RAG's settings and the
+    shared test questions.
 
     Attributes:
         stage: the DVC stage (its folder under ``data/``), e.g. ``"self_refine"``.
@@ -31,17 +32,16 @@ class MethodSetup:
             rationale). A method's final answers use :attr:`answer_gen` with :attr:`variant`
             (Self-Refine and SIM-RAG do), or pass :attr:`variant` to code that builds standard
             RAG's prompt with ``gen``.
-        llm: the generator (``runtime.load_generator(params)``).
+        llm: the generator (``runtime.load_generator(params)``), loaded by :func:`setup_method`.
         test: {dataset: the shared test records}, datasets in ``comparison.datasets`` order.
     """
 
-    stage: str
-    params: Mapping[str, Any]
-    rag: Mapping[str, Any]
-    seed: Any
-    gen: Any
-    llm: Any
-    test: dict[str, list[dict]]
+    def __init__(self, stage: str, params: Mapping[str, Any], *, gen: Any, test: dict[str, list[dict]],
+                 llm: Any) -> None:
+        super().__init__(stage, params, llm=llm)
+        self.rag = params["retrieval_rag"]
+        self.gen = gen
+        self.test = test
 
     @property
     def variant(self) -> str:
@@ -60,25 +60,16 @@ class MethodSetup:
 
     @property
     def datasets(self) -> list[str]:
-        """The datasets of :attr:`test`, in order."""
+        """The datasets of :attr:`test` (``comparison.datasets``), in order."""
         return list(self.test)
-
-    @property
-    def out_dir(self) -> Path:
-        """The stage's output folder, ``data/<stage>``."""
-        from ragcritic_lib import paths
-
-        return paths.stage_dir(self.stage)
-
-    def load_retrievers(self) -> dict[str, Any]:
-        """{dataset: standard RAG's retriever for it} (``runtime.load_retriever(params, ds)``)."""
-        from ragcritic_lib import runtime
-
-        return {ds: runtime.load_retriever(self.params, ds) for ds in self.datasets}
 
 
 def setup_method(stage: str, params: Mapping[str, Any] | None = None) -> MethodSetup:
     """Load what a method stage starts from; see :class:`MethodSetup`.
+
+    :func:`~ragcritic_lib.pipeline.setup.setup_stage` gives the params and the stage's paths; this
+    adds standard RAG's settings and the shared test questions, and loads the generator (every
+    method stage uses it).
 
     Args:
         stage: the DVC stage name, e.g. ``"crag"``.
@@ -88,16 +79,9 @@ def setup_method(stage: str, params: Mapping[str, Any] | None = None) -> MethodS
         ValueError: ``stage`` is not a non-empty name.
         KeyError: a dataset of ``comparison.datasets`` that ``common.datasets`` does not register.
     """
-    from ragcritic_lib import runtime
-    from ragcritic_lib.pipeline.params import load_params
     from ragcritic_lib.rag import answer_gen_params
 
-    if not isinstance(stage, str) or not stage.strip() or "/" in stage:
-        raise ValueError(f"setup_method: stage must be a stage name, got {stage!r}")
-    params = load_params() if params is None else params
-    rag = params["retrieval_rag"]
-    gen = answer_gen_params("default", rag["max_new_tokens"])
-    llm = runtime.load_generator(params)
-    test = shared_test_sets(params)
-    return MethodSetup(stage=stage, params=params, rag=rag, seed=params["common"]["seed"], gen=gen, llm=llm,
-                       test=test)
+    base = setup_stage(check_stage_name(stage, "setup_method"), params)
+    gen = answer_gen_params("default", base.params["retrieval_rag"]["max_new_tokens"])
+    llm = base.llm  # every method stage uses the generator: loaded now
+    return MethodSetup(stage, base.params, gen=gen, test=shared_test_sets(base.params), llm=llm)

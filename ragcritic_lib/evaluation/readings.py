@@ -14,9 +14,10 @@ import math
 from typing import Any, Mapping, Sequence
 
 __all__ = [
-    "change_sentence", "reading_analysis", "reading_assets", "reading_benchmark", "reading_correction",
-    "reading_crag", "reading_critic_dpo", "reading_critic_sft", "reading_error_sampling",
-    "reading_retrieval_rag", "reading_self_refine", "reading_tagging", "reading_taxonomy", "reading_testbed",
+    "change_sentence", "comparison_block", "reading_analysis", "reading_assets", "reading_benchmark",
+    "reading_comparison", "reading_correction", "reading_crag", "reading_critic_dpo", "reading_critic_sft",
+    "reading_error_sampling", "reading_ragec", "reading_repair", "reading_retrieval_rag", "reading_self_refine",
+    "reading_simrag", "reading_tagging", "reading_taxonomy", "reading_testbed",
 ]
 
 # Loss values closer than this count as unchanged.
@@ -509,6 +510,125 @@ def reading_crag(metrics: Mapping[str, Any], *, standard_f1: Mapping[str, float]
             text.append(f"Test actions on {ds}: {_counts(c['test_actions'])}.")
     text += [_vs_standard(ds, s, standard_f1) for ds, s in (metrics.get("scores") or {}).items()]
     return text + _flags(metrics.get("degenerate"))
+
+
+# ------------------------------------------------------------------------------------ 11 SIM-RAG
+def _mean_f1(records: Sequence[Mapping[str, Any]]) -> float:
+    """Mean token F1 of the records' ``prediction`` against their gold answers (0 without records)."""
+    from ragcritic_lib.evaluation.scoring import score_prediction
+
+    f1 = [score_prediction(str(r.get("prediction") or ""), list(r.get("golden_answers") or []))["f1"] for r in records]
+    return sum(f1) / max(1, len(f1))
+
+
+def reading_simrag(metrics: Mapping[str, Any], records: Sequence[Mapping[str, Any]], *,
+                   extra_runs: Mapping[str, tuple[str, Sequence[Mapping[str, Any]]]] | None = None) -> list[str]:
+    """11_simrag: the self-practice data, the critic's held-out confusion, and the test answers.
+
+    Args:
+        metrics: the stage's metrics (``save_method_answers``'s, unrounded).
+        records: the test answers of the configured critic (``simrag_accepted``, ``simrag_turns``,
+            ``prediction``, ``golden_answers``).
+        extra_runs: {file stem: (display name, records)}: the ablation and oracle runs, whose mean
+            F1 is quoted beside the main one.
+    """
+    practice, conf = metrics.get("practice") or {}, metrics.get("heldout_confusion") or {}
+    shares = conf.get("shares") or {}
+    accepted = sum(1 for r in records if r.get("simrag_accepted"))
+    mean_turns = sum(r.get("simrag_turns", 0) for r in records) / max(1, len(records))
+    text = [f"Self-practice gave {metrics.get('practice_examples', 0)} examples ({practice.get('accept', 0)} accepted as "
+            f"correct); the {metrics.get('critic', '?')} critic learned from {practice.get('distinct_train', 0)} distinct "
+            f"training examples ({practice.get('train_accept', 0)} Accept; {metrics.get('balanced_train', 0)} after "
+            f"balancing by {practice.get('balance', '?')}) and scores {_pct(conf.get('accuracy'))} on {conf.get('n', 0)} "
+            f"held-out ones (accepting {_pct(shares.get('wrong_accept'))} wrong and rejecting "
+            f"{_pct(shares.get('correct_reject'))} right answers, as shares of all held-out examples).",
+            f"On the test questions the critic accepted {accepted} of {len(records)} final answers, after "
+            f"{_f(mean_turns, 2)} turns on average; mean F1 {_f(_mean_f1(records))}"
+            + "".join(f"; {label}: {_f(_mean_f1(recs))}" for label, recs in (extra_runs or {}).values()) + "."]
+    return text + _flags(metrics.get("degenerate"))
+
+
+# ------------------------------------------------------------------------------------ 12 RePAIR
+def reading_repair(metrics: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
+                   standard: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
+    """12_repair: the training states and pairs, the test plans executed, and how many answers changed.
+
+    Args:
+        metrics: the stage's metrics (``save_method_answers``'s, unrounded).
+        records: RePAIR's test answers, in the order of ``standard``'s records.
+        standard: {dataset: standard RAG's test records}, the answers RePAIR started from.
+    """
+    info, states = metrics.get("repair") or {}, (metrics.get("repair") or {}).get("states") or {}
+    started = [r for recs in standard.values() for r in recs]
+    changed = sum(1 for r, s in zip(records, started) if str(r["prediction"]).strip() != str(s["prediction"]).strip())
+    text = [f"The planner trained on {states.get('off', 0)} off-policy and {states.get('on', 0)} on-policy states "
+            f"({info.get('offpolicy_pairs', 0)} + {info.get('onpolicy_pairs', 0)} preference pairs). At test time "
+            f"{info.get('executed', 0)} of {info.get('plans', 0)} plans executed ({info.get('distinct_plans', 0)} distinct, "
+            f"the most common {_pct(info.get('top_plan_share'))} of them) and {changed} of {len(records)} answers changed."]
+    return text + _flags(metrics.get("degenerate"))
+
+
+# ------------------------------------------------------------------------------------ 13 RAGEC
+def reading_ragec(metrics: Mapping[str, Any]) -> list[str]:
+    """13_ragec: invalid votes, the stage blamed most often, agreement with RAG-Critic's labels."""
+    errors, stages = metrics.get("errors", 0), metrics.get("stages") or {}
+    top_stage = max(stages, key=stages.get) if any(stages.values()) else None
+    fallbacks = metrics.get("grounded_fallbacks")
+    text = [f"RAGEC diagnosed {errors} wrong answers with {metrics.get('votes', 0)} votes; "
+            f"{_pct(metrics.get('invalid_vote_rate'))} of the votes named no type of the blamed stage"
+            + (f" ({fallbacks} answers fell back to the grounded rule)." if fallbacks else ".")]
+    if top_stage:
+        text.append(f"Most errors are blamed on the {top_stage} stage ({stages[top_stage]} of {errors}); "
+                    f"stage counts: {_counts(stages)}.")
+    agreement = metrics.get("agreement") or {}
+    text.append(f"Against RAG-Critic's tier-1 labels on {agreement.get('n', 0)} shared wrong answers: the two blame the "
+                f"same side {_pct(agreement.get('side_agreement'))} of the time and agree on the type "
+                f"{_pct(agreement.get('type_agreement'))}.")
+    return text + _flags(metrics.get("degenerate"))
+
+
+# ------------------------------------------------------------------------------------ 14 comparison
+def comparison_block(dataset: str, block: Mapping[str, Mapping[str, Any]], summary: Mapping[str, Any],
+                     flags: Mapping[str, Sequence[str]] | None = None, *, baseline: str = "standard RAG",
+                     alpha: float = 0.05) -> str:
+    """A short Markdown reading of one dataset's comparison (Holm-corrected), written from its numbers.
+
+    Args:
+        block: ``method_comparison``'s rows; summary: ``comparison_summary``'s dict;
+        flags: {method: degenerate reasons}, quoted after the method's line.
+    """
+    base = block[baseline]
+    lines = [f"On {dataset} ({base['n']} questions) {baseline} scores F1 {base['f1']:.3f}. With this many "
+             f"questions a change of about {summary['mde_conservative']:.3f} F1 is detectable at 80% power "
+             "(conservative MDE); each method's paired MDE is in the table."]
+    for name, row in block.items():
+        if name == baseline:
+            continue
+        p_holm = row.get("p_holm")
+        known = p_holm is not None and p_holm == p_holm
+        if known and p_holm < alpha:
+            side = "above" if row["delta_f1"] > 0 else "below"
+            verdict = f"{side} {baseline} after Holm correction (p {p_holm:.3g})"
+        else:
+            verdict = f"not distinguishable from {baseline} after Holm correction" + (f" (p {p_holm:.3g})" if known else "")
+        why = (flags or {}).get(name)
+        flagged = f"; flagged degenerate: {'; '.join(why)}" if why else ""
+        lines.append(f"- **{name}**: F1 {row['f1']:.3f}, change {row['delta_f1']:+.3f} "
+                     f"(95% CI {row['ci_low']:+.3f}..{row['ci_high']:+.3f}), {verdict}{flagged}.")
+    return "\n".join(lines)
+
+
+def reading_comparison(metrics: Mapping[str, Any], *, alpha: float = 0.05) -> list[str]:
+    """14_comparison: per dataset, every method against standard RAG after Holm correction.
+
+    Args:
+        metrics: the stage's metrics: ``comparison`` ({dataset: method rows}), ``summary``
+            ({dataset: comparison summary}) and ``degenerate_by_method`` (flags quoted per method).
+        alpha: the level the Holm-corrected p-values are read at.
+    """
+    summaries, flags = metrics.get("summary") or {}, metrics.get("degenerate_by_method")
+    return [comparison_block(ds, block, summaries[ds], flags, alpha=alpha)
+            for ds, block in (metrics.get("comparison") or {}).items()]
 
 
 # ------------------------------------------------------------------------------------ 15 analysis
