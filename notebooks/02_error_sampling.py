@@ -43,7 +43,7 @@ from ragcritic_lib.data.flashrag import dataset_paths, load_corpus_records
 from ragcritic_lib.io import write_jsonl
 from ragcritic_lib.pipeline.outputs import save_figure, save_table
 from ragcritic_lib.pipeline.params import parse_dataset_counts
-from ragcritic_lib.pipeline.setup import setup_stage
+from ragcritic_lib.pipeline.stage_models import setup_stage
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 from ragcritic_lib.teachers import build_teachers, teacher_agreement
 

@@ -79,7 +79,7 @@ from ragcritic_lib.evidence import compute_evidence
 from ragcritic_lib.io import read_jsonl, write_json, write_jsonl
 from ragcritic_lib.mining import passage_metadata
 from ragcritic_lib.pipeline.outputs import save_markdown, save_table
-from ragcritic_lib.pipeline.setup import setup_stage
+from ragcritic_lib.pipeline.stage_models import setup_stage
 from ragcritic_lib.rag import answer_gen_params
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 from ragcritic_lib.retrieval import CrossEncoderReranker

@@ -14,7 +14,10 @@ from ragcritic_lib.baselines.harness import shared_test_sets
 from ragcritic_lib.baselines.stage_setup import MethodSetup, setup_method
 from ragcritic_lib.io import write_jsonl
 from ragcritic_lib.llm import GenParams
+from ragcritic_lib.pipeline.deps import import_closure
 from ragcritic_lib.pipeline.setup import StageSetup, setup_stage
+from ragcritic_lib.pipeline.stage_models import ModelStageSetup
+from ragcritic_lib.pipeline.stage_models import setup_stage as model_setup_stage
 from ragcritic_lib.rag import answer_gen_params
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
@@ -70,7 +73,8 @@ def test_setup_stage_gives_params_paths_and_loads_nothing(data_dir, generator):
 
 def test_setup_stage_loads_the_generator_once_on_first_use(data_dir, generator):
     params = _params()
-    setup = setup_stage("correction", params)
+    setup = model_setup_stage("correction", params)
+    assert isinstance(setup, ModelStageSetup) and setup.out_dir == data_dir / "correction"
     assert "not loaded" in repr(setup) and generator == []
     assert setup.llm == "the generator" and setup.llm == "the generator"
     assert generator == [(params, {})] and "generator loaded" in repr(setup)
@@ -79,12 +83,25 @@ def test_setup_stage_loads_the_generator_once_on_first_use(data_dir, generator):
 def test_setup_stage_retrievers_on_demand(data_dir, generator, monkeypatch):
     calls = []
     monkeypatch.setattr(runtime, "load_retriever", lambda params, ds, **kw: calls.append((ds, kw)) or f"r-{ds}")
-    setup = setup_stage("crag", _params())
+    setup = model_setup_stage("crag", _params())
     assert calls == []
     assert setup.retriever("beta", kind="bm25", rerank=False) == "r-beta"
     assert setup.load_retrievers() == {"alpha": "r-alpha", "beta": "r-beta", "gamma": "r-gamma"}
     assert calls == [("beta", {"kind": "bm25", "rerank": False}), ("alpha", {}), ("beta", {}), ("gamma", {})]
     assert generator == []
+
+
+def test_a_stage_without_models_does_not_run_through_the_model_code():
+    assert not hasattr(setup_stage("testbed", _params()), "llm")
+    closure = import_closure(Path(paths.ROOT) / "ragcritic_lib/pipeline/setup.py")
+    assert not {"ragcritic_lib/runtime.py", "ragcritic_lib/llm/__init__.py", "ragcritic_lib/retrieval/__init__.py"} & closure
+    for stem in ("00_assets", "00_testbed", "14_comparison", "15_analysis"):
+        assert "ragcritic_lib/runtime.py" not in import_closure(NOTEBOOKS / f"{stem}.py"), stem
+
+
+def test_model_setup_errors_name_the_function_that_checks():
+    with pytest.raises(ValueError, match="setup_stage: stage must be a stage name"):
+        model_setup_stage("a/b", _params())
 
 
 def test_setup_stage_reads_params_yaml_by_default(monkeypatch):
@@ -108,7 +125,7 @@ def test_setup_stage_errors():
 def test_setup_method_loads_what_the_notebooks_loaded(data_dir, generator):
     params = _params()
     setup = setup_method("crag", params)
-    assert isinstance(setup, MethodSetup) and isinstance(setup, StageSetup)
+    assert isinstance(setup, MethodSetup) and isinstance(setup, ModelStageSetup) and isinstance(setup, StageSetup)
     assert setup.params is params and setup.rag is params["retrieval_rag"] and setup.seed == 13
     # The answer setting of item "one answer-generation setting": the default variant's.
     assert setup.gen == answer_gen_params("default", 21)

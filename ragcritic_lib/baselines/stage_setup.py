@@ -14,11 +14,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from ragcritic_lib.baselines.harness import shared_test_sets
-from ragcritic_lib.pipeline.setup import StageSetup, check_stage_name, setup_stage
+from ragcritic_lib.pipeline.setup import check_stage_name
+from ragcritic_lib.pipeline.stage_models import ModelStageSetup, setup_stage
 
 
-class MethodSetup(StageSetup):
-    """What a method stage starts from: a :class:`~ragcritic_lib.pipeline.setup.StageSetup`
+class MethodSetup(ModelStageSetup):
+    """What a method stage starts from: a :class:`~ragcritic_lib.pipeline.stage_models.ModelStageSetup`
     (params, seed, ``out_dir``, ``llm``, ``retriever``, ...) with standard RAG's settings and the
     shared test questions.
 
@@ -67,7 +68,7 @@ class MethodSetup(StageSetup):
 def setup_method(stage: str, params: Mapping[str, Any] | None = None) -> MethodSetup:
     """Load what a method stage starts from; see :class:`MethodSetup`.
 
-    :func:`~ragcritic_lib.pipeline.setup.setup_stage` gives the params and the stage's paths; this
+    :func:`~ragcritic_lib.pipeline.stage_models.setup_stage` gives the params and the stage's paths; this
     adds standard RAG's settings and the shared test questions, and loads the generator (every
     method stage uses it).
 

@@ -3,10 +3,13 @@
 A notebook's first code cell after its ``parameters`` cell is one call,
 ``setup = setup_stage("<stage>")``, which gives what the stage starts from: the whole params, the
 stage's own section, the seed, the datasets, the stage's output folder ``data/<stage>``, its
-figures and tables folders (where dvc.yaml declares them) and its metrics file. The models are
-loaded lazily, on first use: ``setup.llm`` loads the generator, ``setup.retriever(ds)`` a
-retriever, so a stage that needs no LLM never loads one. The method stages 09-13 open with
-:func:`ragcritic_lib.baselines.stage_setup.setup_method`, which builds on this one.
+figures and tables folders (where dvc.yaml declares them) and its metrics file.
+
+A stage that uses models opens with :func:`ragcritic_lib.pipeline.stage_models.setup_stage` instead: the same
+call and the same object, plus the generator and retrievers loaded on first use. The two are
+apart so that a stage's import closure, hence its DVC dependencies, holds the model code only
+where the stage runs it. The method stages 09-13 open with
+:func:`ragcritic_lib.baselines.stage_setup.setup_method`, which builds on that one.
 """
 
 from __future__ import annotations
@@ -14,9 +17,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-
-_UNLOADED = object()
-
 
 class StageSetup:
     """What a stage starts from; see :func:`setup_stage`.
@@ -26,14 +26,12 @@ class StageSetup:
         params: the whole params.yaml.
     """
 
-    def __init__(self, stage: str, params: Mapping[str, Any], *, llm: Any = _UNLOADED) -> None:
+    def __init__(self, stage: str, params: Mapping[str, Any]) -> None:
         self.stage = stage
         self.params = params
-        self._llm = llm  # loaded on first use of :attr:`llm` unless given
 
     def __repr__(self) -> str:
-        loaded = "loaded" if self._llm is not _UNLOADED else "not loaded"
-        return f"{type(self).__name__}(stage={self.stage!r}, generator {loaded})"
+        return f"{type(self).__name__}(stage={self.stage!r})"
 
     @property
     def section(self) -> Mapping[str, Any]:
@@ -54,9 +52,7 @@ class StageSetup:
     @property
     def datasets(self) -> list[str]:
         """The datasets of ``common.datasets``, in params order."""
-        from ragcritic_lib import runtime
-
-        return runtime.dataset_names(self.params)
+        return list(self.params["common"]["datasets"])
 
     @property
     def out_dir(self) -> Path:
@@ -102,26 +98,6 @@ class StageSetup:
 
         folder = {"figures": paths.FIGURES_DIR, "tables": paths.TABLES_DIR}[kind] / self.stem
         return folder if folder.relative_to(paths.ROOT).as_posix() in _declared_outs(self.stage) else None
-
-    @property
-    def llm(self) -> Any:
-        """The generator (``runtime.load_generator(params)``), loaded on first use and kept."""
-        if self._llm is _UNLOADED:
-            from ragcritic_lib import runtime
-
-            self._llm = runtime.load_generator(self.params)
-        return self._llm
-
-    def retriever(self, dataset: str, **overrides: Any) -> Any:
-        """The retriever of ``common.retriever`` (plus ``overrides``) over the dataset's corpus
-        (``runtime.load_retriever``, which builds each one once per process)."""
-        from ragcritic_lib import runtime
-
-        return runtime.load_retriever(self.params, dataset, **overrides)
-
-    def load_retrievers(self) -> dict[str, Any]:
-        """{dataset: the configured retriever for it}, over :attr:`datasets`."""
-        return {ds: self.retriever(ds) for ds in self.datasets}
 
 
 def _declared_outs(stage: str) -> list[str]:
