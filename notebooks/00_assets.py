@@ -63,7 +63,7 @@ for split in ("train", "dev", "test"):
     print(split, "|", q["question"], "->", q["golden_answers"], "| answerable:", q["metadata"]["answerable"])
 
 # %%
-write_stage_metrics("00_assets", {k: v for k, v in stats.items() if k != "wheels"})
+write_stage_metrics("00_assets", assets.assets_metrics(stats))
 
 # %% [markdown]
 # ## Reading the numbers

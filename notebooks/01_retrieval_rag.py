@@ -35,7 +35,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from ragcritic_lib import runtime
-from ragcritic_lib.evaluation.summaries import recall_at_k, summarize_rag
+from ragcritic_lib.evaluation.summaries import recall_at_k, retrieval_rag_metrics, summarize_rag
 from ragcritic_lib.io import write_jsonl
 from ragcritic_lib.pipeline.outputs import save_figure
 from ragcritic_lib.pipeline.params import parse_dataset_counts
@@ -48,7 +48,7 @@ params, datasets, out_dir = setup.params, setup.datasets, setup.out_dir
 ks = [int(k) for k in recall_ks.split(",")]
 # Standard-RAG answers per split: eval_questions, or the count dataset_questions names.
 n_eval = {ds: parse_dataset_counts(dataset_questions).get(ds, eval_questions) for ds in datasets}
-metrics = {"retrieval": {}, "rag": {}, "closed_book": {}}
+recall, rag, closed = {}, {}, {}  # per dataset: recall@k per retriever; standard-RAG and closed-book summaries per split
 datasets
 
 # %% [markdown]
@@ -66,11 +66,11 @@ variants = {
 rows = []
 for ds in datasets:
     questions = runtime.load_split(params, ds, "dev", limit=recall_questions)
-    metrics["retrieval"][ds] = {}
+    recall[ds] = {}
     for name, cfg in variants.items():
         # BEGIN SOLUTION hint: compute recall_at_k for this retriever variant and add one row per k to rows
         res = recall_at_k(setup.retriever(ds, **cfg), questions, ks, group="type")
-        metrics["retrieval"][ds][name] = res
+        recall[ds][name] = res
         rows += [{"dataset": ds, "retriever": name, "k": int(k), "recall": v} for k, v in res["answer_recall"].items()]
         # END SOLUTION
 recall_table = pd.DataFrame(rows)
@@ -98,7 +98,7 @@ kind = "hybrid+rerank" if params["common"]["retriever"].get("rerank") else param
 type_rows = [{"dataset": ds, "type": t, "n": m["n"],
               **{f"answer@{k}": v for k, v in m["answer_recall"].items()},
               **{f"support@{k}": v for k, v in m.get("support_recall", {}).items()}}
-             for ds in datasets for t, m in metrics["retrieval"][ds].get(kind, {}).get("by_type", {}).items()]
+             for ds in datasets for t, m in recall[ds].get(kind, {}).get("by_type", {}).items()]
 pd.DataFrame(type_rows)
 
 # %% [markdown]
@@ -118,16 +118,16 @@ for ds in datasets:
                                    gen_params=gen, max_passage_words=max_passage_words, desc=f"{ds}/{split}")
         # END SOLUTION
         write_jsonl(out_dir / ds / f"{split}.jsonl", results)
-        metrics["rag"].setdefault(ds, {})[split] = summarize_rag(results)
+        rag.setdefault(ds, {})[split] = summarize_rag(results)
         summary_rows.append({"dataset": ds, "split": split, "method": "standard RAG", **{
-            k: metrics["rag"][ds][split][k] for k in ("em", "f1", "acc", "prefix_rate", "truncation_rate", "n")}})
+            k: rag[ds][split][k] for k in ("em", "f1", "acc", "prefix_rate", "truncation_rate", "n")}})
         if closed_book and split == "test":
             cb = run_standard_rag(llm, records, retriever=None, variant="closed_book", gen_params=gen,
                                   desc=f"{ds}/{split}/closed-book")
             write_jsonl(out_dir / ds / f"{split}_closed_book.jsonl", cb)
-            metrics["closed_book"].setdefault(ds, {})[split] = summarize_rag(cb)
+            closed.setdefault(ds, {})[split] = summarize_rag(cb)
             summary_rows.append({"dataset": ds, "split": split, "method": "closed-book", **{
-                k: metrics["closed_book"][ds][split][k] for k in ("em", "f1", "acc", "prefix_rate", "truncation_rate", "n")}})
+                k: closed[ds][split][k] for k in ("em", "f1", "acc", "prefix_rate", "truncation_rate", "n")}})
 pd.DataFrame(summary_rows)
 
 # %% [markdown]
@@ -147,7 +147,6 @@ for ds in datasets:
                                max_passage_words=max_passage_words, desc=f"{ds}/probe/{variant}")
         s = summarize_rag(res)
         probe_rows.append({"dataset": ds, "variant": variant, **{k: s[k] for k in ("em", "f1", "acc", "prefix_rate", "truncation_rate", "n")}})
-metrics["prompt_variants"] = probe_rows
 pd.DataFrame(probe_rows)
 
 # %% [markdown]
@@ -158,7 +157,7 @@ pd.DataFrame(probe_rows)
 rows = []
 for ds in datasets:
     for group in ("by_answerable", "by_type"):
-        for value, m in metrics["rag"][ds]["test"].get(group, {}).items():
+        for value, m in rag[ds]["test"].get(group, {}).items():
             rows.append({"dataset": ds, "group": group[3:], "value": value, **m})
 pd.DataFrame(rows)
 
@@ -175,6 +174,7 @@ for ds in datasets:
 
 # %%
 print("generator usage (this run; cached answers cost nothing):", llm.stats.snapshot())
+metrics = retrieval_rag_metrics(recall, rag, closed, probe_rows)
 write_stage_metrics("01_retrieval_rag", metrics)
 
 # %% [markdown]

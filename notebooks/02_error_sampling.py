@@ -152,24 +152,10 @@ for r, x in list(zip(subset, llm_rationales))[:2]:
 # %%
 write_jsonl(out_dir / "d_error.jsonl", errors)
 write_jsonl(out_dir / "correct.jsonl", correct)
-metrics = {
-    "pool_size": len(pool),
-    "pool_members": [m.describe() for m in pool],
-    "samples": len(judged),
-    "errors": len(errors),
-    "correct": len(correct),
-    "error_rate": round(len(errors) / max(1, len(judged)), 4),
-    "judge": {"metric": judge_metric, "threshold": judge_threshold},
-    "error_rate_by_member": {m: v["error_rate"] for m, v in by_member.items()},
-    "by_member": by_member,
-    "by_dataset": mining.pool_summary(judged, by="dataset"),
-    "source_statistics": mining.source_statistics(judged),
-    "rationale_sources": rationale_report,
-    "teacher": teacher,
-    "teacher_parse": {"primary": primary.parse_report()["rationale"],
-                      "llm_subset": llm_teacher.parse_report()["rationale"] if llm_teacher else None},
-    "llm_teacher_agreement": agreement,
-}
+metrics = mining.error_sampling_metrics(
+    pool, judged, errors, correct, judge_metric=judge_metric, judge_threshold=judge_threshold,
+    rationale_sources=rationale_report, teacher=teacher, primary=primary, llm_teacher=llm_teacher,
+    llm_teacher_agreement=agreement)
 write_stage_metrics("02_error_sampling", metrics)
 {k: metrics[k] for k in ("pool_size", "samples", "errors", "error_rate", "error_rate_by_member")}
 

@@ -39,7 +39,7 @@ from ragcritic_lib.io import read_jsonl, write_jsonl
 from ragcritic_lib.pipeline.outputs import save_figure
 from ragcritic_lib.pipeline.setup import setup_stage
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
-from ragcritic_lib.tagging import normalize_tags, tag_counts
+from ragcritic_lib.tagging import normalize_tags, tag_counts, tagging_metrics
 from ragcritic_lib.teachers import build_teachers, teacher_agreement, vocabulary_size
 
 setup = setup_stage("tagging")  # params and data/tagging; an LLM teacher loads its own model
@@ -124,19 +124,8 @@ write_jsonl(out_dir / "tags.jsonl", [
     {"dataset": r["dataset"], "id": r["id"], "pool_member": r["pool_member"], "raw_tags": o.tags,
      "valid": o.valid, "error": o.error, "tags": t}
     for r, o, t in zip(errors, outputs, normalized)])
-metrics = {
-    "error_records": len(errors),
-    "tagger": primary.name,
-    "normalization": norm_report,
-    "tags_before_normalization": norm_report["raw_tags"],
-    "unique_tags_before_normalization": norm_report["raw_unique"],
-    "unique_tags_after_normalization": norm_report["final_unique"],
-    "parse_failure_rate": primary.parse_report()["tags"]["failure_rate"],
-    "parse": primary.parse_report()["tags"],
-    "llm_subset_parse": llm_teacher.parse_report()["tags"] if llm_teacher else None,
-    "llm_teacher_agreement": agreement,
-    "grounded_vocabulary": vocabulary_size(),
-}
+metrics = tagging_metrics(errors, norm_report, primary=primary, llm_teacher=llm_teacher,
+                          llm_teacher_agreement=agreement, grounded_vocabulary=vocabulary_size())
 write_stage_metrics("03_tagging", metrics)
 {k: metrics[k] for k in ("error_records", "tags_before_normalization", "unique_tags_after_normalization", "parse_failure_rate")}
 

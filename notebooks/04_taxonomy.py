@@ -30,7 +30,6 @@ encoder = "data/assets/models/all-minilm-l6-v2"
 examples_per_label = 2
 
 # %%
-from collections import Counter
 from dataclasses import asdict
 
 import matplotlib.pyplot as plt
@@ -192,20 +191,9 @@ save_figure(fig, "04_taxonomy", "known_cause_agreement")
 per_cause
 
 # %%
-metrics = {
-    "clusters": clusters.n_clusters,
-    "tags_clustered": len(clusters.tags),
-    "cluster_namer": cluster_namer,
-    "mapping_sources": dict(sorted(Counter(m.source for m in mappings).items())),
-    "tier2_labels_used": sorted({m.tier2 for m in mappings}),
-    "error_qa": qa_report,
-    "tier1_distribution": tx.label_distribution(error_qa, 1)["all"] if error_qa else {},
-    "tier2_distribution": tx.label_distribution(error_qa, 2)["all"] if error_qa else {},
-    "tier1_by_dataset": tx.label_distribution(error_qa, 1, by="dataset"),
-    "known_cause_agreement": agreement,
-    "cluster_name_parse": llm_teacher.parse_report()["cluster_name"] if llm_teacher else None,
-    "taxonomy": {"tier1": len(tax.tier1), "tier2": len(tax.tier2), "aliases": len(tax.aliases)},
-}
+metrics = tx.taxonomy_metrics(
+    clusters, mappings, tax, error_qa, qa_report=qa_report, known_cause_agreement=agreement,
+    cluster_namer=cluster_namer, cluster_name_parse=llm_teacher.parse_report()["cluster_name"] if llm_teacher else None)
 write_stage_metrics("04_taxonomy", metrics)
 {k: metrics[k] for k in ("clusters", "tags_clustered", "error_qa", "mapping_sources")}
 

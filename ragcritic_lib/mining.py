@@ -640,3 +640,51 @@ def stratified_subset(judged: Sequence[Mapping[str, Any]], n: int, *, seed: int 
             if groups[key] and len(out) < n:
                 out.append(dict(groups[key].pop()))
     return out
+
+
+def error_sampling_metrics(
+    pool: Sequence[Any],
+    judged: Sequence[Mapping[str, Any]],
+    errors: Sequence[Mapping[str, Any]],
+    correct: Sequence[Mapping[str, Any]],
+    *,
+    judge_metric: str,
+    judge_threshold: float,
+    rationale_sources: Mapping[str, Any],
+    teacher: str,
+    primary: Any,
+    llm_teacher: Any | None,
+    llm_teacher_agreement: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Notebook 02's metrics: the pool, the judged samples and both pools, per member and dataset,
+    Table-1 source statistics, where the rationales came from and how the teachers parsed.
+
+    Args:
+        pool: the pool members (each with ``describe()``).
+        judged: every judged sample; ``errors`` and ``correct`` are its two pools.
+        judge_metric, judge_threshold: the judge's setting.
+        rationale_sources: :func:`attach_rationales`'s report.
+        teacher: the configured teacher (``"grounded"`` or ``"llm"``).
+        primary, llm_teacher: the teachers used (each with ``parse_report()``); ``llm_teacher``
+            None when no LLM teacher ran.
+        llm_teacher_agreement: the LLM teacher's agreement with the gold judgement on its subset.
+    """
+    by_member = pool_summary(judged)
+    return {
+        "pool_size": len(pool),
+        "pool_members": [m.describe() for m in pool],
+        "samples": len(judged),
+        "errors": len(errors),
+        "correct": len(correct),
+        "error_rate": round(len(errors) / max(1, len(judged)), 4),
+        "judge": {"metric": judge_metric, "threshold": judge_threshold},
+        "error_rate_by_member": {m: v["error_rate"] for m, v in by_member.items()},
+        "by_member": by_member,
+        "by_dataset": pool_summary(judged, by="dataset"),
+        "source_statistics": source_statistics(judged),
+        "rationale_sources": rationale_sources,
+        "teacher": teacher,
+        "teacher_parse": {"primary": primary.parse_report()["rationale"],
+                          "llm_subset": llm_teacher.parse_report()["rationale"] if llm_teacher else None},
+        "llm_teacher_agreement": llm_teacher_agreement,
+    }

@@ -124,3 +124,38 @@ def normalize_tags(
 def tag_counts(tag_lists: Sequence[Sequence[str]]) -> Counter[str]:
     """Occurrences of each tag over records."""
     return Counter(t for ts in tag_lists for t in ts)
+
+
+def tagging_metrics(
+    errors: Sequence[Any],
+    norm_report: dict[str, Any],
+    *,
+    primary: Any,
+    llm_teacher: Any | None,
+    llm_teacher_agreement: dict[str, Any],
+    grounded_vocabulary: int,
+) -> dict[str, Any]:
+    """Notebook 03's metrics: how many wrong answers were tagged, by which tagger, the label
+    normalization's counts (:func:`normalize_tags`'s report) and how the taggers' output parsed.
+
+    Args:
+        errors: the tagged error records.
+        norm_report: :func:`normalize_tags`'s report.
+        primary, llm_teacher: the tagger used and the LLM teacher run on a subset (each with
+            ``name`` and ``parse_report()``); ``llm_teacher`` None when none ran.
+        llm_teacher_agreement: the LLM tags' agreement with the grounded ones on the subset.
+        grounded_vocabulary: the grounded teacher's number of tag phrasings.
+    """
+    return {
+        "error_records": len(errors),
+        "tagger": primary.name,
+        "normalization": norm_report,
+        "tags_before_normalization": norm_report["raw_tags"],
+        "unique_tags_before_normalization": norm_report["raw_unique"],
+        "unique_tags_after_normalization": norm_report["final_unique"],
+        "parse_failure_rate": primary.parse_report()["tags"]["failure_rate"],
+        "parse": primary.parse_report()["tags"],
+        "llm_subset_parse": llm_teacher.parse_report()["tags"] if llm_teacher else None,
+        "llm_teacher_agreement": llm_teacher_agreement,
+        "grounded_vocabulary": grounded_vocabulary,
+    }

@@ -609,3 +609,42 @@ def label_distribution(records: Sequence[Mapping[str, Any]], tier: int, by: str 
         counter = out.setdefault(group, Counter())
         counter.update(rec["critic_target"][f"tag{tier}"])
     return {g: dict(sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))) for g, c in sorted(out.items())}
+
+
+def taxonomy_metrics(
+    clusters: Any,
+    mappings: Sequence[Any],
+    taxonomy: Any,
+    error_qa: Sequence[Mapping[str, Any]],
+    *,
+    qa_report: Mapping[str, Any],
+    known_cause_agreement: Mapping[str, Any],
+    cluster_namer: str,
+    cluster_name_parse: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """Notebook 04's metrics: the clustering, how its clusters were mapped onto the taxonomy, the
+    labelled D_Error^QA with its tier-1/tier-2 distributions, and the agreement with known causes.
+
+    Args:
+        clusters: the Ward clustering (``n_clusters``, ``tags``).
+        mappings: one mapping per cluster (``source``, ``tier2``).
+        taxonomy: the 3-tier taxonomy (``tier1``, ``tier2``, ``aliases``).
+        error_qa: the labelled error records; ``qa_report`` is the report of their labelling.
+        known_cause_agreement: :func:`known_cause_agreement` on them.
+        cluster_namer: who named the clusters; ``cluster_name_parse`` the LLM namer's parse
+            report (None when no LLM named them).
+    """
+    return {
+        "clusters": clusters.n_clusters,
+        "tags_clustered": len(clusters.tags),
+        "cluster_namer": cluster_namer,
+        "mapping_sources": dict(sorted(Counter(m.source for m in mappings).items())),
+        "tier2_labels_used": sorted({m.tier2 for m in mappings}),
+        "error_qa": qa_report,
+        "tier1_distribution": label_distribution(error_qa, 1)["all"] if error_qa else {},
+        "tier2_distribution": label_distribution(error_qa, 2)["all"] if error_qa else {},
+        "tier1_by_dataset": label_distribution(error_qa, 1, by="dataset"),
+        "known_cause_agreement": known_cause_agreement,
+        "cluster_name_parse": cluster_name_parse,
+        "taxonomy": {"tier1": len(taxonomy.tier1), "tier2": len(taxonomy.tier2), "aliases": len(taxonomy.aliases)},
+    }

@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -361,3 +361,9 @@ def read_member(wheel: Path, name: str) -> bytes:
             return zf.read(name)
         except KeyError:
             raise DataFormatError(f"{wheel}: has no member {name!r}") from None
+
+
+def assets_metrics(report: Mapping[str, Any]) -> dict[str, Any]:
+    """Notebook 00_assets' metrics: :func:`build_assets`'s report without its per-wheel listing
+    (which the notebook shows as a table)."""
+    return {k: v for k, v in report.items() if k != "wheels"}

@@ -72,3 +72,21 @@ def summarize_rag(results: Sequence[Mapping[str, Any]], groups: Sequence[str] = 
                 by.setdefault(str(r.get("metadata", {}).get(g)), []).append(r)
             out[f"by_{g}"] = {k: aggregate(v) for k, v in sorted(by.items())}
     return out
+
+
+def retrieval_rag_metrics(
+    recall: Mapping[str, Mapping[str, Any]],
+    rag: Mapping[str, Mapping[str, Any]],
+    closed_book: Mapping[str, Mapping[str, Any]],
+    prompt_variants: Sequence[Mapping[str, Any]],
+) -> dict[str, Any]:
+    """Notebook 01's metrics.
+
+    Args:
+        recall: ``{dataset: {retriever: recall_at_k(...)}}``.
+        rag: ``{dataset: {split: summarize_rag(standard-RAG results)}}``.
+        closed_book: the same for the closed-book answers (empty when they were not run).
+        prompt_variants: one row per dataset and prompt variant of the probe.
+    """
+    return {"retrieval": dict(recall), "rag": dict(rag), "closed_book": dict(closed_book),
+            "prompt_variants": list(prompt_variants)}
