@@ -3,7 +3,7 @@
     python benchmarks/bench_repro.py                 # the embedded default (params.yaml as is)
     python benchmarks/bench_repro.py --profile smoke # a params profile from configs/profiles/
     python benchmarks/bench_repro.py --compare       # ... then compare with this checkout's results
-    python benchmarks/bench_repro.py --target taxonomy --keep  # one stage and what it depends on
+    python benchmarks/bench_repro.py --target retrieval_rag --target taxonomy --keep  # stages 00-04 only
     python benchmarks/bench_repro.py --compare-only /tmp/ragcritic-repro-XXXX/repo  # a kept copy
 
 Cold = empty LLM and index caches (the asset wheels already downloaded are reused). Prints the
@@ -123,8 +123,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--profile", default=None, help="params profile to apply first")
     parser.add_argument("--keep", action="store_true", help="keep the temporary copy")
-    parser.add_argument("--target", default=None,
-                        help="a dvc.yaml stage: run it and the stages it depends on, not the whole pipeline")
+    parser.add_argument("--target", action="append", default=None,
+                        help="a dvc.yaml stage: run it and the stages it depends on, not the whole pipeline "
+                             "(repeat for several)")
     parser.add_argument("--compare", action="store_true",
                         help="then compare the copy's results with this checkout's")
     parser.add_argument("--compare-only", type=Path, default=None, metavar="COPY",
@@ -141,10 +142,10 @@ def main() -> None:
     try:
         if args.profile:
             run_timed([sys.executable, "-m", "ragcritic_lib.pipeline.profiles", args.profile], root, env)
-        repro = ["dvc", "repro"] + ([args.target] if args.target else [])
+        repro = ["dvc", "repro", *(args.target or [])]
         cold, _ = run_timed(repro, root, env, log=tmp / "cold.log")
         noop, _ = run_timed(repro, root, env, log=tmp / "noop.log")
-        print(f"profile: {args.profile or 'default'}; target: {args.target or 'all stages'}")
+        print(f"profile: {args.profile or 'default'}; target: {', '.join(args.target or ['all stages'])}")
         print(f"cold dvc repro: {cold:.1f} s")
         for stage, secs in stage_seconds(root).items():
             print(f"  {stage:<24} {secs:8.1f} s")
