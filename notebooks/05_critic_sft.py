@@ -47,7 +47,7 @@ import pandas as pd
 from ragcritic_lib import paths, runtime
 from ragcritic_lib.critic import calibrate_verdicts, load_trained_critic
 from ragcritic_lib.critic_data import (
-    balance_correct, check_no_leakage, label_counts, make_samples, sft_examples, split_by_question,
+    balance_correct, check_no_leakage, critic_sft_metrics, label_counts, make_samples, sft_examples, split_by_question,
 )
 from ragcritic_lib.io import read_jsonl, write_json, write_jsonl
 from ragcritic_lib.pipeline.outputs import save_figure
@@ -155,18 +155,11 @@ write_json(out_dir / "verdict_calibration.json", calibration)
 pd.Series(calibration)
 
 # %%
-losses = curve["loss"].tolist()
-write_stage_metrics("05_critic_sft", {
-    "splits": split_table.set_index("split").to_dict(orient="index"),
-    "balance": balance,
-    # seconds: wall time of the training run, the comparison's training cost (it varies from run to
-    # run). The full record is data/critic_sft/train_result.json.
-    "train": {"steps": result.steps, "seconds": round(result.seconds, 1), "examples": result.examples,
-              "dropped_too_long": result.dropped_too_long, "device": result.device,
-              "first_loss": round(losses[0], 4) if losses else None, "last_loss": round(losses[-1], 4) if losses else None},
-    "preview_parse_failures": sum(not p.ok for p in parses),
-    "verdict_calibration": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in calibration.items()},
-})
+# Splits, balance, the training run (its seconds: the comparison's training cost), preview parse
+# failures and the verdict calibration, gathered in one dict.
+metrics = critic_sft_metrics(split_rows=split_table.to_dict("records"), balance=balance, result=result,
+                             preview=parses, calibration=calibration)
+write_stage_metrics("05_critic_sft", metrics)
 
 # %% [markdown]
 # ## Reading the numbers

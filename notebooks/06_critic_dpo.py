@@ -38,7 +38,7 @@ import pandas as pd
 
 from ragcritic_lib import paths
 from ragcritic_lib.critic import calibrate_verdicts, load_trained_critic
-from ragcritic_lib.critic_data import balance_correct, dpo_pairs
+from ragcritic_lib.critic_data import balance_correct, critic_dpo_metrics, dpo_pairs
 from ragcritic_lib.io import read_json, read_jsonl, write_json, write_jsonl
 from ragcritic_lib.pipeline.outputs import save_figure
 from ragcritic_lib.pipeline.setup import setup_stage
@@ -131,22 +131,10 @@ write_json(out_dir / "verdict_calibration.json", calibration)
 pd.Series(calibration)
 
 # %%
-def last(col: str) -> float | None:
-    return round(float(curve[col].iloc[-1]), 4) if col in curve and len(curve) else None
-
-
-write_stage_metrics("06_critic_dpo", {
-    "pairs": counts,
-    "balance": balance,
-    # seconds: wall time of the training run, the comparison's training cost (it varies from run to
-    # run). The full record is data/critic_dpo/train_result.json.
-    "train": {"beta": beta, "steps": result.steps, "seconds": round(result.seconds, 1), "pairs_used": result.examples,
-              "dropped_too_long": result.dropped_too_long, "device": result.device,
-              "first_loss": round(float(curve["loss"].iloc[0]), 4) if len(curve) else None,
-              "last_loss": last("loss"), "last_reward_margin": last("rewards_margins"),
-              "last_reward_accuracy": last("rewards_accuracies")},
-    "verdict_calibration": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in calibration.items()},
-})
+# Pairs, balance, the training run (its seconds: the comparison's training cost; the last loss and
+# rewards) and the verdict calibration, gathered in one dict.
+metrics = critic_dpo_metrics(pair_counts=counts, balance=balance, beta=beta, result=result, calibration=calibration)
+write_stage_metrics("06_critic_dpo", metrics)
 
 # %% [markdown]
 # ## Reading the numbers

@@ -33,7 +33,9 @@ known_causes_file = "data/taxonomy/known_causes.yaml"
 import pandas as pd
 
 from ragcritic_lib import paths, runtime
-from ragcritic_lib.error_benchmark import benchmark_table, build_benchmark, plot_per_label, score_critic, score_known_causes
+from ragcritic_lib.error_benchmark import (
+    benchmark_metrics, benchmark_table, build_benchmark, plot_per_label, score_critic, score_known_causes,
+)
 from ragcritic_lib.critic import HeuristicCritic, LLMCritic, critiques_to_records, load_trained_critic
 from ragcritic_lib.io import read_json, read_jsonl, write_jsonl
 from ragcritic_lib.pipeline.outputs import save_figure, save_table
@@ -143,18 +145,11 @@ if example is not None:
         print(f"[{name}] {preds[example].to_critique()}  (parse_error={preds[example].parse_error})")
 
 # %%
-# Token counts per critic; call timings and cache hits vary between runs, so they stay out of
-# the metrics file (two cold runs must write identical metrics).
-usage = {name: {k: v for k, v in c.llm.stats.snapshot().items() if k in ("requests", "request_prompt_tokens", "request_completion_tokens")}
-         for name, c in critics.items() if hasattr(c, "llm")}
-write_stage_metrics("07_benchmark", {
-    "benchmark": report,
-    "table": table.reset_index().to_dict(orient="records"),
-    "critics": results,
-    "by_dataset": by_dataset,
-    "known_causes": known,
-    "llm_usage": usage,
-})
+# The benchmark, the table, each critic's scores and its token counts (call timings and cache
+# hits vary between runs, so they stay out: two cold runs must write identical metrics).
+metrics = benchmark_metrics(report=report, table=table.reset_index().to_dict(orient="records"), results=results,
+                            by_dataset=by_dataset, known_causes=known, critics=critics)
+write_stage_metrics("07_benchmark", metrics)
 
 # %% [markdown]
 # ## Reading the numbers

@@ -128,9 +128,8 @@ agreement = ragec.tier1_agreement(out, labels, types, canonical=taxonomy.canonic
 # %%
 write_jsonl(setup.out_dir / "diagnoses.jsonl", out)
 save_table(table, "13_ragec", "ragec_types", formats=("csv",))
-metrics = {**info, "answers": answered, "mode_frequency": mode_freq, "agreement": agreement,
-           "critic_source": "notebook 08 critic", "same_answer_questions": len(same),
-           "cost": m.cost(), "cost_by_dataset": m.cost_by_dataset(), "seconds": {"diagnosis": round(t["seconds"], 1)}}
+metrics = ragec.ragec_metrics(info, answers=answered, mode_frequency=mode_freq, agreement=agreement, same_answer=same,
+                              meter=m, diagnosis_seconds=t["seconds"])
 write_stage_metrics("13_ragec", jsonable(metrics))
 sorted(metrics)
 

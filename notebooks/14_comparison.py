@@ -54,7 +54,7 @@ from ragcritic_lib.baselines import (
     comparison_table, jsonable, load_method_results, markdown_table, records_cost, score_records,
 )
 from ragcritic_lib.baselines.compare import (
-    comparison_summary, degenerate_list, method_comparison, rag_critic_training,
+    comparison_metrics, comparison_summary, degenerate_list, method_comparison, rag_critic_training,
 )
 from ragcritic_lib.baselines.harness import load_method_run, shared_test_sets
 from ragcritic_lib.io import read_json
@@ -197,12 +197,8 @@ cols = ["dataset", "method", "n", "em", "f1", "acc", "delta_f1", "ci_low", "ci_h
         "calls_per_question", "training_calls", "training_steps", "training_seconds"]
 save_table(table[cols], "14_comparison", "comparison", formats=("csv",))
 save_markdown(markdown_table(table[cols].to_dict("records"), cols), "14_comparison", "comparison")
-metrics = {
-    "comparison": comparison, "oracle_and_ablation_rows": extra_rows, "summary": summaries,
-    "rows": [{**r, "method": r["method"]} for r in rows], "degenerate": degenerate, "degenerate_by_method": flags,
-    "rag_critic_training": rc_training,
-    "stage_seconds": {name: mt.get("seconds") for name, mt in run_metrics.items()},
-}
+metrics = comparison_metrics(comparison=comparison, extra_rows=extra_rows, summaries=summaries, rows=rows, flags=flags,
+                             training=rc_training, run_metrics=run_metrics)
 write_stage_metrics("14_comparison", jsonable(metrics))
 sorted(metrics)
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from ragcritic_lib.critic import CORRECT, ERROR, TaxonomyLike, build_critic_messages, critic_target, passage_texts
 from ragcritic_lib.io import DataFormatError
+from ragcritic_lib.training import curve_value, loss_curve
 
 SPLITS = ("train", "dev", "test")
 
@@ -295,3 +296,67 @@ def label_counts(samples: Sequence[Mapping[str, Any]], tier: int) -> dict[str, i
         if s["judgement"] == ERROR:
             c.update(s.get(f"tag{tier}", []))
     return dict(sorted(c.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+# --------------------------------------------------------------------------------------------
+# Stage metrics
+# --------------------------------------------------------------------------------------------
+def _rounded_calibration(calibration: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in calibration.items()}
+
+
+def critic_sft_metrics(*, split_rows: Sequence[Mapping[str, Any]], balance: Mapping[str, Any], result: Any,
+                       preview: Sequence[Any], calibration: Mapping[str, Any]) -> dict[str, Any]:
+    """The critic SFT stage's metrics (``reports/metrics/05_critic_sft.json``, schema
+    ``CriticSftMetrics``) from what the stage computed.
+
+    Args:
+        split_rows: one row per split, ``{"split", "questions", "samples", "errors", "correct"}``
+            (the notebook's split table as records).
+        balance: :func:`balance_correct`'s report.
+        result: the training run (:class:`ragcritic_lib.training.TrainResult`); the first and last
+            loss come from its log history, rounded to 4 digits.
+        preview: the critic's parses of the preview samples (``CriticParse``); those not ``ok``
+            are counted.
+        calibration: ``calibrate_verdicts``' report; its floats are rounded to 4 digits.
+    """
+    curve = loss_curve(result.log_history)
+    return {
+        "splits": {row["split"]: {k: v for k, v in row.items() if k != "split"} for row in split_rows},
+        "balance": balance,
+        # seconds: wall time of the training run, the comparison's training cost (it varies from
+        # run to run); the full record is the stage's train_result.json.
+        "train": {"steps": result.steps, "seconds": round(result.seconds, 1), "examples": result.examples,
+                  "dropped_too_long": result.dropped_too_long, "device": result.device,
+                  "first_loss": curve_value(curve, "loss", 0), "last_loss": curve_value(curve, "loss")},
+        "preview_parse_failures": sum(not p.ok for p in preview),
+        "verdict_calibration": _rounded_calibration(calibration),
+    }
+
+
+def critic_dpo_metrics(*, pair_counts: Mapping[str, Any], balance: Mapping[str, Any], beta: float, result: Any,
+                       calibration: Mapping[str, Any]) -> dict[str, Any]:
+    """The critic DPO stage's metrics (``reports/metrics/06_critic_dpo.json``, schema
+    ``CriticDpoMetrics``) from what the stage computed.
+
+    Args:
+        pair_counts: :func:`dpo_pairs`' counts; balance: :func:`balance_correct`'s report.
+        beta: the recipe's DPO beta.
+        result: the training run (:class:`ragcritic_lib.training.TrainResult`); the first and last
+            loss, and the last reward margin and accuracy (None when not logged), come from its
+            log history, rounded to 4 digits.
+        calibration: ``calibrate_verdicts``' report; its floats are rounded to 4 digits.
+    """
+    curve = loss_curve(result.log_history)
+    return {
+        "pairs": pair_counts,
+        "balance": balance,
+        # seconds: wall time of the training run, the comparison's training cost (it varies from
+        # run to run); the full record is the stage's train_result.json.
+        "train": {"beta": beta, "steps": result.steps, "seconds": round(result.seconds, 1), "pairs_used": result.examples,
+                  "dropped_too_long": result.dropped_too_long, "device": result.device,
+                  "first_loss": curve_value(curve, "loss", 0), "last_loss": curve_value(curve, "loss"),
+                  "last_reward_margin": curve_value(curve, "rewards_margins"),
+                  "last_reward_accuracy": curve_value(curve, "rewards_accuracies")},
+        "verdict_calibration": _rounded_calibration(calibration),
+    }

@@ -259,6 +259,35 @@ def benchmark_table(results: Mapping[str, Mapping[str, Any]]) -> list[dict[str, 
     return rows
 
 
+LLM_USAGE_KEYS = ("requests", "request_prompt_tokens", "request_completion_tokens")
+"""The LLM stats a benchmark run reports: token counts only, since call timings and cache hits vary
+between runs and two cold runs must write identical metrics."""
+
+
+def benchmark_metrics(*, report: Mapping[str, Any], table: Sequence[Mapping[str, Any]],
+                      results: Mapping[str, Mapping[str, Any]], by_dataset: Mapping[str, Any],
+                      known_causes: Mapping[str, Any], critics: Mapping[str, Any]) -> dict[str, Any]:
+    """The benchmark stage's metrics (``reports/metrics/07_benchmark.json``, schema
+    ``BenchmarkMetrics``) from what the stage computed.
+
+    Args:
+        report: :func:`build_benchmark`'s report.
+        table: the Table 5 rows as shown (the notebook's table as records, ``critic`` first).
+        results: {critic: :func:`score_critic`}; by_dataset: {critic: {dataset: identification
+            scores}}; known_causes: {critic: :func:`score_known_causes`}.
+        critics: {name: critic}; each one with an ``llm`` reports its :data:`LLM_USAGE_KEYS`.
+    """
+    return {
+        "benchmark": report,
+        "table": table,
+        "critics": results,
+        "by_dataset": by_dataset,
+        "known_causes": known_causes,
+        "llm_usage": {name: {k: v for k, v in c.llm.stats.snapshot().items() if k in LLM_USAGE_KEYS}
+                      for name, c in critics.items() if hasattr(c, "llm")},
+    }
+
+
 def plot_per_label(results: Mapping[str, Mapping[str, Any]], taxonomy: TaxonomyLike) -> Any:
     """Per-label F1 of every critic, tier-1 and tier-2 side by side (like Fig. 5 / Fig. 7); returns
     the matplotlib Figure (saved by :func:`ragcritic_lib.pipeline.outputs.save_figure`)."""

@@ -583,6 +583,17 @@ def loss_curve(log_history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
     return rows
 
 
+def curve_value(rows: Sequence[Mapping[str, Any]], column: str, index: int = -1) -> float | None:
+    """``rows[index][column]`` of a loss curve (:func:`loss_curve`'s rows) rounded to 4 digits.
+
+    None when the curve is empty or no row has the column; a row without it reads as NaN, as in
+    a DataFrame of the rows.
+    """
+    if not rows or not any(column in r for r in rows):
+        return None
+    return round(float(rows[index].get(column, float("nan"))), 4)
+
+
 def write_loss_curve(log_history: Sequence[Mapping[str, Any]], path: str | os.PathLike[str]) -> Path:
     """Write the loss curve as JSON (a list of rows, readable by ``dvc plots``) or TSV by suffix."""
     from ragcritic_lib.io import atomic_write_text

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ragcritic_lib.error_benchmark import benchmark_table, build_benchmark, plot_per_label, score_critic, score_known_causes
+from ragcritic_lib.error_benchmark import (
+    benchmark_metrics, benchmark_table, build_benchmark, plot_per_label, score_critic, score_known_causes,
+)
 from ragcritic_lib.critic import parse_critic_output
 from ragcritic_lib.taxonomy import load_taxonomy
 
@@ -127,3 +129,30 @@ def test_table_and_figure(tx, tmp_path: Path) -> None:
     fig.savefig(out)
     assert out.stat().st_size > 1000
     assert [ax.get_title() for ax in fig.axes] == ["Tier-1 labels", "Tier-2 labels"]
+
+
+def test_benchmark_metrics_keep_token_counts_only(tx) -> None:
+    from ragcritic_lib.critic import HeuristicCritic, LLMCritic
+    from ragcritic_lib.llm import CallableLLM
+
+    bench = [{"question": "Who wrote it?", "passages": ["Title\nIt was written by Ann."], "prediction": "Ann",
+              "target": '{"Judgement": "Correct"}'},
+             {"question": "Where is it?", "passages": [], "prediction": "Paris", "target": GOLDS[4]}]
+    critics = {"zero-shot": LLMCritic(CallableLLM(lambda prompt, params: '{"Judgement": "Correct"}'), tx, "zeroshot"),
+               "heuristic": HeuristicCritic(tx)}
+    results = {name: score_critic(c.critique(bench), [s["target"] for s in bench], tx) for name, c in critics.items()}
+    table = benchmark_table(results)
+    report = {"n_error": 1, "n_correct": 1}
+    metrics = benchmark_metrics(report=report, table=table, results=results, by_dataset={"zero-shot": {}},
+                                known_causes={"zero-shot": {"pairs": 0}}, critics=critics)
+    stats = critics["zero-shot"].llm.stats
+    assert stats.calls == 2 and stats.request_prompt_tokens > 0
+    assert metrics == {
+        "benchmark": report, "table": table, "critics": results, "by_dataset": {"zero-shot": {}},
+        "known_causes": {"zero-shot": {"pairs": 0}},
+        # calls, seconds and cache hits vary with the cache and the machine: left out; the
+        # heuristic critic has no LLM.
+        "llm_usage": {"zero-shot": {"requests": 2, "request_prompt_tokens": stats.request_prompt_tokens,
+                                    "request_completion_tokens": 4}},
+    }
+    assert list(metrics) == ["benchmark", "table", "critics", "by_dataset", "known_causes", "llm_usage"]

@@ -181,3 +181,25 @@ def test_reading_says_what_survives_holm_and_quotes_flags():
     assert "**Worse**" in lines[1] and "below standard RAG after Holm correction (p 0.0025)" in lines[1]
     assert "not distinguishable" in lines[2] and "flagged degenerate: planner: one plan" in lines[2]
     assert lines[3].endswith("not distinguishable from standard RAG after Holm correction.")
+
+
+def test_comparison_metrics_gather_the_blocks_flags_and_stage_seconds(results):
+    from ragcritic_lib.baselines.compare import comparison_metrics
+
+    block = method_comparison(results, n_boot=100, n_perm=100)
+    summary = comparison_summary(block)
+    rows = [{"dataset": "testbed", "method": "Better", "type": "all", "d_f1": 0.3}]
+    flags = {"CRAG": ["no web search"], "SIM-RAG": None, "RAG-Critic": ["one verdict", "one verdict"]}
+    training = rag_critic_training(**_training_metrics())
+    run_metrics = {"CRAG": {"seconds": {"test": 87.0, "tuning": 35.7}, "scores": {}}, "SIM-RAG": {}}
+    metrics = comparison_metrics(comparison={"testbed": block}, extra_rows={"testbed": {}}, summaries={"testbed": summary},
+                                 rows=rows, flags=flags, training=training, run_metrics=run_metrics)
+    assert metrics == {
+        "comparison": {"testbed": block}, "oracle_and_ablation_rows": {"testbed": {}}, "summary": {"testbed": summary},
+        "rows": rows, "degenerate": ["CRAG: no web search", "RAG-Critic: one verdict"], "degenerate_by_method": flags,
+        "rag_critic_training": training, "stage_seconds": {"CRAG": {"test": 87.0, "tuning": 35.7}, "SIM-RAG": None},
+    }
+    assert list(metrics) == ["comparison", "oracle_and_ablation_rows", "summary", "rows", "degenerate",
+                             "degenerate_by_method", "rag_critic_training", "stage_seconds"]
+    # The rows are copies: the metrics do not change with the notebook's table.
+    assert metrics["rows"][0] is not rows[0]

@@ -226,3 +226,175 @@ def test_every_notebook_writes_its_metrics_once_then_reads_them(stage, nb):
     assert not any(isinstance(node, ast.JoinedStr) for node in ast.walk(tree)), f"{nb.name}: f-string in the reading"
     assert not any(isinstance(node, ast.FunctionDef) for node in ast.walk(tree)), f"{nb.name}: function in the reading"
     assert cells[at[-1] + 1:] == [cells[-1]], f"{nb.name}: the reading is the notebook's last cell"
+
+
+# --------------------------------------------------------------------------------------------
+# No notebook assembles its metrics dict by hand: the library gathers it from what the stage
+# computed, and the notebook passes that on.
+#
+# The rule, on the notebook's code:
+# 1. write_stage_metrics's metrics argument is a call into ragcritic_lib (a name imported from
+#    it, or an attribute of one), or a name whose every binding in the notebook is such a call.
+#    That name, and any name `metrics`, is never bound to anything else, never changed after
+#    (no item assignment or deletion, no augmented assignment, no update/setdefault/pop/clear).
+# 2. The arguments of those calls hold no comprehension, and a dict display among them only
+#    labels values the notebook holds: constant keys, values that are names, constants,
+#    attributes, subscripts or such dict displays (no `**`, no call, no arithmetic, no rounding).
+# --------------------------------------------------------------------------------------------
+# Method stages whose save_method_answers call still builds its training / info blocks inline
+# (rounding, sums and comprehensions in the arguments). Rule 1 holds for them; rule 2 is checked
+# to fail still, so each leaves this list once its blocks come from the library.
+_METRICS_ARGUMENTS_STILL_BUILT_INLINE = {"crag", "simrag", "repair"}
+_MUTATORS = {"update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__"}
+
+
+def _library_names(tree):
+    import ast
+
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "ragcritic_lib":
+            names.update(a.asname or a.name for a in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(a.asname or a.name.split(".")[0] for a in node.names if a.name.split(".")[0] == "ragcritic_lib")
+    return names
+
+
+def _root_name(node):
+    import ast
+
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _is_library_call(node, library):
+    import ast
+
+    return isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)) and _root_name(node.func) in library
+
+
+def _bindings(tree, name):
+    """(kind, value) of each binding of ``name``: ("assign", value) for a plain ``name = value``,
+    ("other", node) for anything else (unpacking, loops, with, walrus, del, def, import, ...)."""
+    import ast
+
+    plain = {id(t): node.value for node in ast.walk(tree) if isinstance(node, ast.Assign)
+             for t in node.targets if isinstance(t, ast.Name)}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, (ast.Store, ast.Del)):
+            out.append(("assign", plain[id(node)]) if id(node) in plain else ("other", node))
+        elif (isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name) or (
+                isinstance(node, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name) == name for a in node.names)):
+            out.append(("other", node))
+    return out
+
+
+def _changes(tree, name):
+    """Statements that change the object ``name`` is bound to in place."""
+    import ast
+
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            out += [node for t in targets if isinstance(t, (ast.Subscript, ast.Attribute)) and _root_name(t) == name]
+            if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
+                out.append(node)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS
+              and _root_name(node.func.value) == name):
+            out.append(node)
+    return out
+
+
+def _hand_built(call):
+    """Parts of a call's arguments that assemble metrics by hand (rule 2), as source snippets."""
+    import ast
+
+    def labels_only(value):
+        if isinstance(value, ast.Dict):
+            return all(k is not None and isinstance(k, ast.Constant) for k in value.keys) and all(map(labels_only, value.values))
+        if isinstance(value, ast.Subscript):
+            return labels_only(value.value) and isinstance(value.slice, (ast.Constant, ast.Name))
+        if isinstance(value, ast.Attribute):
+            return labels_only(value.value)
+        return isinstance(value, (ast.Name, ast.Constant))
+
+    found = []
+    for arg in [*call.args, *(k.value for k in call.keywords)]:
+        for node in ast.walk(arg):
+            if isinstance(node, (ast.DictComp, ast.ListComp, ast.SetComp, ast.GeneratorExp)) or (
+                    isinstance(node, ast.Dict) and not labels_only(node)):
+                found.append(ast.unparse(node))
+    return found
+
+
+def _metrics_calls(tree, library):
+    """The library calls the metrics come from, and the rule-1 problems met on the way."""
+    import ast
+
+    writes = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
+              and (getattr(n.func, "id", None) or getattr(n.func, "attr", None)) == "write_stage_metrics"]
+    problems, calls, names = [], [], {"metrics"}
+    for write in writes:
+        arg = write.args[1] if len(write.args) > 1 else next((k.value for k in write.keywords if k.arg == "metrics"), None)
+        if _is_library_call(arg, library):
+            calls.append(arg)
+            # jsonable(metrics): the name inside is held to the same rule
+            names.update(a.id for a in arg.args if isinstance(a, ast.Name))
+        elif isinstance(arg, ast.Name):
+            names.add(arg.id)
+        else:
+            problems.append(f"write_stage_metrics gets {ast.unparse(arg) if arg else 'no metrics'}, not a library call")
+    for name in sorted(names):
+        for kind, value in _bindings(tree, name):
+            if kind == "assign" and _is_library_call(value, library):
+                calls.append(value)
+            elif kind == "assign":
+                problems.append(f"{name} is bound to {ast.unparse(value)[:80]!r}, not a library call")
+            else:
+                problems.append(f"{name} is bound on line {value.lineno} other than by `{name} = <library call>`")
+        problems += [f"{name} is changed in place: {ast.unparse(n)[:80]!r}" for n in _changes(tree, name)]
+    return calls, problems
+
+
+@pytest.mark.parametrize("stage, nb", _stage_notebooks(), ids=lambda x: getattr(x, "stem", x))
+def test_no_notebook_assembles_its_metrics_by_hand(stage, nb):
+    import ast
+
+    tree = ast.parse(nb.read_text(encoding="utf-8"))
+    calls, problems = _metrics_calls(tree, _library_names(tree))
+    assert calls and not problems, f"{nb.name}: " + "; ".join(problems or ["no library call gives the metrics"])
+    inline = [snippet for call in calls for snippet in _hand_built(call)]
+    if stage in _METRICS_ARGUMENTS_STILL_BUILT_INLINE:
+        assert inline, f"{nb.name}: its metrics arguments come from the library now: drop it from the list"
+    else:
+        assert not inline, f"{nb.name}: metrics assembled in the notebook: {inline[:3]}"
+
+
+def test_the_metrics_rule_catches_hand_built_dicts():
+    import ast
+
+    def check(src):
+        tree = ast.parse("from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics\n"
+                         "from ragcritic_lib import ragec\nfrom ragcritic_lib.baselines import jsonable, save\n" + src)
+        calls, problems = _metrics_calls(tree, _library_names(tree))
+        return problems + [s for c in calls for s in _hand_built(c)]
+
+    assert check('write_stage_metrics("x", ragec.ragec_metrics(info, seconds=t["s"]))') == []
+    assert check('m = save(a, seconds={"test": t["s"]}, info={"k": info})\nwrite_stage_metrics("x", jsonable(m))') == []
+    assert check('metrics = ragec.f(a)\nwrite_stage_metrics("x", metrics)\nmetrics["comparison"]') == []
+    assert check('write_stage_metrics("x", {"a": 1})') == ["write_stage_metrics gets {'a': 1}, not a library call"]
+    assert check('metrics = {"a": round(x, 1)}\nwrite_stage_metrics("x", jsonable(metrics))') == [
+        "metrics is bound to \"{'a': round(x, 1)}\", not a library call"]
+    assert check('metrics = ragec.f(a)\nmetrics["b"] = 2\nwrite_stage_metrics("x", metrics)') == [
+        "metrics is changed in place: \"metrics['b'] = 2\""]
+    assert check('metrics = ragec.f(a)\nmetrics.update(b=2)\nwrite_stage_metrics("x", metrics)') == [
+        "metrics is changed in place: 'metrics.update(b=2)'"]
+    assert check('s = dict(a=1)\nwrite_stage_metrics("x", s)') == ["s is bound to 'dict(a=1)', not a library call"]
+    assert check('metrics, n = ragec.f(a)\nwrite_stage_metrics("x", metrics)') == [
+        "metrics is bound on line 4 other than by `metrics = <library call>`"]
+    assert check('write_stage_metrics("x", ragec.f(a, b={"n": round(x, 1)}))') == ["{'n': round(x, 1)}"]
+    assert check('write_stage_metrics("x", ragec.f(a, b={k: v for k, v in c.items()}))') == ["{k: v for k, v in c.items()}"]
+    assert check('write_stage_metrics("x", ragec.f(a, b={**c, "n": 1}))') == ["{**c, 'n': 1}"]

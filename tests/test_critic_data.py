@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
 from ragcritic_lib.critic_data import (
     balance_correct,
     check_no_leakage,
+    critic_dpo_metrics,
+    critic_sft_metrics,
     dpo_pairs,
     label_counts,
     make_sample,
@@ -16,6 +19,7 @@ from ragcritic_lib.critic_data import (
     sft_examples,
     split_by_question,
 )
+from ragcritic_lib.critic import parse_critic_output
 from ragcritic_lib.io import DataFormatError
 from ragcritic_lib.taxonomy import load_taxonomy
 
@@ -149,3 +153,70 @@ def test_dpo_fine_needs_different_tags_and_draws_distinct_texts(tx) -> None:
 def test_label_counts(tx) -> None:
     samples = make_samples(_four_errors(tx) + [_err(9, tx.tier1[0], tx.children(tx.tier1[0])[0])], [_cor(0)])
     assert label_counts(samples, 1) == {tx.tier1[0]: 2, tx.tier1[1]: 1, tx.tier1[2]: 1, tx.tier1[3]: 1}
+
+
+def _train_result(log_history: list[dict], examples: int):
+    from ragcritic_lib.training import TrainResult
+
+    return TrainResult(adapter_dir="data/x/adapter", is_adapter=True, base_model="m", steps=3, seconds=12.3456,
+                       log_history=log_history, examples=examples, dropped_too_long=1, device="cpu")
+
+
+CALIBRATION = {"threshold": -1.87504, "auroc": 0.56666, "avg_acc": 0.5, "fitted": True, "n": 6, "n_error": 4}
+
+
+def test_critic_sft_metrics_from_what_the_stage_computed(tx) -> None:
+    samples = make_samples(_four_errors(tx), [_cor(i) for i in range(2)])
+    splits = split_by_question(samples, dev_fraction=0.0, test_fraction=0.0, seed=0)
+    split_rows = [{"split": name, "questions": len({s["qkey"] for s in rows}), "samples": len(rows),
+                   "errors": sum(s["judgement"] == "Error" for s in rows),
+                   "correct": sum(s["judgement"] == "Correct" for s in rows)} for name, rows in splits.items()]
+    train, balance = balance_correct(splits["train"], seed=0)
+    history = [{"loss": 2.19731, "grad_norm": 1.5, "step": 1}, {"eval_loss": 2.0, "step": 1},
+               {"loss": 1.71719, "step": 3}, {"train_runtime": 12.3, "train_loss": 1.9, "step": 3}]
+    preview = [parse_critic_output(t, tx) for t in ('{"Judgement": "Correct"}', "", "not json")]
+    metrics = critic_sft_metrics(split_rows=split_rows, balance=balance, result=_train_result(history, len(train)),
+                                 preview=preview, calibration=CALIBRATION)
+    assert metrics == {
+        "splits": {"train": {"questions": 6, "samples": 6, "errors": 4, "correct": 2},
+                   "dev": {"questions": 0, "samples": 0, "errors": 0, "correct": 0},
+                   "test": {"questions": 0, "samples": 0, "errors": 0, "correct": 0}},
+        "balance": {"errors_available": 4, "correct_available": 2, "errors": 2, "correct": 2},
+        "train": {"steps": 3, "seconds": 12.3, "examples": 4, "dropped_too_long": 1, "device": "cpu",
+                  "first_loss": 2.1973, "last_loss": 1.7172},
+        "preview_parse_failures": 2,
+        "verdict_calibration": {"threshold": -1.875, "auroc": 0.5667, "avg_acc": 0.5, "fitted": True, "n": 6,
+                                "n_error": 4},
+    }
+    assert list(metrics) == ["splits", "balance", "train", "preview_parse_failures", "verdict_calibration"]
+    # No logged loss (a run of zero steps): no first or last loss.
+    empty = critic_sft_metrics(split_rows=[], balance=balance, result=_train_result([], 0), preview=[],
+                               calibration={})
+    assert (empty["train"]["first_loss"], empty["train"]["last_loss"], empty["splits"]) == (None, None, {})
+
+
+def test_critic_dpo_metrics_from_what_the_stage_computed() -> None:
+    history = [{"loss": 0.693147, "rewards/margins": 0.0, "rewards/accuracies": 0.0, "step": 1},
+               {"loss": 0.77301, "rewards/margins": -0.14758, "rewards/accuracies": 0.25, "step": 3},
+               {"train_runtime": 4.0, "step": 3}]
+    counts = {"coarse_error_vs_correct": 2, "fine": 2, "total": 4}
+    balance = {"errors_available": 4, "correct_available": 2, "errors": 2, "correct": 2}
+    metrics = critic_dpo_metrics(pair_counts=counts, balance=balance, beta=0.3, result=_train_result(history, 4),
+                                 calibration=CALIBRATION)
+    assert metrics == {
+        "pairs": counts, "balance": balance,
+        "train": {"beta": 0.3, "steps": 3, "seconds": 12.3, "pairs_used": 4, "dropped_too_long": 1, "device": "cpu",
+                  "first_loss": 0.6931, "last_loss": 0.773, "last_reward_margin": -0.1476, "last_reward_accuracy": 0.25},
+        "verdict_calibration": {"threshold": -1.875, "auroc": 0.5667, "avg_acc": 0.5, "fitted": True, "n": 6,
+                                "n_error": 4},
+    }
+    # Rewards not logged: None; logged on earlier rows only: the last row's is missing (NaN, as in
+    # a DataFrame of the loss curve).
+    no_rewards = critic_dpo_metrics(pair_counts=counts, balance=balance, beta=0.1,
+                                    result=_train_result([{"loss": 0.5, "step": 1}], 1), calibration={})
+    assert (no_rewards["train"]["last_reward_margin"], no_rewards["train"]["last_reward_accuracy"]) == (None, None)
+    partial = critic_dpo_metrics(pair_counts=counts, balance=balance, beta=0.1,
+                                 result=_train_result(history[:1] + [{"loss": 0.5, "step": 2}], 1), calibration={})
+    assert math.isnan(partial["train"]["last_reward_margin"]) and partial["train"]["last_loss"] == 0.5
+    empty = critic_dpo_metrics(pair_counts={}, balance=balance, beta=0.1, result=_train_result([], 0), calibration={})
+    assert [empty["train"][k] for k in ("first_loss", "last_loss", "last_reward_margin")] == [None, None, None]

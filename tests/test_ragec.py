@@ -338,3 +338,28 @@ def test_params_and_library_name_the_same_votings():
     from ragcritic_lib.pipeline.params import RAGEC_VOTINGS
 
     assert set(RAGEC_VOTINGS) == set(ragec.VOTINGS)
+
+
+def test_ragec_metrics_gather_the_summary_answers_agreement_and_cost():
+    from ragcritic_lib.baselines import MeteredLLM
+
+    rows = [{"dataset": "testbed", "n_valid": 3, "n_invalid": 1, "source": "llm", "stage": "Generation",
+             "mode": "E13", "mode_freq": 3},
+            {"dataset": "testbed", "n_valid": 0, "n_invalid": 0, "source": "grounded", "stage": "Reranking"}]
+    summary = ragec.ragec_summary(rows, 4, reranking_stage=True)
+    meter = MeteredLLM(CallableLLM(lambda prompt, params: "E13"))
+    with meter.dataset("testbed"):
+        meter.generate(["Which stage?", "And this one?"])
+    answers = {"testbed": {"answers": 10, "wrong": 2, "diagnosed": 2}}
+    agreement = {"n": 1, "side_agreement": 1.0, "type_agreement": 0.0}
+    metrics = ragec.ragec_metrics(summary, answers=answers, mode_frequency=ragec.mode_frequency_table(rows, 4),
+                                  agreement=agreement, same_answer={("testbed", "a"), ("testbed", "b")}, meter=meter,
+                                  diagnosis_seconds=201.849)
+    assert list(metrics) == [*summary, "answers", "mode_frequency", "agreement", "critic_source",
+                             "same_answer_questions", "cost", "cost_by_dataset", "seconds"]
+    assert {k: metrics[k] for k in summary} == summary
+    assert metrics["mode_frequency"] == {1: 0, 2: 0, 3: 1, 4: 0}
+    assert (metrics["answers"], metrics["agreement"], metrics["critic_source"]) == (answers, agreement, "notebook 08 critic")
+    assert (metrics["same_answer_questions"], metrics["seconds"]) == (2, {"diagnosis": 201.8})
+    assert metrics["cost"] == meter.cost() and metrics["cost"]["calls"] == 2
+    assert metrics["cost_by_dataset"] == meter.cost_by_dataset() and list(metrics["cost_by_dataset"]) == ["testbed"]

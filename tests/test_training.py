@@ -18,7 +18,7 @@ from ragcritic_lib.critic_data import dpo_pairs, make_samples, sft_examples
 from ragcritic_lib.io import read_yaml, write_json
 from ragcritic_lib.taxonomy import load_taxonomy
 from ragcritic_lib.training import (
-    DEFAULT_SAVE_TOTAL_LIMIT, OUR_KEYS, TrainResult, build_configs, cpu_bf16_enabled, dpo_start, inference_checkpoint, load_recipe,
+    DEFAULT_SAVE_TOTAL_LIMIT, OUR_KEYS, TrainResult, build_configs, cpu_bf16_enabled, curve_value, dpo_start, inference_checkpoint, load_recipe,
     load_train_result, loss_curve, merge_adapter, portable_keys, train_dpo, train_sft, training_seed, write_loss_curve,
 )
 
@@ -173,6 +173,17 @@ def test_loss_curve_keeps_training_rows(tmp_path: Path) -> None:
     tsv = write_loss_curve(hist, tmp_path / "c.tsv").read_text().splitlines()
     assert tsv == ["step\tloss\tlearning_rate\trewards_margins", "1\t2.0\t0.0001\t", "2\t1.5\t\t0.5"]
     assert json.loads(write_loss_curve(hist, tmp_path / "c.json").read_text()) == rows
+
+
+def test_curve_value_reads_a_loss_curve_like_its_dataframe() -> None:
+    rows = loss_curve([{"loss": 2.19731, "step": 1}, {"rewards/margins": -0.14758, "loss": 1.71719, "step": 2},
+                       {"loss": 1.5, "step": 3}])
+    assert (curve_value(rows, "loss", 0), curve_value(rows, "loss")) == (2.1973, 1.5)
+    assert curve_value(rows, "rewards_margins", 1) == -0.1476
+    # A column some rows lack reads as NaN there (as pandas would); a column none has, or an
+    # empty curve, as None.
+    assert math.isnan(curve_value(rows, "rewards_margins"))
+    assert curve_value(rows, "rewards_accuracies") is None and curve_value([], "loss") is None
 
 
 def test_sft_then_dpo_one_step_each_and_merge(tiny_model: Path, taxonomy, tmp_path: Path) -> None:

@@ -164,6 +164,28 @@ def degenerate_list(flags: Mapping[str, Sequence[str] | None]) -> list[str]:
     return sorted(out)
 
 
+def comparison_metrics(*, comparison: Mapping[str, Any], extra_rows: Mapping[str, Any], summaries: Mapping[str, Any],
+                       rows: Sequence[Mapping[str, Any]], flags: Mapping[str, Sequence[str] | None],
+                       training: Mapping[str, Any], run_metrics: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The comparison stage's metrics (``reports/metrics/14_comparison.json``, schema
+    ``ComparisonMetrics``) before ``jsonable`` (the reading takes them as they are).
+
+    Args:
+        comparison: {dataset: :func:`method_comparison`}; extra_rows: {dataset: the oracle and
+            ablation rows}; summaries: {dataset: :func:`comparison_summary`}.
+        rows: the per-question-type rows (``comparison_table``), copied.
+        flags: {method: degenerate reasons}, kept as they are and listed by :func:`degenerate_list`.
+        training: :func:`rag_critic_training`.
+        run_metrics: {method: its stage's metrics}, whose ``seconds`` are gathered.
+    """
+    return {
+        "comparison": comparison, "oracle_and_ablation_rows": extra_rows, "summary": summaries,
+        "rows": [dict(r) for r in rows], "degenerate": degenerate_list(flags), "degenerate_by_method": flags,
+        "rag_critic_training": training,
+        "stage_seconds": {name: mt.get("seconds") for name, mt in run_metrics.items()},
+    }
+
+
 def reading(dataset: str, block: Mapping[str, Mapping[str, Any]], summary: Mapping[str, Any],
             flags: Mapping[str, Sequence[str]] | None = None, *, baseline: str = "standard RAG",
             alpha: float = 0.05) -> str:

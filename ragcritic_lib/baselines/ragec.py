@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -738,6 +738,26 @@ def ragec_summary(
         "grounded_fallbacks": sum(1 for r in results if r.get("source") == "grounded"),
         "stages": stage_counts(results), "reranking_stage": bool(reranking_stage), "degenerate": degenerate,
     }
+
+
+def ragec_metrics(summary: Mapping[str, Any], *, answers: Mapping[str, Any], mode_frequency: Mapping[int, int],
+                  agreement: Mapping[str, Any], same_answer: Collection[Any], meter: Any,
+                  diagnosis_seconds: float) -> dict[str, Any]:
+    """The RAGEC stage's metrics (``reports/metrics/13_ragec.json``, schema ``RagecMetrics``)
+    before ``jsonable`` (the reading takes them as they are).
+
+    Args:
+        summary: :func:`ragec_summary`, whose keys come first.
+        answers: {dataset: {"answers", "wrong", "diagnosed"}}.
+        mode_frequency: :func:`mode_frequency_table`; agreement: :func:`tier1_agreement`.
+        same_answer: :func:`same_answer_keys` (the questions compared with the critic), counted.
+        meter: the ``MeteredLLM`` the diagnosis ran through (its ``cost`` and ``cost_by_dataset``).
+        diagnosis_seconds: wall time of the diagnosis, rounded to 0.1 s.
+    """
+    return {**summary, "answers": answers, "mode_frequency": mode_frequency, "agreement": agreement,
+            "critic_source": "notebook 08 critic", "same_answer_questions": len(same_answer),
+            "cost": meter.cost(), "cost_by_dataset": meter.cost_by_dataset(),
+            "seconds": {"diagnosis": round(diagnosis_seconds, 1)}}
 
 
 def stage_counts(results: Iterable[Mapping[str, Any]]) -> dict[str, int]:
