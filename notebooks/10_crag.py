@@ -119,9 +119,7 @@ pd.DataFrame([{"dataset": dataset_name(r), "action": r["crag_action"], "f1": r["
 degenerate = [f"{ds}: {d}" for ds in test for d in info[ds]["degenerate"]]
 metrics = save_method_answers(  # the scored answers under data/crag, and the metrics checked
     "crag", "10_crag", "CRAG", out, cost=m.cost(), cost_by_dataset=m.cost_by_dataset(),
-    training={"calls": tune_m.cost()["calls"], "seconds": round(t_tune["seconds"], 1),
-              "by_dataset": {ds: {"calls": c["calls"]} for ds, c in tune_m.cost_by_dataset().items()},
-              "what": "dev answers for threshold tuning (the evaluator's fit makes no LLM call)"},
+    training=crag.crag_training(tune_m, tuning_seconds=t_tune["seconds"]),
     degenerate=degenerate, seconds={"tuning": t_tune["seconds"], "test": t["seconds"]}, info={"crag": info},
 )
 write_stage_metrics("10_crag", jsonable(metrics))

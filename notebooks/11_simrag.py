@@ -117,7 +117,7 @@ def heldout_verdicts(critic_obj, meter=None):
     return accepted
 
 
-critics, meters, held, training = {}, {}, {}, {}
+critics, meters, held, training, res = {}, {}, {}, {}, None
 with stopwatch() as t_critic:
     if critic == "llm":
         base = runtime.resolve_base_model(params, critic_base_model, key="simrag.critic_base_model")
@@ -170,23 +170,17 @@ pd.DataFrame({"held-out accept rate": {t_: r["accept_rate"] for t_, r in held_t.
 # END SOLUTION
 
 # %%
-practice_cost = practice_m.cost()
 degenerate = practice_info["degenerate"] + report["degenerate"]
 if "llm_critic" in training and training["llm_critic"]["epochs"] < 1:
     degenerate.append(f"simrag: the critic made {training['llm_critic']['steps']} steps, "
                       f"{training['llm_critic']['epochs']:.2f} epochs over its {training['llm_critic']['rows']} rows (< 1)")
 metrics = save_method_answers(  # the scored answers under data/simrag, and the metrics checked
     "simrag", "11_simrag", "SIM-RAG", main_out, cost=main_cost, cost_by_dataset=main_by_ds,
-    training={"calls": practice_cost["calls"] + training.get("llm_critic", {}).get("heldout_calls", 0),
-              "seconds": round(t_practice["seconds"] + t_critic["seconds"], 1),
-              "by_dataset": {ds: {"calls": c["calls"]} for ds, c in practice_m.cost_by_dataset().items()},
-              "what": "self-practice answers and queries, critic fine-tuning and its held-out check",
-              "optimizer_seconds": round(res.seconds, 1) if critic == "llm" else training["classifier_critic"]["seconds"],
-              **training},
+    training=simrag.simrag_training(training, practice_meter=practice_m, practice_seconds=t_practice["seconds"],
+                                    critic_seconds=t_critic["seconds"], critic=critic, critic_result=res),
     degenerate=degenerate, seconds=seconds, extra_runs=runs,
-    info={"critic": critic, "practice_examples": len(practice), "practice": practice_info,
-          "balanced_train": len(balanced), "heldout_confusion": confusions[critic], "heldout_confusion_by_critic": confusions,
-          "accept_rate_by_turn": {k: report[k] for k in ("heldout_accept_rate_by_turn", "inference_accept_rate_by_turn")}},
+    info=simrag.simrag_info(critic=critic, practice=practice, practice_info=practice_info, balanced=balanced,
+                            confusions=confusions, report=report),
 )
 write_stage_metrics("11_simrag", jsonable(metrics))
 metrics["scores"]

@@ -208,14 +208,10 @@ metrics = save_method_answers(  # the scored answers under data/repair, and the 
     "repair", "12_repair", "RePAIR", out,
     cost=add_costs(*base_cost.values(), final_planner.cost(), gen_test.cost()),
     cost_by_dataset=dataset_costs(base_cost, final_planner.cost_by_dataset(), gen_test.cost_by_dataset()),
-    training={"calls": training_cost["calls"], "seconds": round(t_off["seconds"] + t_dpo["seconds"], 1),
-              "dpo_steps": [res_off.steps if res_off else 0, res_on.steps if res_on else 0],
-              "what": "train answers, executed candidate plans and two DPO rounds",
-              "optimizer_seconds": round(sum(r.seconds for r in (res_off, res_on) if r), 1)},
+    training=repair.repair_training(training_cost, offpolicy_seconds=t_off["seconds"], dpo_seconds=t_dpo["seconds"],
+                                    offpolicy_result=res_off, onpolicy_result=res_on),
     degenerate=degenerate, seconds={"offpolicy": t_off["seconds"], "dpo_and_onpolicy": t_dpo["seconds"], "test": t["seconds"]},
-    info={"repair": {**info, "offpolicy_pairs": len(off_pairs), "onpolicy_pairs": len(on_pairs),
-                     "planner_start": "adapter" if start["init_adapter"] else "base model"},
-          "action_usage": usage},
+    info=repair.repair_info(info, offpolicy_pairs=off_pairs, onpolicy_pairs=on_pairs, planner_start=start, usage=usage),
 )
 write_stage_metrics("12_repair", jsonable(metrics))
 metrics["scores"]

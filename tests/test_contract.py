@@ -241,10 +241,6 @@ def test_every_notebook_writes_its_metrics_once_then_reads_them(stage, nb):
 #    labels values the notebook holds: constant keys, values that are names, constants,
 #    attributes, subscripts or such dict displays (no `**`, no call, no arithmetic, no rounding).
 # --------------------------------------------------------------------------------------------
-# Method stages whose save_method_answers call still builds its training / info blocks inline
-# (rounding, sums and comprehensions in the arguments). Rule 1 holds for them; rule 2 is checked
-# to fail still, so each leaves this list once its blocks come from the library.
-_METRICS_ARGUMENTS_STILL_BUILT_INLINE = {"crag", "simrag", "repair"}
 _MUTATORS = {"update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__"}
 
 
@@ -367,10 +363,7 @@ def test_no_notebook_assembles_its_metrics_by_hand(stage, nb):
     calls, problems = _metrics_calls(tree, _library_names(tree))
     assert calls and not problems, f"{nb.name}: " + "; ".join(problems or ["no library call gives the metrics"])
     inline = [snippet for call in calls for snippet in _hand_built(call)]
-    if stage in _METRICS_ARGUMENTS_STILL_BUILT_INLINE:
-        assert inline, f"{nb.name}: its metrics arguments come from the library now: drop it from the list"
-    else:
-        assert not inline, f"{nb.name}: metrics assembled in the notebook: {inline[:3]}"
+    assert not inline, f"{nb.name}: metrics assembled in the notebook: {inline[:3]}"
 
 
 def test_the_metrics_rule_catches_hand_built_dicts():

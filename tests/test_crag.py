@@ -190,3 +190,19 @@ def test_measure_action_f1_and_tune_on_dev_use_each_actions_knowledge():
     assert crag.knowledge_of("Ambiguous", ["a"], ["b"]) == ["a", "b"]
     with pytest.raises(ValueError, match="unknown CRAG action"):
         crag.knowledge_of("Maybe", [], [])
+
+
+def test_crag_training_counts_the_dev_answers_per_dataset():
+    from ragcritic_lib.baselines import MeteredLLM
+
+    meter = MeteredLLM(CallableLLM(lambda prompt, params: "Danube"))
+    for ds, n in (("testbed", 3), ("trivia", 1)):
+        with meter.dataset(ds):
+            meter.generate([Q] * n)
+    block = crag.crag_training(meter, tuning_seconds=35.74)
+    assert block == {"calls": 4, "seconds": 35.7,
+                     "by_dataset": {"testbed": {"calls": 3}, "trivia": {"calls": 1}},
+                     "what": "dev answers for threshold tuning (the evaluator's fit makes no LLM call)"}
+    assert list(block) == ["calls", "seconds", "by_dataset", "what"]
+    idle = crag.crag_training(MeteredLLM(CallableLLM(lambda prompt, params: "")), tuning_seconds=0.04)
+    assert (idle["calls"], idle["seconds"], idle["by_dataset"]) == (0, 0.0, {})

@@ -227,3 +227,42 @@ def test_constrained_prompts_carry_no_worked_example(actions):
     free_planner = CallableLLM(lambda p, g: written.append(p) or programs[0])
     repair.repair_infer(free_planner, [REC], actions, judged_correct=[False])
     assert written and written[0][2] == {"role": "assistant", "content": with_example[2]["content"]}
+
+
+def test_repair_training_sums_both_dpo_rounds():
+    from ragcritic_lib.training import TrainResult
+
+    off = TrainResult("out/planner_off", True, "base", steps=17, seconds=300.04, examples=68)
+    on = TrainResult("out/planner", True, "base", steps=6, seconds=33.8, examples=21)
+    block = repair.repair_training({"calls": 569, "prompt_tokens": 10}, offpolicy_seconds=141.84, dpo_seconds=428.3,
+                                   offpolicy_result=off, onpolicy_result=on)
+    assert block == {"calls": 569, "seconds": 570.1, "dpo_steps": [17, 6],
+                     "what": "train answers, executed candidate plans and two DPO rounds", "optimizer_seconds": 333.8}
+    assert list(block) == ["calls", "seconds", "dpo_steps", "what", "optimizer_seconds"]
+
+
+def test_repair_training_without_dpo_rounds():
+    from ragcritic_lib.training import TrainResult
+
+    on = TrainResult("out/planner", True, "base", steps=2, seconds=1.26, examples=3)
+    block = repair.repair_training({"calls": 0}, offpolicy_seconds=0.0, dpo_seconds=0.04,
+                                   offpolicy_result=None, onpolicy_result=on)
+    assert (block["calls"], block["seconds"], block["dpo_steps"], block["optimizer_seconds"]) == (0, 0.0, [0, 2], 1.3)
+    none = repair.repair_training({"calls": 0}, offpolicy_seconds=0.0, dpo_seconds=0.0,
+                                  offpolicy_result=None, onpolicy_result=None)
+    assert (none["dpo_steps"], none["optimizer_seconds"]) == ([0, 0], 0)
+
+
+def test_repair_info_adds_pair_counts_and_planner_start_after_the_summary():
+    summary = repair.repair_summary([{"p": 1}], [], [{"repair_ok": True, "repair_error": None}])
+    usage = [{"action": "RefineDoc", "repair": 1, "with_error_categories": 0, "change_pct": None}]
+    info = repair.repair_info(summary, offpolicy_pairs=[1, 2, 3], onpolicy_pairs=[],
+                              planner_start={"base_model": "base", "init_adapter": None}, usage=usage)
+    assert info == {"repair": {**summary, "offpolicy_pairs": 3, "onpolicy_pairs": 0, "planner_start": "base model"},
+                    "action_usage": usage}
+    assert list(info) == ["repair", "action_usage"]
+    assert list(info["repair"]) == [*summary, "planner_start"]  # the pair counts replace the summary's in place
+    adapter = repair.repair_info({}, offpolicy_pairs=[], onpolicy_pairs=[],
+                                 planner_start={"base_model": "base", "init_adapter": "data/correction/planner"}, usage=[])
+    assert adapter == {"repair": {"offpolicy_pairs": 0, "onpolicy_pairs": 0, "planner_start": "adapter"},
+                       "action_usage": []}

@@ -298,3 +298,53 @@ def test_later_turns_answer_over_every_passage_found():
     # Without answer_params the answers take the variant's setting at gen_params' length.
     assert seen[0] == answer_gen_params("prefill", GEN.max_new_tokens)
     assert [e["answer"] for e in exs] == ["Danube"] * 3
+
+
+def _practice_meter():
+    from ragcritic_lib.baselines import MeteredLLM
+
+    meter = MeteredLLM(CallableLLM(lambda prompt, params: "Danube"))
+    with meter.dataset("testbed"):
+        meter.generate(["a", "b", "c"])
+    with meter.dataset("trivia"):
+        meter.generate(["d"])
+    return meter
+
+
+def test_simrag_training_with_the_llm_critic_adds_its_heldout_calls_and_its_fit():
+    from ragcritic_lib.training import TrainResult
+
+    res = TrainResult("out/critic", True, "base", steps=93, seconds=468.24, examples=370)
+    training = {"llm_critic": {"steps": 93, "seconds_per_step": 5.03, "epochs": 1.01, "rows": 370, "heldout_calls": 90},
+                "classifier_critic": {"seconds": 0.185, "rows": 370}}
+    block = simrag.simrag_training(training, practice_meter=_practice_meter(), practice_seconds=179.71,
+                                   critic_seconds=488.3, critic="llm", critic_result=res)
+    assert block == {"calls": 94, "seconds": 668.0, "by_dataset": {"testbed": {"calls": 3}, "trivia": {"calls": 1}},
+                     "what": "self-practice answers and queries, critic fine-tuning and its held-out check",
+                     "optimizer_seconds": 468.2, **training}
+    assert list(block) == ["calls", "seconds", "by_dataset", "what", "optimizer_seconds", "llm_critic", "classifier_critic"]
+
+
+def test_simrag_training_with_the_classifier_critic_takes_its_fit_time():
+    training = {"classifier_critic": {"seconds": 0.185, "rows": 12}}
+    block = simrag.simrag_training(training, practice_meter=_practice_meter(), practice_seconds=0.04,
+                                   critic_seconds=0.0, critic="classifier")
+    assert (block["calls"], block["seconds"], block["optimizer_seconds"]) == (4, 0.0, 0.185)
+    assert block["classifier_critic"] == {"seconds": 0.185, "rows": 12} and "llm_critic" not in block
+
+
+def test_simrag_info_labels_the_practice_confusions_and_turn_tables():
+    llm_c, cls_c = {"n": 2, "accuracy": 0.5}, {"n": 2, "accuracy": 1.0}
+    held, infer = {0: {"n": 2, "accept_rate": 0.5, "label_accept_rate": 0.0}}, {0: {"n": 1, "accept_rate": 1.0}}
+    report = {"confusion": llm_c, "heldout_accept_rate_by_turn": held, "inference_accept_rate_by_turn": infer,
+              "degenerate": ["x"]}
+    info = simrag.simrag_info(critic="llm", practice=[{}, {}, {}], practice_info={"accept": 1}, balanced=[{}, {}],
+                              confusions={"llm": llm_c, "classifier": cls_c}, report=report)
+    assert info == {"critic": "llm", "practice_examples": 3, "practice": {"accept": 1}, "balanced_train": 2,
+                    "heldout_confusion": llm_c, "heldout_confusion_by_critic": {"llm": llm_c, "classifier": cls_c},
+                    "accept_rate_by_turn": {"heldout_accept_rate_by_turn": held, "inference_accept_rate_by_turn": infer}}
+    assert list(info) == ["critic", "practice_examples", "practice", "balanced_train", "heldout_confusion",
+                          "heldout_confusion_by_critic", "accept_rate_by_turn"]
+    with pytest.raises(KeyError):
+        simrag.simrag_info(critic="classifier", practice=[], practice_info={}, balanced=[], confusions={"llm": llm_c},
+                           report=report)

@@ -585,3 +585,19 @@ def run_crag(
         out.append(r)
     return out
 
+
+
+def crag_training(meter: Any, *, tuning_seconds: float) -> dict[str, Any]:
+    """The CRAG stage's ``training`` block (``reports/metrics/10_crag.json``): what tuning the
+    thresholds on dev cost.
+
+    Args:
+        meter: the ``MeteredLLM`` the dev answers ran through (its ``cost`` and ``cost_by_dataset``).
+        tuning_seconds: wall time of fitting the evaluators and tuning, rounded to 0.1 s.
+
+    Returns:
+        {"calls", "seconds", "by_dataset": {dataset: {"calls"}}, "what"}.
+    """
+    return {"calls": meter.cost()["calls"], "seconds": round(tuning_seconds, 1),
+            "by_dataset": {ds: {"calls": c["calls"]} for ds, c in meter.cost_by_dataset().items()},
+            "what": "dev answers for threshold tuning (the evaluator's fit makes no LLM call)"}

@@ -572,3 +572,46 @@ def oracle_correct_flags(records: Sequence[Mapping[str, Any]]) -> list[bool]:
 
 
 JudgeFn = Callable[[Sequence[Mapping[str, Any]]], list[bool]]
+
+
+def repair_training(training_cost: Mapping[str, Any], *, offpolicy_seconds: float, dpo_seconds: float,
+                    offpolicy_result: Any, onpolicy_result: Any) -> dict[str, Any]:
+    """The RePAIR stage's ``training`` block (``reports/metrics/12_repair.json``).
+
+    Args:
+        training_cost: the LLM cost of the train answers and candidate plans (``add_costs``).
+        offpolicy_seconds, dpo_seconds: wall time of the off-policy phase and of the two DPO
+            rounds with the on-policy candidates; their sum is rounded to 0.1 s.
+        offpolicy_result, onpolicy_result: each DPO round's ``TrainResult``, or None when it had
+            no pairs.
+
+    Returns:
+        {"calls", "seconds", "dpo_steps": [off-policy, on-policy] (0 for a round not run),
+        "what", "optimizer_seconds" (the rounds' training, summed, rounded to 0.1 s)}.
+    """
+    results = (offpolicy_result, onpolicy_result)
+    return {"calls": training_cost["calls"], "seconds": round(offpolicy_seconds + dpo_seconds, 1),
+            "dpo_steps": [r.steps if r else 0 for r in results],
+            "what": "train answers, executed candidate plans and two DPO rounds",
+            "optimizer_seconds": round(sum(r.seconds for r in results if r), 1)}
+
+
+def repair_info(summary: Mapping[str, Any], *, offpolicy_pairs: Sequence[Any], onpolicy_pairs: Sequence[Any],
+                planner_start: Mapping[str, Any], usage: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The RePAIR stage's own metrics blocks (``reports/metrics/12_repair.json``), given to
+    ``save_method_answers`` as ``info``.
+
+    Args:
+        summary: :func:`repair_summary` with the notebook's additions (plans, states, epochs,
+            decoding); its keys come first in the ``repair`` block.
+        offpolicy_pairs, onpolicy_pairs: each phase's preference pairs (counted).
+        planner_start: where the planner started ({"base_model", "init_adapter"}).
+        usage: :func:`action_usage_table`.
+
+    Returns:
+        {"repair": {**summary, "offpolicy_pairs", "onpolicy_pairs", "planner_start": "adapter" or
+        "base model"}, "action_usage": usage}.
+    """
+    return {"repair": {**summary, "offpolicy_pairs": len(offpolicy_pairs), "onpolicy_pairs": len(onpolicy_pairs),
+                       "planner_start": "adapter" if planner_start["init_adapter"] else "base model"},
+            "action_usage": usage}

@@ -701,3 +701,50 @@ def critic_report(
                           "how often the critic accepts right answers is not measured")
     return {"confusion": confusion, "heldout_accept_rate_by_turn": held, "inference_accept_rate_by_turn": infer,
             "degenerate": degenerate}
+
+
+def simrag_training(training: Mapping[str, Any], *, practice_meter: Any, practice_seconds: float,
+                    critic_seconds: float, critic: str, critic_result: Any = None) -> dict[str, Any]:
+    """The SIM-RAG stage's ``training`` block (``reports/metrics/11_simrag.json``): self-practice
+    and the critics' training.
+
+    Args:
+        training: {"llm_critic": {..., "heldout_calls"}, "classifier_critic": {"seconds", ...}},
+            each critic trained, copied after the common keys.
+        practice_meter: the ``MeteredLLM`` self-practice ran through.
+        practice_seconds, critic_seconds: wall time of self-practice and of the critics' training
+            (with the held-out check); their sum is rounded to 0.1 s.
+        critic: the critic the test run uses, "llm" or "classifier".
+        critic_result: the LLM critic's ``TrainResult`` (read when ``critic`` is "llm").
+
+    Returns:
+        {"calls" (self-practice plus the LLM critic's held-out calls), "seconds", "by_dataset":
+        {dataset: {"calls"}} of self-practice, "what", "optimizer_seconds" (the LLM critic's
+        training, rounded to 0.1 s, or the classifier's fit), then ``training``'s keys}.
+    """
+    return {"calls": practice_meter.cost()["calls"] + training.get("llm_critic", {}).get("heldout_calls", 0),
+            "seconds": round(practice_seconds + critic_seconds, 1),
+            "by_dataset": {ds: {"calls": c["calls"]} for ds, c in practice_meter.cost_by_dataset().items()},
+            "what": "self-practice answers and queries, critic fine-tuning and its held-out check",
+            "optimizer_seconds": round(critic_result.seconds, 1) if critic == "llm"
+            else training["classifier_critic"]["seconds"],
+            **training}
+
+
+def simrag_info(*, critic: str, practice: Sequence[Any], practice_info: Mapping[str, Any], balanced: Sequence[Any],
+                confusions: Mapping[str, Any], report: Mapping[str, Any]) -> dict[str, Any]:
+    """The SIM-RAG stage's own metrics block (``reports/metrics/11_simrag.json``, schema
+    ``SimRagMetrics``), given to ``save_method_answers`` as ``info``.
+
+    Args:
+        critic: the critic the test run uses; its confusion comes first.
+        practice: the self-practice examples (counted); practice_info: :func:`practice_summary`.
+        balanced: the balanced training examples (counted).
+        confusions: {critic name: :func:`confusion_matrix` on the held-out examples}.
+        report: :func:`critic_report` of ``critic``, whose two per-turn accept-rate tables are kept.
+    """
+    return {"critic": critic, "practice_examples": len(practice), "practice": practice_info,
+            "balanced_train": len(balanced), "heldout_confusion": confusions[critic],
+            "heldout_confusion_by_critic": confusions,
+            "accept_rate_by_turn": {k: report[k] for k in ("heldout_accept_rate_by_turn",
+                                                           "inference_accept_rate_by_turn")}}
