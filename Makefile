@@ -9,7 +9,7 @@ export DVC_NO_ANALYTICS := 1
 export PYTHONUNBUFFERED := 1
 STAMP := $(VENV)/.installed
 
-.PHONY: install assets pipeline test test-fast test-served smoke lab notebooks exercises report readme bench clean-cache check-requirements gpu-smoke
+.PHONY: install assets pipeline test test-fast test-served test-browser smoke lab notebooks exercises report readme bench clean-cache check-requirements gpu-smoke
 
 $(STAMP): requirements-cpu.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -64,10 +64,27 @@ check-requirements:
 gpu-smoke:
 	python scripts/gpu_smoke.py
 
-## Open the notebooks in JupyterLab on the project's kernel.
+## Open the notebooks in JupyterLab on the project's kernel; the server prints the URL to open
+## (with its token). Run as root (containers), it is started with --allow-root. LAB_ARGS adds
+## server options, e.g. `make lab LAB_ARGS="--no-browser --ServerApp.port=8899"`.
+LAB_ARGS ?=
+LAB_AS_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 lab: install
 	$(BIN)/python -m jupytext --sync notebooks/*.py
-	$(BIN)/jupyter lab --notebook-dir=notebooks
+	$(BIN)/jupyter lab --notebook-dir=notebooks $(LAB_AS_ROOT) $(LAB_ARGS)
+
+## JupyterLab in a real browser (not part of `make test`): `make lab`'s server, headless, as a
+## student uses it: Chromium (Debian's `chromium` package; CHROMIUM=path for another) driven by
+## Playwright opens notebook 01's .py twin, runs all its cells at smoke sizes and checks the kernel,
+## a figure and the "Reading the numbers" text (tests/browser).
+BROWSER_STAMP := $(VENV)/.browser-installed
+$(BROWSER_STAMP): requirements-browser.txt $(STAMP)
+	$(BIN)/python -m pip install -q -r requirements-browser.txt
+	$(BIN)/python -m pip check
+	touch $(BROWSER_STAMP)
+
+test-browser: install $(BROWSER_STAMP)
+	RAGCRITIC_BROWSER_TEST=1 $(BIN)/python -m pytest -q -s -m browser tests/browser
 
 ## Regenerate the .ipynb twins (outputs stripped) from the .py sources.
 notebooks: install
