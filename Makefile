@@ -69,7 +69,12 @@ gpu-smoke:
 ## server options, e.g. `make lab LAB_ARGS="--no-browser --ServerApp.port=8899"`.
 LAB_ARGS ?=
 LAB_AS_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
+## A double click opens a notebook's .py twin as a notebook, and no news or update checks go out
+## (configs/jupyterlab/overrides.json: JupyterLab's settings overrides, installed into the
+## project's environment only).
+LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.json
 lab: install
+	mkdir -p $(dir $(LAB_OVERRIDES)) && cp configs/jupyterlab/overrides.json $(LAB_OVERRIDES)
 	$(BIN)/python -m jupytext --sync notebooks/*.py
 	$(BIN)/jupyter lab --notebook-dir=notebooks $(LAB_AS_ROOT) $(LAB_ARGS)
 
