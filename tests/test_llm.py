@@ -814,3 +814,17 @@ def test_smollm_stop_string_and_length(smollm):
     assert cut.finish_reason == "stop" and cut.completion_tokens < 8
     short = smollm.generate([SMOL_PROMPTS[2]], GenParams(max_new_tokens=2))[0]
     assert short.finish_reason == "length" and short.completion_tokens == 2
+
+
+def test_fingerprint_sees_a_change_in_the_middle_of_a_weight_file(tmp_path):
+    """Training only some layers changes bytes far from both ends of the weight file."""
+    from ragcritic_lib.llm import _fingerprint
+
+    model = tmp_path / "m"
+    model.mkdir()
+    weights = bytearray(9 << 20)
+    (model / "model.safetensors").write_bytes(bytes(weights))
+    before = _fingerprint(model)
+    weights[5 << 20] = 1  # neither in the first nor in the last MiB
+    (model / "model.safetensors").write_bytes(bytes(weights))
+    assert _fingerprint(model) != before

@@ -259,12 +259,19 @@ def validate_prompt(prompt: Any, index: int = 0) -> None:
             raise TypeError(f"prompt {index}, message {j}: 'content' must be a str")
 
 
-def _fingerprint(path: str | os.PathLike[str] | None) -> str | None:
-    """A cheap content fingerprint of a model or adapter folder, for cache keys.
+_FULL_HASH_BYTES = 2 << 30
+"""Weight files up to this size (2 GiB: models up to about 1B parameters in bf16) are hashed whole."""
 
-    Small files (configs, tokenizer) are hashed whole; large weight files by name, size and their
-    first and last MiB. Modification times are ignored on purpose: ``dvc checkout`` changes them
-    without changing the content. A name that is not a local folder hashes as the name.
+
+def _fingerprint(path: str | os.PathLike[str] | None) -> str | None:
+    """A content fingerprint of a model or adapter folder, for cache keys.
+
+    Every top-level file is hashed whole up to ``_FULL_HASH_BYTES``; a larger weight file by its
+    name, size and 256 one-MiB chunks spread evenly over it. (Hashing only the first and last MiB
+    missed fine-tuning that changes only some layers: a critic whose top layers were trained kept
+    the fingerprint of the checkpoint before it, and the cache served the old model's scores.)
+    Modification times are ignored on purpose: ``dvc checkout`` changes them without changing the
+    content. A name that is not a local folder hashes as the name.
     """
     if path is None:
         return None
@@ -281,12 +288,13 @@ def _fingerprint(path: str | os.PathLike[str] | None) -> str | None:
         size = f.stat().st_size
         h.update(f"{f.name}\0{size}\0".encode())
         with f.open("rb") as fh:
-            if size <= 4 * chunk:
-                h.update(fh.read())
+            if size <= _FULL_HASH_BYTES:
+                for block in iter(lambda: fh.read(16 * chunk), b""):
+                    h.update(block)
             else:
-                h.update(fh.read(chunk))
-                fh.seek(size - chunk)
-                h.update(fh.read(chunk))
+                for i in range(256):
+                    fh.seek(i * (size - chunk) // 255)
+                    h.update(fh.read(chunk))
     return h.hexdigest()[:16]
 
 
