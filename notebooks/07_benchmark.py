@@ -13,14 +13,19 @@
 
 # %% [markdown]
 # # 07 · The RAG-Error benchmark
-# Held-out test questions form a benchmark balanced over tier-2 labels and over correct vs error
-# answers, and several critics are scored on it: error identification accuracy and tier-1/tier-2
-# label F1, plus agreement with the causes known from the testbed's construction. This reproduces
-# RAG-Critic §3.4 and §4.3 (Tables 5 and 7, Figures 5 and 7) at the scale of the embedded default.
+# Real answers to the *test* questions, none of them a training question, balanced between right
+# and wrong: the generator's answers with and without retrieval (stage `retrieval_rag`) and the
+# answers of `test_pool_members` from the LLM pool. Wrong ones carry the labels of their observed
+# causes. Several critics are scored on it: verdict AUROC, error identification, tier-1/tier-2
+# label F1, each with a bootstrap 95% CI, beside a style-only baseline that reads nothing but
+# the answer's surface. This reproduces RAG-Critic §3.4 and §4.3 (Table 5).
 
 # %% tags=["parameters"]
-per_label = 3
-max_new_tokens = 96
+per_class = 150
+test_pool_members = "sampled-bm25-k3"
+test_questions = 280
+bootstrap = 2000
+max_new_tokens = 64
 include_zeroshot = True
 include_heuristic = True
 extra_critic_model = ""
@@ -32,56 +37,86 @@ known_causes_file = "data/taxonomy/known_causes.yaml"
 # %%
 import pandas as pd
 
-from ragcritic_lib import paths, runtime
-from ragcritic_lib.error_benchmark import (
-    benchmark_metrics, benchmark_table, build_benchmark, plot_per_label, score_critic, score_known_causes,
-)
+from ragcritic_lib import critic_corpus, mining, paths, runtime
 from ragcritic_lib.critic import HeuristicCritic, LLMCritic, critiques_to_records, load_trained_critic
+from ragcritic_lib.critic_data import balance_correct
+from ragcritic_lib.error_benchmark import (
+    benchmark_metrics, benchmark_table, plot_per_label, score_critic, score_known_causes, with_confidence,
+)
 from ragcritic_lib.io import read_json, read_jsonl, write_jsonl
 from ragcritic_lib.pipeline.outputs import save_figure, save_table
 from ragcritic_lib.pipeline.stage_models import setup_stage
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 from ragcritic_lib.taxonomy import load_known_causes, load_taxonomy
 
-setup = setup_stage("benchmark")  # params and data/benchmark; the generator loads only for the zero-shot critic
+setup = setup_stage("benchmark")  # params and data/benchmark; the generator loads for the test pool and the zero-shot critic
 params, seed, out_dir = setup.params, setup.seed, setup.out_dir
 taxonomy = load_taxonomy()
 known_causes = load_known_causes(paths.resolve(known_causes_file), taxonomy=taxonomy)
 prompt = read_json(paths.stage_dir("critic_sft") / "critic_prompt.json")
-test = read_jsonl(paths.stage_dir("critic_sft") / "splits" / "test.jsonl")
-len(test)
+judge = params["error_sampling"]
+view = {k: prompt[k] for k in ("top_k", "passage_words", "evidence_words")}
 
 # %% [markdown]
-# ## Building the benchmark
-# Error samples are picked rarest label first until every tier-2 label occurs `per_label` times
-# (50 in the paper) where the test split has that many; then as many correct samples.
+# ## Real answers to the test questions
+# The generator's answers (with the passages it read; closed-book answers are shown the passages
+# retrieved for the same question), plus the test-pool members' answers to the testbed test
+# questions. One sample per question and answer text.
 
 # %%
-bench, report = build_benchmark(test, taxonomy, per_label=per_label, seed=seed)
+answers = []
+for ds in setup.datasets:
+    rag = read_jsonl(paths.stage_dir("retrieval_rag") / ds / "test.jsonl")
+    answers += critic_corpus.answer_samples(rag, known_causes, source="rag", metric=judge["judge_metric"],
+                                            threshold=judge["judge_threshold"])
+    closed = critic_corpus.with_passages_of(read_jsonl(paths.stage_dir("retrieval_rag") / ds / "test_closed_book.jsonl"), rag)
+    answers += critic_corpus.answer_samples(closed, known_causes, source="closed_book", metric=judge["judge_metric"],
+                                            threshold=judge["judge_threshold"])
+members = [m for m in mining.load_pool(params["error_sampling"]["pool_file"], base_llm=runtime.generator_config(params),
+                                       base_retriever=params["common"]["retriever"])
+           if m.name in test_pool_members.split(",")]
+if members:
+    pooled = mining.sample_error_responses(
+        runtime.load_split(params, "testbed", "test", limit=test_questions), members,
+        lambda m: setup.retriever("testbed", **m.retriever), out_path=out_dir / "test_pool" / "testbed.jsonl")
+    answers += critic_corpus.answer_samples(pooled, known_causes, source="test_pool", metric=judge["judge_metric"],
+                                            threshold=judge["judge_threshold"])
+answers = critic_corpus.dedupe(answers)
+train_questions = [{"qkey": k} for k in read_json(paths.stage_dir("critic_sft") / "train_questions.json")]
+dev_questions = read_jsonl(paths.stage_dir("critic_sft") / "dev_samples.jsonl")
+disjoint = critic_corpus.check_disjoint(train=train_questions, dev=dev_questions, test=answers)
+pd.DataFrame(critic_corpus.data_report(answers)["sources"]).T
+
+# %% [markdown]
+# ## The balanced benchmark
+# Up to `per_class` right and as many wrong answers, drawn at random (the paper draws N samples
+# per tier-2 label; here the verdict is balanced and the labels fall as the errors do).
+
+# %%
+bench, _ = balance_correct(answers, seed=seed, max_samples=2 * per_class)
 write_jsonl(out_dir / "benchmark.jsonl", bench)
-print(f"{report['n_error']} error + {report['n_correct']} correct samples; "
-      f"{len(report['labels_below_n'])} tier-2 labels have fewer than {per_label} test samples")
-pd.DataFrame({"available": report["available"], "selected": report["selected"]})
+report = {**critic_corpus.data_report(bench), "n_correct": sum(s["judgement"] == "Correct" for s in bench),
+          "n_error": sum(s["judgement"] == "Error" for s in bench), "available": critic_corpus.data_report(answers),
+          "questions": disjoint}
+print(f"{report['n_error']} wrong + {report['n_correct']} right answers from {report['questions']['test']} test questions")
+pd.Series(critic_corpus.data_report(bench)["datasets"], name="samples")
 
 # %% [markdown]
 # ## The critics
-# The SFT and SFT+DPO critics (merged checkpoints, trained prompt; each also with its verdict
-# calibrated on the dev split), the base model zero-shot
-# with the benchmark prompt (Prompt E in our words, one worked example), the grounded heuristic
-# critic (rules over question, passages and prediction; no LLM) and any model named in params.
+# The SFT and SFT+DPO critics as RAG-Critic uses them (verdict read off the dev-fitted threshold,
+# then the critique), the base model zero-shot with the benchmark prompt (Prompt E in our words),
+# the grounded heuristic critic (rules, no LLM), and any model named in params.
 
 # %%
-critics = {}
-for name, stage, short in (("SFT critic", "critic_sft", "sft"), ("SFT+DPO critic", "critic_dpo", "sft+dpo")):
-    # One loader for checkpoint, prompt settings and calibration (the same one notebook 08 uses).
-    critics[name] = load_trained_critic(params, paths.stage_dir(stage), taxonomy, verdict="generate",
-                                        max_new_tokens=max_new_tokens, name=short)
-    critics[f"{name} (calibrated)"] = load_trained_critic(params, paths.stage_dir(stage), taxonomy,
-                                                          max_new_tokens=max_new_tokens, name=f"{short}:calibrated")
+critics = {
+    "SFT critic": load_trained_critic(params, paths.stage_dir("critic_sft"), taxonomy, max_new_tokens=max_new_tokens,
+                                      name="sft:calibrated"),
+    "SFT+DPO critic": load_trained_critic(params, paths.stage_dir("critic_dpo"), taxonomy,
+                                          max_new_tokens=max_new_tokens, name="sft+dpo:calibrated"),
+}
 if include_zeroshot:
-    critics["base zero-shot"] = LLMCritic(setup.llm, taxonomy, "zeroshot", top_k=prompt["top_k"],
-                                          passage_words=prompt["passage_words"], max_new_tokens=max_new_tokens,
-                                          name="zeroshot")
+    critics["base zero-shot"] = LLMCritic(setup.llm, taxonomy, "zeroshot", max_new_tokens=max_new_tokens, name="zeroshot",
+                                          **view)
 if include_heuristic:
     critics["heuristic"] = HeuristicCritic(taxonomy)
 if extra_critic_model:
@@ -89,7 +124,7 @@ if extra_critic_model:
     extra_cfg.update({"urls": extra_critic_urls} if extra_critic_urls else {})
     critics[f"{extra_critic_model} ({extra_critic_variant})"] = LLMCritic(
         runtime.build_llm(extra_cfg), taxonomy, extra_critic_variant, max_new_tokens=max_new_tokens, name="extra",
-        top_k=prompt["top_k"], passage_words=prompt["passage_words"], label_list=prompt["label_list"])
+        label_list=prompt["label_list"], **view)
 list(critics)
 
 # %%
@@ -100,55 +135,51 @@ for name, critic in critics.items():
     predictions[name] = critic.critique(bench)
     results[name] = score_critic(predictions[name], golds, taxonomy)
     # END SOLUTION
+    # A zero-shot critic writes its verdict; its margin (one scoring pass) gives the AUROC.
+    scores = critic.verdict_margins(bench) if name == "base zero-shot" else None
+    results[name] = with_confidence(results[name], predictions[name], golds, taxonomy, scores=scores, seed=seed,
+                                    n_boot=bootstrap)
     write_jsonl(out_dir / "predictions" / f"{name.replace(' ', '_').replace('/', '_')}.jsonl",
                 critiques_to_records(predictions[name], bench, name))
+style_baseline = critic_corpus.style_baseline(dev_questions, bench, seed=seed, n_boot=bootstrap)
 table = pd.DataFrame(benchmark_table(results)).set_index("critic")
 table
 
 # %% [markdown]
-# Columns as in Table 5: identification accuracy on correct and on error samples and their mean;
-# tier-1 and tier-2 micro-F1 over error samples and their mean; macro-F1, the official scorer's
-# per-sample recall and the parse-failure rate beside them (all in %).
+# Columns as in Table 5 (identification on right and wrong answers and their mean; tier-1 and
+# tier-2 micro-F1 over wrong answers), plus the verdict AUROC with its 95% CI. The style-only
+# baseline (a logistic regression on answer length, digits, abstention, cut-off and punctuation,
+# fit on the dev answers) has only an AUROC:
 
 # %%
 save_table(table, "07_benchmark", "benchmark", index=True)
 fig = plot_per_label(results, taxonomy)
-save_figure(fig, "07_benchmark", "benchmark_per_label");
+save_figure(fig, "07_benchmark", "benchmark_per_label")
+pd.Series(style_baseline)
 
 # %% [markdown]
-# ## Per dataset, and against the causes known from construction (testbed)
-# A known cause (e.g. the supporting passage was not retrieved) names the tier-1 label it should
-# produce; a critic's tier-1 labels hit it or not.
+# ## Per dataset and source, and against the causes known from construction (testbed)
 
 # %%
-# BEGIN SOLUTION hint: by_dataset[critic][dataset]: the 'identification' part of score_critic on that dataset's bench samples only
 by_dataset = {name: {ds: score_critic([p for p, s in zip(preds, bench) if s["dataset"] == ds],
                                       [s["target"] for s in bench if s["dataset"] == ds], taxonomy)["identification"]
                      for ds in sorted({s["dataset"] for s in bench})} for name, preds in predictions.items()}
-# END SOLUTION
 known = {name: score_known_causes(preds, bench, known_causes) for name, preds in predictions.items()}
 pd.DataFrame([{"critic": name, "dataset": ds, **acc} for name, per in by_dataset.items() for ds, acc in per.items()])
-
-# %%
-pd.DataFrame([{"critic": name, "pairs": k["pairs"], "tier1_hit_rate": k["tier1_hit_rate"],
-               "tier2_hit_rate": k["tier2_hit_rate"]} for name, k in known.items()])
-
-# %% [markdown]
-# One error sample and what each critic wrote about it:
 
 # %%
 example = next((i for i, s in enumerate(bench) if s["judgement"] == "Error"), None)
 if example is not None:
     s = bench[example]
-    print(f"Q: {s['question']}\nprediction: {s['prediction']}\ngold: {s['target']}\n")
+    print(f"Q: {s['question']}\nanswer: {s['prediction']}\ngold: {s['target']}\n")
     for name, preds in predictions.items():
         print(f"[{name}] {preds[example].to_critique()}  (parse_error={preds[example].parse_error})")
 
 # %%
-# The benchmark, the table, each critic's scores and its token counts (call timings and cache
-# hits vary between runs, so they stay out: two cold runs must write identical metrics).
+# The benchmark, the table, each critic's scores and CIs, the style baseline and token counts
+# (call timings and cache hits vary between runs, so they stay out).
 metrics = benchmark_metrics(report=report, table=table.reset_index().to_dict(orient="records"), results=results,
-                            by_dataset=by_dataset, known_causes=known, critics=critics)
+                            by_dataset=by_dataset, known_causes=known, critics=critics, style_baseline=style_baseline)
 write_stage_metrics("07_benchmark", metrics)
 
 # %% [markdown]
@@ -158,7 +189,6 @@ write_stage_metrics("07_benchmark", metrics)
 # %%
 from IPython.display import Markdown  # noqa: E402
 
-from ragcritic_lib.io import read_json  # noqa: E402
 from ragcritic_lib.evaluation.readings import reading_benchmark  # noqa: E402
 
 Markdown("\n\n".join(reading_benchmark(read_json(setup.metrics_path))))

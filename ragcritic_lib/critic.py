@@ -246,11 +246,18 @@ def passage_texts(passages: Sequence[Any]) -> list[str]:
     return out
 
 
-def format_passages(passages: Sequence[Any], *, top_k: int = 3, passage_words: int = 30) -> str:
+def format_passages(passages: Sequence[Any], *, top_k: int = 3, passage_words: int = 30, evidence_words: int = 0,
+                    question: str = "", prediction: str = "") -> str:
     """Number the first ``top_k`` passages, each cut to ``passage_words`` words.
 
-    A passage in the FlashRAG "Title\\ntext" form is shown as "Title: text".
+    A passage in the FlashRAG "Title\\ntext" form is shown as "Title: text". With
+    ``evidence_words`` > 0 the passages are shown as their sentences that best match ``question``
+    and ``prediction``, ``evidence_words`` words in all (:mod:`ragcritic_lib.critic_evidence`).
     """
+    if evidence_words > 0:
+        from ragcritic_lib.critic_evidence import render_evidence
+
+        return render_evidence(question, prediction, passage_texts(passages), top_k=top_k, budget_words=evidence_words)
     lines = []
     for i, text in enumerate(passage_texts(passages)[:top_k], start=1):
         title, _, body = text.partition("\n")
@@ -265,17 +272,14 @@ def label_menu(taxonomy: TaxonomyLike) -> str:
     return "\n".join(f"- {t1}: " + " | ".join(taxonomy.children(t1)) for t1 in taxonomy.tier1)
 
 
-_TRAINED_SYSTEM = (
-    "You check answers written by a retrieval-augmented question answering system. "
-    "Reply with one JSON object and nothing else."
-)
+_TRAINED_SYSTEM = "You check the answers of a retrieval-augmented QA system. Reply with one JSON object."
 
 _TRAINED_USER = """Question: {question}
 Passages:
 {passages}
 Answer to check: {prediction}
 {labels}
-If the answer is right, reply {{"Judgement": "Correct"}}. Otherwise reply {{"Judgement": "Error", "tag1": [tier-1 labels], "tag2": [tier-2 labels], "tag3": [short free-text tags], "Error_analysis": "one or two sentences"}}."""
+Reply {{"Judgement": "Correct"}} or {{"Judgement": "Error"}} with tag1, tag2, tag3 and Error_analysis."""
 
 _ZEROSHOT_SYSTEM = (
     "You are an error critic for retrieval-augmented generation (RAG). You help improve AI "
@@ -317,6 +321,7 @@ def build_critic_messages(
     top_k: int = 3,
     passage_words: int = 30,
     label_list: bool = True,
+    evidence_words: int = 0,
 ) -> list[Message]:
     """The chat prompt of the critic. The gold answer is never part of it.
 
@@ -328,13 +333,17 @@ def build_critic_messages(
             (the benchmark prompt, RAG-Critic Prompt E in our words, with one worked example).
         top_k, passage_words: passage budget (the first ``top_k`` passages, each cut to
             ``passage_words`` words).
+        evidence_words: when > 0, the passages are shown as their best-matching sentences,
+            this many words in all, instead of each passage's first words (see
+            :func:`format_passages`).
         label_list: show the tier-1/tier-2 label names in the trained prompt (about 200 tokens
             with the SmolLM2 tokenizer; a fine-tuned critic learns them from its targets, so
             turning this off roughly halves the training cost per example). The zero-shot
             prompt always lists them.
     """
-    ptxt = format_passages(passages, top_k=top_k, passage_words=passage_words)
     pred = " ".join(str(prediction).split()) or "(empty)"
+    ptxt = format_passages(passages, top_k=top_k, passage_words=passage_words, evidence_words=evidence_words,
+                           question=question, prediction=pred)
     labels = label_menu(taxonomy)
     if variant == "trained":
         menu = f"\nError labels (tier-1: tier-2 choices):\n{labels}\n" if label_list else ""
@@ -607,7 +616,8 @@ class LLMCritic:
         taxonomy: label set for prompts and canonicalization.
         variant: "trained" or "zeroshot" prompt (see :func:`build_critic_messages`).
         max_new_tokens: generation budget (a critique with tags first fits in ~96 tokens).
-        top_k, passage_words, label_list: prompt options (use the ones the critic was trained with).
+        top_k, passage_words, label_list, evidence_words: prompt options (use the ones the critic
+            was trained with).
         max_prompt_tokens: if set, passages are shortened (halving ``passage_words``) until the
             user message fits, using ``llm.count_tokens``.
         name: label in tables.
@@ -631,6 +641,7 @@ class LLMCritic:
         top_k: int = 3,
         passage_words: int = 30,
         label_list: bool = True,
+        evidence_words: int = 0,
         max_prompt_tokens: int | None = None,
         name: str | None = None,
         verdict: str = "generate",
@@ -643,24 +654,24 @@ class LLMCritic:
         self.verdict, self.threshold = verdict, float(threshold)
         self.llm, self.taxonomy, self.variant = llm, taxonomy, variant
         self.max_new_tokens, self.top_k, self.passage_words = max_new_tokens, top_k, passage_words
-        self.label_list = label_list
+        self.label_list, self.evidence_words = label_list, int(evidence_words)
         self.max_prompt_tokens = max_prompt_tokens
         self.name = name or f"{getattr(llm, 'model', 'llm')}:{variant}"
         self.last_generations: list[Any] = []
 
     def messages(self, record: Mapping[str, Any]) -> list[Message]:
         question, passages, prediction = record_input(record)
-        words = self.passage_words
+        words, evidence = self.passage_words, self.evidence_words
         while True:
             msgs = build_critic_messages(question, passages, prediction, taxonomy=self.taxonomy,
                                          variant=self.variant, top_k=self.top_k, passage_words=words,
-                                         label_list=self.label_list)
-            if self.max_prompt_tokens is None or words <= 8:
+                                         label_list=self.label_list, evidence_words=evidence)
+            if self.max_prompt_tokens is None or max(words, evidence) <= 8:
                 return msgs
             n = sum(self.llm.count_tokens(m["content"]) for m in msgs)
             if n <= self.max_prompt_tokens:
                 return msgs
-            words //= 2
+            words, evidence = words // 2, evidence // 2
 
     def verdict_margins(self, records: Sequence[Mapping[str, Any]], *, desc: str | None = None) -> list[float]:
         """log P("Error") - log P("Correct") of the verdict, per record (one scoring pass)."""
@@ -964,5 +975,5 @@ def load_trained_critic(params: Mapping[str, Any], critic_dir: str | Any, taxono
         if verdict == "calibrated" else 0.0
     return LLMCritic(llm, taxonomy, "trained",
                      top_k=prompt["top_k"], passage_words=prompt["passage_words"], label_list=prompt["label_list"],
-                     max_new_tokens=max_new_tokens, name=name or critic_dir.name, verdict=verdict,
+                     evidence_words=int(prompt.get("evidence_words", 0)), max_new_tokens=max_new_tokens, name=name or critic_dir.name, verdict=verdict,
                      threshold=threshold)

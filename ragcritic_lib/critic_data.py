@@ -169,13 +169,14 @@ def sft_examples(
     top_k: int = 3,
     passage_words: int = 30,
     label_list: bool = True,
+    evidence_words: int = 0,
 ) -> list[dict[str, Any]]:
     """Chat examples ``{"messages": [system, user, assistant]}`` for SFT (trained prompt)."""
     out = []
     for s in samples:
         msgs = build_critic_messages(s["question"], s["passages"], s["prediction"], taxonomy=taxonomy,
                                      variant="trained", top_k=top_k, passage_words=passage_words,
-                                     label_list=label_list)
+                                     label_list=label_list, evidence_words=evidence_words)
         out.append({"messages": [*msgs, {"role": "assistant", "content": s["target"]}]})
     return out
 
@@ -231,6 +232,7 @@ def dpo_pairs(
     top_k: int = 3,
     passage_words: int = 30,
     label_list: bool = True,
+    evidence_words: int = 0,
 ) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """Coarse-to-fine preference pairs (section 3.2).
 
@@ -260,7 +262,7 @@ def dpo_pairs(
     for s in samples:
         prompt = build_critic_messages(s["question"], s["passages"], s["prediction"], taxonomy=taxonomy,
                                        variant="trained", top_k=top_k, passage_words=passage_words,
-                                       label_list=label_list)
+                                       label_list=label_list, evidence_words=evidence_words)
         rejected: list[tuple[str, str]] = []
         if s["judgement"] == ERROR:
             if k_coarse > 0 and has_correct:
@@ -305,58 +307,80 @@ def _rounded_calibration(calibration: Mapping[str, Any]) -> dict[str, Any]:
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in calibration.items()}
 
 
-def critic_sft_metrics(*, split_rows: Sequence[Mapping[str, Any]], balance: Mapping[str, Any], result: Any,
-                       preview: Sequence[Any], calibration: Mapping[str, Any]) -> dict[str, Any]:
+def critic_sft_metrics(*, data: Mapping[str, Any], evidence: Mapping[str, Any], style_shortcut_auroc: float | None,
+                       dev: Mapping[str, Any], fit: Mapping[str, Any], preview: Sequence[Any],
+                       calibration: Mapping[str, Any], questions: Mapping[str, int]) -> dict[str, Any]:
     """The critic SFT stage's metrics (``reports/metrics/05_critic_sft.json``, schema
     ``CriticSftMetrics``) from what the stage computed.
 
     Args:
-        split_rows: one row per split, ``{"split", "questions", "samples", "errors", "correct"}``
-            (the notebook's split table as records).
-        balance: :func:`balance_correct`'s report.
-        result: the training run (:class:`ragcritic_lib.training.TrainResult`); the first and last
-            loss come from its log history, rounded to 4 digits.
-        preview: the critic's parses of the preview samples (``CriticParse``); those not ``ok``
-            are counted.
-        calibration: ``calibrate_verdicts``' report; its floats are rounded to 4 digits.
+        data: :func:`ragcritic_lib.critic_corpus.data_report` of the training set.
+        evidence: ``{"current": coverage, "first_words": coverage}``, each
+            :func:`ragcritic_lib.critic_evidence.evidence_coverage` of the dev answers under the
+            critic's prompt and under the first-words prompt it replaced.
+        style_shortcut_auroc: cross-validated AUROC of the style-only classifier on the
+            training set (0.5: right and wrong answers do not differ in surface form).
+        dev: counts of the dev answers (``n``, ``correct``, ``errors``).
+        fit: :func:`ragcritic_lib.critic_train.run_cached_sft`'s report (or the trl trainer's,
+            shaped the same way).
+        preview: the critic's parses of the preview samples; those not ``ok`` are counted.
+        calibration: ``calibrate_verdicts``' report on dev; floats rounded to 4 digits.
+        questions: distinct questions per split (train / dev), checked disjoint.
     """
-    curve = loss_curve(result.log_history)
+    from ragcritic_lib.critic_train import learning_curve
+
+    run = fit["run"]
+    losses = [r["loss"] for r in run.get("curve", []) if r.get("loss") is not None]
     return {
-        "splits": {row["split"]: {k: v for k, v in row.items() if k != "split"} for row in split_rows},
-        "balance": balance,
-        # seconds: wall time of the training run, the comparison's training cost (it varies from
-        # run to run); the full record is the stage's train_result.json.
-        "train": {"steps": result.steps, "seconds": round(result.seconds, 1), "examples": result.examples,
-                  "dropped_too_long": result.dropped_too_long, "device": result.device,
-                  "first_loss": curve_value(curve, "loss", 0), "last_loss": curve_value(curve, "loss")},
+        "data": {**data, "evidence_in_prompt": evidence["current"]["share"], "evidence": dict(evidence),
+                 "style_shortcut_auroc": style_shortcut_auroc},
+        "dev": dict(dev),
+        "questions": dict(questions),
+        # seconds: wall time of the whole training (cache, comparison, main run), the
+        # comparison's training cost (it varies from run to run).
+        "train": {"steps": run["steps"], "seconds": fit["seconds"], "examples": fit["examples"],
+                  "dropped_too_long": fit["dropped_too_long"], "device": "cpu", "method": fit["method"],
+                  "train_layers": run["train_layers"], "epochs": fit["settings"]["epochs"],
+                  "tokens_per_example": fit["tokens_per_example"], "cache_seconds": fit["cache_seconds"],
+                  "stopped_early": run["stopped_early"], "best_at_examples": run["best_at_examples"],
+                  "best_dev_auroc": run["best_dev_auroc"],
+                  "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None},
+        "untrained_dev_auroc": fit.get("untrained_dev_auroc"),
+        "method_comparison": dict(fit.get("comparison") or {}),
+        "learning_curve": learning_curve(run, fit["examples"]),
         "preview_parse_failures": sum(not p.ok for p in preview),
         "verdict_calibration": _rounded_calibration(calibration),
     }
 
 
-def critic_dpo_metrics(*, pair_counts: Mapping[str, Any], balance: Mapping[str, Any], beta: float, result: Any,
-                       calibration: Mapping[str, Any]) -> dict[str, Any]:
+def critic_dpo_metrics(*, pair_counts: Mapping[str, Any], balance: Mapping[str, Any], beta: float,
+                       fit: Mapping[str, Any], calibration: Mapping[str, Any]) -> dict[str, Any]:
     """The critic DPO stage's metrics (``reports/metrics/06_critic_dpo.json``, schema
     ``CriticDpoMetrics``) from what the stage computed.
 
     Args:
         pair_counts: :func:`dpo_pairs`' counts; balance: :func:`balance_correct`'s report.
-        beta: the recipe's DPO beta.
-        result: the training run (:class:`ragcritic_lib.training.TrainResult`); the first and last
-            loss, and the last reward margin and accuracy (None when not logged), come from its
-            log history, rounded to 4 digits.
-        calibration: ``calibrate_verdicts``' report; its floats are rounded to 4 digits.
+        beta: the DPO beta.
+        fit: :func:`ragcritic_lib.critic_train.run_cached_dpo`'s report; the first and last
+            loss and the last reward margin and accuracy come from its curve.
+        calibration: ``calibrate_verdicts``' report on dev; floats rounded to 4 digits.
     """
-    curve = loss_curve(result.log_history)
+    run = fit["run"]
+    rows = [r for r in run.get("curve", []) if r.get("loss") is not None]
+    before, after = fit.get("dev_auroc_before"), fit.get("dev_auroc_after")
     return {
-        "pairs": pair_counts,
-        "balance": balance,
-        # seconds: wall time of the training run, the comparison's training cost (it varies from
-        # run to run); the full record is the stage's train_result.json.
-        "train": {"beta": beta, "steps": result.steps, "seconds": round(result.seconds, 1), "pairs_used": result.examples,
-                  "dropped_too_long": result.dropped_too_long, "device": result.device,
-                  "first_loss": curve_value(curve, "loss", 0), "last_loss": curve_value(curve, "loss"),
-                  "last_reward_margin": curve_value(curve, "rewards_margins"),
-                  "last_reward_accuracy": curve_value(curve, "rewards_accuracies")},
+        "pairs": dict(pair_counts),
+        "balance": dict(balance),
+        # seconds: wall time of the whole DPO (cache, reference pass, training), the comparison's
+        # training cost (it varies from run to run).
+        "train": {"beta": beta, "steps": run["steps"], "seconds": fit["seconds"], "pairs_used": fit["pairs_used"],
+                  "dropped_too_long": fit["dropped_too_long"], "device": "cpu",
+                  "first_loss": rows[0]["loss"] if rows else None, "last_loss": rows[-1]["loss"] if rows else None,
+                  "last_reward_margin": rows[-1].get("reward_margin") if rows else None,
+                  "last_reward_accuracy": rows[-1].get("reward_accuracy") if rows else None},
+        "dev_auroc": {"before": before, "after": after,
+                      "lowered": None if before is None or after is None else bool(after < before),
+                      "kept_sft_weights": bool(fit.get("kept_start"))},
+        "curve": list(run.get("curve", [])),
         "verdict_calibration": _rounded_calibration(calibration),
     }

@@ -243,8 +243,12 @@ def benchmark_table(results: Mapping[str, Mapping[str, Any]]) -> list[dict[str, 
     rows = []
     for name, r in results.items():
         ident, cls = r["identification"], r["classification"]
+        auroc = r.get("verdict_auroc")
         rows.append({
             "critic": name,
+            "auroc": None if auroc is None else round(100 * auroc, 1),
+            "auroc_ci": None if auroc is None or r.get("verdict_auroc_ci_low") is None
+            else f"{100 * r['verdict_auroc_ci_low']:.1f}-{100 * r['verdict_auroc_ci_high']:.1f}",
             "correct": pct(ident["acc_correct"]),
             "error": pct(ident["acc_error"]),
             "ident_avg": pct(ident["acc_avg"]),
@@ -266,7 +270,8 @@ between runs and two cold runs must write identical metrics."""
 
 def benchmark_metrics(*, report: Mapping[str, Any], table: Sequence[Mapping[str, Any]],
                       results: Mapping[str, Mapping[str, Any]], by_dataset: Mapping[str, Any],
-                      known_causes: Mapping[str, Any], critics: Mapping[str, Any]) -> dict[str, Any]:
+                      known_causes: Mapping[str, Any], critics: Mapping[str, Any],
+                      style_baseline: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The benchmark stage's metrics (``reports/metrics/07_benchmark.json``, schema
     ``BenchmarkMetrics``) from what the stage computed.
 
@@ -283,6 +288,7 @@ def benchmark_metrics(*, report: Mapping[str, Any], table: Sequence[Mapping[str,
         "critics": results,
         "by_dataset": by_dataset,
         "known_causes": known_causes,
+        "style_baseline": dict(style_baseline or {}),
         "llm_usage": {name: {k: v for k, v in c.llm.stats.snapshot().items() if k in LLM_USAGE_KEYS}
                       for name, c in critics.items() if hasattr(c, "llm")},
     }
@@ -317,3 +323,52 @@ def plot_per_label(results: Mapping[str, Mapping[str, Any]], taxonomy: TaxonomyL
     fig.legend(handles, labels, loc="lower center", ncol=max(1, len(names)), fontsize=9, frameon=False)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig
+
+
+# --------------------------------------------------------------------------------------------
+# Verdict AUROC and bootstrap CIs
+# --------------------------------------------------------------------------------------------
+def verdict_scores(preds: Sequence[CriticParse]) -> list[float]:
+    """A per-sample "wrong answer" score: the verdict margin where the critic has one, else its
+    verdict (1 Error, 0 Correct, 0.5 unparsed), so every critic gets an AUROC."""
+    out = []
+    for p in preds:
+        if p.margin is not None:
+            out.append(float(p.margin))
+        else:
+            out.append(1.0 if p.judgement == ERROR else 0.0 if p.judgement == CORRECT else 0.5)
+    return out
+
+
+def with_confidence(result: Mapping[str, Any], preds: Sequence[CriticParse], golds: Sequence[str],
+                    taxonomy: TaxonomyLike, *, scores: Sequence[float] | None = None, seed: int,
+                    n_boot: int = 2000) -> dict[str, Any]:
+    """``result`` (:func:`score_critic`) plus verdict AUROC and percentile-bootstrap 95% CIs
+    (resampling benchmark samples) of the AUROC, the identification average and tier-1/tier-2 F1.
+
+    ``scores``: a "wrong answer" score per sample (default :func:`verdict_scores`).
+    """
+    from ragcritic_lib.critic_train import auroc, bootstrap_auroc_ci
+
+    y = [_gold(g)["Judgement"] == ERROR for g in golds]
+    s = list(scores) if scores is not None else verdict_scores(preds)
+    a = auroc(s, y)
+    lo, hi = bootstrap_auroc_ci(s, y, seed=seed, n_boot=n_boot)
+    rng = random.Random(seed + 1)
+    n = len(preds)
+    keys = {"acc_avg": ("identification", "acc_avg"), "tag1_f1": ("classification", "tag1_f1"),
+            "tag2_f1": ("classification", "tag2_f1")}
+    draws: dict[str, list[float]] = {k: [] for k in keys}
+    for _ in range(max(1, n_boot // 4)):  # the label scores are slower to recompute
+        idx = [rng.randrange(n) for _ in range(n)]
+        r = score_critic([preds[i] for i in idx], [golds[i] for i in idx], taxonomy)
+        for k, (a1, a2) in keys.items():
+            if r[a1][a2] is not None:
+                draws[k].append(r[a1][a2])
+    ci = {}
+    for k, vals in draws.items():
+        vals.sort()
+        ci[k] = [round(vals[int(0.025 * len(vals))], 4), round(vals[min(len(vals) - 1, int(0.975 * len(vals)))], 4)] \
+            if vals else [None, None]
+    return {**result, "verdict_auroc": None if a is None else round(a, 4), "verdict_auroc_ci_low": lo,
+            "verdict_auroc_ci_high": hi, "ci95": ci}

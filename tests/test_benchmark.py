@@ -121,7 +121,7 @@ def test_known_causes_scored_on_tier1(tx) -> None:
 def test_table_and_figure(tx, tmp_path: Path) -> None:
     r = score_critic([parse_critic_output(t, tx) for t in PRED_TEXTS], GOLDS, tx)
     rows = benchmark_table({"sft": r})
-    assert rows == [{"critic": "sft", "correct": 50.0, "error": 75.0, "ident_avg": 62.5, "tag1_f1": 75.0,
+    assert rows == [{"critic": "sft", "auroc": None, "auroc_ci": None, "correct": 50.0, "error": 75.0, "ident_avg": 62.5, "tag1_f1": 75.0,
                      "tag2_f1": 44.4, "cls_avg": 59.7, "tag1_macro_f1": 66.7, "tag2_macro_f1": 33.3,
                      "official_recall_avg": 50.0, "parse_fail": 12.5}]
     fig = plot_per_label({"sft": r, "other": r}, tx)
@@ -149,10 +149,28 @@ def test_benchmark_metrics_keep_token_counts_only(tx) -> None:
     assert stats.calls == 2 and stats.request_prompt_tokens > 0
     assert metrics == {
         "benchmark": report, "table": table, "critics": results, "by_dataset": {"zero-shot": {}},
-        "known_causes": {"zero-shot": {"pairs": 0}},
+        "known_causes": {"zero-shot": {"pairs": 0}}, "style_baseline": {},
         # calls, seconds and cache hits vary with the cache and the machine: left out; the
         # heuristic critic has no LLM.
         "llm_usage": {"zero-shot": {"requests": 2, "request_prompt_tokens": stats.request_prompt_tokens,
                                     "request_completion_tokens": 4}},
     }
-    assert list(metrics) == ["benchmark", "table", "critics", "by_dataset", "known_causes", "llm_usage"]
+    assert list(metrics) == ["benchmark", "table", "critics", "by_dataset", "known_causes", "style_baseline",
+                             "llm_usage"]
+
+
+def test_verdict_auroc_and_bootstrap_intervals(tx) -> None:
+    from ragcritic_lib.critic import CriticParse
+    from ragcritic_lib.error_benchmark import verdict_scores, with_confidence
+
+    golds = ['{"Judgement": "Error", "tag1": ["Incomplete Information"], "tag2": []}'] * 20 + ['{"Judgement": "Correct"}'] * 20
+    # margins rank every wrong answer above every right one, but the verdicts are all "Correct"
+    preds = [CriticParse(judgement="Correct", valid_json=True, margin=1.0 + i) for i in range(20)] + \
+            [CriticParse(judgement="Correct", valid_json=True, margin=-1.0 - i) for i in range(20)]
+    r = with_confidence(score_critic(preds, golds, tx), preds, golds, tx, seed=0, n_boot=200)
+    assert r["verdict_auroc"] == 1.0 and r["verdict_auroc_ci_low"] == 1.0
+    assert r["identification"]["acc_avg"] == 0.5 and r["ci95"]["acc_avg"] == [0.5, 0.5]
+    # without a margin the verdict is the score: a constant verdict ranks nothing
+    flat = [CriticParse(judgement="Correct", valid_json=True) for _ in golds]
+    assert set(verdict_scores(flat)) == {0.0}
+    assert with_confidence(score_critic(flat, golds, tx), flat, golds, tx, seed=0, n_boot=50)["verdict_auroc"] == 0.5

@@ -47,7 +47,7 @@ def test_prompt_holds_input_and_labels_but_never_the_gold(tx, variant: str) -> N
 def test_trained_prompt_without_label_list(tx) -> None:
     msgs = build_critic_messages("q?", PASSAGES, "p", taxonomy=tx, variant="trained", label_list=False)
     assert not any(label in msgs[1]["content"] for label in tx.tier2)
-    assert '"tag2": [tier-2 labels]' in msgs[1]["content"]
+    assert "tag1, tag2, tag3 and Error_analysis" in msgs[1]["content"]
 
 
 def test_unknown_prompt_variant_is_an_error(tx) -> None:

@@ -155,68 +155,58 @@ def test_label_counts(tx) -> None:
     assert label_counts(samples, 1) == {tx.tier1[0]: 2, tx.tier1[1]: 1, tx.tier1[2]: 1, tx.tier1[3]: 1}
 
 
-def _train_result(log_history: list[dict], examples: int):
-    from ragcritic_lib.training import TrainResult
-
-    return TrainResult(adapter_dir="data/x/adapter", is_adapter=True, base_model="m", steps=3, seconds=12.3456,
-                       log_history=log_history, examples=examples, dropped_too_long=1, device="cpu")
-
-
 CALIBRATION = {"threshold": -1.87504, "auroc": 0.56666, "avg_acc": 0.5, "fitted": True, "n": 6, "n_error": 4}
 
 
+def _fit(curve, **extra):
+    run = {"method": "full", "examples": 4, "train_layers": 4, "steps": 3, "seconds": 9.0, "cache_seconds": 1.0,
+           "train_tokens": 400, "best_dev_auroc": 0.6, "best_at_examples": 4, "stopped_early": False, "curve": curve}
+    return {"examples": 4, "dropped_too_long": 1, "dev_examples": 6, "dev_dropped": 0, "tokens_per_example": 100.0,
+            "cache_seconds": 1.0, "untrained_dev_auroc": 0.45, "comparison": {}, "method": "full",
+            "settings": {"epochs": 2.0, "train_layers": 4, "max_length": 384}, "run": run, "seconds": 12.3, **extra}
+
+
 def test_critic_sft_metrics_from_what_the_stage_computed(tx) -> None:
-    samples = make_samples(_four_errors(tx), [_cor(i) for i in range(2)])
-    splits = split_by_question(samples, dev_fraction=0.0, test_fraction=0.0, seed=0)
-    split_rows = [{"split": name, "questions": len({s["qkey"] for s in rows}), "samples": len(rows),
-                   "errors": sum(s["judgement"] == "Error" for s in rows),
-                   "correct": sum(s["judgement"] == "Correct" for s in rows)} for name, rows in splits.items()]
-    train, balance = balance_correct(splits["train"], seed=0)
-    history = [{"loss": 2.19731, "grad_norm": 1.5, "step": 1}, {"eval_loss": 2.0, "step": 1},
-               {"loss": 1.71719, "step": 3}, {"train_runtime": 12.3, "train_loss": 1.9, "step": 3}]
+    data = {"examples": 4, "correct": 2, "errors": 2, "correct_share": 0.5, "questions": 3,
+            "sources": {"pool": {"correct": 1, "error": 2}, "reference": {"correct": 1, "error": 0}}}
+    evidence = {"current": {"n": 6, "with_deciding": 4, "in_prompt": 3, "share": 0.75},
+                "first_words": {"n": 6, "with_deciding": 4, "in_prompt": 1, "share": 0.25}}
+    curve = [{"examples_seen": 2, "loss": 2.5, "dev_auroc": 0.5}, {"examples_seen": 4, "loss": 1.25, "dev_auroc": 0.6},
+             {"examples_seen": 6, "loss": 1.0, "dev_auroc": 0.55}]
     preview = [parse_critic_output(t, tx) for t in ('{"Judgement": "Correct"}', "", "not json")]
-    metrics = critic_sft_metrics(split_rows=split_rows, balance=balance, result=_train_result(history, len(train)),
-                                 preview=preview, calibration=CALIBRATION)
-    assert metrics == {
-        "splits": {"train": {"questions": 6, "samples": 6, "errors": 4, "correct": 2},
-                   "dev": {"questions": 0, "samples": 0, "errors": 0, "correct": 0},
-                   "test": {"questions": 0, "samples": 0, "errors": 0, "correct": 0}},
-        "balance": {"errors_available": 4, "correct_available": 2, "errors": 2, "correct": 2},
-        "train": {"steps": 3, "seconds": 12.3, "examples": 4, "dropped_too_long": 1, "device": "cpu",
-                  "first_loss": 2.1973, "last_loss": 1.7172},
-        "preview_parse_failures": 2,
-        "verdict_calibration": {"threshold": -1.875, "auroc": 0.5667, "avg_acc": 0.5, "fitted": True, "n": 6,
-                                "n_error": 4},
-    }
-    assert list(metrics) == ["splits", "balance", "train", "preview_parse_failures", "verdict_calibration"]
-    # No logged loss (a run of zero steps): no first or last loss.
-    empty = critic_sft_metrics(split_rows=[], balance=balance, result=_train_result([], 0), preview=[],
-                               calibration={})
-    assert (empty["train"]["first_loss"], empty["train"]["last_loss"], empty["splits"]) == (None, None, {})
+    metrics = critic_sft_metrics(data=data, evidence=evidence, style_shortcut_auroc=0.55, dev={"n": 6, "correct": 2},
+                                 fit=_fit(curve), preview=preview, calibration=CALIBRATION,
+                                 questions={"train": 3, "dev": 6})
+    assert metrics["data"]["evidence_in_prompt"] == 0.75 and metrics["data"]["style_shortcut_auroc"] == 0.55
+    assert metrics["train"] == {"steps": 3, "seconds": 12.3, "examples": 4, "dropped_too_long": 1, "device": "cpu",
+                                "method": "full", "train_layers": 4, "epochs": 2.0, "tokens_per_example": 100.0,
+                                "cache_seconds": 1.0, "stopped_early": False, "best_at_examples": 4,
+                                "best_dev_auroc": 0.6, "first_loss": 2.5, "last_loss": 1.0}
+    # within the first epoch a point has seen as many distinct examples; later ones all of them
+    assert metrics["learning_curve"] == [{"examples": 2, "examples_seen": 2, "dev_auroc": 0.5},
+                                         {"examples": 4, "examples_seen": 4, "dev_auroc": 0.6},
+                                         {"examples": 4, "examples_seen": 6, "dev_auroc": 0.55}]
+    assert metrics["preview_parse_failures"] == 2
+    assert metrics["verdict_calibration"] == {"threshold": -1.875, "auroc": 0.5667, "avg_acc": 0.5, "fitted": True,
+                                              "n": 6, "n_error": 4}
+    empty = critic_sft_metrics(data=data, evidence=evidence, style_shortcut_auroc=None, dev={}, fit=_fit([]),
+                               preview=[], calibration={}, questions={})
+    assert (empty["train"]["first_loss"], empty["learning_curve"]) == (None, [])
 
 
 def test_critic_dpo_metrics_from_what_the_stage_computed() -> None:
-    history = [{"loss": 0.693147, "rewards/margins": 0.0, "rewards/accuracies": 0.0, "step": 1},
-               {"loss": 0.77301, "rewards/margins": -0.14758, "rewards/accuracies": 0.25, "step": 3},
-               {"train_runtime": 4.0, "step": 3}]
-    counts = {"coarse_error_vs_correct": 2, "fine": 2, "total": 4}
+    curve = [{"examples_seen": 0, "dev_auroc": 0.6},
+             {"examples_seen": 8, "dev_auroc": 0.58, "loss": 0.69, "reward_accuracy": 0.5, "reward_margin": 0.01},
+             {"examples_seen": 16, "dev_auroc": 0.57, "loss": 0.6, "reward_accuracy": 0.75, "reward_margin": 0.3}]
+    fit = {"pairs_used": 16, "dropped_too_long": 0, "cache_seconds": 1.0, "dev_auroc_before": 0.6,
+           "dev_auroc_after": 0.6, "kept_start": True, "settings": {}, "seconds": 5.5,
+           "run": {"steps": 2, "curve": curve}}
+    counts = {"coarse_error_vs_correct": 8, "fine": 8, "total": 16}
     balance = {"errors_available": 4, "correct_available": 2, "errors": 2, "correct": 2}
-    metrics = critic_dpo_metrics(pair_counts=counts, balance=balance, beta=0.3, result=_train_result(history, 4),
-                                 calibration=CALIBRATION)
-    assert metrics == {
-        "pairs": counts, "balance": balance,
-        "train": {"beta": 0.3, "steps": 3, "seconds": 12.3, "pairs_used": 4, "dropped_too_long": 1, "device": "cpu",
-                  "first_loss": 0.6931, "last_loss": 0.773, "last_reward_margin": -0.1476, "last_reward_accuracy": 0.25},
-        "verdict_calibration": {"threshold": -1.875, "auroc": 0.5667, "avg_acc": 0.5, "fitted": True, "n": 6,
-                                "n_error": 4},
-    }
-    # Rewards not logged: None; logged on earlier rows only: the last row's is missing (NaN, as in
-    # a DataFrame of the loss curve).
-    no_rewards = critic_dpo_metrics(pair_counts=counts, balance=balance, beta=0.1,
-                                    result=_train_result([{"loss": 0.5, "step": 1}], 1), calibration={})
-    assert (no_rewards["train"]["last_reward_margin"], no_rewards["train"]["last_reward_accuracy"]) == (None, None)
-    partial = critic_dpo_metrics(pair_counts=counts, balance=balance, beta=0.1,
-                                 result=_train_result(history[:1] + [{"loss": 0.5, "step": 2}], 1), calibration={})
-    assert math.isnan(partial["train"]["last_reward_margin"]) and partial["train"]["last_loss"] == 0.5
-    empty = critic_dpo_metrics(pair_counts={}, balance=balance, beta=0.1, result=_train_result([], 0), calibration={})
-    assert [empty["train"][k] for k in ("first_loss", "last_loss", "last_reward_margin")] == [None, None, None]
+    metrics = critic_dpo_metrics(pair_counts=counts, balance=balance, beta=0.3, fit=fit, calibration=CALIBRATION)
+    assert metrics["train"] == {"beta": 0.3, "steps": 2, "seconds": 5.5, "pairs_used": 16, "dropped_too_long": 0,
+                                "device": "cpu", "first_loss": 0.69, "last_loss": 0.6, "last_reward_margin": 0.3,
+                                "last_reward_accuracy": 0.75}
+    # DPO did not beat the SFT start on dev: the metrics say so, and the SFT weights were kept
+    assert metrics["dev_auroc"] == {"before": 0.6, "after": 0.6, "lowered": False, "kept_sft_weights": True}
+    assert metrics["pairs"] == counts and metrics["curve"] == curve

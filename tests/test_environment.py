@@ -104,7 +104,8 @@ def test_gpu_profile_passes_params_check_with_models_to_fill_in():
     prof = yaml.safe_load((paths.CONFIGS_DIR / "profiles" / "gpu.yaml").read_text())
     gen = prof["common"]["generator"]
     assert (gen["backend"], gen["device"]) == ("vllm", "cuda") and "USER_TO_FILL" in gen["model"]
-    assert prof["benchmark"]["per_label"] == 50 and prof["ragec"]["votes"] == 10
+    assert prof["benchmark"]["per_class"] == 500 and prof["ragec"]["votes"] == 10
+    assert prof["critic_sft"]["trainer"] == "trl"  # full fine-tuning of every layer on every example
     for stage in ("critic_sft", "critic_dpo"):
         assert prof[stage]["max_steps"] == -1 and prof[stage]["recipe"].endswith("_paper.yaml")
         recipe = yaml.safe_load((paths.ROOT / prof[stage]["recipe"]).read_text())

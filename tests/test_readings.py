@@ -147,9 +147,18 @@ _CAL = {"n": 52, "n_error": 45, "n_correct": 7, "argmax_error_acc": 0.18, "argma
 
 
 def _sft(first, last):
-    return {"splits": {"train": {"samples": 30, "errors": 25, "correct": 5, "questions": 9}},
-            "balance": {"errors": 5, "errors_available": 25, "correct": 5, "correct_available": 5},
-            "train": {"steps": 30, "examples": 10, "first_loss": first, "last_loss": last},
+    return {"data": {"examples": 2500, "questions": 1100, "correct_share": 0.45,
+                     "sources": {"pool": {"correct": 60, "error": 300}, "reference": {"correct": 1065, "error": 0}},
+                     "evidence": {"current": {"share": 0.88}, "first_words": {"share": 0.71}},
+                     "style_shortcut_auroc": 0.6},
+            "dev": {"n": 180, "correct": 29},
+            "train": {"steps": 30, "examples": 2500, "method": "full", "first_loss": first, "last_loss": last,
+                      "best_dev_auroc": 0.7, "best_at_examples": 1000, "stopped_early": True},
+            "untrained_dev_auroc": 0.45,
+            "method_comparison": {"full": {"examples": 600, "dev_auroc": 0.62, "seconds": 60.0},
+                                  "lora": {"examples": 600, "dev_auroc": 0.58, "seconds": 55.0}},
+            "learning_curve": [{"examples": 250, "examples_seen": 250, "dev_auroc": 0.6},
+                               {"examples": 1000, "examples_seen": 1000, "dev_auroc": 0.7}],
             "verdict_calibration": _CAL}
 
 
@@ -160,7 +169,11 @@ def test_reading_critic_sft_says_when_the_loss_rose():
     assert "The SFT loss fell from 2.0200 to 1.9400" in text and "rose" not in text
     assert "stayed at 1.0000" in _text(R.reading_critic_sft(_sft(1.0, 1.00005)))
     assert "No SFT loss was logged" in _text(R.reading_critic_sft(_sft(None, None)))
-    assert "the few right answers limit its size" in text and "optimistic" in text and "moves their accuracy by 14%" in text
+    assert "2500 samples from 1100 train questions (45% right answers): pool 60 right and 300 wrong" in text
+    assert "in the critic's prompt for 88% of the dev answers" in text and "held it for 71%" in text
+    assert "0.600 at 250, 0.700 at 1000" in text and "training stopped early" in text
+    assert "full (dev AUROC 0.620 after 600 examples, 60 s), lora (dev AUROC 0.580" in text
+    assert "optimistic" in text and "moves their accuracy by 14%" in text
 
 
 def test_reading_critic_calibration_edge_cases():
@@ -169,7 +182,7 @@ def test_reading_critic_calibration_edge_cases():
     assert "not calibrated" in _text(R.reading_critic_sft({**_sft(1, 0.5), "verdict_calibration": {"n": 0}}))
     no_right = {**_sft(1, 0.5), "verdict_calibration": {**_CAL, "n_correct": 0}}
     assert "moves their accuracy" not in _text(R.reading_critic_sft(no_right))
-    assert "There are no splits." in _text(R.reading_critic_sft({}))
+    assert "There is no training-set report." in _text(R.reading_critic_sft({}))
 
 
 def test_reading_critic_dpo_loss_and_reward_margin():

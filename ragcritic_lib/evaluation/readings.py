@@ -331,16 +331,36 @@ def _loss_sentence(kind: str, train: Mapping[str, Any]) -> str:
 
 
 def reading_critic_sft(metrics: Mapping[str, Any]) -> list[str]:
-    """05_critic_sft: the balanced training set, the loss trend and the dev calibration."""
-    splits, bal, train = metrics.get("splits") or {}, metrics.get("balance") or {}, metrics.get("train") or {}
-    sizes = "; ".join(f"{s} {v.get('samples', 0)} ({v.get('errors', 0)} wrong, {v.get('correct', 0)} right, "
-                      f"{v.get('questions', 0)} questions)" for s, v in splits.items())
-    text = [f"Splits by question: {sizes}." if sizes else "There are no splits.",
-            f"The SFT set balances {bal.get('errors', 0)} of {bal.get('errors_available', 0)} wrong answers with "
-            f"{bal.get('correct', 0)} of {bal.get('correct_available', 0)} right ones, {train.get('examples', 0)} examples"
-            + (": the few right answers limit its size." if bal.get("correct") == bal.get("correct_available")
-               and bal.get("correct", 0) < bal.get("errors_available", 0) else "."),
-            _loss_sentence("SFT", train)]
+    """05_critic_sft: the training set by source, what the critic sees, the learning curve and
+    the dev calibration."""
+    data, train, dev = metrics.get("data") or {}, metrics.get("train") or {}, metrics.get("dev") or {}
+    sources = "; ".join(f"{src} {v.get('correct', 0)} right and {v.get('error', 0)} wrong"
+                        for src, v in (data.get("sources") or {}).items())
+    text = [f"The training set holds {data.get('examples', 0)} samples from {data.get('questions', 0)} train questions "
+            f"({_pct(data.get('correct_share'))} right answers): {sources}." if sources
+            else "There is no training-set report."]
+    ev = data.get("evidence") or {}
+    cur, old = (ev.get("current") or {}).get("share"), (ev.get("first_words") or {}).get("share")
+    if _known(cur):
+        text.append(f"The sentence that decides a dev answer is in the critic's prompt for {_pct(cur)} of the dev answers "
+                    f"whose passages hold one" + (f" (the first words of each passage held it for {_pct(old)})." if _known(old)
+                                                   else "."))
+    if _known(data.get("style_shortcut_auroc")):
+        text.append(f"Answer surface alone separates right from wrong training samples with AUROC "
+                    f"{_f(data['style_shortcut_auroc'])} (0.5: not at all).")
+    comp = metrics.get("method_comparison") or {}
+    if comp:
+        text.append("Method comparison on " + ", ".join(
+            f"{m} (dev AUROC {_f(c.get('dev_auroc'))} after {c.get('examples', 0)} examples, {c.get('seconds', 0):.0f} s)"
+            for m, c in comp.items()) + f"; {train.get('method', '?')} trains on.")
+    curve = [r for r in metrics.get("learning_curve") or [] if _known(r.get("dev_auroc"))]
+    if curve:
+        pts = ", ".join(f"{_f(r['dev_auroc'])} at {r['examples_seen']}" for r in curve)
+        text.append(f"Dev verdict AUROC against training examples seen ({dev.get('n', 0)} dev answers, "
+                    f"{dev.get('correct', 0)} right; untrained {_f(metrics.get('untrained_dev_auroc'))}): {pts}. The best, "
+                    f"{_f(train.get('best_dev_auroc'))} at {train.get('best_at_examples', 0)}, is the saved critic"
+                    + (" (training stopped early)." if train.get("stopped_early") else "."))
+    text.append(_loss_sentence("SFT", train))
     text += _calibration_sentence(metrics.get("verdict_calibration") or {})
     if metrics.get("preview_parse_failures"):
         text.append(f"{metrics['preview_parse_failures']} of the preview critiques did not parse.")
@@ -348,7 +368,8 @@ def reading_critic_sft(metrics: Mapping[str, Any]) -> list[str]:
 
 
 def reading_critic_dpo(metrics: Mapping[str, Any]) -> list[str]:
-    """06_critic_dpo: the preference pairs, loss and reward trend, and the dev calibration."""
+    """06_critic_dpo: the preference pairs, loss and reward trend, dev AUROC before and after,
+    and the dev calibration."""
     pairs, train = metrics.get("pairs") or {}, metrics.get("train") or {}
     text = [f"DPO trained on {train.get('pairs_used', pairs.get('total', 0))} preference pairs ({pairs.get('coarse_kept', 0)} "
             f"coarse, {pairs.get('fine_kept', 0)} fine; {pairs.get('total_before_cap', 0)} before the cap), beta "
@@ -356,10 +377,17 @@ def reading_critic_dpo(metrics: Mapping[str, Any]) -> list[str]:
     last, margin, acc = train.get("last_loss"), train.get("last_reward_margin"), train.get("last_reward_accuracy")
     if _known(last) and _known(margin):
         side = "the chosen critiques over the rejected ones" if margin > 0 else "the rejected critiques over the chosen ones"
-        text.append(f"At the last step the loss is {'below' if last < _DPO_START_LOSS else 'not below'} log 2 "
+        text.append(f"In the last stretch the loss is {'below' if last < _DPO_START_LOSS else 'not below'} log 2 "
                     f"({_DPO_START_LOSS:.4f}, the loss while the policy equals its SFT reference) and the reward margin is "
                     f"{_signed(margin, 4)}: relative to the reference the policy favours {side}"
                     + (f" ({_pct(acc)} of pairs ranked right)" if _known(acc) else "") + ".")
+    dev = metrics.get("dev_auroc") or {}
+    if _known(dev.get("before")) and _known(dev.get("after")):
+        if dev.get("kept_sft_weights"):
+            text.append(f"DPO did not raise dev verdict AUROC above the SFT critic's {_f(dev['before'])}: the saved critic "
+                        "keeps the SFT weights.")
+        else:
+            text.append(f"Dev verdict AUROC {_f(dev['before'])} before DPO, {_f(dev['after'])} after.")
     text += _calibration_sentence(metrics.get("verdict_calibration") or {})
     return text
 
@@ -383,8 +411,12 @@ def _critic_line(name: str, r: Mapping[str, Any]) -> str:
     ident, cls = r.get("identification") or {}, r.get("classification") or {}
     said = r.get("predicted_judgements") or {}
     n = r.get("n", 0)
-    line = (f"- **{name}**: identification {_pct(ident.get('acc_avg'))} (right answers {_pct(ident.get('acc_correct'))}, "
-            f"wrong {_pct(ident.get('acc_error'))}), tier-1 F1 {_pct(cls.get('tag1_f1'))}, tier-2 F1 {_pct(cls.get('tag2_f1'))}")
+    line = f"- **{name}**: "
+    if _known(r.get("verdict_auroc")):
+        line += (f"verdict AUROC {_f(r['verdict_auroc'])} (95% CI {_f(r.get('verdict_auroc_ci_low'))}.."
+                 f"{_f(r.get('verdict_auroc_ci_high'))}), ")
+    line += (f"identification {_pct(ident.get('acc_avg'))} (right answers {_pct(ident.get('acc_correct'))}, "
+             f"wrong {_pct(ident.get('acc_error'))}), tier-1 F1 {_pct(cls.get('tag1_f1'))}, tier-2 F1 {_pct(cls.get('tag2_f1'))}")
     top = max(said, key=said.get) if said else None
     if top and n and said[top] >= 0.9 * n:
         line += (f"; it gives no verdict for {said[top]} of {n}" if top == "none" else f"; it says {top} for {said[top]} of {n}")
@@ -394,14 +426,22 @@ def _critic_line(name: str, r: Mapping[str, Any]) -> str:
 
 
 def reading_benchmark(metrics: Mapping[str, Any]) -> list[str]:
-    """07_benchmark: each critic's scores, critics that score the same, and the benchmark's resolution."""
+    """07_benchmark: each critic's scores with CIs, the style baseline, critics that score the
+    same, and the benchmark's resolution."""
     bench, critics = metrics.get("benchmark") or {}, metrics.get("critics") or {}
     n_err, n_cor = bench.get("n_error", 0), bench.get("n_correct", 0)
-    text = [f"The benchmark holds {n_err} wrong and {n_cor} right answers; {len(bench.get('labels_below_n') or [])} tier-2 "
-            f"labels have fewer than {bench.get('per_label_n', '?')} test samples."]
+    sources = "; ".join(f"{src} {v.get('correct', 0)} right, {v.get('error', 0)} wrong"
+                        for src, v in (bench.get("sources") or {}).items())
+    text = [f"The benchmark holds {n_err} wrong and {n_cor} right real answers to "
+            f"{(bench.get('questions') or {}).get('test', '?')} test questions" + (f" ({sources})." if sources else ".")]
     if not critics:
         return text + ["No critic was scored."]
     text += [_critic_line(name, r) for name, r in critics.items()]
+    style = metrics.get("style_baseline") or {}
+    if _known(style.get("verdict_auroc")):
+        text.append(f"The style-only baseline (answer surface, no passages) reaches AUROC {_f(style['verdict_auroc'])} "
+                    f"(95% CI {_f(style.get('verdict_auroc_ci_low'))}..{_f(style.get('verdict_auroc_ci_high'))}): a critic "
+                    "must beat that to show judgement beyond style.")
     acc = {c: (r.get("identification") or {}).get("acc_avg") for c, r in critics.items()}
     acc = {c: v for c, v in acc.items() if _known(v)}
     if acc:

@@ -396,13 +396,36 @@ class VerdictCalibration(TypedDict, total=False):
     error_acc: Fraction | None
 
 
+class CriticSource(TypedDict):
+    correct: Count
+    error: Count
+
+
+class CriticData(TypedDict):
+    """``data`` of ``05_critic_sft.json``: the training set (``critic_corpus.data_report``)."""
+    examples: Count
+    correct_share: Fraction | None
+    sources: dict[str, CriticSource]
+    evidence_in_prompt: Fraction | None  # dev answers whose deciding sentence is in the prompt
+    questions: NotRequired[Count]
+    style_shortcut_auroc: NotRequired[Fraction | None]
+
+
+class LearningPoint(TypedDict):
+    examples: Count
+    dev_auroc: Fraction | None
+    examples_seen: NotRequired[Count]
+
+
 class CriticSftMetrics(StageMetrics):
     """``05_critic_sft.json``."""
     train: TrainSummary
-    balance: dict[str, Count]
-    splits: NotRequired[dict[str, dict[str, Count]]]
+    data: CriticData
+    learning_curve: list[LearningPoint]
+    verdict_calibration: VerdictCalibration
+    method_comparison: NotRequired[dict[str, dict[str, Any]]]
+    untrained_dev_auroc: NotRequired[Fraction | None]
     preview_parse_failures: NotRequired[Count]
-    verdict_calibration: NotRequired[VerdictCalibration]
 
 
 class DpoTrainSummary(TrainSummary, total=False):
@@ -412,12 +435,20 @@ class DpoTrainSummary(TrainSummary, total=False):
     last_reward_accuracy: Fraction | None
 
 
+class DevAurocChange(TypedDict, total=False):
+    before: Fraction | None
+    after: Fraction | None
+    lowered: bool | None
+    kept_sft_weights: bool
+
+
 class CriticDpoMetrics(StageMetrics):
     """``06_critic_dpo.json``."""
     train: DpoTrainSummary
     pairs: dict[str, Count]
+    verdict_calibration: VerdictCalibration
     balance: NotRequired[dict[str, Count]]
-    verdict_calibration: NotRequired[VerdictCalibration]
+    dev_auroc: NotRequired[DevAurocChange]
 
 
 class Identification(TypedDict, total=False):
@@ -458,6 +489,9 @@ class CriticScore(TypedDict):
     valid_json_rate: NotRequired[Fraction | None]
     tag1: NotRequired[TierScores]
     tag2: NotRequired[TierScores]
+    verdict_auroc: NotRequired[Fraction | None]
+    verdict_auroc_ci_low: NotRequired[Fraction | None]
+    verdict_auroc_ci_high: NotRequired[Fraction | None]
 
 
 class KnownCauseScore(TypedDict, total=False):
@@ -475,6 +509,7 @@ class BenchmarkMetrics(StageMetrics):
     by_dataset: dict[str, dict[str, Identification]]
     benchmark: NotRequired[dict[str, Any]]
     table: NotRequired[list[dict[str, Any]]]
+    style_baseline: NotRequired[dict[str, Any]]
     llm_usage: NotRequired[dict[str, dict[str, Count]]]
 
 

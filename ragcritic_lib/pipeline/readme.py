@@ -249,27 +249,33 @@ def render_ladder(metrics: Mapping[str, Any]) -> str:
     return _compose(intro, _LADDER_HEADER, _ladder_rows(metrics, "testbed"), notes)
 
 
+def _ci(metrics: Mapping[str, Any], stem: str, *keys: str) -> str:
+    lo, hi = (_number(metrics, stem, *keys, f"verdict_auroc_ci_{end}", nullable=True) for end in ("low", "high"))
+    return _DASH if lo is None or hi is None else f"{_f(lo)}..{_f(hi)}"
+
+
 def render_benchmark(metrics: Mapping[str, Any]) -> str:
-    """The RAG-Error benchmark: every critic in ``07_benchmark.json`` ``critics``, in file order."""
+    """The RAG-Error benchmark: every critic in ``07_benchmark.json`` ``critics``, in file order,
+    with verdict AUROC and its CI, then the style-only baseline."""
     stem = "07_benchmark"
     critics = _get(metrics, stem, "critics")
-    with_auroc = any(isinstance(c, Mapping) and "auroc" in c for c in critics.values())
-    header = ["critic", "n", "identification", "on right", "on wrong", "tier-1 F1", "tier-2 F1",
-              "verdicts: Error / Correct / none"] + (["verdict AUROC"] if with_auroc else [])
+    header = ["critic", "n", "verdict AUROC", "95% CI", "identification", "on right", "on wrong", "tier-1 F1",
+              "tier-2 F1", "verdicts: Error / Correct / none"]
     rows = []
     for name in critics:
         c = ("critics", name)
         said = (_get(metrics, stem, *c, "predicted_judgements", k) for k in ("Error", "Correct", "none"))
-        row = [name, str(int(_number(metrics, stem, *c, "n"))),
-               *(_pct(_number(metrics, stem, *c, "identification", k, nullable=True))
-                 for k in ("acc_avg", "acc_correct", "acc_error")),
-               *(_pct(_number(metrics, stem, *c, "classification", k)) for k in ("tag1_f1", "tag2_f1")),
-               " / ".join(str(s) for s in said)]
-        if with_auroc:
-            row.append(_f(_number(metrics, stem, *c, "auroc", nullable=True)) if "auroc" in critics[name] else _DASH)
-        rows.append(row)
+        rows.append([name, str(int(_number(metrics, stem, *c, "n"))),
+                     _f(_number(metrics, stem, *c, "verdict_auroc", nullable=True)), _ci(metrics, stem, *c),
+                     *(_pct(_number(metrics, stem, *c, "identification", k, nullable=True))
+                       for k in ("acc_avg", "acc_correct", "acc_error")),
+                     *(_pct(_number(metrics, stem, *c, "classification", k)) for k in ("tag1_f1", "tag2_f1")),
+                     " / ".join(str(s) for s in said)])
+    rows.append(["style-only baseline (answer surface; fit on dev)", _DASH,
+                 _f(_number(metrics, stem, "style_baseline", "verdict_auroc", nullable=True)),
+                 _ci(metrics, stem, "style_baseline"), *([_DASH] * 6)])
     n_err, n_ok = (int(_number(metrics, stem, "benchmark", k)) for k in ("n_error", "n_correct"))
-    per_label = int(_number(metrics, stem, "benchmark", "per_label_n"))
+    n_q = int(_number(metrics, stem, "benchmark", "questions", "test"))
     aurocs = []
     for critic_stem, critic in _CALIBRATED_CRITICS.items():
         cal = ("verdict_calibration",)
@@ -277,14 +283,16 @@ def render_benchmark(metrics: Mapping[str, Any]) -> str:
                       f"{int(_number(metrics, critic_stem, *cal, 'n'))}: "
                       f"{int(_number(metrics, critic_stem, *cal, 'n_error'))} wrong, "
                       f"{int(_number(metrics, critic_stem, *cal, 'n_correct'))} right; `{_file(critic_stem)}`)")
-    notes = ["Verdict-score AUROC on the dev samples the threshold was fitted on: " + "; ".join(aurocs) + "."]
+    notes = ["Verdict AUROC on the dev answers the threshold was fitted on: " + "; ".join(aurocs) + "."]
     if "degenerate" in _get(metrics, stem):
         notes.append(_flags_line(_flags(metrics, stem)))
     notes.append(environment_line(metrics, stem))
-    intro = (f"{n_err + n_ok} benchmark samples: {n_err} wrong answers (up to {per_label} per tier-2 label) and "
-             f"{n_ok} right ones. Identification is the mean of the accuracies on right and on wrong answers; "
-             "tier-1 and tier-2 F1 are micro F1 of the error labels on the wrong answers; all in %. "
-             "\"(calibrated)\" reads the verdict off the log-probability margin threshold fitted on dev.")
+    intro = (f"{n_err + n_ok} benchmark samples: real answers to {n_q} test questions (no training question), "
+             f"{n_err} wrong and {n_ok} right. Verdict AUROC ranks answers by the critic's \"wrong\" score (its "
+             "log-probability margin; a verdict alone for the heuristic critic), with a bootstrap 95% CI. "
+             "Identification is the mean of the accuracies on right and on wrong answers; tier-1 and tier-2 F1 are "
+             "micro F1 of the error labels (from each wrong answer's observed cause) on the wrong answers; in %. "
+             "The trained critics read their verdict off the threshold fitted on dev, as RAG-Critic uses them.")
     return _compose(intro, header, rows, notes)
 
 

@@ -247,10 +247,12 @@ def critic_training_table(inputs: Inputs) -> Table | None:
     rows = []
     sft = inputs.metric("critic_sft", "train", item=item)
     if sft:
-        bal = inputs.metric("critic_sft", "balance", item=item) or {}
+        data = inputs.metric("critic_sft", "data", item=item) or {}
+        detail = {"method": sft.get("method"), "layers": sft.get("train_layers"), "epochs": sft.get("epochs"),
+                  "correct_share": data.get("correct_share"), "best_dev_auroc": sft.get("best_dev_auroc")}
         rows.append({"run": "critic SFT (05)", "steps": sft.get("steps"), "examples": sft.get("examples"),
                      "first_loss": sft.get("first_loss"), "last_loss": sft.get("last_loss"),
-                     "detail": ", ".join(f"{k}={v}" for k, v in bal.items() if not isinstance(v, (dict, list)))})
+                     "detail": ", ".join(f"{k}={v}" for k, v in detail.items() if v is not None)})
     dpo = inputs.metric("critic_dpo", "train", item=item)
     if dpo:
         pairs = inputs.metric("critic_dpo", "pairs", item=item) or {}

@@ -1,0 +1,119 @@
+"""The cached critic trainer on a tiny random model: exactness of the split, learning, LoRA merge, DPO."""
+
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from ragcritic_lib.critic import VERDICT_PREFIX  # noqa: E402
+from ragcritic_lib.critic_train import (  # noqa: E402
+    Encoded, SplitModel, TrainSettings, auroc, bootstrap_auroc_ci, cache_lower, learning_curve, merge_lora,
+    train_dpo, train_sft, verdict_margins,
+)
+
+
+class CharTok:
+    """Character-level stand-in for a tokenizer (ids 3..98)."""
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [3 + ord(c) % 96 for c in text]}
+
+
+def tiny(layers=4, seed=0):
+    torch.manual_seed(seed)
+    cfg = transformers.LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    return transformers.LlamaForCausalLM(cfg).eval()
+
+
+def toy(n, seed, tok=CharTok()):
+    """Error iff token 7 occurs in the prompt; the completion is the verdict."""
+    rng = random.Random(seed)
+    prefix = tok(VERDICT_PREFIX)["input_ids"]
+    out = []
+    for i in range(n):
+        err = i % 2 == 0
+        prompt = [rng.randrange(10, 90) for _ in range(rng.randrange(4, 9))]
+        if err:
+            prompt[rng.randrange(len(prompt))] = 7
+        verdict = tok(VERDICT_PREFIX + ("Error" if err else "Correct"))["input_ids"]
+        ids = prompt + verdict
+        out.append(Encoded(ids=ids, n_prompt=len(prompt), verdict_pos=len(prompt) + len(prefix) - 1, is_error=err))
+    return out
+
+
+def test_split_model_equals_the_full_forward_on_right_padded_batches() -> None:
+    model = tiny()
+    enc = toy(6, seed=1)
+    split = SplitModel(model, train_layers=2)
+    cache = cache_lower(split, enc, batch_size=4, dtype="float32")
+    with torch.no_grad():
+        for e, h in zip(enc, cache):
+            full = model(input_ids=torch.tensor([e.ids])).logits[0]
+            pos = torch.arange(len(e.ids))
+            got = split.upper_logits(h[None].float(), torch.zeros(len(e.ids), dtype=torch.long), pos)
+            assert torch.allclose(got, full, atol=2e-2), (got - full).abs().max()
+
+
+def test_auroc_matches_the_rank_definition_with_ties() -> None:
+    s, y = [0.1, 0.4, 0.4, 0.8, 0.2], [False, True, False, True, False]
+    # pairs (pos, neg): 0.4>0.1, 0.4=0.4 (half), 0.4>0.2, 0.8 beats all three -> (2.5 + 3) / 6
+    assert auroc(s, y) == pytest.approx(5.5 / 6)
+    assert auroc([1, 2], [True, True]) is None
+    lo, hi = bootstrap_auroc_ci(s * 20, y * 20, seed=0, n_boot=300)
+    assert lo <= auroc(s, y) <= hi
+
+
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_training_learns_a_verdict_and_keeps_the_best_dev_weights(method) -> None:
+    tok = CharTok()
+    train, dev = toy(160, seed=2), toy(40, seed=3)
+    split = SplitModel(tiny(layers=3), train_layers=3)  # all layers: plain full fine-tuning (embeddings frozen)
+    tc = cache_lower(split, train, batch_size=16, dtype="float32")
+    dc = cache_lower(split, dev, batch_size=16, dtype="float32")
+    before = auroc(verdict_margins(split, dc, dev, tok, batch_size=16, dtype="float32"), [d.is_error for d in dev])
+    settings = TrainSettings(method=method, train_layers=3, epochs=12, learning_rate=3e-3 if method == "full" else 1e-2,
+                             batch_size=16, eval_every=160, patience=20, seed=0, dtype="float32", lora_r=8, lora_alpha=16)
+    rep = train_sft(split, tok, train, tc, dev, dc, settings)
+    after = auroc(verdict_margins(split, dc, dev, tok, batch_size=16, dtype="float32"), [d.is_error for d in dev])
+    assert rep.best_dev_auroc == pytest.approx(round(after, 4), abs=1e-3)  # the best weights are the ones kept
+    assert after > max(0.85, before)
+    assert rep.curve[-1]["loss"] < rep.curve[0]["loss"]
+    curve = learning_curve(rep.to_dict(), len(train))
+    assert curve[0]["examples"] == 160 and curve[-1]["examples"] == 160 and curve[-1]["examples_seen"] > 160
+    if method == "lora":
+        ids = torch.tensor([train[0].ids])
+        with torch.no_grad():
+            want = split.model(input_ids=ids).logits
+            merge_lora(split.model)
+            got = split.model(input_ids=ids).logits
+        assert not any("lora" in n for n, _ in split.model.named_parameters())
+        assert torch.allclose(got, want, atol=1e-4)
+
+
+def test_dpo_prefers_the_chosen_completion() -> None:
+    tok = CharTok()
+    base = toy(48, seed=4)
+    flip = {True: "Correct", False: "Error"}
+    chosen, rejected = [], []
+    for e in base:
+        chosen.append(e)
+        wrong = e.ids[: e.n_prompt] + tok(VERDICT_PREFIX + flip[e.is_error])["input_ids"]
+        rejected.append(Encoded(ids=wrong, n_prompt=e.n_prompt, verdict_pos=e.verdict_pos, is_error=not e.is_error))
+    dev = toy(24, seed=5)
+    split = SplitModel(tiny(), train_layers=2)
+    cc, rc = cache_lower(split, chosen, batch_size=16, dtype="float32"), cache_lower(split, rejected, batch_size=16, dtype="float32")
+    dc = cache_lower(split, dev, batch_size=16, dtype="float32")
+    settings = TrainSettings(method="full", train_layers=2, epochs=8, learning_rate=3e-3, batch_size=8, eval_every=48,
+                             patience=20, seed=0, dtype="float32")
+    rep = train_dpo(split, chosen, rejected, cc, rc, dev, dc, tok, settings, beta=0.3)
+    assert rep.curve[0]["examples_seen"] == 0 and "loss" not in rep.curve[0]  # the SFT start, evaluated first
+    assert rep.curve[-1]["reward_accuracy"] > 0.8
+    assert rep.curve[-1]["loss"] < 0.6931
+
+
+def test_settings_reject_unknown_methods() -> None:
+    with pytest.raises(ValueError, match="'adapters'"):
+        TrainSettings(method="adapters")
