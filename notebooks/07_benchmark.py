@@ -39,7 +39,6 @@ import pandas as pd
 
 from ragcritic_lib import critic_corpus, mining, paths, runtime
 from ragcritic_lib.critic import HeuristicCritic, LLMCritic, critiques_to_records, load_trained_critic
-from ragcritic_lib.critic_data import balance_correct
 from ragcritic_lib.error_benchmark import (
     benchmark_metrics, benchmark_table, plot_per_label, score_critic, score_known_causes, with_confidence,
 )
@@ -93,7 +92,7 @@ pd.DataFrame(critic_corpus.data_report(answers)["sources"]).T
 # per tier-2 label; here the verdict is balanced and the labels fall as the errors do).
 
 # %%
-bench, _ = balance_correct(answers, seed=seed, max_samples=2 * per_class)
+bench, degenerate = critic_corpus.benchmark_answers(answers, seed=seed, per_class=per_class)
 write_jsonl(out_dir / "benchmark.jsonl", bench)
 report = {**critic_corpus.data_report(bench), "n_correct": sum(s["judgement"] == "Correct" for s in bench),
           "n_error": sum(s["judgement"] == "Error" for s in bench), "available": critic_corpus.data_report(answers),
@@ -179,7 +178,8 @@ if example is not None:
 # The benchmark, the table, each critic's scores and CIs, the style baseline and token counts
 # (call timings and cache hits vary between runs, so they stay out).
 metrics = benchmark_metrics(report=report, table=table.reset_index().to_dict(orient="records"), results=results,
-                            by_dataset=by_dataset, known_causes=known, critics=critics, style_baseline=style_baseline)
+                            by_dataset=by_dataset, known_causes=known, critics=critics, style_baseline=style_baseline,
+                            degenerate=degenerate)
 write_stage_metrics("07_benchmark", metrics)
 
 # %% [markdown]

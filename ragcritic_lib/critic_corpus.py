@@ -407,3 +407,19 @@ def style_baseline(fit_on: Sequence[Mapping[str, Any]], bench: Sequence[Mapping[
     a = auroc(scores, y)
     return {**out, "verdict_auroc": None if a is None else round(a, 4), "verdict_auroc_ci_low": lo,
             "verdict_auroc_ci_high": hi}
+
+
+def benchmark_answers(answers: Sequence[Mapping[str, Any]], *, seed: int, per_class: int
+                      ) -> tuple[list[dict[str, Any]], list[str]]:
+    """(benchmark samples, degenerate reasons): up to ``per_class`` right and as many wrong
+    answers; when one verdict is missing (tiny runs), the available answers up to
+    ``2 * per_class`` and a reason saying the verdict scores are undefined."""
+    from ragcritic_lib.critic_data import balance_correct
+
+    n_cor = sum(a["judgement"] == CORRECT for a in answers)
+    if n_cor and n_cor < len(answers):
+        return balance_correct(answers, seed=seed, max_samples=2 * per_class)[0], []
+    out = [dict(a) for a in answers]
+    random.Random(seed).shuffle(out)
+    missing = "right" if not n_cor else "wrong"
+    return out[: 2 * per_class], [f"benchmark: no {missing} test answer, so verdict AUROC and identification are undefined"]

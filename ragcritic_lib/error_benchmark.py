@@ -271,7 +271,8 @@ between runs and two cold runs must write identical metrics."""
 def benchmark_metrics(*, report: Mapping[str, Any], table: Sequence[Mapping[str, Any]],
                       results: Mapping[str, Mapping[str, Any]], by_dataset: Mapping[str, Any],
                       known_causes: Mapping[str, Any], critics: Mapping[str, Any],
-                      style_baseline: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                      style_baseline: Mapping[str, Any] | None = None,
+                      degenerate: Sequence[str] | None = None) -> dict[str, Any]:
     """The benchmark stage's metrics (``reports/metrics/07_benchmark.json``, schema
     ``BenchmarkMetrics``) from what the stage computed.
 
@@ -289,6 +290,7 @@ def benchmark_metrics(*, report: Mapping[str, Any], table: Sequence[Mapping[str,
         "by_dataset": by_dataset,
         "known_causes": known_causes,
         "style_baseline": dict(style_baseline or {}),
+        "degenerate": list(degenerate or []),
         "llm_usage": {name: {k: v for k, v in c.llm.stats.snapshot().items() if k in LLM_USAGE_KEYS}
                       for name, c in critics.items() if hasattr(c, "llm")},
     }

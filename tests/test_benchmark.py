@@ -149,14 +149,14 @@ def test_benchmark_metrics_keep_token_counts_only(tx) -> None:
     assert stats.calls == 2 and stats.request_prompt_tokens > 0
     assert metrics == {
         "benchmark": report, "table": table, "critics": results, "by_dataset": {"zero-shot": {}},
-        "known_causes": {"zero-shot": {"pairs": 0}}, "style_baseline": {},
+        "known_causes": {"zero-shot": {"pairs": 0}}, "style_baseline": {}, "degenerate": [],
         # calls, seconds and cache hits vary with the cache and the machine: left out; the
         # heuristic critic has no LLM.
         "llm_usage": {"zero-shot": {"requests": 2, "request_prompt_tokens": stats.request_prompt_tokens,
                                     "request_completion_tokens": 4}},
     }
     assert list(metrics) == ["benchmark", "table", "critics", "by_dataset", "known_causes", "style_baseline",
-                             "llm_usage"]
+                             "degenerate", "llm_usage"]
 
 
 def test_verdict_auroc_and_bootstrap_intervals(tx) -> None:

@@ -5,7 +5,7 @@ import random
 import pytest
 
 from ragcritic_lib.critic_corpus import (
-    cap_to_correct_share, cause_labels, check_disjoint, counterfactual_answers, data_report, dedupe,
+    benchmark_answers, cap_to_correct_share, cause_labels, check_disjoint, counterfactual_answers, data_report, dedupe,
     question_options, question_samples, style_cv_auroc, style_features,
 )
 from ragcritic_lib.evaluation.scoring import contains_answer
@@ -105,3 +105,12 @@ def test_style_guard_sees_surface_only() -> None:
     # wrong answers long, right ones short: surface gives them away
     apart = [_s(f"q{i}", "x" if i % 2 == 0 else "a long and rambling answer " * 3, i % 2 == 0) for i in range(200)]
     assert style_cv_auroc(apart, seed=0) > 0.95
+
+
+def test_benchmark_answers_balance_or_say_why_not() -> None:
+    rows = [_s(f"q{i}", f"a{i}", i < 3) for i in range(10)]
+    bench, why = benchmark_answers(rows, seed=0, per_class=2)
+    assert sorted(r["judgement"] for r in bench) == ["Correct", "Correct", "Error", "Error"] and why == []
+    wrong_only = [_s(f"q{i}", f"a{i}", False) for i in range(5)]
+    bench, why = benchmark_answers(wrong_only, seed=0, per_class=2)
+    assert len(bench) == 4 and why == ["benchmark: no right test answer, so verdict AUROC and identification are undefined"]

@@ -510,6 +510,7 @@ class BenchmarkMetrics(StageMetrics):
     benchmark: NotRequired[dict[str, Any]]
     table: NotRequired[list[dict[str, Any]]]
     style_baseline: NotRequired[dict[str, Any]]
+    degenerate: NotRequired[Reasons]
     llm_usage: NotRequired[dict[str, dict[str, Count]]]
 
 
