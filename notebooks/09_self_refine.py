@@ -73,6 +73,21 @@ changed = [r for r in refined if str(r["prediction"]).strip() != str(original[r[
 info["answers_changed"] = len(changed)
 {"questions": len(refined), "answers_changed": len(changed)}
 
+# %% [markdown]
+# ## Why the feedback approves so rarely
+# The first-round feedback per question type: how often it approves, what kind of text it is
+# (approving, naming a problem, both, or neither), and two samples. The question type is read
+# here for the report only; the method never sees it.
+
+# %%
+info["feedback_by_type"] = self_refine.feedback_by_type(refined)
+pd.DataFrame({t: {"n": v["n"], "approval_rate": round(v["approval_rate"], 3), **v["kinds"]}
+              for t, v in info["feedback_by_type"].items()}).T.fillna(0)
+
+# %%
+for t, v in info["feedback_by_type"].items():
+    print(f"{t}:", *(f"  - {x}" for x in v["samples"]), sep="\n")
+
 # %%
 base_cost = {ds: records_cost(recs) for ds, recs in test.items()}
 metrics = save_method_answers(  # the scored answers under data/self_refine, and the metrics checked

@@ -47,6 +47,7 @@ rewriter = "keywords"
 from collections import Counter
 
 import pandas as pd
+from IPython.display import display
 
 from ragcritic_lib import runtime
 from ragcritic_lib.baselines import MeteredLLM, crag, dataset_name, jsonable, score_records, stopwatch
@@ -101,8 +102,10 @@ with stopwatch() as t:
                                    upper=best[ds]["upper"], lower=best[ds]["lower"], **crag_kw)
             # END SOLUTION
         info[ds]["test_actions"] = dict(Counter(r["crag_action"] for r in out_ds))
+        info[ds]["test_actions_by_type"] = crag.actions_by_type(out_ds)  # metadata read for the report only
         out += out_ds
-pd.DataFrame({ds: v["test_actions"] for ds, v in info.items()}).fillna(0).astype(int)
+display(pd.DataFrame({ds: v["test_actions"] for ds, v in info.items()}).fillna(0).astype(int))
+pd.concat({ds: pd.DataFrame(v["test_actions_by_type"]).T for ds, v in info.items()}).rename_axis(["dataset", "question type"])
 
 # %% [markdown]
 # Test F1 per action taken (a question's action is the evaluator's choice, so these groups are

@@ -37,14 +37,14 @@
 # notebook 08's planner, which was fine-tuned on plans chosen from RAG-Critic's error labels.
 # Setting `init_adapter` to that adapter reproduces the earlier, taxonomy-informed variant. At
 # test time the final planner writes one plan per answer (greedy); a rejected or failing plan
-# keeps the standard RAG answer. Fewer than `min_states` training states, a DPO phase without
+# keeps the standard RAG answer. Fewer than `min_states` training states in either phase, a DPO phase without
 # pairs or short of one epoch over its pairs, no executed test plan, or one plan above 60% of
 # executed plans are flagged as degenerate. `offpolicy_steps` / `onpolicy_steps` of -1 train each
 # phase for one epoch (the paper's setting); each state gives at most `max_pairs` pairs, its best
 # plan against its worst first.
 
 # %% tags=["parameters"]
-train_questions = 64
+train_questions = 125
 min_states = 100
 grammar_plans = 6
 sampled_plans = 2
@@ -60,8 +60,6 @@ base_model = ""
 decoding = "constrained"
 
 # %%
-from collections import Counter
-
 import pandas as pd
 
 from ragcritic_lib import paths, runtime
@@ -172,24 +170,26 @@ with stopwatch() as t:
             out += repair.repair_infer(final_planner, test[ds], test_actions, judged_correct=judge_flags(test[ds]),
                                        decoding=decoding, programs=programs)
 info = repair.repair_summary(off_pairs, on_pairs, out)
-# BEGIN SOLUTION hint: executed: repair_plan of the records with repair_ok; plan_counts: a Counter of those plans whitespace-normalized; top_share: the most common plan's share (nan if none)
+# BEGIN SOLUTION hint: executed: repair_plan of the records with repair_ok; test_plans: repair.plan_shares of them; top_share: its top_share
 executed = [r["repair_plan"] for r in out if r["repair_ok"]]
-plan_counts = Counter(" ".join(p.split()) for p in executed)
-top_share = plan_counts.most_common(1)[0][1] / len(executed) if executed else float("nan")
+test_plans = repair.plan_shares(executed)
+top_share = test_plans["top_share"]
 # END SOLUTION
 degenerate = list(info["degenerate"])
 if executed and top_share > 0.6:
     degenerate.append(f"repair: one plan is {top_share:.0%} of the {len(executed)} executed test plans")
-if off_states + on_states < min_states:
-    degenerate.append(f"repair: {off_states} off-policy + {on_states} on-policy training states (< {min_states})")
+for phase, n_states in (("off-policy", off_states), ("on-policy", on_states)):
+    if n_states < min_states:
+        degenerate.append(f"repair: {n_states} {phase} training states (< {min_states})")
 epochs = {"off": epochs_trained(res_off) if res_off else 0.0, "on": epochs_trained(res_on) if res_on else 0.0}
 for phase, pairs, res in (("off-policy", off_pairs, res_off), ("on-policy", on_pairs, res_on)):
     if pairs and res and epochs_trained(res) < 1:
         degenerate.append(f"repair: the {phase} DPO phase made {res.steps} steps, {epochs_trained(res):.2f} epochs "
                           f"over its {res.examples} pairs (< 1)")
-info.update(distinct_plans=len(plan_counts), top_plan_share=top_share, states={"off": off_states, "on": on_states},
+info.update(distinct_plans=test_plans["distinct"], top_plan_share=top_share, states={"off": off_states, "on": on_states},
             dpo_epochs=epochs, decoding=decoding, candidate_plans=len(programs) if decoding == "constrained" else None)
-pd.Series([r["repair_error"] or "ok" for r in out]).value_counts().rename("plans by outcome")
+print("plans by outcome:", pd.Series([r["repair_error"] or "ok" for r in out]).value_counts().to_dict())
+pd.Series(test_plans["plan_shares"], name="share of executed test plans").round(3)
 
 # %% [markdown]
 # Action usage of the executed plans, excluding the final GenerateAnswer (RePAIR Table 3):
@@ -209,9 +209,12 @@ metrics = save_method_answers(  # the scored answers under data/repair, and the 
     cost=add_costs(*base_cost.values(), final_planner.cost(), gen_test.cost()),
     cost_by_dataset=dataset_costs(base_cost, final_planner.cost_by_dataset(), gen_test.cost_by_dataset()),
     training=repair.repair_training(training_cost, offpolicy_seconds=t_off["seconds"], dpo_seconds=t_dpo["seconds"],
-                                    offpolicy_result=res_off, onpolicy_result=res_on),
+                                    offpolicy_result=res_off, onpolicy_result=res_on,
+                                    offpolicy_candidates=off_log, onpolicy_candidates=on_log,
+                                    offpolicy_pairs=off_pairs, onpolicy_pairs=on_pairs),
     degenerate=degenerate, seconds={"offpolicy": t_off["seconds"], "dpo_and_onpolicy": t_dpo["seconds"], "test": t["seconds"]},
-    info=repair.repair_info(info, offpolicy_pairs=off_pairs, onpolicy_pairs=on_pairs, planner_start=start, usage=usage),
+    info={**repair.repair_info(info, offpolicy_pairs=off_pairs, onpolicy_pairs=on_pairs, planner_start=start,
+                               usage=usage), "test": test_plans},
 )
 write_stage_metrics("12_repair", jsonable(metrics))
 metrics["scores"]

@@ -23,7 +23,10 @@
 # the generator. When standard RAG has none (`common.retriever.rerank` off) and `rerank` is on,
 # the test questions are answered again with the cross-encoder reranking the first stage's top
 # `first_stage_depth`, and RAGEC diagnoses that run's wrong answers, so all four stages can be
-# blamed. At most `max_errors` wrong answers per dataset are diagnosed (each costs K votes).
+# blamed. Every wrong answer is diagnosed (`max_errors: 0`); a cap (the small profiles) takes an
+# evenly spread random subset per dataset, and the metrics count the wrong answers left
+# undiagnosed per reason (`undiagnosed`). The modal types per blamed stage come with that
+# stage's n (`stage_types`), so a distribution over five errors reads as what it is.
 # More than half invalid votes, no reranking stage, or one modal type for every error of a stage
 # (at least 5) are flagged as degenerate.
 #
@@ -42,7 +45,7 @@ temperature = 0.7
 coverage_threshold = 0.8
 first_stage_depth = 20
 rerank = True
-max_errors = 40
+max_errors = 0
 voting = "constrained"
 
 # %%
@@ -67,7 +70,7 @@ rerank_on = bool(runtime.retriever_config(params).get("rerank"))
 # ## Stage attribution and type votes
 
 # %%
-m, out, inputs, answered = MeteredLLM(llm), [], [], {}
+m, out, inputs, answered, undiagnosed = MeteredLLM(llm), [], [], {}, {}
 with stopwatch() as t:
     for ds, recs in test.items():
         first_stage = setup.retriever(ds, rerank=False)
@@ -79,16 +82,20 @@ with stopwatch() as t:
                                               depth=first_stage_depth, **rag_kw)
             elif rerank_on:
                 recs = ragec.attach_first_stage(recs, first_stage, first_stage_depth)
-            # BEGIN SOLUTION hint: wrong: the records is_wrong flags; answered[ds]: answers, wrong, and diagnosed (at most max_errors)
-            wrong = [r for r in recs if is_wrong(r)]
-            answered[ds] = {"answers": len(recs), "wrong": len(wrong), "diagnosed": min(len(wrong), max_errors)}
+            # BEGIN SOLUTION hint: chosen, dropped: ragec.select_errors(recs, max_errors, seed=seed); answered[ds]: answers, wrong (is_wrong), and diagnosed
+            chosen, dropped = ragec.select_errors(recs, max_errors, seed=seed)
+            answered[ds] = {"answers": len(recs), "wrong": sum(1 for r in recs if is_wrong(r)), "diagnosed": len(chosen)}
             # END SOLUTION
-            out += ragec.run_ragec(m, wrong[:max_errors], types, chunk_gold_fn=gold_fn, k=votes,
-                                   coverage_threshold=coverage_threshold, temperature=temperature, seed=seed,
-                                   voting=voting)
+            diagnosed = ragec.run_ragec(m, chosen, types, chunk_gold_fn=gold_fn, k=votes,
+                                        coverage_threshold=coverage_threshold, temperature=temperature, seed=seed,
+                                        voting=voting)
+            for reason, n in ragec.undiagnosed_reasons(dropped, diagnosed).items():
+                undiagnosed[reason] = undiagnosed.get(reason, 0) + n
+            out += diagnosed
         inputs += recs
 info = ragec.ragec_summary(out, votes, reranking_stage=rerank_on or rerank)
 table = pd.DataFrame(ragec.distribution_table(out, types, group_key="dataset"))
+print("undiagnosed wrong answers by reason:", undiagnosed or "none")
 pd.DataFrame(answered).T
 
 # %%
@@ -100,7 +107,8 @@ table
 
 # %%
 mode_freq = ragec.mode_frequency_table(out, votes)
-print("mode frequency (Table 4):", mode_freq, "| stages:", ragec.stage_counts(out))
+print("mode frequency (Table 4):", mode_freq)
+print("modal types per blamed stage, with n:", info["stage_types"])
 pd.DataFrame(ragec.distribution_table(out, types, group_key="question_type")).drop(columns=["stage"])
 
 # %% [markdown]
@@ -129,7 +137,7 @@ agreement = ragec.tier1_agreement(out, labels, types, canonical=taxonomy.canonic
 write_jsonl(setup.out_dir / "diagnoses.jsonl", out)
 save_table(table, "13_ragec", "ragec_types", formats=("csv",))
 metrics = ragec.ragec_metrics(info, answers=answered, mode_frequency=mode_freq, agreement=agreement, same_answer=same,
-                              meter=m, diagnosis_seconds=t["seconds"])
+                              meter=m, diagnosis_seconds=t["seconds"], undiagnosed=undiagnosed)
 write_stage_metrics("13_ragec", jsonable(metrics))
 sorted(metrics)
 

@@ -206,3 +206,12 @@ def test_crag_training_counts_the_dev_answers_per_dataset():
     assert list(block) == ["calls", "seconds", "by_dataset", "what"]
     idle = crag.crag_training(MeteredLLM(CallableLLM(lambda prompt, params: "")), tuning_seconds=0.04)
     assert (idle["calls"], idle["seconds"], idle["by_dataset"]) == (0, 0.0, {})
+
+
+def test_actions_by_type_lists_every_action():
+    recs = [{"metadata": {"type": "temporal"}, "crag_action": "Ambiguous"},
+            {"metadata": {"type": "temporal"}, "crag_action": "Ambiguous"},
+            {"metadata": {"type": "comparison"}, "crag_action": "Correct"}]
+    assert crag.actions_by_type(recs) == {"comparison": {"Correct": 1, "Ambiguous": 0, "Incorrect": 0},
+                                          "temporal": {"Correct": 0, "Ambiguous": 2, "Incorrect": 0}}
+    assert crag.actions_by_type([]) == {}

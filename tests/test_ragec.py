@@ -354,12 +354,35 @@ def test_ragec_metrics_gather_the_summary_answers_agreement_and_cost():
     agreement = {"n": 1, "side_agreement": 1.0, "type_agreement": 0.0}
     metrics = ragec.ragec_metrics(summary, answers=answers, mode_frequency=ragec.mode_frequency_table(rows, 4),
                                   agreement=agreement, same_answer={("testbed", "a"), ("testbed", "b")}, meter=meter,
-                                  diagnosis_seconds=201.849)
-    assert list(metrics) == [*summary, "answers", "mode_frequency", "agreement", "critic_source",
+                                  diagnosis_seconds=201.849, undiagnosed={"over max_errors (2)": 3})
+    assert list(metrics) == [*summary, "answers", "undiagnosed", "mode_frequency", "agreement", "critic_source",
                              "same_answer_questions", "cost", "cost_by_dataset", "seconds"]
     assert {k: metrics[k] for k in summary} == summary
     assert metrics["mode_frequency"] == {1: 0, 2: 0, 3: 1, 4: 0}
+    assert metrics["undiagnosed"] == {"over max_errors (2)": 3}
+    assert metrics["stage_types"] == {"Generation": {"n": 1, "types": {"E13": 1}}, "Reranking": {"n": 1, "types": {}}}
     assert (metrics["answers"], metrics["agreement"], metrics["critic_source"]) == (answers, agreement, "notebook 08 critic")
     assert (metrics["same_answer_questions"], metrics["seconds"]) == (2, {"diagnosis": 201.8})
     assert metrics["cost"] == meter.cost() and metrics["cost"]["calls"] == 2
     assert metrics["cost_by_dataset"] == meter.cost_by_dataset() and list(metrics["cost_by_dataset"]) == ["testbed"]
+
+
+def test_select_errors_takes_every_wrong_answer_or_a_spread_subset_and_says_why():
+    recs = [{"id": str(i), "prediction": "x", "correct": i % 4 == 0, "question_type": f"t{i // 10}"}
+            for i in range(40)]   # 30 wrong, sorted by type
+    every, left = ragec.select_errors(recs, 0)
+    assert len(every) == 30 and left == {}
+    assert ragec.select_errors(recs, 30) == (every, {})
+    some, left = ragec.select_errors(recs, 8, seed=3)
+    assert len(some) == 8 and left == {"over max_errors (8)": 22}
+    assert [r["id"] for r in some] == sorted((r["id"] for r in some), key=int)   # order kept
+    assert len({r["question_type"] for r in some}) > 1        # not the first eight, all of one type
+    assert ragec.select_errors(recs, 8, seed=3) == (some, left)
+    with pytest.raises(ValueError, match="ragec.max_errors"):
+        ragec.select_errors(recs, -1)
+
+
+def test_undiagnosed_reasons_count_left_out_and_voteless_answers():
+    rows = [{"mode": "E13"}, {"mode": None}, {"mode": ""}]
+    assert ragec.undiagnosed_reasons({"over max_errors (3)": 5}, rows) == {"over max_errors (3)": 5, "no valid vote": 2}
+    assert ragec.undiagnosed_reasons({}, rows[:1]) == {}

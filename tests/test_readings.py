@@ -266,6 +266,12 @@ def test_reading_self_refine_approvals_and_standard_f1():
     text = _text(R.reading_self_refine(approving))
     assert "almost never" not in text and "Flagged degenerate: always approves." in text
     assert "Over 0 questions" in _text(R.reading_self_refine({}))
+    typed = {**m, "self_refine": {**m["self_refine"], "feedback_by_type": {
+        "comparison": {"n": 40, "approval_rate": 0.0, "kinds": {"names a problem": 30, "neither": 10}},
+        "temporal": {"n": 20, "approval_rate": 0.05, "kinds": {"names a problem": 18, "approves": 1, "neither": 1}}}}}
+    text = _text(R.reading_self_refine(typed))
+    assert ("First-round feedback by kind: names a problem 48, neither 11, approves 1; approval rate per question "
+            "type: comparison 0% (n 40), temporal 5% (n 20).") in text
 
 
 def test_reading_crag_routing_against_the_best_single_action():
@@ -278,6 +284,10 @@ def test_reading_crag_routing_against_the_best_single_action():
     gain = _text(R.reading_crag({"crag": {"tb": {**c, "dev_f1": 0.3035}}}))
     assert "+0.050 over always taking Ambiguous" in gain and "adds nothing" not in gain
     assert R.reading_crag({}) == []
+    typed = {**c, "test_actions_by_type": {"comparison": {"Correct": 1, "Ambiguous": 3, "Incorrect": 0},
+                                           "temporal": {"Correct": 2, "Ambiguous": 0, "Incorrect": 0}}}
+    assert ("Most frequent action per question type on tb: comparison Ambiguous 75% (n 4), temporal Correct 100% "
+            "(n 2).") in _text(R.reading_crag({"crag": {"tb": typed}}))
 
 
 # ------------------------------------------------------------------------------------ 11 / 12 / 13 / 14
@@ -286,7 +296,9 @@ def _answer(prediction, gold, **extra):
 
 
 def test_reading_simrag_practice_confusion_and_test_answers():
-    m = {"practice_examples": 300, "critic": "llm", "balanced_train": 370,
+    held = {"n": 90, "n_correct": 7, "n_wrong": 83, "accept_rate_correct": 1 / 7, "accept_rate_correct_ci": [0.026, 0.513],
+            "accept_rate_wrong": 23 / 83, "accept_rate_wrong_ci": [0.193, 0.380]}
+    m = {"practice_examples": 300, "critic": {"name": "llm", "heldout": held}, "balanced_train": 370,
          "practice": {"accept": 32, "distinct_train": 210, "train_accept": 25, "balance": "oversample"},
          "heldout_confusion": {"n": 90, "accuracy": 0.6778, "shares": {"wrong_accept": 0.2556, "correct_reject": 0.0667}},
          "degenerate": ["simrag: few Accept"]}
@@ -299,13 +311,18 @@ def test_reading_simrag_practice_confusion_and_test_answers():
                         "distinct training examples (25 Accept; 370 after balancing by oversample) and scores 68% on 90 "
                         "held-out ones (accepting 26% wrong and rejecting 7% right answers, as shares of all held-out "
                         "examples).")
+    assert lines[1] == ("Held out, it accepts 14% (3%-51%) of the 7 right answers and 28% (19%-38%) of the 83 wrong ones "
+                        "(Wilson 95% intervals); a useful sufficiency critic accepts the first far more often than the "
+                        "second.")
+    lines = [lines[0], *lines[2:]]
     # F1 1, 0 and 0.5 ("the city of paris" against "Paris": precision 1/3 once "the" is dropped, recall 1).
     assert lines[1] == ("On the test questions the critic accepted 1 of 3 final answers, after 2.00 turns on average; "
                         "mean F1 0.500; SIM-RAG (oracle critic): 1.000.")
     assert lines[2:] == ["Flagged degenerate: simrag: few Accept."]
     bare = R.reading_simrag({}, [])
     assert "Self-practice gave 0 examples" in bare[0] and "scores n/a on 0 held-out" in bare[0]
-    assert bare[1] == "On the test questions the critic accepted 0 of 0 final answers, after 0.00 turns on average; mean F1 0.000."
+    assert bare[1].startswith("Held out, it accepts an unmeasured share of the 0 right answers")
+    assert bare[2] == "On the test questions the critic accepted 0 of 0 final answers, after 0.00 turns on average; mean F1 0.000."
 
 
 def test_reading_repair_counts_changed_answers_against_standard_rag():

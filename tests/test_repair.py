@@ -235,10 +235,15 @@ def test_repair_training_sums_both_dpo_rounds():
     off = TrainResult("out/planner_off", True, "base", steps=17, seconds=300.04, examples=68)
     on = TrainResult("out/planner", True, "base", steps=6, seconds=33.8, examples=21)
     block = repair.repair_training({"calls": 569, "prompt_tokens": 10}, offpolicy_seconds=141.84, dpo_seconds=428.3,
-                                   offpolicy_result=off, onpolicy_result=on)
+                                   offpolicy_result=off, onpolicy_result=on,
+                                   offpolicy_candidates=[{"dataset": "t", "qid": q} for q in "aabbc"],
+                                   onpolicy_candidates=[{"dataset": "t", "qid": q} for q in "abcd"],
+                                   offpolicy_pairs=[{"dataset": "t", "qid": "a"}, {"dataset": "t", "qid": "a"}],
+                                   onpolicy_pairs=[])
     assert block == {"calls": 569, "seconds": 570.1, "dpo_steps": [17, 6],
-                     "what": "train answers, executed candidate plans and two DPO rounds", "optimizer_seconds": 333.8}
-    assert list(block) == ["calls", "seconds", "dpo_steps", "what", "optimizer_seconds"]
+                     "what": "train answers, executed candidate plans and two DPO rounds", "optimizer_seconds": 333.8,
+                     "offpolicy_states": 3, "onpolicy_states": 4, "offpolicy_states_with_pair": 1,
+                     "onpolicy_states_with_pair": 0}
 
 
 def test_repair_training_without_dpo_rounds():
@@ -266,3 +271,11 @@ def test_repair_info_adds_pair_counts_and_planner_start_after_the_summary():
                                  planner_start={"base_model": "base", "init_adapter": "data/correction/planner"}, usage=[])
     assert adapter == {"repair": {"offpolicy_pairs": 0, "onpolicy_pairs": 0, "planner_start": "adapter"},
                        "action_usage": []}
+
+
+def test_plan_shares_of_the_executed_test_plans():
+    out = repair.plan_shares(["a =  1", "a = 1", "b = 2", "a = 1"])
+    assert out == {"executed": 4, "distinct": 2, "top_share": 0.75, "plan_shares": {"a = 1": 0.75, "b = 2": 0.25}}
+    empty = repair.plan_shares([])
+    assert (empty["executed"], empty["distinct"], empty["plan_shares"]) == (0, 0, {})
+    assert empty["top_share"] != empty["top_share"]   # nan: no plan ran

@@ -170,3 +170,24 @@ def test_refined_answer_is_standard_rags_prompt_with_the_feedback():
     assert seen == [answer_gen_params("default", 24), gen, answer_gen_params("default", 24)]
     assert (out["prediction"], out["raw_output"], out["followed_prefix"]) == ("Danube", " Danube", True)
     assert [h.get("how") for h in out["self_refine_history"]] == ["prefix", None]
+
+
+def test_feedback_kinds_and_first_round_feedback_by_type():
+    assert sr.feedback_kind("NO ISSUES.") == "approves"
+    assert sr.feedback_kind("Looks good, but the date is missing.") == "approves but names a problem"
+    assert sr.feedback_kind("The answer is wrong: it should be 1999.") == "names a problem"
+    assert sr.feedback_kind("The passage talks about rivers.") == "neither"
+    assert sr.feedback_kind("  ") == "empty"
+
+    def rec(qtype, feedback, ok):
+        return {"metadata": {"type": qtype}, "self_refine_history": [{"feedback": feedback, "ok": ok},
+                                                                      {"feedback": "later", "ok": True}]}
+    recs = [rec("temporal", "NO ISSUES", True), rec("temporal", "It is wrong " + "x" * 300, False),
+            rec("temporal", "Rivers.", False), rec("comparison", "", False), {"metadata": {"type": "x"}}]
+    out = sr.feedback_by_type(recs, samples=2, max_chars=20)
+    assert list(out) == ["comparison", "temporal"]           # no history: not counted
+    t = out["temporal"]
+    assert (t["n"], t["approved"], t["approval_rate"]) == (3, 1, 1 / 3)
+    assert t["kinds"] == {"approves": 1, "names a problem": 1, "neither": 1}
+    assert t["samples"] == ["NO ISSUES", "It is wrong xxxxxxx…"] and len(t["samples"][1]) == 20
+    assert out["comparison"]["kinds"] == {"empty": 1}

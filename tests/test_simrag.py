@@ -101,11 +101,41 @@ def test_split_by_question_keeps_turns_together():
     assert len(t2) == 1 and len(h2) == 1
 
 
+def test_split_by_question_stratifies_on_accepted_questions():
+    # 40 questions, 4 of them with an Accept: a 30% held-out side gets 1 of those 4, not 0 or 4 by chance.
+    exs = [_ex(f"q{i:02d}", "Accept" if i < 4 and t == 2 else "Reject", t) for i in range(40) for t in range(3)]
+    for seed in range(20):
+        train, held = simrag.split_by_question(exs, heldout_frac=0.3, seed=seed)
+        held_acc = {e["qid"] for e in held if e["label"] == "Accept"}
+        train_acc = {e["qid"] for e in train if e["label"] == "Accept"}
+        assert len(held_acc) == 1 and len(train_acc) == 3
+        assert len({e["qid"] for e in held}) == 1 + 11  # round(0.3 x 4) + round(0.3 x 36)
+        assert not {e["qid"] for e in train} & {e["qid"] for e in held}
+    unstratified = [len({e["qid"] for e in simrag.split_by_question(exs, heldout_frac=0.3, seed=s, stratify=False)[1]
+                         if e["label"] == "Accept"}) for s in range(20)]
+    assert set(unstratified) != {1}  # by chance alone the held-out Accept count varies
+
+
 def test_confusion_matrix():
     cm = simrag.confusion_matrix(["Accept", "Accept", "Reject", "Reject", "Reject"], [True, False, True, False, False])
     assert {k: cm[k] for k in ("correct_accept", "correct_reject", "wrong_accept", "wrong_reject", "n")} == {
         "correct_accept": 1, "correct_reject": 1, "wrong_accept": 1, "wrong_reject": 2, "n": 5}
     assert cm["accuracy"] == 0.6 and cm["shares"]["wrong_reject"] == 0.4
+    assert (cm["n_correct"], cm["accept_rate_correct"], cm["n_wrong"]) == (2, 0.5, 3)
+    assert cm["accept_rate_wrong"] == pytest.approx(1 / 3)
+    lo, hi = cm["accept_rate_wrong_ci"]
+    assert lo < 1 / 3 < hi and 0 <= lo and hi <= 1
+    only_wrong = simrag.confusion_matrix(["Reject", "Reject"], [False, False])
+    assert only_wrong["accept_rate_correct"] is None and only_wrong["accept_rate_correct_ci"] is None
+    assert only_wrong["accept_rate_wrong"] == 0.0
+
+
+def test_wilson_interval():
+    lo, hi = simrag.wilson_interval(1, 7)
+    assert lo == pytest.approx(0.0257, abs=1e-3) and hi == pytest.approx(0.5131, abs=1e-3)
+    assert simrag.wilson_interval(0, 0) is None
+    lo, hi = simrag.wilson_interval(10, 10)
+    assert hi == 1.0 and lo == pytest.approx(0.7225, abs=1e-3)
     with pytest.raises(ValueError):
         simrag.confusion_matrix(["Accept"], [])
 
@@ -334,13 +364,18 @@ def test_simrag_training_with_the_classifier_critic_takes_its_fit_time():
 
 
 def test_simrag_info_labels_the_practice_confusions_and_turn_tables():
-    llm_c, cls_c = {"n": 2, "accuracy": 0.5}, {"n": 2, "accuracy": 1.0}
+    llm_c = simrag.confusion_matrix(["Accept", "Reject"], [True, True])
+    cls_c = simrag.confusion_matrix(["Accept", "Reject"], [True, False])
     held, infer = {0: {"n": 2, "accept_rate": 0.5, "label_accept_rate": 0.0}}, {0: {"n": 1, "accept_rate": 1.0}}
     report = {"confusion": llm_c, "heldout_accept_rate_by_turn": held, "inference_accept_rate_by_turn": infer,
               "degenerate": ["x"]}
     info = simrag.simrag_info(critic="llm", practice=[{}, {}, {}], practice_info={"accept": 1}, balanced=[{}, {}],
                               confusions={"llm": llm_c, "classifier": cls_c}, report=report)
-    assert info == {"critic": "llm", "practice_examples": 3, "practice": {"accept": 1}, "balanced_train": 2,
+    critic = {"name": "llm", "balanced_train": 2, "distinct_train": 0, "train_accept": 0, "train_reject": 0,
+              "heldout": {"n": 2, "n_correct": 1, "n_wrong": 1, "accept_rate_correct": 1.0,
+                          "accept_rate_correct_ci": llm_c["accept_rate_correct_ci"], "accept_rate_wrong": 1.0,
+                          "accept_rate_wrong_ci": llm_c["accept_rate_wrong_ci"], "accuracy": 0.5}}
+    assert info == {"critic": critic, "practice_examples": 3, "practice": {"accept": 1}, "balanced_train": 2,
                     "heldout_confusion": llm_c, "heldout_confusion_by_critic": {"llm": llm_c, "classifier": cls_c},
                     "accept_rate_by_turn": {"heldout_accept_rate_by_turn": held, "inference_accept_rate_by_turn": infer}}
     assert list(info) == ["critic", "practice_examples", "practice", "balanced_train", "heldout_confusion",

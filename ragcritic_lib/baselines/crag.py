@@ -601,3 +601,16 @@ def crag_training(meter: Any, *, tuning_seconds: float) -> dict[str, Any]:
     return {"calls": meter.cost()["calls"], "seconds": round(tuning_seconds, 1),
             "by_dataset": {ds: {"calls": c["calls"]} for ds, c in meter.cost_by_dataset().items()},
             "what": "dev answers for threshold tuning (the evaluator's fit makes no LLM call)"}
+
+
+def actions_by_type(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    """How often each action was chosen per question type (``crag_action`` of :func:`run_crag`'s
+    records; the type is read from metadata for this report only), every action listed."""
+    from ragcritic_lib.baselines import question_type
+
+    out: dict[str, dict[str, int]] = {}
+    for r in records:
+        row = out.setdefault(question_type(r), {a: 0 for a in ACTIONS})
+        row[str(r.get("crag_action"))] = row.get(str(r.get("crag_action")), 0) + 1
+    return {t: out[t] for t in sorted(out)}
+

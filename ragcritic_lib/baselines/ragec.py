@@ -39,6 +39,7 @@ of the votes are invalid or the reranking stage is missing (``degenerate``).
 
 from __future__ import annotations
 
+import random
 import re
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -736,25 +737,71 @@ def ragec_summary(
         "errors": len(results), "votes": votes, "invalid_votes": invalid, "invalid_vote_rate": rate,
         "invalid_vote_rate_by_dataset": {ds: (n / t if t else float("nan")) for ds, (n, t) in sorted(by_ds.items())},
         "grounded_fallbacks": sum(1 for r in results if r.get("source") == "grounded"),
-        "stages": stage_counts(results), "reranking_stage": bool(reranking_stage), "degenerate": degenerate,
+        "stages": stage_counts(results), "stage_types": stage_type_counts(results),
+        "reranking_stage": bool(reranking_stage), "degenerate": degenerate,
     }
+
+
+def select_errors(records: Sequence[Mapping[str, Any]], max_errors: int, *, seed: int = 0
+                  ) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The wrong answers of ``records`` to diagnose, and why the others are left undiagnosed.
+
+    ``max_errors`` 0 diagnoses every wrong answer. A cap takes an evenly spread random subset
+    (order kept), not the first ones: test sets are often sorted by question type, and the first
+    wrong answers would all be of one type.
+
+    Returns:
+        (chosen wrong records, {reason: count} of the wrong answers left out; {} when none is).
+    """
+    if max_errors < 0:
+        raise ValueError(f"ragec.max_errors must be >= 0 (0 = every wrong answer), got {max_errors}")
+    wrong = [dict(r) for r in records if is_wrong(r)]
+    if not max_errors or len(wrong) <= max_errors:
+        return wrong, {}
+    keep = set(random.Random(seed).sample(range(len(wrong)), max_errors))
+    return [r for i, r in enumerate(wrong) if i in keep], {f"over max_errors ({max_errors})": len(wrong) - max_errors}
+
+
+def undiagnosed_reasons(left_out: Mapping[str, int], results: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """Wrong answers without a diagnosis, per reason: the ones :func:`select_errors` left out, and
+    diagnosed ones whose votes gave no modal type (all votes invalid and no grounded fallback)."""
+    out = {k: int(v) for k, v in left_out.items() if v}
+    no_mode = sum(1 for r in results if not r.get("mode"))
+    if no_mode:
+        out["no valid vote"] = no_mode
+    return out
+
+
+def stage_type_counts(results: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per blamed stage: how many errors (``n``) and their modal types ({type: count}), so that a
+    distribution over five errors reads as what it is."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in results:
+        row = out.setdefault(str(r.get("stage")), {"n": 0, "types": Counter()})
+        row["n"] += 1
+        if r.get("mode"):
+            row["types"][str(r["mode"])] += 1
+    return {s: {"n": row["n"], "types": dict(row["types"].most_common())} for s, row in sorted(out.items())}
 
 
 def ragec_metrics(summary: Mapping[str, Any], *, answers: Mapping[str, Any], mode_frequency: Mapping[int, int],
                   agreement: Mapping[str, Any], same_answer: Collection[Any], meter: Any,
-                  diagnosis_seconds: float) -> dict[str, Any]:
+                  diagnosis_seconds: float, undiagnosed: Mapping[str, int] | None = None) -> dict[str, Any]:
     """The RAGEC stage's metrics (``reports/metrics/13_ragec.json``, schema ``RagecMetrics``)
     before ``jsonable`` (the reading takes them as they are).
 
     Args:
         summary: :func:`ragec_summary`, whose keys come first.
         answers: {dataset: {"answers", "wrong", "diagnosed"}}.
+        undiagnosed: {reason: count} of the wrong answers without a diagnosis
+            (:func:`undiagnosed_reasons`, summed over datasets); {} when every one has one.
         mode_frequency: :func:`mode_frequency_table`; agreement: :func:`tier1_agreement`.
         same_answer: :func:`same_answer_keys` (the questions compared with the critic), counted.
         meter: the ``MeteredLLM`` the diagnosis ran through (its ``cost`` and ``cost_by_dataset``).
         diagnosis_seconds: wall time of the diagnosis, rounded to 0.1 s.
     """
-    return {**summary, "answers": answers, "mode_frequency": mode_frequency, "agreement": agreement,
+    return {**summary, "answers": answers, "undiagnosed": dict(undiagnosed or {}),
+            "mode_frequency": mode_frequency, "agreement": agreement,
             "critic_source": "notebook 08 critic", "same_answer_questions": len(same_answer),
             "cost": meter.cost(), "cost_by_dataset": meter.cost_by_dataset(),
             "seconds": {"diagnosis": round(diagnosis_seconds, 1)}}

@@ -574,8 +574,16 @@ def oracle_correct_flags(records: Sequence[Mapping[str, Any]]) -> list[bool]:
 JudgeFn = Callable[[Sequence[Mapping[str, Any]]], list[bool]]
 
 
+def _states(rows: Sequence[Mapping[str, Any]]) -> int:
+    return len({(str(r.get("dataset")), str(r.get("qid"))) for r in rows})
+
+
 def repair_training(training_cost: Mapping[str, Any], *, offpolicy_seconds: float, dpo_seconds: float,
-                    offpolicy_result: Any, onpolicy_result: Any) -> dict[str, Any]:
+                    offpolicy_result: Any, onpolicy_result: Any,
+                    offpolicy_candidates: Sequence[Mapping[str, Any]] = (),
+                    onpolicy_candidates: Sequence[Mapping[str, Any]] = (),
+                    offpolicy_pairs: Sequence[Mapping[str, Any]] = (),
+                    onpolicy_pairs: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """The RePAIR stage's ``training`` block (``reports/metrics/12_repair.json``).
 
     Args:
@@ -584,16 +592,36 @@ def repair_training(training_cost: Mapping[str, Any], *, offpolicy_seconds: floa
             rounds with the on-policy candidates; their sum is rounded to 0.1 s.
         offpolicy_result, onpolicy_result: each DPO round's ``TrainResult``, or None when it had
             no pairs.
+        offpolicy_candidates, onpolicy_candidates: each phase's executed candidate plans
+            (:func:`collect_preferences`' second value), whose distinct states are counted.
+        offpolicy_pairs, onpolicy_pairs: each phase's preference pairs; a state whose candidates
+            all earned the same reward gives none.
 
     Returns:
         {"calls", "seconds", "dpo_steps": [off-policy, on-policy] (0 for a round not run),
-        "what", "optimizer_seconds" (the rounds' training, summed, rounded to 0.1 s)}.
+        "what", "optimizer_seconds" (the rounds' training, summed, rounded to 0.1 s),
+        "offpolicy_states", "onpolicy_states" (training states per phase),
+        "offpolicy_states_with_pair", "onpolicy_states_with_pair" (states that gave at least one
+        preference pair)}.
     """
     results = (offpolicy_result, onpolicy_result)
     return {"calls": training_cost["calls"], "seconds": round(offpolicy_seconds + dpo_seconds, 1),
             "dpo_steps": [r.steps if r else 0 for r in results],
             "what": "train answers, executed candidate plans and two DPO rounds",
-            "optimizer_seconds": round(sum(r.seconds for r in results if r), 1)}
+            "optimizer_seconds": round(sum(r.seconds for r in results if r), 1),
+            "offpolicy_states": _states(offpolicy_candidates), "onpolicy_states": _states(onpolicy_candidates),
+            "offpolicy_states_with_pair": _states(offpolicy_pairs),
+            "onpolicy_states_with_pair": _states(onpolicy_pairs)}
+
+
+def plan_shares(programs: Sequence[str]) -> dict[str, Any]:
+    """The test-time plan distribution: {"executed": n, "distinct": k, "top_share", "plan_shares":
+    {plan (whitespace-normalized): share of the executed plans}, most common first}."""
+    counts = Counter(" ".join(str(p).split()) for p in programs)
+    n = sum(counts.values())
+    shares = {plan: c / n for plan, c in counts.most_common()}
+    return {"executed": n, "distinct": len(counts), "top_share": max(shares.values()) if shares else float("nan"),
+            "plan_shares": shares}
 
 
 def repair_info(summary: Mapping[str, Any], *, offpolicy_pairs: Sequence[Any], onpolicy_pairs: Sequence[Any],

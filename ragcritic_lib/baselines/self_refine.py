@@ -259,3 +259,52 @@ def self_refine_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "refinements": sum(int(r.get("self_refine_rounds") or 0) for r in records),
         "degenerate": degenerate,
     }
+
+
+def feedback_kind(text: str) -> str:
+    """Why one feedback text does or does not approve: "approves", "approves but names a
+    problem" (an approving phrase next to problem wording), "names a problem", "empty", or
+    "neither" (no approving phrase and no problem wording: the model wrote something else)."""
+    t = (text or "").strip()
+    if not t:
+        return "empty"
+    approves = t.upper().lstrip("'\"*` ").startswith(OK_MARKER) or bool(_OK_RE.search(t))
+    problem = bool(_PROBLEM_RE.search(t))
+    if approves:
+        return "approves but names a problem" if problem else "approves"
+    return "names a problem" if problem else "neither"
+
+
+def feedback_by_type(records: Sequence[Mapping[str, Any]], *, samples: int = 2, max_chars: int = 240
+                     ) -> dict[str, dict[str, Any]]:
+    """The first-round feedback per question type, for reading why it (rarely) approves.
+
+    The question type is read from the records' metadata for this report only; the method never
+    sees it.
+
+    Returns:
+        {question type: {"n", "approved" (first-round approvals), "approval_rate", "kinds":
+        {:func:`feedback_kind`: count}, "samples": the first ``samples`` feedback texts, each cut
+        to ``max_chars`` characters}}, types sorted.
+    """
+    from ragcritic_lib.baselines import question_type
+
+    out: dict[str, dict[str, Any]] = {}
+    for r in records:
+        history = r.get("self_refine_history") or []
+        if not history:
+            continue
+        first = history[0]
+        row = out.setdefault(question_type(r), {"n": 0, "approved": 0, "kinds": {}, "samples": []})
+        row["n"] += 1
+        row["approved"] += int(bool(first.get("ok")))
+        kind = feedback_kind(str(first.get("feedback") or ""))
+        row["kinds"][kind] = row["kinds"].get(kind, 0) + 1
+        if len(row["samples"]) < samples:
+            text = " ".join(str(first.get("feedback") or "").split())
+            row["samples"].append(text if len(text) <= max_chars else text[: max_chars - 1] + "…")
+    for row in out.values():
+        row["approval_rate"] = row["approved"] / row["n"]
+        row["kinds"] = dict(sorted(row["kinds"].items(), key=lambda kv: -kv[1]))
+    return {t: {k: out[t][k] for k in ("n", "approved", "approval_rate", "kinds", "samples")} for t in sorted(out)}
+

@@ -318,20 +318,32 @@ def balance_labels(examples: Sequence[Mapping[str, Any]], *, seed: int = 0,
 
 
 def split_by_question(
-    examples: Sequence[Mapping[str, Any]], *, heldout_frac: float = 0.3, seed: int = 0
+    examples: Sequence[Mapping[str, Any]], *, heldout_frac: float = 0.3, seed: int = 0, stratify: bool = True,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Split examples so that all turns of a question land on the same side.
 
+    With ``stratify`` the questions with at least one Accept example and the others are split
+    separately, each at ``heldout_frac``: Accept examples are rare (about one in ten), and an
+    unstratified split can leave the held-out side with so few that the critic's accept rate on
+    right answers is not measured.
+
     Returns:
-        (train, heldout); with two or more questions each side gets at least one.
+        (train, heldout); with two or more questions each side gets at least one, and with
+        ``stratify`` each group of two or more questions gives at least one to each side.
     """
     qids = sorted({str(e["qid"]) for e in examples})
+    accepted = {str(e["qid"]) for e in examples if e.get("label") == "Accept"}
+    groups = [[q for q in qids if q in accepted], [q for q in qids if q not in accepted]] if stratify else [qids]
     rng = random.Random(seed)
-    rng.shuffle(qids)
-    n_held = round(len(qids) * heldout_frac)
-    if len(qids) >= 2:
-        n_held = min(max(n_held, 1), len(qids) - 1)
-    held = set(qids[:n_held])
+    held: set[str] = set()
+    for group in groups:
+        rng.shuffle(group)
+        n_held = round(len(group) * heldout_frac)
+        if len(group) >= 2:
+            n_held = min(max(n_held, 1), len(group) - 1)
+        held.update(group[:n_held])
+    if len(qids) >= 2 and len(held) in (0, len(qids)):  # one-question groups: keep both sides non-empty
+        held = set(qids[:1]) if not held else held - {sorted(held)[0]}
     train = [dict(e) for e in examples if str(e["qid"]) not in held]
     heldout = [dict(e) for e in examples if str(e["qid"]) in held]
     return train, heldout
@@ -572,6 +584,17 @@ class LLMSufficiencyCritic:
         return [v == "Accept" for v in verdicts]
 
 
+def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
+    """Wilson score interval of a proportion ``k / n`` (95% by default); None when ``n`` is 0."""
+    if n <= 0:
+        return None
+    p = k / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
 def confusion_matrix(labels: Sequence[str], accepted: Sequence[bool]) -> dict[str, Any]:
     """Critic confusion on held-out examples, as in the paper's Fig. 3.
 
@@ -579,7 +602,9 @@ def confusion_matrix(labels: Sequence[str], accepted: Sequence[bool]) -> dict[st
 
     Returns:
         {"correct_accept", "correct_reject", "wrong_accept", "wrong_reject", "n", "accuracy",
-        "shares": same four keys as fractions of n}.
+        "shares": same four keys as fractions of n, "n_correct", "n_wrong",
+        "accept_rate_correct" / "accept_rate_wrong": how often it accepts a right / a wrong answer
+        (None without such answers), each with a Wilson 95% interval ``*_ci`` ([low, high])}.
     """
     if len(labels) != len(accepted):
         raise ValueError(f"labels ({len(labels)}) and predictions ({len(accepted)}) differ in length")
@@ -591,6 +616,12 @@ def confusion_matrix(labels: Sequence[str], accepted: Sequence[bool]) -> dict[st
     out["n"] = n
     out["accuracy"] = (cells["correct_accept"] + cells["wrong_reject"]) / n if n else float("nan")
     out["shares"] = {k: (v / n if n else float("nan")) for k, v in cells.items()}
+    for side in ("correct", "wrong"):
+        k, total = cells[f"{side}_accept"], cells[f"{side}_accept"] + cells[f"{side}_reject"]
+        ci = wilson_interval(k, total)
+        out[f"n_{side}"] = total
+        out[f"accept_rate_{side}"] = k / total if total else None
+        out[f"accept_rate_{side}_ci"] = list(ci) if ci else None
     return out
 
 
@@ -742,9 +773,19 @@ def simrag_info(*, critic: str, practice: Sequence[Any], practice_info: Mapping[
         balanced: the balanced training examples (counted).
         confusions: {critic name: :func:`confusion_matrix` on the held-out examples}.
         report: :func:`critic_report` of ``critic``, whose two per-turn accept-rate tables are kept.
+
+    ``critic`` in the result describes the test run's critic: its name, what it learned from
+    (balanced and distinct training examples, per label) and its held-out accept rates on right
+    and on wrong answers.
     """
-    return {"critic": critic, "practice_examples": len(practice), "practice": practice_info,
-            "balanced_train": len(balanced), "heldout_confusion": confusions[critic],
+    conf = confusions[critic]
+    held = {k: conf.get(k) for k in ("n", "n_correct", "n_wrong", "accept_rate_correct", "accept_rate_correct_ci",
+                                     "accept_rate_wrong", "accept_rate_wrong_ci", "accuracy")}
+    about = {"name": critic, "balanced_train": len(balanced), "distinct_train": practice_info.get("distinct_train", 0),
+             "train_accept": practice_info.get("train_accept", 0), "train_reject": practice_info.get("train_reject", 0),
+             "heldout": held}
+    return {"critic": about, "practice_examples": len(practice), "practice": practice_info,
+            "balanced_train": len(balanced), "heldout_confusion": conf,
             "heldout_confusion_by_critic": confusions,
             "accept_rate_by_turn": {k: report[k] for k in ("heldout_accept_rate_by_turn",
                                                            "inference_accept_rate_by_turn")}}

@@ -524,6 +524,16 @@ def reading_self_refine(metrics: Mapping[str, Any], *, standard_f1: Mapping[str,
     if n and _share(info.get("approved", 0), n) < 0.05:
         text.append("The feedback almost never approves an answer, so the loop nearly always runs every round: "
                     "it does not act as a check of correctness here.")
+    by_type = info.get("feedback_by_type") or {}
+    if by_type:
+        kinds: dict[str, int] = {}
+        for row in by_type.values():
+            for k, v in (row.get("kinds") or {}).items():
+                kinds[k] = kinds.get(k, 0) + int(v)
+        text.append("First-round feedback by kind: " + _counts(dict(sorted(kinds.items(), key=lambda kv: -kv[1])))
+                    + "; approval rate per question type: "
+                    + ", ".join(f"{t} {_pct(row.get('approval_rate'))} (n {row.get('n', 0)})" for t, row in by_type.items())
+                    + ". Samples per type are in the metrics (`self_refine.feedback_by_type`).")
     text += [_vs_standard(ds, s, standard_f1) for ds, s in (metrics.get("scores") or {}).items()]
     return text + _flags(metrics.get("degenerate"))
 
@@ -548,6 +558,14 @@ def reading_crag(metrics: Mapping[str, Any], *, standard_f1: Mapping[str, float]
         text.append(line + f" (best action per question: {_f(c.get('oracle_f1'))}).")
         if c.get("test_actions"):
             text.append(f"Test actions on {ds}: {_counts(c['test_actions'])}.")
+        by_type = c.get("test_actions_by_type") or {}
+        if by_type:
+            parts = []
+            for t, row in by_type.items():
+                n = sum(row.values())
+                top = max(row, key=row.get)
+                parts.append(f"{t} {top} {_pct(_share(row[top], n))} (n {n})")
+            text.append(f"Most frequent action per question type on {ds}: " + ", ".join(parts) + ".")
     text += [_vs_standard(ds, s, standard_f1) for ds, s in (metrics.get("scores") or {}).items()]
     return text + _flags(metrics.get("degenerate"))
 
@@ -559,6 +577,14 @@ def _mean_f1(records: Sequence[Mapping[str, Any]]) -> float:
 
     f1 = [score_prediction(str(r.get("prediction") or ""), list(r.get("golden_answers") or []))["f1"] for r in records]
     return sum(f1) / max(1, len(f1))
+
+
+def _rate_ci(held: Mapping[str, Any], side: str) -> str:
+    """An accept rate with its interval, e.g. "14% (3%-51%)"; "an unmeasured share" without answers."""
+    rate, ci = held.get(f"accept_rate_{side}"), held.get(f"accept_rate_{side}_ci")
+    if rate is None:
+        return "an unmeasured share"
+    return f"{_pct(rate)} ({_pct(ci[0])}-{_pct(ci[1])})" if ci else _pct(rate)
 
 
 def reading_simrag(metrics: Mapping[str, Any], records: Sequence[Mapping[str, Any]], *,
@@ -574,14 +600,19 @@ def reading_simrag(metrics: Mapping[str, Any], records: Sequence[Mapping[str, An
     """
     practice, conf = metrics.get("practice") or {}, metrics.get("heldout_confusion") or {}
     shares = conf.get("shares") or {}
+    about = metrics.get("critic") if isinstance(metrics.get("critic"), Mapping) else {"name": metrics.get("critic")}
+    held = about.get("heldout") or {}
     accepted = sum(1 for r in records if r.get("simrag_accepted"))
     mean_turns = sum(r.get("simrag_turns", 0) for r in records) / max(1, len(records))
     text = [f"Self-practice gave {metrics.get('practice_examples', 0)} examples ({practice.get('accept', 0)} accepted as "
-            f"correct); the {metrics.get('critic', '?')} critic learned from {practice.get('distinct_train', 0)} distinct "
+            f"correct); the {about.get('name') or '?'} critic learned from {practice.get('distinct_train', 0)} distinct "
             f"training examples ({practice.get('train_accept', 0)} Accept; {metrics.get('balanced_train', 0)} after "
             f"balancing by {practice.get('balance', '?')}) and scores {_pct(conf.get('accuracy'))} on {conf.get('n', 0)} "
             f"held-out ones (accepting {_pct(shares.get('wrong_accept'))} wrong and rejecting "
             f"{_pct(shares.get('correct_reject'))} right answers, as shares of all held-out examples).",
+            f"Held out, it accepts {_rate_ci(held, 'correct')} of the {held.get('n_correct', 0)} right answers and "
+            f"{_rate_ci(held, 'wrong')} of the {held.get('n_wrong', 0)} wrong ones (Wilson 95% intervals); a useful "
+            "sufficiency critic accepts the first far more often than the second.",
             f"On the test questions the critic accepted {accepted} of {len(records)} final answers, after "
             f"{_f(mean_turns, 2)} turns on average; mean F1 {_f(_mean_f1(records))}"
             + "".join(f"; {label}: {_f(_mean_f1(recs))}" for label, recs in (extra_runs or {}).values()) + "."]
@@ -599,12 +630,21 @@ def reading_repair(metrics: Mapping[str, Any], records: Sequence[Mapping[str, An
         standard: {dataset: standard RAG's test records}, the answers RePAIR started from.
     """
     info, states = metrics.get("repair") or {}, (metrics.get("repair") or {}).get("states") or {}
+    training = metrics.get("training") or {}
     started = [r for recs in standard.values() for r in recs]
     changed = sum(1 for r, s in zip(records, started) if str(r["prediction"]).strip() != str(s["prediction"]).strip())
     text = [f"The planner trained on {states.get('off', 0)} off-policy and {states.get('on', 0)} on-policy states "
-            f"({info.get('offpolicy_pairs', 0)} + {info.get('onpolicy_pairs', 0)} preference pairs). At test time "
+            f"({info.get('offpolicy_pairs', 0)} + {info.get('onpolicy_pairs', 0)} preference pairs"
+            + (f", from {training.get('offpolicy_states_with_pair', 0)} + {training.get('onpolicy_states_with_pair', 0)} "
+               "states whose candidates earned different rewards" if "offpolicy_states_with_pair" in training else "")
+            + "). At test time "
             f"{info.get('executed', 0)} of {info.get('plans', 0)} plans executed ({info.get('distinct_plans', 0)} distinct, "
             f"the most common {_pct(info.get('top_plan_share'))} of them) and {changed} of {len(records)} answers changed."]
+    shares = (metrics.get("test") or {}).get("plan_shares") or {}
+    if shares:
+        text.append("Test plans by share: " + "; ".join(f"`{plan}` {_pct(share)}" for plan, share in
+                                                        list(shares.items())[:4])
+                    + (f"; {len(shares) - 4} more." if len(shares) > 4 else "."))
     return text + _flags(metrics.get("degenerate"))
 
 
@@ -617,9 +657,21 @@ def reading_ragec(metrics: Mapping[str, Any]) -> list[str]:
     text = [f"RAGEC diagnosed {errors} wrong answers with {metrics.get('votes', 0)} votes; "
             f"{_pct(metrics.get('invalid_vote_rate'))} of the votes named no type of the blamed stage"
             + (f" ({fallbacks} answers fell back to the grounded rule)." if fallbacks else ".")]
+    undiagnosed = metrics.get("undiagnosed") or {}
+    wrong = sum(int(v.get("wrong", 0)) for v in (metrics.get("answers") or {}).values())
+    if undiagnosed:
+        text.append(f"Of the {wrong} wrong answers, {sum(undiagnosed.values())} have no diagnosis: "
+                    f"{_counts(undiagnosed)}.")
+    elif wrong:
+        text.append(f"Every one of the {wrong} wrong answers has a diagnosis.")
     if top_stage:
         text.append(f"Most errors are blamed on the {top_stage} stage ({stages[top_stage]} of {errors}); "
                     f"stage counts: {_counts(stages)}.")
+    for stage, row in (metrics.get("stage_types") or {}).items():
+        if row.get("types"):
+            top, k = next(iter(row["types"].items()))
+            text.append(f"{stage} (n = {row['n']}): modal type {top} for {k} of them"
+                        + (" (too few to read as a distribution)." if row["n"] < 10 else "."))
     agreement = metrics.get("agreement") or {}
     text.append(f"Against RAG-Critic's tier-1 labels on {agreement.get('n', 0)} shared wrong answers: the two blame the "
                 f"same side {_pct(agreement.get('side_agreement'))} of the time and agree on the type "

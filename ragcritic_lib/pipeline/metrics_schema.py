@@ -593,6 +593,10 @@ class Training(TypedDict, total=False):
     what: str
     by_dataset: dict[str, dict[str, NonNegative | None]]
     dpo_steps: list[Count]
+    offpolicy_states: Count              # RePAIR: training states per phase, and those that gave a pair
+    onpolicy_states: Count
+    offpolicy_states_with_pair: Count
+    onpolicy_states_with_pair: Count
 
 
 class MethodRunMetrics(StageMetrics):
@@ -627,6 +631,12 @@ class Confusion(TypedDict):
     wrong_reject: Count
     accuracy: NotRequired[Fraction | None]
     shares: NotRequired[dict[str, Fraction | None]]
+    n_correct: NotRequired[Count]
+    n_wrong: NotRequired[Count]
+    accept_rate_correct: NotRequired[Fraction | None]
+    accept_rate_wrong: NotRequired[Fraction | None]
+    accept_rate_correct_ci: NotRequired[list[Fraction] | None]
+    accept_rate_wrong_ci: NotRequired[list[Fraction] | None]
 
 
 class Practice(TypedDict, total=False):
@@ -641,13 +651,36 @@ class Practice(TypedDict, total=False):
     degenerate: Reasons
 
 
+class SimRagHeldout(TypedDict):
+    """The test run's critic on the held-out self-practice examples: accept rates on right and on
+    wrong answers, each with a Wilson 95% interval (``simrag.confusion_matrix``)."""
+    n: Count
+    n_correct: Count
+    n_wrong: Count
+    accept_rate_correct: Fraction | None
+    accept_rate_wrong: Fraction | None
+    accept_rate_correct_ci: NotRequired[list[Fraction] | None]
+    accept_rate_wrong_ci: NotRequired[list[Fraction] | None]
+    accuracy: NotRequired[Fraction | None]
+
+
+class SimRagCritic(TypedDict):
+    """``11_simrag.json``'s ``critic``: the test run's critic and what it learned from."""
+    name: str
+    balanced_train: Count
+    distinct_train: Count
+    train_accept: Count
+    train_reject: Count
+    heldout: SimRagHeldout
+
+
 class SimRagMetrics(MethodRunMetrics):
     """``11_simrag.json``."""
     heldout_confusion: Confusion
     balanced_train: Count
     practice: Practice
     practice_examples: Count
-    critic: NotRequired[str]
+    critic: NotRequired[SimRagCritic]
     heldout_confusion_by_critic: NotRequired[dict[str, Confusion]]
     accept_rate_by_turn: NotRequired[dict[str, Any]]
 
@@ -660,10 +693,19 @@ class ActionUsageRow(TypedDict):
     change_pct: NotRequired[Real | None]
 
 
+class RepairTestPlans(TypedDict):
+    """``12_repair.json``'s ``test``: the executed test plans' distribution (``repair.plan_shares``)."""
+    executed: Count
+    distinct: Count
+    top_share: Fraction | None
+    plan_shares: dict[str, Fraction]
+
+
 class RepairMetrics(MethodRunMetrics):
     """``12_repair.json``."""
     action_usage: list[ActionUsageRow]
     repair: NotRequired[dict[str, Any]]
+    test: NotRequired[RepairTestPlans]
 
 
 # --------------------------------------------------------------------------------------------
@@ -692,6 +734,8 @@ class RagecMetrics(StageMetrics):
     grounded_fallbacks: NotRequired[Count]
     reranking_stage: NotRequired[bool]
     answers: NotRequired[dict[str, dict[str, Count]]]
+    undiagnosed: NotRequired[dict[str, Count]]
+    stage_types: NotRequired[dict[str, dict[str, Any]]]
     critic_source: NotRequired[str]
     same_answer_questions: NotRequired[Count]
     cost: NotRequired[dict[str, NonNegative | None]]

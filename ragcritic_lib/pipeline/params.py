@@ -482,7 +482,7 @@ def rules() -> dict[str, dict[str, Rule]]:
         },
         "ragec": {
             "votes": count, "temperature": number(0), "coverage_threshold": FRACTION, "first_stage_depth": count,
-            "rerank": boolean(), "max_errors": count, "voting": one_of(RAGEC_VOTINGS),
+            "rerank": boolean(), "max_errors": some, "voting": one_of(RAGEC_VOTINGS),
         },
         "comparison": {
             "datasets": registered_datasets(), "test_questions": count,
