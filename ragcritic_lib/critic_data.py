@@ -26,7 +26,6 @@ from typing import Any
 
 from ragcritic_lib.critic import CORRECT, ERROR, TaxonomyLike, build_critic_messages, critic_target, passage_texts
 from ragcritic_lib.io import DataFormatError
-from ragcritic_lib.training import curve_value, loss_curve
 
 SPLITS = ("train", "dev", "test")
 

@@ -254,3 +254,49 @@ def test_the_committed_metrics_render_without_a_missing_key():
     metrics = readme.load_metrics({s for stems in readme.BLOCK_SOURCES.values() for s in stems})
     for name in readme.BLOCK_SOURCES:
         assert render_block(name, copy.deepcopy(metrics)).endswith("\n")
+
+
+def baselines_metrics():
+    held = {"n": 90, "n_correct": 7, "n_wrong": 83, "accept_rate_correct": 1 / 7, "accept_rate_correct_ci": [0.026, 0.513],
+            "accept_rate_wrong": None, "accept_rate_wrong_ci": None}
+    return {
+        "09_self_refine": {"degenerate": [], "self_refine": {"approved": 1, "questions": 280, "feedback_by_type": {
+            "a": {"kinds": {"names a problem": 3, "neither": 1}}, "b": {"kinds": {"neither": 4}}}}},
+        "10_crag": {"degenerate": [], "crag": {"testbed": {"test_actions": {"Ambiguous": 193, "Correct": 87}}}},
+        "11_simrag": {"degenerate": [], "critic": {"balanced_train": 370, "distinct_train": 210, "train_accept": 25,
+                                                   "heldout": held}},
+        "12_repair": {"environment": copy.deepcopy(ENV), "degenerate": ["repair: one plan is 99% of the 280 executed test plans"],
+                      "training": {"offpolicy_states": 106, "onpolicy_states": 125, "offpolicy_states_with_pair": 90,
+                                   "onpolicy_states_with_pair": 40},
+                      "test": {"executed": 280, "distinct": 2, "top_share": 0.9964, "plan_shares": {"p1": 0.9964, "p2": 0.0036}}},
+        "13_ragec": {"degenerate": [], "errors": 262, "answers": {"testbed": {"answers": 280, "wrong": 262, "diagnosed": 262}},
+                     "undiagnosed": {}, "stages": {"Chunking": 1, "Retrieval": 20, "Reranking": 30, "Generation": 211}},
+    }
+
+
+def test_the_baselines_block_renders_exactly():
+    assert render_block("baselines", baselines_metrics()) == """\
+What each baseline learned from and what its own diagnostics show; per question type in the stages' metrics \
+(`feedback_by_type`, `test_actions_by_type`, `stage_types`). Intervals are Wilson 95%.
+
+| method | trained on | diagnostics |
+| --- | --- | --- |
+| RePAIR | 106 off-policy and 125 on-policy states (90 and 40 with a preference pair) | 280 test plans ran, 2 distinct; \
+the most common is 99.6% of them |
+| SIM-RAG | 370 balanced examples (210 distinct, 25 right answers) | held out, accepts 14.3% (2.6..51.3%) of 7 right \
+and unmeasured of 83 wrong answers |
+| RAGEC | no training (K votes per error) | 262 of 262 wrong answers diagnosed; blamed stages: Chunking 1, \
+Retrieval 20, Reranking 30, Generation 211 |
+| Self-Refine | no training | feedback approves 1 of 280 answers; first-round feedback: neither 5, names a problem 3 |
+| CRAG | a retrieval evaluator and two thresholds tuned on dev | test actions: Ambiguous 193, Correct 87 |
+
+- Flagged as degenerate (`degenerate`): `repair: one plan is 99% of the 280 executed test plans`.
+- Generator: backend `hf`, device `cpu`, dtype `float32`; torch 2.0 (`reports/metrics/12_repair.json`).
+"""
+    m = baselines_metrics()
+    m["13_ragec"]["undiagnosed"] = {"over max_errors (40)": 222}
+    m["13_ragec"]["errors"] = 40
+    assert "40 of 262 wrong answers diagnosed; undiagnosed: over max_errors (40) 222;" in render_block("baselines", m)
+    del m["12_repair"]["test"]
+    with pytest.raises(ReadmeDataError, match="12_repair.json: missing key test"):
+        render_block("baselines", m)

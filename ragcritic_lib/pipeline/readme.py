@@ -52,6 +52,7 @@ BLOCK_SOURCES: dict[str, tuple[str, ...]] = {
     "ladder_trivia": ("08_correction",),
     "standard_rag": ("01_retrieval_rag",),
     "comparison_details": ("14_comparison",),
+    "baselines": ("09_self_refine", "10_crag", "11_simrag", "12_repair", "13_ragec"),
 }
 # The trained critic each critic stage calibrates, for the verdict AUROC on its dev samples.
 _CALIBRATED_CRITICS = {"05_critic_sft": "SFT critic", "06_critic_dpo": "SFT+DPO critic"}
@@ -405,6 +406,68 @@ def render_standard_rag(metrics: Mapping[str, Any]) -> str:
     return _compose(intro, ["type", "n", "EM", "F1", "acc", "closed-book F1"], rows, [environment_line(metrics, stem)])
 
 
+def _rate_ci(metrics: Mapping[str, Any], stem: str, *keys: str) -> str:
+    """A rate in % with its interval (``<key>_ci``), or "unmeasured" when it is null."""
+    rate = _number(metrics, stem, *keys, nullable=True)
+    if rate is None:
+        return "unmeasured"
+    *head, last = keys
+    ci = _get(metrics, stem, *head).get(f"{last}_ci")
+    return f"{_pct(rate)}%" + (f" ({_pct(ci[0])}..{_pct(ci[1])}%)" if ci else "")
+
+
+def render_baselines(metrics: Mapping[str, Any]) -> str:
+    """What each baseline learned from and what its own diagnostics show (``09``-``13`` metrics)."""
+    def count(stem: str, *keys: str) -> int:
+        return int(_number(metrics, stem, *keys))
+
+    rp, sr, rg = "12_repair", "11_simrag", "13_ragec"
+    plans = _get(metrics, rp, "test")
+    top = next(iter(plans["plan_shares"].items()), None)
+    held = ("critic", "heldout")
+    answers = _get(metrics, rg, "answers")
+    wrong = sum(int(v["wrong"]) for v in answers.values())
+    undiagnosed = _get(metrics, rg, "undiagnosed")
+    feedback = _get(metrics, "09_self_refine", "self_refine")
+    kinds: dict[str, int] = {}
+    for row in (feedback.get("feedback_by_type") or {}).values():
+        for k, v in row.get("kinds", {}).items():
+            kinds[k] = kinds.get(k, 0) + int(v)
+    crag_actions: dict[str, int] = {}
+    for block in _get(metrics, "10_crag", "crag").values():
+        for a, v in (block.get("test_actions") or {}).items():
+            crag_actions[a] = crag_actions.get(a, 0) + int(v)
+    rows = [
+        ["RePAIR",
+         f"{count(rp, 'training', 'offpolicy_states')} off-policy and {count(rp, 'training', 'onpolicy_states')} "
+         f"on-policy states ({count(rp, 'training', 'offpolicy_states_with_pair')} and "
+         f"{count(rp, 'training', 'onpolicy_states_with_pair')} with a preference pair)",
+         f"{count(rp, 'test', 'executed')} test plans ran, {count(rp, 'test', 'distinct')} distinct"
+         + (f"; the most common is {_pct(top[1])}% of them" if top else "")],
+        ["SIM-RAG",
+         f"{count(sr, 'critic', 'balanced_train')} balanced examples ({count(sr, 'critic', 'distinct_train')} distinct, "
+         f"{count(sr, 'critic', 'train_accept')} right answers)",
+         f"held out, accepts {_rate_ci(metrics, sr, *held, 'accept_rate_correct')} of "
+         f"{count(sr, *held, 'n_correct')} right and {_rate_ci(metrics, sr, *held, 'accept_rate_wrong')} of "
+         f"{count(sr, *held, 'n_wrong')} wrong answers"],
+        ["RAGEC", "no training (K votes per error)",
+         f"{int(_number(metrics, rg, 'errors'))} of {wrong} wrong answers diagnosed"
+         + ("; undiagnosed: " + ", ".join(f"{k} {v}" for k, v in undiagnosed.items()) if undiagnosed else "")
+         + "; blamed stages: " + ", ".join(f"{k} {v}" for k, v in _get(metrics, rg, "stages").items())],
+        ["Self-Refine", "no training",
+         f"feedback approves {count('09_self_refine', 'self_refine', 'approved')} of "
+         f"{count('09_self_refine', 'self_refine', 'questions')} answers; first-round feedback: "
+         + (", ".join(f"{k} {v}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])) or "none")],
+        ["CRAG", "a retrieval evaluator and two thresholds tuned on dev",
+         "test actions: " + ", ".join(f"{k} {v}" for k, v in crag_actions.items())],
+    ]
+    intro = ("What each baseline learned from and what its own diagnostics show; per question type in the stages' "
+             "metrics (`feedback_by_type`, `test_actions_by_type`, `stage_types`). Intervals are Wilson 95%.")
+    notes = [_flags_line([d for stem in BLOCK_SOURCES["baselines"] for d in _flags(metrics, stem)]),
+             environment_line(metrics, rp)]
+    return _compose(intro, ["method", "trained on", "diagnostics"], rows, notes)
+
+
 _RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "ladder": render_ladder,
     "benchmark": render_benchmark,
@@ -413,6 +476,7 @@ _RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "ladder_trivia": render_ladder_trivia,
     "standard_rag": render_standard_rag,
     "comparison_details": render_comparison_details,
+    "baselines": render_baselines,
 }
 
 
