@@ -22,7 +22,7 @@
 
 # %% tags=["parameters"]
 per_class = 150
-test_pool_members = "sampled-bm25-k3,prefill-hybrid-k1"
+test_pool_members = "sampled-bm25-k3"
 test_questions = 280
 bootstrap = 2000
 max_new_tokens = 64
