@@ -81,12 +81,12 @@ info["answers_changed"] = len(changed)
 
 # %%
 info["feedback_by_type"] = self_refine.feedback_by_type(refined)
-pd.DataFrame({t: {"n": v["n"], "approval_rate": round(v["approval_rate"], 3), **v["kinds"]}
-              for t, v in info["feedback_by_type"].items()}).T.fillna(0)
+pd.DataFrame({qtype: {"n": row["n"], "approval_rate": round(row["approval_rate"], 3), **row["kinds"]}
+              for qtype, row in info["feedback_by_type"].items()}).T.fillna(0)
 
 # %%
-for t, v in info["feedback_by_type"].items():
-    print(f"{t}:", *(f"  - {x}" for x in v["samples"]), sep="\n")
+for qtype, row in info["feedback_by_type"].items():
+    print(f"{qtype}:", *(f"  - {x}" for x in row["samples"]), sep="\n")
 
 # %%
 base_cost = {ds: records_cost(recs) for ds, recs in test.items()}
