@@ -213,8 +213,8 @@ metrics = save_method_answers(  # the scored answers under data/repair, and the 
                                     offpolicy_candidates=off_log, onpolicy_candidates=on_log,
                                     offpolicy_pairs=off_pairs, onpolicy_pairs=on_pairs),
     degenerate=degenerate, seconds={"offpolicy": t_off["seconds"], "dpo_and_onpolicy": t_dpo["seconds"], "test": t["seconds"]},
-    info={**repair.repair_info(info, offpolicy_pairs=off_pairs, onpolicy_pairs=on_pairs, planner_start=start,
-                               usage=usage), "test": test_plans},
+    info=repair.repair_info(info, offpolicy_pairs=off_pairs, onpolicy_pairs=on_pairs, planner_start=start,
+                            usage=usage, test_plans=test_plans),
 )
 write_stage_metrics("12_repair", jsonable(metrics))
 metrics["scores"]

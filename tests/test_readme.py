@@ -268,7 +268,7 @@ def baselines_metrics():
         "12_repair": {"environment": copy.deepcopy(ENV), "degenerate": ["repair: one plan is 99% of the 280 executed test plans"],
                       "training": {"offpolicy_states": 106, "onpolicy_states": 125, "offpolicy_states_with_pair": 90,
                                    "onpolicy_states_with_pair": 40},
-                      "test": {"executed": 280, "distinct": 2, "top_share": 0.9964, "plan_shares": {"p1": 0.9964, "p2": 0.0036}}},
+                      "test": {"executed": 280, "distinct": 2, "top_share": 0.9964, "plan_shares": {"a": 0.0036, "b": 0.9964}}},
         "13_ragec": {"degenerate": [], "errors": 262, "answers": {"testbed": {"answers": 280, "wrong": 262, "diagnosed": 262}},
                      "undiagnosed": {}, "stages": {"Chunking": 1, "Retrieval": 20, "Reranking": 30, "Generation": 211}},
     }

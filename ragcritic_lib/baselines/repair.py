@@ -625,7 +625,8 @@ def plan_shares(programs: Sequence[str]) -> dict[str, Any]:
 
 
 def repair_info(summary: Mapping[str, Any], *, offpolicy_pairs: Sequence[Any], onpolicy_pairs: Sequence[Any],
-                planner_start: Mapping[str, Any], usage: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+                planner_start: Mapping[str, Any], usage: Sequence[Mapping[str, Any]],
+                test_plans: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The RePAIR stage's own metrics blocks (``reports/metrics/12_repair.json``), given to
     ``save_method_answers`` as ``info``.
 
@@ -640,6 +641,9 @@ def repair_info(summary: Mapping[str, Any], *, offpolicy_pairs: Sequence[Any], o
         {"repair": {**summary, "offpolicy_pairs", "onpolicy_pairs", "planner_start": "adapter" or
         "base model"}, "action_usage": usage}.
     """
-    return {"repair": {**summary, "offpolicy_pairs": len(offpolicy_pairs), "onpolicy_pairs": len(onpolicy_pairs),
-                       "planner_start": "adapter" if planner_start["init_adapter"] else "base model"},
-            "action_usage": usage}
+    out = {"repair": {**summary, "offpolicy_pairs": len(offpolicy_pairs), "onpolicy_pairs": len(onpolicy_pairs),
+                      "planner_start": "adapter" if planner_start["init_adapter"] else "base model"},
+           "action_usage": usage}
+    if test_plans is not None:  # :func:`plan_shares` of the executed test plans
+        out["test"] = dict(test_plans)
+    return out

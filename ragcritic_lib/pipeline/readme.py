@@ -423,11 +423,11 @@ def render_baselines(metrics: Mapping[str, Any]) -> str:
 
     rp, sr, rg = "12_repair", "11_simrag", "13_ragec"
     plans = _get(metrics, rp, "test")
-    top = next(iter(plans["plan_shares"].items()), None)
+    top = max(plans["plan_shares"].items(), key=lambda kv: kv[1], default=None)  # JSON keys come sorted
     held = ("critic", "heldout")
     answers = _get(metrics, rg, "answers")
     wrong = sum(int(v["wrong"]) for v in answers.values())
-    undiagnosed = _get(metrics, rg, "undiagnosed")
+    undiagnosed = _get(metrics, rg).get("undiagnosed") or {}
     feedback = _get(metrics, "09_self_refine", "self_refine")
     kinds: dict[str, int] = {}
     for row in (feedback.get("feedback_by_type") or {}).values():
