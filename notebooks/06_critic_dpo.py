@@ -26,6 +26,7 @@ max_train_samples = 600
 max_pairs = 600
 beta = 0.3
 epochs = 1.0
+train_layers = 6
 learning_rate = 2e-05
 batch_size = 8
 eval_every = 150
@@ -81,8 +82,9 @@ for p in [next((p for p in pairs if p["kind"] == kind), None) for kind in ("coar
 
 # %% [markdown]
 # ## DPO training
-# With the cached trainer (the SFT stage's), the policy is the SFT critic's trained top layers
-# and the reference is their state before DPO; dev AUROC is read first (the SFT starting point)
+# With the cached trainer (the SFT stage's), the policy is the SFT critic's top `train_layers`
+# layers (0: as many as SFT trained; fewer make DPO cheap when SFT trained every layer) and the
+# reference is their state before DPO; dev AUROC is read first (the SFT starting point)
 # and every `eval_every` pairs, and the best weights are kept.
 
 # %%
@@ -92,7 +94,8 @@ if sft_fit["method"] == "trl":
                       launcher=launcher, accelerate_config=accelerate_config, num_processes=num_processes,
                       merge_dtype=merge_dtype)
 else:
-    settings = TrainSettings(method=sft_fit["method"], train_layers=sft_fit["settings"]["train_layers"], epochs=epochs,
+    settings = TrainSettings(method=sft_fit["method"], train_layers=train_layers or sft_fit["settings"]["train_layers"],
+                             epochs=epochs,
                              learning_rate=learning_rate, batch_size=batch_size, eval_every=eval_every,
                              patience=patience, max_length=sft_fit["settings"]["max_length"], seed=seed)
     fit = run_cached_dpo(pairs, dev_examples, sft_dir / "merged", out_dir, settings=settings, beta=beta,

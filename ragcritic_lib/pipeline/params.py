@@ -433,7 +433,8 @@ def rules() -> dict[str, dict[str, Rule]]:
         },
         "critic_dpo": {
             "k_coarse": some, "k_fine": some, "max_train_samples": count, "max_pairs": count,
-            "beta": number(0, low_open=True), "epochs": number(0, low_open=True), "learning_rate": number(0, low_open=True), "batch_size": count,
+            "beta": number(0, low_open=True), "epochs": number(0, low_open=True), "train_layers": some,
+            "learning_rate": number(0, low_open=True), "batch_size": count,
             "eval_every": count, "patience": count,
             "recipe": input_path(), "max_steps": steps(), "launcher": one_of(LAUNCHERS),
             "accelerate_config": input_path(empty_ok=True), "num_processes": some,
