@@ -22,7 +22,7 @@
 
 # %% tags=["parameters"]
 per_class = 150
-test_pool_members = "sampled-bm25-k3"
+test_pool_members = "sampled-bm25-k3,greedy-hybrid-k5"
 test_questions = 280
 bootstrap = 2000
 max_new_tokens = 64

@@ -64,7 +64,7 @@ from ragcritic_lib import paths, runtime
 from ragcritic_lib.agent.actions import ActionSet
 from ragcritic_lib.agent.ladder import (
     AlwaysErrorCritic, KnownCauseCritic, correction_metrics, fit_critic_act_threshold, ladder_records, ladder_table,
-    plan_shares, verdict_shares,
+    plan_shares, verdict_quality, verdict_shares,
 )
 from ragcritic_lib.agent.planner import (
     LLMPlanner, RuleBasedPlanner, load_error_actions, load_trained_planner, planner_sft_examples,
@@ -258,6 +258,21 @@ pd.DataFrame([{"dataset": ds, "type": t, "row": row, **vals} for ds in datasets
              ).pivot_table(index=["dataset", "type"], columns="row", values="delta_f1", sort=False).round(3)
 
 # %% [markdown]
+# ## What the critic's verdicts did on test
+# An evaluation with the gold answers, after the run (nothing here feeds the method): the
+# verdict margin's AUROC against the judge's label the critic was trained on (F1 at the judge's
+# threshold) and against accuracy (the reference occurs in the answer), and what the corrections
+# did to the answers the critic acted on. A verbose answer that contains the reference is right
+# by accuracy and may be wrong by an F1 judge.
+
+# %%
+judge = params["error_sampling"]
+test_verdicts = {ds: verdict_quality(runs[ds]["RAG-Critic"], judge_metric=judge["judge_metric"],
+                                     judge_threshold=judge["judge_threshold"], seed=seed)
+                 for ds in datasets}
+pd.DataFrame(test_verdicts).T
+
+# %% [markdown]
 # ## Planner concentration
 # The share of the most frequent program among each method's plans; a trained planner whose top
 # plan exceeds 60% of its plans is flagged `degenerate` (the fixed action is one plan by design).
@@ -336,7 +351,7 @@ metrics = correction_metrics(test_sets=test_sets, runs=runs, costs=costs, method
                              ladders=ladders, answer_recall=answer_recall, shares=shares, verdicts=verdicts,
                              degenerate=degenerate, planner_run=trained, planner_sft_examples=len(sft_examples),
                              critic_verdict=critic_verdict, threshold=threshold, act_fit=act_fit,
-                             planner_decoding=planner_decoding)
+                             planner_decoding=planner_decoding, verdict_quality=test_verdicts)
 write_stage_metrics("08_correction", metrics)
 metrics["comparison"]
 

@@ -205,6 +205,36 @@ def test_verdict_shares_flag_a_critic_with_one_verdict():
     assert verdict_shares([])["error_share"] is None
 
 
+def test_verdict_quality_separates_the_judge_label_from_accuracy():
+    from ragcritic_lib.agent.ladder import verdict_quality
+
+    def rec(answer, margin, after=None, gold="Paris"):
+        step = {"iteration": 1, "critic": {"margin": margin}, "answer_before": answer,
+                "status": "corrected" if after is not None else "skipped_correct"}
+        if after is not None:
+            step["answer_after"] = after
+        return {"golden_answers": [gold], "prediction": answer, "steps": [step]}
+
+    rows = [
+        rec("Paris", -2.0),                                              # right by both labels, left alone
+        rec("The capital of France is the city of Paris", 2.0,          # right by accuracy only (F1 < 0.5) ...
+            after="insufficient information"),                          # ... and the correction abstains
+        rec("Lyon", 1.0, after="Paris"),                                 # wrong by both, fixed
+        rec("Marseille", -1.0),                                          # wrong by both, missed
+        {"golden_answers": ["x"], "prediction": "x", "steps": [{"iteration": 1, "critic": {}}]},  # no margin: skipped
+    ]
+    q = verdict_quality(rows, judge_metric="f1", judge_threshold=0.5, seed=0, n_boot=50)
+    assert q["n"] == 4 and q["wrong_judge"] == 3 and q["wrong_acc"] == 2
+    # judge label: wrong = {verbose, Lyon, Marseille} with margins {2, 1, -1} against right {-2}
+    assert q["auroc_judge"] == 1.0
+    # accuracy: wrong = {Lyon (1), Marseille (-1)} against right {Paris (-2), verbose (2)}: 2 of 4 pairs
+    assert q["auroc_acc"] == 0.5
+    assert (q["acted"], q["acted_right_judge"], q["acted_right_acc"], q["abstained_after"]) == (2, 0, 1, 1)
+    assert q["delta_f1_acted_wrong_acc"] == 1.0 and q["delta_f1_acted_right_acc"] < 0
+    assert len(q["auroc_judge_ci"]) == 2
+    assert verdict_quality([rows[-1]], judge_metric="f1", judge_threshold=0.5) is None
+
+
 # ------------------------------------------------------------------- acting threshold on dev
 def test_fit_act_threshold_picks_the_margin_whose_corrections_pay():
     from ragcritic_lib.agent.ladder import fit_act_threshold

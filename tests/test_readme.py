@@ -67,6 +67,20 @@ def test_the_ladder_renders_exactly():
     assert render_block("ladder", ladder_metrics()) == LADDER
 
 
+def test_the_critics_test_verdicts_are_reported_when_present():
+    metrics = ladder_metrics()
+    metrics["08_correction"]["critic_verdict"]["test"] = {"testbed": {
+        "n": 10, "judge": "f1 >= 0.5", "auroc_judge": 0.75, "auroc_judge_ci": [0.6, 0.9], "auroc_acc": 0.45,
+        "auroc_acc_ci": [0.3, 0.6], "wrong_judge": 8, "wrong_acc": 7, "acted": 5, "acted_right_judge": 1,
+        "acted_right_acc": 2, "abstained_after": 3, "delta_f1_acted_right_acc": -0.2, "delta_f1_acted_wrong_acc": 0.05}}
+    text = render_block("ladder", metrics)
+    assert ("margin AUROC 0.750 (CI 0.600..0.900) against the judge's label it was trained on (f1 >= 0.5; 8 of 10 "
+            "wrong), 0.450 (0.300..0.600) against accuracy (7 wrong). It corrected 5 answers: 1 right by the judge, "
+            "2 right by accuracy (mean F1 change -0.200), 3 wrong by accuracy (+0.050); 3 corrections turned an "
+            "answer into an abstention.") in text
+    assert "margin AUROC" not in render_block("ladder", ladder_metrics())
+
+
 def test_a_fitted_threshold_is_reported():
     metrics = ladder_metrics()
     metrics["08_correction"]["critic_verdict"]["dev_fit"].update(threshold=-1.5, f1_at_threshold=0.31)

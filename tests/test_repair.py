@@ -246,6 +246,23 @@ def test_repair_training_sums_both_dpo_rounds():
                      "onpolicy_states_with_pair": 0}
 
 
+def test_plan_rewards_give_each_plans_mean_and_the_per_state_ceiling():
+    def cand(q, src, r):
+        return {"dataset": "t", "qid": q, "source": f"grammar:{src}", "reward": r}
+
+    cands = [cand("a", "x", 1.0), cand("a", "y", 0.0), cand("b", "x", 0.0), cand("b", "y", 0.5),
+             cand("c", "x", 0.2), cand("c", "y", 0.2)]
+    out = repair.plan_rewards(cands)
+    assert out == {"states": 3, "by_plan": {"grammar:x": 0.4, "grammar:y": 0.2333}, "best_single": "grammar:x",
+                   "best_single_reward": 0.4, "per_state_best_reward": round((1.0 + 0.5 + 0.2) / 3, 4),
+                   "tied_states": 1}
+    assert repair.plan_rewards([]) is None
+    assert repair.plan_rewards([{"dataset": "t", "qid": "a"}]) is None  # unscored candidates are not counted
+    block = repair.repair_training({"calls": 0}, offpolicy_seconds=0.0, dpo_seconds=0.0, offpolicy_result=None,
+                                   onpolicy_result=None, offpolicy_candidates=cands)
+    assert block["offpolicy_rewards"] == out
+
+
 def test_repair_training_without_dpo_rounds():
     from ragcritic_lib.training import TrainResult
 

@@ -241,6 +241,70 @@ def verdict_shares(results: Sequence[Mapping[str, Any]], *, iteration: int = 1) 
             "degenerate": len(parsed) == 1 and sum(parsed.values()) > 1}
 
 
+def verdict_quality(results: Sequence[Mapping[str, Any]], *, judge_metric: str, judge_threshold: float,
+                    seed: int = 0, n_boot: int = 2000, iteration: int = 1) -> dict[str, Any] | None:
+    """How well the critic's round-``iteration`` verdicts separate right from wrong test answers,
+    and what the corrections it triggered did to them (an evaluation with gold answers, after the
+    run: nothing here feeds back into the method).
+
+    Two notions of "right" are reported, because they disagree on verbose answers: the judge's
+    (``judge_metric >= judge_threshold``, the label the critic was trained and benchmarked on) and
+    accuracy (a reference answer occurs in the answer). A wordy answer that contains the reference
+    is right by accuracy and may be wrong by an F1 judge; a critic that flags it and a correction
+    that turns it into an abstention lose F1 even though the critic "agreed with its judge".
+
+    Returns:
+        None when no round-``iteration`` critique carries a verdict margin; else {"n",
+        "auroc_judge" and "auroc_acc" (margin log P(Error) - log P(Correct) against the wrong
+        label; ties count half) with their bootstrap 95% CIs, "wrong_judge" / "wrong_acc" (counts),
+        "acted" (answers the round corrected), "acted_right_judge" / "acted_right_acc",
+        "abstained_after" (corrected answers that became an abstention from a non-abstention),
+        "delta_f1_acted_right_acc" / "delta_f1_acted_wrong_acc" (mean F1 change of the corrected
+        answers right / wrong by accuracy)}.
+    """
+    from ragcritic_lib.critic_train import auroc, bootstrap_auroc_ci
+    from ragcritic_lib.evidence import is_abstention
+
+    margins, wrong_judge, wrong_acc = [], [], []
+    acted = acted_right_judge = acted_right_acc = abstained = 0
+    deltas: dict[bool, list[float]] = {True: [], False: []}
+    for r in results:
+        step = next((s for s in r.get("steps", []) if s.get("iteration") == iteration), None)
+        margin = ((step or {}).get("critic") or {}).get("margin")
+        if margin is None:
+            continue
+        golds = list(r.get("golden_answers") or [])
+        before = str(step.get("answer_before") if step.get("answer_before") is not None else r.get("prediction") or "")
+        s0 = score_prediction(before, golds)
+        right_judge = s0[judge_metric] >= judge_threshold
+        right_acc = s0["acc"] > 0
+        margins.append(float(margin))
+        wrong_judge.append(not right_judge)
+        wrong_acc.append(not right_acc)
+        if step.get("status") == "corrected" and step.get("answer_after") is not None:
+            after = str(step["answer_after"])
+            acted += 1
+            acted_right_judge += right_judge
+            acted_right_acc += right_acc
+            abstained += is_abstention(after) and not is_abstention(before)
+            deltas[right_acc].append(score_prediction(after, golds)["f1"] - s0["f1"])
+    if not margins:
+        return None
+
+    def _auc(labels: list[bool]) -> dict[str, Any]:
+        value = auroc(margins, labels)
+        lo, hi = bootstrap_auroc_ci(margins, labels, seed=seed, n_boot=n_boot) if value is not None else (None, None)
+        return {"value": None if value is None else round(value, 4), "ci": [lo, hi]}
+
+    aj, aa = _auc(wrong_judge), _auc(wrong_acc)
+    mean = lambda xs: round(sum(xs) / len(xs), 4) if xs else None  # noqa: E731
+    return {"n": len(margins), "judge": f"{judge_metric} >= {judge_threshold}",
+            "auroc_judge": aj["value"], "auroc_judge_ci": aj["ci"], "auroc_acc": aa["value"], "auroc_acc_ci": aa["ci"],
+            "wrong_judge": sum(wrong_judge), "wrong_acc": sum(wrong_acc), "acted": acted,
+            "acted_right_judge": acted_right_judge, "acted_right_acc": acted_right_acc, "abstained_after": abstained,
+            "delta_f1_acted_right_acc": mean(deltas[True]), "delta_f1_acted_wrong_acc": mean(deltas[False])}
+
+
 # ---------------------------------------------------------------------- acting threshold (dev)
 def fit_act_threshold(margins: Sequence[float], f1_before: Sequence[float], f1_after: Sequence[float]) -> dict[str, Any]:
     """The verdict-margin threshold at which correcting the answers above it gives the best mean F1.
@@ -321,7 +385,8 @@ def correction_metrics(*, test_sets: Mapping[str, Sequence[Mapping[str, Any]]],
                        methods: Mapping[str, Mapping[str, Any]], ladders: Mapping[str, Mapping[str, Any]],
                        answer_recall: Mapping[str, float], shares: Mapping[str, Any], verdicts: Mapping[str, Any],
                        degenerate: Sequence[str], planner_run: Any, planner_sft_examples: int, critic_verdict: str,
-                       threshold: float, act_fit: Mapping[str, Any] | None, planner_decoding: str) -> dict[str, Any]:
+                       threshold: float, act_fit: Mapping[str, Any] | None, planner_decoding: str,
+                       verdict_quality: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The correction stage's metrics (``reports/metrics/08_correction.json``, schema
     ``CorrectionMetrics``) from what the stage computed.
 
@@ -343,6 +408,7 @@ def correction_metrics(*, test_sets: Mapping[str, Sequence[Mapping[str, Any]]],
             threshold as used on test (an infinite one is written as None); act_fit: the dev fit
             (:func:`fit_critic_act_threshold`'s report) or None.
         planner_decoding: ``correction.planner_decoding``.
+        verdict_quality: {dataset: :func:`verdict_quality` of RAG-Critic's test run}, optional.
     """
     datasets = list(test_sets)
     rows = {ds: comparison_rows(runs[ds]) for ds in datasets}
@@ -362,7 +428,9 @@ def correction_metrics(*, test_sets: Mapping[str, Sequence[Mapping[str, Any]]],
                              "seconds": round(planner_run.seconds, 1)},
         "planner_sft_examples": planner_sft_examples,
         "critic_verdict": {"mode": critic_verdict, "threshold": round(threshold, 4) if abs(threshold) != float("inf") else None,
-                           **({"dev_fit": {k: _finite_or_none(v) for k, v in act_fit.items()}} if act_fit else {})},
+                           **({"dev_fit": {k: _finite_or_none(v) for k, v in act_fit.items()}} if act_fit else {}),
+                           **({"test": {ds: q for ds, q in verdict_quality.items() if q is not None}}
+                              if verdict_quality else {})},
         "planner_decoding": planner_decoding,
         # Per planner: plans written, plans without a program (free decoding) and, for constrained
         # decoding, how often the pick was the critique's own rule-based program.

@@ -578,6 +578,35 @@ def _states(rows: Sequence[Mapping[str, Any]]) -> int:
     return len({(str(r.get("dataset")), str(r.get("qid"))) for r in rows})
 
 
+def plan_rewards(candidates: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """How much a state-dependent choice of plan could earn, from one phase's executed candidates
+    (:func:`collect_preferences`' second value): the mean reward of each candidate plan (by its
+    ``source``), the best single plan for every state, the per-state best (the oracle choice: the
+    ceiling of any planner over these candidates) and the states where every plan earned the same.
+
+    Returns:
+        None without scored candidates; else {"states", "by_plan": {source: mean reward}, "best_single":
+        source, "best_single_reward", "per_state_best_reward", "tied_states"}.
+    """
+    candidates = [c for c in candidates if "source" in c and c.get("reward") is not None]
+    by_state: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for c in candidates:
+        by_state.setdefault((str(c.get("dataset")), str(c.get("qid"))), []).append(c)
+    if not by_state:
+        return None
+    sums: Counter[str] = Counter()
+    counts: Counter[str] = Counter()
+    for c in candidates:
+        sums[str(c["source"])] += float(c["reward"])
+        counts[str(c["source"])] += 1
+    by_plan = {src: round(sums[src] / counts[src], 4) for src in counts}
+    best = max(by_plan, key=lambda src: (by_plan[src], -list(by_plan).index(src)))
+    rewards = [[float(c["reward"]) for c in cs] for cs in by_state.values()]
+    return {"states": len(by_state), "by_plan": by_plan, "best_single": best, "best_single_reward": by_plan[best],
+            "per_state_best_reward": round(sum(max(r) for r in rewards) / len(rewards), 4),
+            "tied_states": sum(max(r) == min(r) for r in rewards)}
+
+
 def repair_training(training_cost: Mapping[str, Any], *, offpolicy_seconds: float, dpo_seconds: float,
                     offpolicy_result: Any, onpolicy_result: Any,
                     offpolicy_candidates: Sequence[Mapping[str, Any]] = (),
@@ -602,7 +631,8 @@ def repair_training(training_cost: Mapping[str, Any], *, offpolicy_seconds: floa
         "what", "optimizer_seconds" (the rounds' training, summed, rounded to 0.1 s),
         "offpolicy_states", "onpolicy_states" (training states per phase),
         "offpolicy_states_with_pair", "onpolicy_states_with_pair" (states that gave at least one
-        preference pair)}.
+        preference pair), "offpolicy_rewards" (:func:`plan_rewards` of the off-policy candidates,
+        when there are any)}.
     """
     results = (offpolicy_result, onpolicy_result)
     return {"calls": training_cost["calls"], "seconds": round(offpolicy_seconds + dpo_seconds, 1),
@@ -611,7 +641,8 @@ def repair_training(training_cost: Mapping[str, Any], *, offpolicy_seconds: floa
             "optimizer_seconds": round(sum(r.seconds for r in results if r), 1),
             "offpolicy_states": _states(offpolicy_candidates), "onpolicy_states": _states(onpolicy_candidates),
             "offpolicy_states_with_pair": _states(offpolicy_pairs),
-            "onpolicy_states_with_pair": _states(onpolicy_pairs)}
+            "onpolicy_states_with_pair": _states(onpolicy_pairs),
+            **({"offpolicy_rewards": rewards} if (rewards := plan_rewards(offpolicy_candidates)) else {})}
 
 
 def plan_shares(programs: Sequence[str]) -> dict[str, Any]:

@@ -554,10 +554,28 @@ class PlannerTraining(TrainSummary, total=False):
     """``planner_training``: the planner's SFT run, as the critic's."""
 
 
+class VerdictQuality(TypedDict, total=False):
+    n: Count
+    judge: str
+    auroc_judge: Fraction | None
+    auroc_judge_ci: list[Fraction | None]
+    auroc_acc: Fraction | None
+    auroc_acc_ci: list[Fraction | None]
+    wrong_judge: Count
+    wrong_acc: Count
+    acted: Count
+    acted_right_judge: Count
+    acted_right_acc: Count
+    abstained_after: Count
+    delta_f1_acted_right_acc: Delta | None
+    delta_f1_acted_wrong_acc: Delta | None
+
+
 class CriticVerdict(TypedDict, total=False):
     mode: str
     threshold: Real | None
     dev_fit: dict[str, Any]  # mode dev_f1: agent.ladder.fit_critic_act_threshold's report (None for an infinite threshold)
+    test: dict[str, VerdictQuality]  # per dataset: agent.ladder.verdict_quality of RAG-Critic's test run
 
 
 class CorrectionMetrics(StageMetrics):
@@ -587,6 +605,15 @@ class ExtraRun(TypedDict):
     scores: dict[str, Scores]
 
 
+class PlanRewards(TypedDict, total=False):
+    states: Count
+    by_plan: dict[str, Fraction]
+    best_single: str
+    best_single_reward: Fraction
+    per_state_best_reward: Fraction
+    tied_states: Count
+
+
 class Training(TypedDict, total=False):
     calls: NonNegative | None
     seconds: NonNegative | None
@@ -597,6 +624,7 @@ class Training(TypedDict, total=False):
     onpolicy_states: Count
     offpolicy_states_with_pair: Count
     onpolicy_states_with_pair: Count
+    offpolicy_rewards: PlanRewards       # RePAIR: mean reward per candidate plan and the per-state best
 
 
 class MethodRunMetrics(StageMetrics):

@@ -243,6 +243,18 @@ def render_ladder(metrics: Mapping[str, Any]) -> str:
             notes.append(f"RAG-Critic's acting threshold, fitted on {fit['n']} dev questions: "
                          f"{_f(fit['threshold'])} (dev F1 {_f(fit['f1_before'])} -> "
                          f"{_f(fit.get('f1_at_threshold'))}).")
+    q = _get(metrics, stem).get("critic_verdict", {}).get("test", {}).get("testbed")
+    if isinstance(q, Mapping) and q.get("auroc_judge") is not None:
+        notes.append(
+            f"What RAG-Critic's first-round verdicts did on these questions (scored with the gold answers after the "
+            f"run): margin AUROC {_f(q['auroc_judge'])} (CI {_f(q['auroc_judge_ci'][0])}..{_f(q['auroc_judge_ci'][1])}) "
+            f"against the judge's label it was trained on ({q['judge']}; {q['wrong_judge']} of {q['n']} wrong), "
+            f"{_f(q['auroc_acc'])} ({_f(q['auroc_acc_ci'][0])}..{_f(q['auroc_acc_ci'][1])}) against accuracy "
+            f"({q['wrong_acc']} wrong). It corrected {q['acted']} answers: {q['acted_right_judge']} right by the judge, "
+            f"{q['acted_right_acc']} right by accuracy (mean F1 change {_signed(q['delta_f1_acted_right_acc'])}), "
+            f"{q['acted'] - q['acted_right_acc']} wrong by accuracy "
+            f"({_signed(q['delta_f1_acted_wrong_acc'])}); {q['abstained_after']} corrections turned an answer into "
+            "an abstention.")
     notes += [_flags_line(_flags(metrics, stem)), environment_line(metrics, stem)]
     intro = (f"Every row answers the same {n} testbed test questions; ΔF1 is the change against standard RAG "
              "with a paired bootstrap 95% CI and a paired permutation p; the paired MDE is the smallest change "
