@@ -311,6 +311,11 @@ Retrieval 20, Reranking 30, Generation 211 |
     m["13_ragec"]["undiagnosed"] = {"over max_errors (40)": 222}
     m["13_ragec"]["errors"] = 40
     assert "40 of 262 wrong answers diagnosed; undiagnosed: over max_errors (40) 222;" in render_block("baselines", m)
+    m["12_repair"]["training"]["offpolicy_rewards"] = {"states": 116, "by_plan": {}, "best_single": "grammar:refine_docs",
+                                                      "best_single_reward": 0.151, "per_state_best_reward": 0.2954,
+                                                      "tied_states": 47}
+    assert ("the most common is 99.6% of them; off-policy, the best single plan earns F1 0.151 (refine_docs) and the "
+            "best plan per state 0.295 (47 of 116 states tie) |") in render_block("baselines", m)
     del m["12_repair"]["test"]
     with pytest.raises(ReadmeDataError, match="12_repair.json: missing key test"):
         render_block("baselines", m)

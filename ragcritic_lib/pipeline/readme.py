@@ -455,7 +455,11 @@ def render_baselines(metrics: Mapping[str, Any]) -> str:
          f"on-policy states ({count(rp, 'training', 'offpolicy_states_with_pair')} and "
          f"{count(rp, 'training', 'onpolicy_states_with_pair')} with a preference pair)",
          f"{count(rp, 'test', 'executed')} test plans ran, {count(rp, 'test', 'distinct')} distinct"
-         + (f"; the most common is {_pct(top[1])}% of them" if top else "")],
+         + (f"; the most common is {_pct(top[1])}% of them" if top else "")
+         + (f"; off-policy, the best single plan earns F1 {_f(pr['best_single_reward'])} "
+            f"({pr['best_single'].split(':')[-1]}) and the best plan per state {_f(pr['per_state_best_reward'])} "
+            f"({pr['tied_states']} of {pr['states']} states tie)"
+            if isinstance(pr := _get(metrics, rp, "training").get("offpolicy_rewards"), Mapping) else "")],
         ["SIM-RAG",
          f"{count(sr, 'critic', 'balanced_train')} balanced examples ({count(sr, 'critic', 'distinct_train')} distinct, "
          f"{count(sr, 'critic', 'train_accept')} right answers)",
