@@ -581,8 +581,9 @@ def _states(rows: Sequence[Mapping[str, Any]]) -> int:
 def plan_rewards(candidates: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """How much a state-dependent choice of plan could earn, from one phase's executed candidates
     (:func:`collect_preferences`' second value): the mean reward of each candidate plan (by its
-    ``source``), the best single plan for every state, the per-state best (the oracle choice: the
-    ceiling of any planner over these candidates) and the states where every plan earned the same.
+    ``source``), the one plan that earns most over all states, the mean of each state's best reward
+    (the oracle choice: the ceiling of any planner over these candidates) and the states where
+    every plan earned the same.
 
     Returns:
         None without scored candidates; else {"states", "by_plan": {source: mean reward}, "best_single":
