@@ -395,7 +395,7 @@ def style_baseline(fit_on: Sequence[Mapping[str, Any]], bench: Sequence[Mapping[
     """The style-only baseline on a benchmark: :func:`style_classifier` fit on ``fit_on`` (dev
     answers), its verdict AUROC on ``bench`` with a bootstrap 95% CI. AUROC None (and the reason)
     when ``fit_on`` lacks one of the verdicts."""
-    from ragcritic_lib.critic_train import auroc, bootstrap_auroc_ci
+    from ragcritic_lib.evaluation.stats import auroc, bootstrap_auroc_ci
 
     out: dict[str, Any] = {"fit_on": len(fit_on), "features": list(STYLE_FEATURES)}
     if len({s["judgement"] for s in fit_on}) < 2 or len({s["judgement"] for s in bench}) < 2:

@@ -350,7 +350,7 @@ def with_confidence(result: Mapping[str, Any], preds: Sequence[CriticParse], gol
 
     ``scores``: a "wrong answer" score per sample (default :func:`verdict_scores`).
     """
-    from ragcritic_lib.critic_train import auroc, bootstrap_auroc_ci
+    from ragcritic_lib.evaluation.stats import auroc, bootstrap_auroc_ci
 
     y = [_gold(g)["Judgement"] == ERROR for g in golds]
     s = list(scores) if scores is not None else verdict_scores(preds)

@@ -262,7 +262,7 @@ def verdict_quality(results: Sequence[Mapping[str, Any]], *, judge_metric: str, 
         "delta_f1_acted_right_acc" / "delta_f1_acted_wrong_acc" (mean F1 change of the corrected
         answers right / wrong by accuracy)}.
     """
-    from ragcritic_lib.critic_train import auroc, bootstrap_auroc_ci
+    from ragcritic_lib.evaluation.stats import auroc, bootstrap_auroc_ci
     from ragcritic_lib.evidence import is_abstention
 
     margins, wrong_judge, wrong_acc = [], [], []

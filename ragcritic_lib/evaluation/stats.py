@@ -12,6 +12,7 @@ tiny inputs give exact, seed-independent intervals.
 from __future__ import annotations
 
 import itertools
+import random
 from collections.abc import Sequence
 from typing import Any
 
@@ -258,3 +259,44 @@ def paired_comparison(
         "p_value": paired_permutation_p(a, b, n_perm=n_perm, seed=seed),
         "mde": paired_mde(a, b, alpha=alpha) if n >= 2 else float("nan"), "n": n,
     }
+
+
+# ------------------------------------------------------------------------------- AUROC
+def auroc(scores: Sequence[float], is_error: Sequence[bool]) -> float | None:
+    """Probability that a random wrong answer scores above a random right one (ties count half)."""
+    pos = [s for s, y in zip(scores, is_error) if y]
+    neg = [s for s, y in zip(scores, is_error) if not y]
+    if not pos or not neg:
+        return None
+    ranked = sorted((s, y) for s, y in zip(scores, is_error))
+    # rank-sum with ties averaged
+    ranks: dict[int, float] = {}
+    i = 0
+    while i < len(ranked):
+        j = i
+        while j + 1 < len(ranked) and ranked[j + 1][0] == ranked[i][0]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[k] = (i + j) / 2 + 1
+        i = j + 1
+    r_pos = sum(ranks[k] for k, (_, y) in enumerate(ranked) if y)
+    return (r_pos - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg))
+
+
+def bootstrap_auroc_ci(scores: Sequence[float], is_error: Sequence[bool], *, seed: int, n_boot: int = 2000,
+                       alpha: float = 0.05) -> tuple[float | None, float | None]:
+    """Percentile bootstrap CI of :func:`auroc` (resampling samples)."""
+    rng = random.Random(seed)
+    n = len(scores)
+    vals = []
+    for _ in range(n_boot):
+        idx = [rng.randrange(n) for _ in range(n)]
+        v = auroc([scores[i] for i in idx], [is_error[i] for i in idx])
+        if v is not None:
+            vals.append(v)
+    if not vals:
+        return None, None
+    vals.sort()
+    lo = vals[int(alpha / 2 * len(vals))]
+    hi = vals[min(len(vals) - 1, int((1 - alpha / 2) * len(vals)))]
+    return round(lo, 4), round(hi, 4)
