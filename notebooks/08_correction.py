@@ -38,6 +38,7 @@ critic_dir = "data/critic_dpo"
 critic_max_new_tokens = 96
 critic_verdict = "dev_f1"
 dev_questions = 70
+verify_corrections = "dev_f1"
 planner_train_file = "data/taxonomy/build/error_qa.jsonl"
 planner_recipe = "configs/train/planner_sft.yaml"
 planner_max_steps = 24
@@ -72,6 +73,7 @@ from ragcritic_lib.agent.planner import (
 from ragcritic_lib.agent.workflow import (
     OracleCritic, action_usage, comparison_rows, cost_rows, iteration_table,
     method_slug, pick_case_studies, rag_cost, rejection_counts, render_case_study, run_methods, status_counts,
+    unverified_round,
 )
 from ragcritic_lib.critic import load_trained_critic
 from ragcritic_lib.data.flashrag import dataset_paths, load_corpus_records
@@ -160,6 +162,7 @@ trained_critic = load_trained_critic(params, paths.resolve(critic_dir), taxonomy
                                      verdict="generate" if critic_verdict == "generate" else "calibrated",
                                      max_new_tokens=critic_max_new_tokens, name="trained")
 threshold = trained_critic.threshold
+verify = verify_corrections == "always"  # dev_f1: decided by the dev fit below, before any test question is run
 # A LoRA planner runs on its recorded base (planner_base), a fully fine-tuned one as it is.
 trained_planner = load_trained_planner(params, trained.adapter_dir, variant=planner_prompt,
                                        max_new_tokens=planner_max_new_tokens, name="trained",
@@ -172,7 +175,8 @@ def methods_for(ds: str) -> dict:
     The first dataset gets the whole ladder; the others RAG-Critic and the oracle critique."""
     corpus = load_corpus_records(dataset_paths(params["common"]["datasets"], ds)["corpus"])
     oracle_critique = KnownCauseCritic(known_causes, source_records=test_sets[ds], passage_meta=passage_metadata(corpus))
-    methods = {"RAG-Critic": {"critic": trained_critic, "planner": trained_planner, "iterations": iterations},
+    methods = {"RAG-Critic": {"critic": trained_critic, "planner": trained_planner, "iterations": iterations,
+                              "verifier": trained_critic if verify else None},
                "fixed action": {"critic": AlwaysErrorCritic(), "planner": rule_planner},
                "oracle verdict": {"critic": OracleCritic(tagger=trained_critic), "planner": trained_planner},
                "oracle critique": {"critic": oracle_critique, "planner": rule_planner}}
@@ -206,17 +210,29 @@ action_sets = {ds: ActionSet(generator, setup.retriever(ds), gen_params=gen_para
 # threshold on the critic's verdict margin (log P(Error) - log P(Correct)) is the one whose
 # corrections give the best mean dev F1; when no threshold beats correcting nothing, RAG-Critic
 # corrects nothing (and is flagged). Test questions never enter this fit.
+#
+# The same dev corrections decide whether the critic also *verifies* its corrections
+# (`verify_corrections: dev_f1`): a new answer replaces the old one only when the critic's
+# margin for it, on the same question and passages, is lower than the old answer's. Both fits
+# are reported; verification is used on test only when its best dev F1 is higher (`always` /
+# `never` fix the choice). Algorithm 1 as written keeps every new answer; with verification on,
+# the ladder also shows that unverified first round, read from the same run.
 
 # %%
 act_fit = None
+if verify_corrections == "dev_f1" and critic_verdict != "dev_f1":
+    raise ValueError("correction.verify_corrections: dev_f1 needs correction.critic_verdict: dev_f1 "
+                     f"(got {critic_verdict!r}); set verify_corrections to always or never")
 if critic_verdict == "dev_f1":
     dev_set = read_jsonl(paths.stage_dir("retrieval_rag") / datasets[0] / "dev.jsonl")[:dev_questions]
     act_fit, dev_runs = fit_critic_act_threshold(dev_set, critic=trained_critic, planner=trained_planner,
                                                  actions=action_sets[datasets[0]], max_calls=max_calls,
-                                                 timeout_s=timeout_s, table=table)
+                                                 timeout_s=timeout_s, table=table, verify=verify_corrections)
     write_jsonl(out_dir / datasets[0] / "dev_act_threshold_runs.jsonl", dev_runs)
     trained_critic.threshold = act_fit["threshold"]
     threshold = trained_critic.threshold
+    verify = act_fit["verify"]
+print(f"RAG-Critic verifies its corrections on test: {verify}")
 act_fit
 
 # %%
@@ -244,8 +260,14 @@ ladder_rows = {"standard RAG": ("RAG-Critic", 0), "fixed action": ("fixed action
                "oracle critique": ("oracle critique", 1)}
 if iterations >= 2:
     ladder_rows["RAG-Critic (2 iter)"] = ("RAG-Critic", 2)
-ladders = {ds: ladder_table(ladder_records(runs[ds], {row: run for row, run in ladder_rows.items() if run[0] in runs[ds]}),
-                            seed=seed) for ds in datasets}
+ladder_runs = {ds: dict(runs[ds]) for ds in datasets}
+if verify:  # Algorithm 1's first round as written: every new answer kept (same critiques, plans and programs)
+    for ds in datasets:
+        ladder_runs[ds]["RAG-Critic unverified"] = unverified_round(runs[ds]["RAG-Critic"])
+    ladder_rows["RAG-Critic (1 iter, unverified)"] = ("RAG-Critic unverified", 1)
+ladders = {ds: ladder_table(ladder_records(ladder_runs[ds], {row: run for row, run in ladder_rows.items()
+                                                             if run[0] in ladder_runs[ds]}), seed=seed)
+           for ds in datasets}
 answer_recall = {ds: round(sum(compute_evidence(r)["gold_in_passages"] for r in test_sets[ds]) / len(test_sets[ds]), 4)
                  for ds in datasets}
 ladder_df = pd.DataFrame([{"dataset": ds, "row": row, **vals} for ds in datasets for row, vals in ladders[ds]["all"].items()])
@@ -350,7 +372,7 @@ print("\n---\n\n".join(cases))
 metrics = correction_metrics(test_sets=test_sets, runs=runs, costs=costs, methods=method_sets[datasets[0]],
                              ladders=ladders, answer_recall=answer_recall, shares=shares, verdicts=verdicts,
                              degenerate=degenerate, planner_run=trained, planner_sft_examples=len(sft_examples),
-                             critic_verdict=critic_verdict, threshold=threshold, act_fit=act_fit,
+                             critic_verdict=critic_verdict, threshold=threshold, act_fit=act_fit, verify=verify,
                              planner_decoding=planner_decoding, verdict_quality=test_verdicts)
 write_stage_metrics("08_correction", metrics)
 metrics["comparison"]

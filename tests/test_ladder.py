@@ -301,6 +301,71 @@ def test_fit_critic_act_threshold_corrects_every_dev_answer_once_and_restores_th
     assert fit["calibrated_threshold"] == 0.7 and fit["f1_at_calibrated"] == 1.0 and fit["f1_before"] == 0.5
 
 
+def _verify_fit(verify, later):
+    """Two dev answers: q1 (wrong) is fixed by its correction, q2 (right) is broken by it; the
+    critic's margin for q2's new answer is ``later``."""
+    from ragcritic_lib.agent.ladder import fit_critic_act_threshold
+    from ragcritic_lib.agent.planner import Plan
+    from ragcritic_lib.critic import ERROR, CriticParse
+
+    margins = {"Rhine": 0.4, "Loire": 1.5, "Danube": -1.0, "Seine": later}
+
+    class Critic:
+        llm = None
+        threshold = 0.7
+        last_generations: list = []
+
+        def critique(self, records):
+            return [CriticParse(judgement=ERROR if margins[r["prediction"]] > self.threshold else "Correct",
+                                valid_json=True, margin=margins[r["prediction"]]) for r in records]
+
+        def verdict_margins(self, records):
+            return [margins[r["prediction"]] for r in records]
+
+    class Planner:
+        llm = None
+        table = None
+
+        def plan(self, contexts):
+            return [Plan(program='final_answer = GenerateAnswer(query=question, docs=docs)', raw="", source="rule")
+                    for _ in contexts]
+
+    class Actions:
+        llm = None
+
+        def functions(self):
+            return {"GenerateAnswer": lambda query, docs, **kw: {"q1": "Danube", "q2": "Seine"}[query]}
+
+    recs = [{"id": "1", "question": "q1", "golden_answers": ["Danube"], "prediction": "Rhine", "passages": []},
+            {"id": "2", "question": "q2", "golden_answers": ["Loire"], "prediction": "Loire", "passages": []}]
+    return fit_critic_act_threshold(recs, critic=Critic(), planner=Planner(), actions=Actions(), prefetch=False,
+                                    verify=verify)
+
+
+def test_dev_fit_chooses_verification_only_when_it_wins_on_dev_f1():
+    # the wrong answer q1 has the lower margin, so no threshold acts on it without also breaking q2:
+    # unverified, correcting nothing is best (0.5); the critic prefers q2's old answer, so with
+    # verification correcting both pays (1.0)
+    fit, runs = _verify_fit("dev_f1", later=1.9)
+    assert fit["verify"] is True and fit["f1_at_threshold"] == 1.0 and fit["threshold"] == float("-inf")
+    assert fit["fits"]["unverified"]["f1_at_threshold"] == 0.5 and fit["fits"]["unverified"]["acts"] is False
+    assert fit["fits"]["verified"]["f1_at_threshold"] == 1.0 and fit["fits"]["verified"]["acted"] == 2
+    assert runs[1]["steps"][0]["verification"] == {"margin_before": 1.5, "margin_after": 1.9, "kept": False}
+    assert runs[0]["steps"][0]["verification"]["kept"] is True
+    # the critic prefers q2's broken answer: verification changes nothing, and a tie keeps Algorithm 1 as written
+    tie, _ = _verify_fit("dev_f1", later=-3.0)
+    assert tie["verify"] is False and tie["f1_at_threshold"] == tie["fits"]["verified"]["f1_at_threshold"] == 0.5
+
+
+def test_dev_fit_verify_modes():
+    never, _ = _verify_fit("never", later=1.9)
+    assert never["verify"] is False and "fits" not in never and never["f1_at_threshold"] == 0.5
+    always, runs = _verify_fit("always", later=-3.0)
+    assert always["verify"] is True and runs[1]["steps"][0]["verification"]["kept"] is True
+    with pytest.raises(ValueError, match="verify must be one of never | always | dev_f1"):
+        _verify_fit("sometimes", later=0.0)
+
+
 # ---------------------------------------------------------------------- the stage's metrics
 def _result(rid, gold, qtype, predictions, steps):
     return {"id": rid, "golden_answers": [gold], "metadata": {"type": qtype}, "predictions": predictions,
@@ -378,7 +443,7 @@ def test_correction_metrics_gathers_the_stage_metrics_exactly():
                                      "base_model": "base", "steps": 24, "examples": 160, "dropped_too_long": 0,
                                      "device": "cpu", "seconds": 812.4}
     assert m["planner_sft_examples"] == 160 and m["planner_decoding"] == "constrained"
-    assert m["critic_verdict"] == {"mode": "dev_f1", "threshold": 1.2346, "dev_fit": {
+    assert m["critic_verdict"] == {"mode": "dev_f1", "threshold": 1.2346, "verify": False, "dev_fit": {
         "threshold": None, "acted": 2, "n": 2, "f1_all": 0.5, "acts": True}}
     # Only the LLM planners report statistics (the rule-based one has none to give).
     assert m["planner_stats"] == {"trained": {"plans": 2, "no_program": 1}}
@@ -397,4 +462,4 @@ def test_correction_metrics_without_a_dev_fit_or_a_finite_threshold():
 
     m = correction_metrics(**{**_correction_inputs(), "critic_verdict": "calibrated", "threshold": float("inf"),
                               "act_fit": None})
-    assert m["critic_verdict"] == {"mode": "calibrated", "threshold": None}
+    assert m["critic_verdict"] == {"mode": "calibrated", "threshold": None, "verify": False}

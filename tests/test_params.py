@@ -83,6 +83,7 @@ REJECTED = [
      "benchmark.extra_critic_urls: required when benchmark.extra_critic_backend is 'openai'"),
     ("benchmark", {"extra_critic_urls": "localhost:8000"}, "benchmark.extra_critic_urls: 'localhost:8000' (not an http(s)"),
     ("correction", {"critic_verdict": "vote"}, "correction.critic_verdict: must be one of generate | calibrated"),
+    ("correction", {"verify_corrections": "sometimes"}, "correction.verify_corrections: must be one of never | always | dev_f1"),
     ("correction", {"planner_decoding": "beam"}, "correction.planner_decoding: must be one of free | constrained | scored"),
     ("correction", {"planner_launcher": "mpi"}, "correction.planner_launcher: must be one of inprocess | accelerate"),
     ("correction", {"timeout_s": 0.0}, "correction.timeout_s: must be > 0, got 0.0"),

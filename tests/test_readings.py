@@ -248,6 +248,10 @@ def test_reading_correction_ladder_per_dataset():
            "acts": True}
     text = _text(R.reading_correction({**m, "critic_verdict": {"mode": "dev_f1", "dev_fit": fit}}))
     assert "correcting the 12 the critic doubted most (margin above +1.250) gave dev F1 0.230" in text
+    assert "less likely wrong" not in text
+    fits = {"verified": {"f1_at_threshold": 0.23}, "unverified": {"f1_at_threshold": 0.215}}
+    text = _text(R.reading_correction({**m, "critic_verdict": {"dev_fit": {**fit, "verify": True, "fits": fits}}}))
+    assert "as it does on test: dev F1 0.230 against 0.215 keeping every new answer" in text
     idle = {**fit, "acts": False, "acted": 0, "threshold": None}
     text = _text(R.reading_correction({**m, "critic_verdict": {"mode": "dev_f1", "dev_fit": idle}}))
     assert "the trained critic corrects nothing" in text

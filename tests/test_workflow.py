@@ -24,6 +24,7 @@ from ragcritic_lib.agent.workflow import (
     run_correction,
     run_methods,
     status_counts,
+    unverified_round,
 )
 from ragcritic_lib.critic import LLMCritic
 from ragcritic_lib.llm import CallableLLM, GenParams
@@ -184,6 +185,57 @@ def test_failed_programs_keep_the_previous_answer_and_are_counted(table):
     assert rejection_counts(out) == {"empty_answer:empty_answer": 1, "no_program:no_program": 1,
                                      "rejected:import": 1, "runtime_error:index_error": 1}
     assert out[0]["steps"][0]["trace"] == [] and "Import" in out[0]["steps"][0]["message"]
+
+
+class Verifier:
+    """Margins by answer text: a year is judged less likely wrong than anything else."""
+
+    llm = None
+
+    def __init__(self, margins):
+        self.margins, self.seen = margins, []
+
+    def verdict_margins(self, records):
+        self.seen.append([(r["prediction"], [p["contents"] for p in r["passages"]]) for r in records])
+        return [self.margins.get(r["prediction"], 0.0) for r in records]
+
+
+def test_a_verifier_keeps_only_the_corrections_it_prefers(table):
+    rejected = {"When was the Heron Tower completed?": 'final_answer = "Orun band"',
+                "When was the Kestrel Bridge completed?":
+                    'final_answer = GenerateAnswer(query=question, docs=docs + Retrieval(query=question, topk=2))'}
+    verifier = Verifier({"insufficient information": 1.0, "1887": -2.0, "Orun": 0.5, "Orun band": 0.9})
+    out = run_correction([S1, S3], critic=ScriptedCritic(), planner=ScriptedPlanner(rejected), actions=make_actions(),
+                         iterations=2, verifier=verifier)
+    s1, s3 = out
+    # kept: the margin fell (1.0 -> -2.0); the next round sees the new answer
+    assert s1["predictions"] == ["insufficient information", "1887", "1887"]
+    assert s1["steps"][0]["status"] == "corrected"
+    assert s1["steps"][0]["verification"] == {"margin_before": 1.0, "margin_after": -2.0, "kept": True}
+    # not kept: the margin rose (0.5 -> 0.9); the old answer stays and the sample leaves the loop
+    assert s3["predictions"] == ["Orun", "Orun", "Orun"] and len(s3["steps"]) == 1
+    step = s3["steps"][0]
+    assert (step["status"], step["reason"], step["candidate_answer"]) == ("not_verified", "not_verified", "Orun band")
+    assert step["answer_after"] == "Orun" and step["verification"]["kept"] is False
+    # both answers of a sample are judged on the passages the round started from
+    first = verifier.seen[0]
+    assert [a for a, _ in first] == ["insufficient information", "Orun"]
+    assert verifier.seen[1] == [("1887", first[0][1]), ("Orun band", first[1][1])]
+    assert status_counts(out)["iter1"] == {"corrected": 1, "not_verified": 1}
+    assert rejection_counts(out) == {}  # a verified-out correction is not a failed program
+    # Algorithm 1's first round as written, read from the same run
+    plain = unverified_round(out)
+    assert [r["predictions"] for r in plain] == [["insufficient information", "1887"], ["Orun", "Orun band"]]
+    assert [r["final_prediction"] for r in plain] == ["1887", "Orun band"]
+    assert all(s["iteration"] == 1 for r in plain for s in r["steps"])
+    assert out[1]["final_prediction"] == "Orun"  # the run itself is untouched
+
+
+def test_an_equal_margin_keeps_the_old_answer(table):
+    programs = {"When was the Heron Tower completed?": 'final_answer = "Heron"'}
+    out = run_correction([S3], critic=ScriptedCritic(), planner=ScriptedPlanner(programs), actions=make_actions(),
+                         verifier=Verifier({}))
+    assert out[0]["final_prediction"] == "Orun" and out[0]["steps"][0]["status"] == "not_verified"
 
 
 def test_unparsed_critique_is_skipped(table):

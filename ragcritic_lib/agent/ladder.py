@@ -259,6 +259,7 @@ def verdict_quality(results: Sequence[Mapping[str, Any]], *, judge_metric: str, 
         label; ties count half) with their bootstrap 95% CIs, "wrong_judge" / "wrong_acc" (counts),
         "acted" (answers the round corrected), "acted_right_judge" / "acted_right_acc",
         "abstained_after" (corrected answers that became an abstention from a non-abstention),
+        "not_verified" (corrections the verifying critic did not prefer; their old answers stay),
         "delta_f1_acted_right_acc" / "delta_f1_acted_wrong_acc" (mean F1 change of the corrected
         answers right / wrong by accuracy)}.
     """
@@ -266,7 +267,7 @@ def verdict_quality(results: Sequence[Mapping[str, Any]], *, judge_metric: str, 
     from ragcritic_lib.evidence import is_abstention
 
     margins, wrong_judge, wrong_acc = [], [], []
-    acted = acted_right_judge = acted_right_acc = abstained = 0
+    acted = acted_right_judge = acted_right_acc = abstained = not_verified = 0
     deltas: dict[bool, list[float]] = {True: [], False: []}
     for r in results:
         step = next((s for s in r.get("steps", []) if s.get("iteration") == iteration), None)
@@ -281,6 +282,7 @@ def verdict_quality(results: Sequence[Mapping[str, Any]], *, judge_metric: str, 
         margins.append(float(margin))
         wrong_judge.append(not right_judge)
         wrong_acc.append(not right_acc)
+        not_verified += step.get("status") == "not_verified"
         if step.get("status") == "corrected" and step.get("answer_after") is not None:
             after = str(step["answer_after"])
             acted += 1
@@ -302,7 +304,8 @@ def verdict_quality(results: Sequence[Mapping[str, Any]], *, judge_metric: str, 
             "auroc_judge": aj["value"], "auroc_judge_ci": aj["ci"], "auroc_acc": aa["value"], "auroc_acc_ci": aa["ci"],
             "wrong_judge": sum(wrong_judge), "wrong_acc": sum(wrong_acc), "acted": acted,
             "acted_right_judge": acted_right_judge, "acted_right_acc": acted_right_acc, "abstained_after": abstained,
-            "delta_f1_acted_right_acc": mean(deltas[True]), "delta_f1_acted_wrong_acc": mean(deltas[False])}
+            "delta_f1_acted_right_acc": mean(deltas[True]), "delta_f1_acted_wrong_acc": mean(deltas[False]),
+            "not_verified": not_verified}
 
 
 # ---------------------------------------------------------------------- acting threshold (dev)
@@ -341,18 +344,33 @@ def fit_act_threshold(margins: Sequence[float], f1_before: Sequence[float], f1_a
             "f1_all": round(sum(a) / n, 4), "acts": best_t != float("inf")}
 
 
+VERIFY_MODES = ("never", "always", "dev_f1")
+
+
 def fit_critic_act_threshold(records: Sequence[Mapping[str, Any]], *, critic: Any, planner: Any, actions: Any,
-                             **kwargs: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+                             verify: str = "never", **kwargs: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Fit the trained critic's acting threshold on held-out (dev) answers: every answer is
     critiqued as an error (threshold -inf: the critic writes its labels), planned and corrected
     once, and :func:`fit_act_threshold` picks the margin above which correcting pays on F1. The
     critic's own ``threshold`` is restored; the caller sets the fitted one.
 
-    Returns:
-        (the fit report plus "calibrated_threshold" and "f1_at_calibrated", the correction results).
-    """
-    from ragcritic_lib.agent.workflow import run_correction
+    ``verify`` decides whether the critic also verifies its corrections (``run_correction``'s
+    ``verifier``: a new answer is kept only when the critic's margin for it, on the same question
+    and passages, is below the old answer's): "never", "always", or "dev_f1" (fit both and keep
+    verification only when its best dev F1 is higher; a tie keeps Algorithm 1 as written). The
+    dev corrections are run once, unverified; the verified fit reads the same corrections with
+    the critic's margin for each new answer, which each step records as ``verification``.
 
+    Returns:
+        (the chosen fit's report plus "calibrated_threshold", "f1_at_calibrated" and "verify"
+        (bool), and with verification considered "fits": {"unverified", "verified"}; the
+        correction results).
+    """
+    from ragcritic_lib.agent.planner import passage_strings
+    from ragcritic_lib.agent.workflow import _state_record, run_correction
+
+    if verify not in VERIFY_MODES:
+        raise ValueError(f"verify must be one of {' | '.join(VERIFY_MODES)}, got {verify!r}")
     calibrated = float(critic.threshold)
     critic.threshold = float("-inf")
     try:
@@ -369,14 +387,37 @@ def fit_critic_act_threshold(records: Sequence[Mapping[str, Any]], *, critic: An
         margins.append(float(margin))
         before.append(score_prediction(str(r["predictions"][0]), golds)["f1"])
         after.append(score_prediction(str(r["final_prediction"]), golds)["f1"])
-    report = fit_act_threshold(margins, before, after)
-    at_cal = sum(ai if mi > calibrated else bi for mi, ai, bi in zip(margins, after, before)) / len(margins)
-    report.update(calibrated_threshold=calibrated, f1_at_calibrated=round(at_cal, 4))
+
+    def _fit(after_f1: list[float]) -> dict[str, Any]:
+        rep = fit_act_threshold(margins, before, after_f1)
+        at_cal = sum(ai if mi > calibrated else bi for mi, ai, bi in zip(margins, after_f1, before)) / len(margins)
+        rep.update(calibrated_threshold=calibrated, f1_at_calibrated=round(at_cal, 4))
+        return rep
+
+    plain = _fit(after)
+    if verify == "never":
+        return {**plain, "verify": False}, results
+    changed = [i for i, r in enumerate(results) if str(r["final_prediction"]) != str(r["predictions"][0])]
+    states = [_state_record(results[i], passage_strings(results[i].get("passages", [])), str(results[i]["final_prediction"]),
+                            first=False) for i in changed]
+    new_margins = dict(zip(changed, critic.verdict_margins(states))) if states else {}
+    gated = list(after)
+    for i, m_new in new_margins.items():
+        kept = float(m_new) < margins[i]
+        results[i]["steps"][0]["verification"] = {"margin_before": round(margins[i], 4),
+                                                  "margin_after": round(float(m_new), 4), "kept": kept}
+        if not kept:
+            gated[i] = before[i]
+    verified = _fit(gated)
+    use = verify == "always" or verified["f1_at_threshold"] > plain["f1_at_threshold"]
+    report = {**(verified if use else plain), "verify": use, "fits": {"unverified": plain, "verified": verified}}
     return report, results
 
 
 # ---------------------------------------------------------------------- the stage's metrics
 def _finite_or_none(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _finite_or_none(v) for k, v in value.items()}
     return None if isinstance(value, float) and abs(value) == float("inf") else value
 
 
@@ -386,7 +427,7 @@ def correction_metrics(*, test_sets: Mapping[str, Sequence[Mapping[str, Any]]],
                        answer_recall: Mapping[str, float], shares: Mapping[str, Any], verdicts: Mapping[str, Any],
                        degenerate: Sequence[str], planner_run: Any, planner_sft_examples: int, critic_verdict: str,
                        threshold: float, act_fit: Mapping[str, Any] | None, planner_decoding: str,
-                       verdict_quality: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                       verdict_quality: Mapping[str, Any] | None = None, verify: bool = False) -> dict[str, Any]:
     """The correction stage's metrics (``reports/metrics/08_correction.json``, schema
     ``CorrectionMetrics``) from what the stage computed.
 
@@ -409,6 +450,8 @@ def correction_metrics(*, test_sets: Mapping[str, Sequence[Mapping[str, Any]]],
             (:func:`fit_critic_act_threshold`'s report) or None.
         planner_decoding: ``correction.planner_decoding``.
         verdict_quality: {dataset: :func:`verdict_quality` of RAG-Critic's test run}, optional.
+        verify: whether RAG-Critic's critic verified its corrections on test (``run_correction``'s
+            ``verifier``).
     """
     datasets = list(test_sets)
     rows = {ds: comparison_rows(runs[ds]) for ds in datasets}
@@ -428,6 +471,7 @@ def correction_metrics(*, test_sets: Mapping[str, Sequence[Mapping[str, Any]]],
                              "seconds": round(planner_run.seconds, 1)},
         "planner_sft_examples": planner_sft_examples,
         "critic_verdict": {"mode": critic_verdict, "threshold": round(threshold, 4) if abs(threshold) != float("inf") else None,
+                           "verify": bool(verify),
                            **({"dev_fit": {k: _finite_or_none(v) for k, v in act_fit.items()}} if act_fit else {}),
                            **({"test": {ds: q for ds, q in verdict_quality.items() if q is not None}}
                               if verdict_quality else {})},

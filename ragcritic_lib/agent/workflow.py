@@ -3,7 +3,8 @@
 :func:`run_correction` starts from standard-RAG results (the "Generate" step) and, for up to
 ``iterations`` rounds, asks the critic about every sample still open, skips those judged correct,
 plans a program for the others and runs it with the restricted executor. A rejected or failing
-program keeps the previous answer. Every step is recorded per sample (critique, program, trace of
+program keeps the previous answer; so does a new answer that a verifier (optional: the critic
+itself) does not judge less likely wrong than the old one, on the same question and passages. Every step is recorded per sample (critique, program, trace of
 action calls, action log, new answer, status and rejection reason) for the case-study tables.
 
 Ablation switches are objects, not flags: any critic with ``critique(records)`` (the trained
@@ -34,6 +35,7 @@ STATUSES = (
     "rejected",          # the executor rejected the program (UnsafeProgramError)
     "runtime_error",     # the program failed on its values (ProgramRuntimeError)
     "empty_answer",      # the program ran but its final answer was empty
+    "not_verified",      # the program's answer was not preferred by the verifier; the old one stays
 )
 FAILED = frozenset({"no_program", "rejected", "runtime_error", "empty_answer"})
 
@@ -291,6 +293,7 @@ def run_correction(
     meter: CostMeter | None = None,
     prefetch: bool = True,
     max_prefetch_rounds: int = 6,
+    verifier: Any | None = None,
 ) -> list[dict[str, Any]]:
     """Critic-guided correction of standard-RAG results (Algorithm 1, repeated ``iterations`` times).
 
@@ -306,6 +309,13 @@ def run_correction(
         meter: accumulates per-phase cost when given.
         prefetch: batch the generator calls of all programs of a round (same results, fewer
             and larger generate calls).
+        verifier: None (every new answer replaces the old one, as Algorithm 1 reads) or an object
+            with ``verdict_margins(records)`` (log P(Error) - log P(Correct), e.g. the trained
+            critic): a new answer is kept only when its margin is lower than the old answer's,
+            both judged with the question and passages the round started from; otherwise the
+            step's status is "not_verified", the old answer stays and the sample leaves the loop.
+            Each such step records ``verification`` (both margins, kept) and its
+            ``candidate_answer``.
 
     Returns:
         One dict per record: the record's fields plus ``predictions`` (the answer after each
@@ -376,6 +386,8 @@ def run_correction(
             cost["prompt_tokens"] += after["prompt_tokens"] - before["prompt_tokens"]
             cost["completion_tokens"] += after["completion_tokens"] - before["completion_tokens"]
             cost["action_calls"] += sum(r["n_calls"] for r in results.values())
+        verdicts = _verify(verifier, {i: res["answer"] for i, res in results.items() if res["status"] == "corrected"},
+                           records, docs, preds, raw_critic, first=it == 1, critic=critic, meter=meter)
         next_open = []
         for i, plan in zip(to_fix, plans):
             step: dict[str, Any] = {"iteration": it, "critic": raw_critic[i], "program": plan.program,
@@ -385,6 +397,10 @@ def run_correction(
                 step.update(status="no_program", reason=plan.error or "no_program", trace=[], events=[])
             else:
                 step.update({k: v for k, v in res.items() if k != "answer"})
+            if i in verdicts:
+                step["verification"] = verdicts[i]
+                if not verdicts[i]["kept"]:
+                    step.update(status="not_verified", reason="not_verified", candidate_answer=res["answer"])  # type: ignore[index]
             if step["status"] == "corrected":
                 preds[i] = res["answer"]  # type: ignore[index]
                 answered = [e for e in step["events"] if e.get("action") == "GenerateAnswer"]
@@ -406,6 +422,29 @@ def run_correction(
     return out
 
 
+def _verify(verifier: Any, answers: Mapping[int, str], records: Sequence[Mapping[str, Any]], docs: Sequence[list[str]],
+            preds: Sequence[str], raw_critic: Mapping[int, Mapping[str, Any]], *, first: bool, critic: Any,
+            meter: CostMeter) -> dict[int, dict[str, Any]]:
+    """The verifier's margins for the old and the new answer of each corrected sample (see
+    :func:`run_correction`); the old answer's margin is the round's critique margin when the
+    verifier is the critic that wrote it."""
+    if verifier is None or not answers:
+        return {}
+    ids = list(answers)
+    with meter.phase("critic", [getattr(verifier, "llm", None)]) as cost:  # verifying is the critic's work
+        reuse = verifier is critic and all(raw_critic[i].get("margin") is not None for i in ids)
+        if reuse:
+            before = [float(raw_critic[i]["margin"]) for i in ids]
+        else:
+            before = list(verifier.verdict_margins([_state_record(records[i], docs[i], preds[i], first) for i in ids]))
+        after = list(verifier.verdict_margins([_state_record(records[i], docs[i], answers[i], False) for i in ids]))
+        cost["calls"] += len(ids) * (1 if reuse else 2)
+    if len(before) != len(ids) or len(after) != len(ids):
+        raise ValueError(f"verifier returned {len(before)}/{len(after)} margins for {len(ids)} answers")
+    return {i: {"margin_before": round(float(b), 4), "margin_after": round(float(a), 4), "kept": float(a) < float(b)}
+            for i, b, a in zip(ids, before, after)}
+
+
 # --------------------------------------------------------------------------------------------
 # Evaluation helpers
 # --------------------------------------------------------------------------------------------
@@ -418,6 +457,28 @@ def records_at_iteration(results: Sequence[Mapping[str, Any]], iteration: int) -
         row = {k: v for k, v in r.items() if k not in ("steps", "predictions")}
         row["prediction"] = pred
         row.update(score_prediction(pred, r["golden_answers"]))
+        out.append(row)
+    return out
+
+
+def unverified_round(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A verified run's first round as Algorithm 1 reads it: every new answer kept.
+
+    The first round's critiques, plans and programs do not depend on verification (it only
+    decides which answer a round ends with), so the answer each round-1 program produced is
+    exact: a "not_verified" step's ``candidate_answer``, otherwise the step's answer. The copies
+    hold ``predictions`` [standard RAG, that answer] and their round-1 steps only.
+    """
+    out = []
+    for r in results:
+        preds = list(r.get("predictions") or [r.get("prediction") or ""])
+        first = next((s for s in r.get("steps", []) if s.get("iteration") == 1), None)
+        answer = preds[0]
+        if first is not None:
+            answer = first.get("candidate_answer") if first.get("status") == "not_verified" else first.get("answer_after", answer)
+        row = dict(r)
+        row.update(predictions=[preds[0], answer], final_prediction=answer,
+                   steps=[s for s in r.get("steps", []) if s.get("iteration") == 1])
         out.append(row)
     return out
 
@@ -535,7 +596,7 @@ def run_methods(
     """Run :func:`run_correction` once per method on the same records and actions.
 
     Args:
-        methods: name -> {"critic": ..., "planner": ..., "iterations": int}.
+        methods: name -> {"critic": ..., "planner": ..., "iterations": int, "verifier": optional}.
         kwargs: passed on to :func:`run_correction` (max_calls, timeout_s, table, prefetch).
 
     Returns:
@@ -545,7 +606,8 @@ def run_methods(
     for name, spec in methods.items():
         meter = CostMeter()
         results[name] = run_correction(records, critic=spec["critic"], planner=spec["planner"], actions=actions,
-                                       iterations=int(spec.get("iterations", 1)), meter=meter, **kwargs)
+                                       iterations=int(spec.get("iterations", 1)), meter=meter,
+                                       verifier=spec.get("verifier"), **kwargs)
         costs[name] = meter.summary(n_samples=len(records))
     return results, costs
 

@@ -492,6 +492,12 @@ def reading_correction(metrics: Mapping[str, Any], *, alpha: float = 0.05) -> li
                         f"{_signed(fit.get('threshold'))}) gave dev F1 {_f(fit.get('f1_at_threshold'))} against "
                         f"{_f(fit.get('f1_before'))} uncorrected and {_f(fit.get('f1_all'))} correcting every answer, "
                         "so the critic acts above that margin on test.")
+            fits = fit.get("fits") or {}
+            if fit.get("verify") and fits:
+                text.append(f"That fit counts a correction only where the critic judged the new answer less likely "
+                            f"wrong than the old one, as it does on test: dev F1 "
+                            f"{_f((fits.get('verified') or {}).get('f1_at_threshold'))} against "
+                            f"{_f((fits.get('unverified') or {}).get('f1_at_threshold'))} keeping every new answer.")
         else:
             text.append(f"On {n} dev answers no margin threshold made correcting pay (dev F1 {_f(fit.get('f1_before'))} "
                         f"uncorrected, {_f(fit.get('f1_all'))} correcting every answer), so the trained critic corrects "

@@ -569,11 +569,13 @@ class VerdictQuality(TypedDict, total=False):
     abstained_after: Count
     delta_f1_acted_right_acc: Delta | None
     delta_f1_acted_wrong_acc: Delta | None
+    not_verified: NotRequired[Count]  # corrections the verifying critic did not prefer (old answer kept)
 
 
 class CriticVerdict(TypedDict, total=False):
     mode: str
     threshold: Real | None
+    verify: bool  # RAG-Critic's critic verified its corrections on test (correction.verify_corrections)
     dev_fit: dict[str, Any]  # mode dev_f1: agent.ladder.fit_critic_act_threshold's report (None for an infinite threshold)
     test: dict[str, VerdictQuality]  # per dataset: agent.ladder.verdict_quality of RAG-Critic's test run
 

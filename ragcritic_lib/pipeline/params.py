@@ -336,6 +336,7 @@ def rules() -> dict[str, dict[str, Rule]]:
     """
     from ragcritic_lib import llm, mining, rag, retrieval, teachers, testbed  # deps: check-only
     from ragcritic_lib.agent import actions, planner  # deps: check-only
+    from ragcritic_lib.agent.ladder import VERIFY_MODES  # deps: check-only
     from ragcritic_lib.critic import VERDICT_MODES  # deps: check-only
     from ragcritic_lib.data.flashrag import SPLITS  # deps: check-only
 
@@ -450,6 +451,7 @@ def rules() -> dict[str, dict[str, Rule]]:
         "correction": {
             "n_questions": count, "trivia_questions": count, "iterations": count, "critic_dir": input_path(),
             "critic_max_new_tokens": tokens, "critic_verdict": one_of((*VERDICT_MODES, "dev_f1")), "dev_questions": count,
+            "verify_corrections": one_of(VERIFY_MODES),
             "planner_train_file": input_path(), "planner_base_model": BASE_MODEL,
             "planner_recipe": input_path(), "planner_max_steps": steps(), "planner_max_examples": count,
             "planner_prompt": one_of(planner.PLANNER_VARIANTS), "planner_max_new_tokens": tokens,

@@ -243,6 +243,19 @@ def render_ladder(metrics: Mapping[str, Any]) -> str:
             notes.append(f"RAG-Critic's acting threshold, fitted on {fit['n']} dev questions: "
                          f"{_f(fit['threshold'])} (dev F1 {_f(fit['f1_before'])} -> "
                          f"{_f(fit.get('f1_at_threshold'))}).")
+        fits = fit.get("fits")
+        if isinstance(fits, Mapping) and {"verified", "unverified"} <= fits.keys():
+            v, u = fits["verified"], fits["unverified"]
+            if fit.get("verify"):
+                notes.append("RAG-Critic's critic also verifies its corrections (a new answer is kept only when "
+                             "the critic judges it less likely wrong than the old one), chosen on the same dev "
+                             f"corrections: dev F1 {_f(v.get('f1_at_threshold'))} verified against "
+                             f"{_f(u.get('f1_at_threshold'))} unverified; the \"unverified\" row is the same run's "
+                             "first round with every new answer kept, as Algorithm 1 reads.")
+            else:
+                notes.append(f"Verifying corrections with the critic did not win on dev (dev F1 "
+                             f"{_f(v.get('f1_at_threshold'))} verified, {_f(u.get('f1_at_threshold'))} unverified), "
+                             "so RAG-Critic keeps every new answer, as Algorithm 1 reads.")
     q = _get(metrics, stem).get("critic_verdict", {}).get("test", {}).get("testbed")
     if isinstance(q, Mapping) and q.get("auroc_judge") is not None:
         notes.append(
@@ -254,7 +267,9 @@ def render_ladder(metrics: Mapping[str, Any]) -> str:
             f"{q['acted_right_acc']} right by accuracy (mean F1 change {_signed(q['delta_f1_acted_right_acc'])}), "
             f"{q['acted'] - q['acted_right_acc']} wrong by accuracy "
             f"({_signed(q['delta_f1_acted_wrong_acc'])}); {q['abstained_after']} corrections turned an answer into "
-            "an abstention.")
+            "an abstention."
+            + (f" The critic refused {q['not_verified']} further corrections (their old answers stay)."
+               if q.get("not_verified") else ""))
     notes += [_flags_line(_flags(metrics, stem)), environment_line(metrics, stem)]
     intro = (f"Every row answers the same {n} testbed test questions; ΔF1 is the change against standard RAG "
              "with a paired bootstrap 95% CI and a paired permutation p; the paired MDE is the smallest change "
