@@ -216,7 +216,8 @@ action_sets = {ds: ActionSet(generator, setup.retriever(ds), gen_params=gen_para
 # margin for it, on the same question and passages, is lower than the old answer's. Both fits
 # are reported; verification is used on test only when its best dev F1 is higher (`always` /
 # `never` fix the choice). Algorithm 1 as written keeps every new answer; with verification on,
-# the ladder also shows that unverified first round, read from the same run.
+# the ladder also shows that unverified first round, read from the same run, at the threshold the
+# unverified fit chose and at the verified one.
 
 # %%
 act_fit = None
@@ -261,10 +262,17 @@ ladder_rows = {"standard RAG": ("RAG-Critic", 0), "fixed action": ("fixed action
 if iterations >= 2:
     ladder_rows["RAG-Critic (2 iter)"] = ("RAG-Critic", 2)
 ladder_runs = {ds: dict(runs[ds]) for ds in datasets}
-if verify:  # Algorithm 1's first round as written: every new answer kept (same critiques, plans and programs)
+if verify:
+    # Algorithm 1's first round as written, every new answer kept (the same critiques, plans and
+    # programs): at the threshold the unverified dev fit chose, and at the verified run's threshold.
+    own = (act_fit or {}).get("fits", {}).get("unverified", {}).get("threshold")
     for ds in datasets:
-        ladder_runs[ds]["RAG-Critic unverified"] = unverified_round(runs[ds]["RAG-Critic"])
-    ladder_rows["RAG-Critic (1 iter, unverified)"] = ("RAG-Critic unverified", 1)
+        if own is not None:
+            ladder_runs[ds]["RAG-Critic unverified"] = unverified_round(runs[ds]["RAG-Critic"], threshold=own)
+        ladder_runs[ds]["RAG-Critic unverified, same threshold"] = unverified_round(runs[ds]["RAG-Critic"])
+    if own is not None:
+        ladder_rows["RAG-Critic (1 iter, unverified)"] = ("RAG-Critic unverified", 1)
+    ladder_rows["RAG-Critic (1 iter, unverified, same threshold)"] = ("RAG-Critic unverified, same threshold", 1)
 ladders = {ds: ladder_table(ladder_records(ladder_runs[ds], {row: run for row, run in ladder_rows.items()
                                                              if run[0] in ladder_runs[ds]}), seed=seed)
            for ds in datasets}
@@ -373,6 +381,7 @@ metrics = correction_metrics(test_sets=test_sets, runs=runs, costs=costs, method
                              ladders=ladders, answer_recall=answer_recall, shares=shares, verdicts=verdicts,
                              degenerate=degenerate, planner_run=trained, planner_sft_examples=len(sft_examples),
                              critic_verdict=critic_verdict, threshold=threshold, act_fit=act_fit, verify=verify,
+                             verify_mode=verify_corrections,
                              planner_decoding=planner_decoding, verdict_quality=test_verdicts)
 write_stage_metrics("08_correction", metrics)
 metrics["comparison"]

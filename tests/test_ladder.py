@@ -338,7 +338,9 @@ def _verify_fit(verify, later):
 
     recs = [{"id": "1", "question": "q1", "golden_answers": ["Danube"], "prediction": "Rhine", "passages": []},
             {"id": "2", "question": "q2", "golden_answers": ["Loire"], "prediction": "Loire", "passages": []}]
-    return fit_critic_act_threshold(recs, critic=Critic(), planner=Planner(), actions=Actions(), prefetch=False,
+    critic, planner, actions = Critic(), Planner(), Actions()
+    _verify_fit.last = (critic, planner, actions, recs)
+    return fit_critic_act_threshold(recs, critic=critic, planner=planner, actions=actions, prefetch=False,
                                     verify=verify)
 
 
@@ -355,6 +357,30 @@ def test_dev_fit_chooses_verification_only_when_it_wins_on_dev_f1():
     # the critic prefers q2's broken answer: verification changes nothing, and a tie keeps Algorithm 1 as written
     tie, _ = _verify_fit("dev_f1", later=-3.0)
     assert tie["verify"] is False and tie["f1_at_threshold"] == tie["fits"]["verified"]["f1_at_threshold"] == 0.5
+
+
+def test_the_verified_dev_fit_is_what_a_verified_run_gives_at_its_threshold():
+    """The property the dev choice rests on: the verified fit's F1 at its threshold is the mean F1
+    of one verified round run at that threshold, with the critic as its own verifier (the
+    critique's margin reused for the old answer)."""
+    from ragcritic_lib.agent.workflow import CostMeter, run_correction, unverified_round
+    from ragcritic_lib.evaluation.scoring import score_prediction
+
+    fit, _ = _verify_fit("always", later=1.9)
+    critic, planner, actions, recs = _verify_fit.last
+    critic.threshold = fit["threshold"]
+    meter = CostMeter()
+    out = run_correction(recs, critic=critic, planner=planner, actions=actions, verifier=critic, prefetch=False,
+                         meter=meter)
+    f1 = sum(score_prediction(r["final_prediction"], r["golden_answers"])["f1"] for r in out) / len(out)
+    assert f1 == pytest.approx(fit["f1_at_threshold"]) == 1.0
+    assert [s["status"] for r in out for s in r["steps"]] == ["corrected", "not_verified"]
+    assert [r["final_prediction"] for r in unverified_round(out)] == ["Danube", "Seine"]
+    # read at the unverified fit's own threshold (+inf here: correcting nothing) instead
+    own = fit["fits"]["unverified"]["threshold"]
+    assert [r["final_prediction"] for r in unverified_round(out, threshold=own)] == ["Rhine", "Loire"]
+    # one scoring call per correction: the old answer's margin is the critique's
+    assert meter.phases["critic"]["score_calls"] == 2
 
 
 def test_dev_fit_verify_modes():
@@ -443,7 +469,7 @@ def test_correction_metrics_gathers_the_stage_metrics_exactly():
                                      "base_model": "base", "steps": 24, "examples": 160, "dropped_too_long": 0,
                                      "device": "cpu", "seconds": 812.4}
     assert m["planner_sft_examples"] == 160 and m["planner_decoding"] == "constrained"
-    assert m["critic_verdict"] == {"mode": "dev_f1", "threshold": 1.2346, "verify": False, "dev_fit": {
+    assert m["critic_verdict"] == {"mode": "dev_f1", "threshold": 1.2346, "verify": False, "verify_mode": "never", "dev_fit": {
         "threshold": None, "acted": 2, "n": 2, "f1_all": 0.5, "acts": True}}
     # Only the LLM planners report statistics (the rule-based one has none to give).
     assert m["planner_stats"] == {"trained": {"plans": 2, "no_program": 1}}
@@ -462,4 +488,4 @@ def test_correction_metrics_without_a_dev_fit_or_a_finite_threshold():
 
     m = correction_metrics(**{**_correction_inputs(), "critic_verdict": "calibrated", "threshold": float("inf"),
                               "act_fit": None})
-    assert m["critic_verdict"] == {"mode": "calibrated", "threshold": None, "verify": False}
+    assert m["critic_verdict"] == {"mode": "calibrated", "threshold": None, "verify": False, "verify_mode": "never"}

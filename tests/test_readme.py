@@ -92,16 +92,22 @@ def test_the_verification_choice_is_reported_both_ways():
     metrics = ladder_metrics()
     fit = metrics["08_correction"]["critic_verdict"]["dev_fit"]
     fit.update(threshold=0.5, f1_at_threshold=0.27, verify=True,
-               fits={"verified": {"f1_at_threshold": 0.27}, "unverified": {"f1_at_threshold": 0.2604}})
+               fits={"verified": {"f1_at_threshold": 0.27, "threshold": 0.5},
+                     "unverified": {"f1_at_threshold": 0.2604, "threshold": 1.75}})
+    metrics["08_correction"]["critic_verdict"]["verify_mode"] = "dev_f1"
     metrics["08_correction"]["critic_verdict"]["test"] = {"testbed": {
         "n": 10, "judge": "f1 >= 0.5", "auroc_judge": 0.75, "auroc_judge_ci": [0.6, 0.9], "auroc_acc": 0.45,
         "auroc_acc_ci": [0.3, 0.6], "wrong_judge": 8, "wrong_acc": 7, "acted": 2, "acted_right_judge": 0,
         "acted_right_acc": 0, "abstained_after": 0, "delta_f1_acted_right_acc": None,
         "delta_f1_acted_wrong_acc": 0.4, "not_verified": 3}}
     text = render_block("ladder", metrics)
-    assert ("chosen on the same dev corrections: dev F1 0.270 verified against 0.260 unverified; the \"unverified\" "
-            "row is the same run's first round with every new answer kept") in text
+    assert ("chosen on the same dev corrections: dev F1 0.270 verified (threshold 0.500) against 0.260 unverified "
+            "(threshold 1.750). The \"unverified\" rows are the same run's first round with every new answer kept, "
+            "as Algorithm 1 reads, at the unverified fit's threshold and at the verified one.") in text
     assert "The critic refused 3 further corrections (their old answers stay)." in text
+    metrics["08_correction"]["critic_verdict"]["verify_mode"] = "always"
+    assert "also verifies its corrections (a new answer is kept only when the critic judges it less likely wrong " \
+        "than the old one), set on (`verify_corrections: always`): dev F1 0.270" in render_block("ladder", metrics)
     fit.update(verify=False, fits={"verified": {"f1_at_threshold": 0.25}, "unverified": {"f1_at_threshold": 0.27}})
     assert ("Verifying corrections with the critic did not win on dev (dev F1 0.250 verified, 0.270 unverified)"
             in render_block("ladder", metrics))

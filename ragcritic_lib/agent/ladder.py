@@ -427,7 +427,8 @@ def correction_metrics(*, test_sets: Mapping[str, Sequence[Mapping[str, Any]]],
                        answer_recall: Mapping[str, float], shares: Mapping[str, Any], verdicts: Mapping[str, Any],
                        degenerate: Sequence[str], planner_run: Any, planner_sft_examples: int, critic_verdict: str,
                        threshold: float, act_fit: Mapping[str, Any] | None, planner_decoding: str,
-                       verdict_quality: Mapping[str, Any] | None = None, verify: bool = False) -> dict[str, Any]:
+                       verdict_quality: Mapping[str, Any] | None = None, verify: bool = False,
+                       verify_mode: str = "never") -> dict[str, Any]:
     """The correction stage's metrics (``reports/metrics/08_correction.json``, schema
     ``CorrectionMetrics``) from what the stage computed.
 
@@ -451,7 +452,7 @@ def correction_metrics(*, test_sets: Mapping[str, Sequence[Mapping[str, Any]]],
         planner_decoding: ``correction.planner_decoding``.
         verdict_quality: {dataset: :func:`verdict_quality` of RAG-Critic's test run}, optional.
         verify: whether RAG-Critic's critic verified its corrections on test (``run_correction``'s
-            ``verifier``).
+            ``verifier``); verify_mode: ``correction.verify_corrections`` (how that was decided).
     """
     datasets = list(test_sets)
     rows = {ds: comparison_rows(runs[ds]) for ds in datasets}
@@ -471,7 +472,7 @@ def correction_metrics(*, test_sets: Mapping[str, Sequence[Mapping[str, Any]]],
                              "seconds": round(planner_run.seconds, 1)},
         "planner_sft_examples": planner_sft_examples,
         "critic_verdict": {"mode": critic_verdict, "threshold": round(threshold, 4) if abs(threshold) != float("inf") else None,
-                           "verify": bool(verify),
+                           "verify": bool(verify), "verify_mode": verify_mode,
                            **({"dev_fit": {k: _finite_or_none(v) for k, v in act_fit.items()}} if act_fit else {}),
                            **({"test": {ds: q for ds, q in verdict_quality.items() if q is not None}}
                               if verdict_quality else {})},

@@ -431,14 +431,19 @@ def _verify(verifier: Any, answers: Mapping[int, str], records: Sequence[Mapping
     if verifier is None or not answers:
         return {}
     ids = list(answers)
-    with meter.phase("critic", [getattr(verifier, "llm", None)]) as cost:  # verifying is the critic's work
+    llm = getattr(verifier, "llm", None)
+    with meter.phase("critic", [llm]) as cost:  # verifying is the critic's work
+        answered = _answered(llm)
         reuse = verifier is critic and all(raw_critic[i].get("margin") is not None for i in ids)
         if reuse:
             before = [float(raw_critic[i]["margin"]) for i in ids]
         else:
             before = list(verifier.verdict_margins([_state_record(records[i], docs[i], preds[i], first) for i in ids]))
         after = list(verifier.verdict_margins([_state_record(records[i], docs[i], answers[i], False) for i in ids]))
-        cost["calls"] += len(ids) * (1 if reuse else 2)
+        now = _answered(llm)
+        scored = now - answered if answered is not None and now is not None else len(ids) * (1 if reuse else 2)
+        cost["calls"] += scored
+        cost["score_calls"] += scored
     if len(before) != len(ids) or len(after) != len(ids):
         raise ValueError(f"verifier returned {len(before)}/{len(after)} margins for {len(ids)} answers")
     return {i: {"margin_before": round(float(b), 4), "margin_after": round(float(a), 4), "kept": float(a) < float(b)}
@@ -461,24 +466,42 @@ def records_at_iteration(results: Sequence[Mapping[str, Any]], iteration: int) -
     return out
 
 
-def unverified_round(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def unverified_round(results: Sequence[Mapping[str, Any]], *, threshold: float | None = None) -> list[dict[str, Any]]:
     """A verified run's first round as Algorithm 1 reads it: every new answer kept.
 
     The first round's critiques, plans and programs do not depend on verification (it only
-    decides which answer a round ends with), so the answer each round-1 program produced is
-    exact: a "not_verified" step's ``candidate_answer``, otherwise the step's answer. The copies
-    hold ``predictions`` [standard RAG, that answer] and their round-1 steps only.
+    decides which answer a round ends with) nor on the acting threshold (the critic's margin for
+    an answer is the same at any threshold), so the answer each round-1 program produced is exact:
+    a "not_verified" step's ``candidate_answer``, otherwise the step's answer.
+
+    Args:
+        threshold: None (act where the run acted) or another acting threshold on the round-1
+            critique margin: an answer whose margin is not above it keeps standard RAG's answer;
+            one above it must have been acted on in the run (a lower threshold than the run's
+            cannot be read from it).
+
+    Returns:
+        Copies holding ``predictions`` [standard RAG, that answer], ``final_prediction`` and the
+        round-1 steps of the answers acted on (``final_passages`` dropped: they belong to the run).
+
+    Raises:
+        ValueError: ``threshold`` asks for an answer the run did not correct.
     """
     out = []
     for r in results:
         preds = list(r.get("predictions") or [r.get("prediction") or ""])
         first = next((s for s in r.get("steps", []) if s.get("iteration") == 1), None)
-        answer = preds[0]
-        if first is not None:
+        answer, steps = preds[0], [s for s in r.get("steps", []) if s.get("iteration") == 1]
+        margin = ((first or {}).get("critic") or {}).get("margin")
+        if threshold is not None and (margin is None or float(margin) <= threshold):
+            steps = []
+        elif first is not None:
+            if threshold is not None and first.get("status") in ("skipped_correct", "skipped_unparsed"):
+                raise ValueError(f"unverified_round: {r.get('id')!r} has margin {margin} above threshold {threshold} "
+                                 "but the run did not correct it")
             answer = first.get("candidate_answer") if first.get("status") == "not_verified" else first.get("answer_after", answer)
-        row = dict(r)
-        row.update(predictions=[preds[0], answer], final_prediction=answer,
-                   steps=[s for s in r.get("steps", []) if s.get("iteration") == 1])
+        row = {k: v for k, v in r.items() if k != "final_passages"}
+        row.update(predictions=[preds[0], answer], final_prediction=answer, steps=steps)
         out.append(row)
     return out
 

@@ -575,7 +575,8 @@ class VerdictQuality(TypedDict, total=False):
 class CriticVerdict(TypedDict, total=False):
     mode: str
     threshold: Real | None
-    verify: bool  # RAG-Critic's critic verified its corrections on test (correction.verify_corrections)
+    verify: bool  # RAG-Critic's critic verified its corrections on test
+    verify_mode: str  # correction.verify_corrections: dev_f1 | always | never
     dev_fit: dict[str, Any]  # mode dev_f1: agent.ladder.fit_critic_act_threshold's report (None for an infinite threshold)
     test: dict[str, VerdictQuality]  # per dataset: agent.ladder.verdict_quality of RAG-Critic's test run
 

@@ -246,12 +246,16 @@ def render_ladder(metrics: Mapping[str, Any]) -> str:
         fits = fit.get("fits")
         if isinstance(fits, Mapping) and {"verified", "unverified"} <= fits.keys():
             v, u = fits["verified"], fits["unverified"]
+            mode = _get(metrics, stem).get("critic_verdict", {}).get("verify_mode")
             if fit.get("verify"):
+                how = ("set on (`verify_corrections: always`)" if mode == "always"
+                       else "chosen on the same dev corrections")
                 notes.append("RAG-Critic's critic also verifies its corrections (a new answer is kept only when "
-                             "the critic judges it less likely wrong than the old one), chosen on the same dev "
-                             f"corrections: dev F1 {_f(v.get('f1_at_threshold'))} verified against "
-                             f"{_f(u.get('f1_at_threshold'))} unverified; the \"unverified\" row is the same run's "
-                             "first round with every new answer kept, as Algorithm 1 reads.")
+                             f"the critic judges it less likely wrong than the old one), {how}: dev F1 "
+                             f"{_f(v.get('f1_at_threshold'))} verified (threshold {_f(v.get('threshold'))}) against "
+                             f"{_f(u.get('f1_at_threshold'))} unverified (threshold {_f(u.get('threshold'))}). The "
+                             "\"unverified\" rows are the same run's first round with every new answer kept, as "
+                             "Algorithm 1 reads, at the unverified fit's threshold and at the verified one.")
             else:
                 notes.append(f"Verifying corrections with the critic did not win on dev (dev F1 "
                              f"{_f(v.get('f1_at_threshold'))} verified, {_f(u.get('f1_at_threshold'))} unverified), "
