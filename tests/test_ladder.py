@@ -259,6 +259,32 @@ def test_fit_act_threshold_picks_the_margin_whose_corrections_pay():
         fit_act_threshold([], [], [])
 
 
+class _AnswerAgain:
+    """A planner stand-in: every critique gets the program that answers again from the same passages."""
+
+    llm = None
+    table = None
+
+    def plan(self, contexts):
+        from ragcritic_lib.agent.planner import Plan
+
+        return [Plan(program='final_answer = GenerateAnswer(query=question, docs=docs)', raw="", source="rule")
+                for _ in contexts]
+
+
+class _RiverActions:
+    llm = None
+
+    def functions(self):
+        return {"GenerateAnswer": lambda query, docs, **kw: {"q1": "Danube", "q2": "Seine"}[query]}
+
+
+def _river_records():
+    """q1's answer is wrong and its correction right; q2's answer is right and its correction wrong."""
+    return [{"id": "1", "question": "q1", "golden_answers": ["Danube"], "prediction": "Rhine", "passages": []},
+            {"id": "2", "question": "q2", "golden_answers": ["Loire"], "prediction": "Loire", "passages": []}]
+
+
 def test_fit_critic_act_threshold_corrects_every_dev_answer_once_and_restores_the_critic():
     from ragcritic_lib.agent.ladder import fit_critic_act_threshold
     from ragcritic_lib.critic import ERROR, CriticParse
@@ -276,25 +302,9 @@ def test_fit_critic_act_threshold_corrects_every_dev_answer_once_and_restores_th
             return [CriticParse(judgement=ERROR if self.margins[r["question"]] > self.threshold else "Correct",
                                 valid_json=True, margin=self.margins[r["question"]]) for r in records]
 
-    class Planner:
-        llm = None
-        table = None
-
-        def plan(self, contexts):
-            from ragcritic_lib.agent.planner import Plan
-
-            return [Plan(program='final_answer = GenerateAnswer(query=question, docs=docs)', raw="", source="rule") for _ in contexts]
-
-    class Actions:
-        llm = None
-
-        def functions(self):
-            return {"GenerateAnswer": lambda query, docs, **kw: {"q1": "Danube", "q2": "Seine"}[query]}
-
-    recs = [{"id": "1", "question": "q1", "golden_answers": ["Danube"], "prediction": "Rhine", "passages": []},
-            {"id": "2", "question": "q2", "golden_answers": ["Loire"], "prediction": "Loire", "passages": []}]
     critic = Margins({"q1": 1.5, "q2": -0.3})
-    fit, runs = fit_critic_act_threshold(recs, critic=critic, planner=Planner(), actions=Actions(), prefetch=False)
+    fit, runs = fit_critic_act_threshold(_river_records(), critic=critic, planner=_AnswerAgain(), actions=_RiverActions(),
+                                         prefetch=False)
     assert critic.seen == [float("-inf")] and critic.threshold == 0.7  # every answer corrected; threshold restored
     assert [r["final_prediction"] for r in runs] == ["Danube", "Seine"]
     assert fit["threshold"] == pytest.approx(0.6) and fit["acted"] == 1 and fit["f1_at_threshold"] == 1.0
@@ -305,7 +315,6 @@ def _verify_fit(verify, later):
     """Two dev answers: q1 (wrong) is fixed by its correction, q2 (right) is broken by it; the
     critic's margin for q2's new answer is ``later``."""
     from ragcritic_lib.agent.ladder import fit_critic_act_threshold
-    from ragcritic_lib.agent.planner import Plan
     from ragcritic_lib.critic import ERROR, CriticParse
 
     margins = {"Rhine": 0.4, "Loire": 1.5, "Danube": -1.0, "Seine": later}
@@ -322,23 +331,8 @@ def _verify_fit(verify, later):
         def verdict_margins(self, records):
             return [margins[r["prediction"]] for r in records]
 
-    class Planner:
-        llm = None
-        table = None
-
-        def plan(self, contexts):
-            return [Plan(program='final_answer = GenerateAnswer(query=question, docs=docs)', raw="", source="rule")
-                    for _ in contexts]
-
-    class Actions:
-        llm = None
-
-        def functions(self):
-            return {"GenerateAnswer": lambda query, docs, **kw: {"q1": "Danube", "q2": "Seine"}[query]}
-
-    recs = [{"id": "1", "question": "q1", "golden_answers": ["Danube"], "prediction": "Rhine", "passages": []},
-            {"id": "2", "question": "q2", "golden_answers": ["Loire"], "prediction": "Loire", "passages": []}]
-    critic, planner, actions = Critic(), Planner(), Actions()
+    recs = _river_records()
+    critic, planner, actions = Critic(), _AnswerAgain(), _RiverActions()
     _verify_fit.last = (critic, planner, actions, recs)
     return fit_critic_act_threshold(recs, critic=critic, planner=planner, actions=actions, prefetch=False,
                                     verify=verify)
