@@ -266,6 +266,9 @@ if verify:
     # Algorithm 1's first round as written, every new answer kept (the same critiques, plans and
     # programs): at the threshold the unverified dev fit chose, and at the verified run's threshold.
     own = (act_fit or {}).get("fits", {}).get("unverified", {}).get("threshold")
+    if own is not None and own < threshold:  # the run did not correct the answers between the two thresholds
+        print(f"the unverified fit's threshold {own:+.3f} is below the run's {threshold:+.3f}: that row is not readable")
+        own = None
     for ds in datasets:
         if own is not None:
             ladder_runs[ds]["RAG-Critic unverified"] = unverified_round(runs[ds]["RAG-Critic"], threshold=own)

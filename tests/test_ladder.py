@@ -373,6 +373,11 @@ def test_the_verified_dev_fit_is_what_a_verified_run_gives_at_its_threshold():
     # read at the unverified fit's own threshold (+inf here: correcting nothing) instead
     own = fit["fits"]["unverified"]["threshold"]
     assert [r["final_prediction"] for r in unverified_round(out, threshold=own)] == ["Rhine", "Loire"]
+    # a threshold below the run's asks for corrections the run did not make
+    critic.threshold = 1.0
+    partial = run_correction(recs, critic=critic, planner=planner, actions=actions, verifier=critic, prefetch=False)
+    with pytest.raises(ValueError, match="'1' has margin 0.4 above threshold 0.0 but the run did not correct it"):
+        unverified_round(partial, threshold=0.0)
     # one scoring call per correction: the old answer's margin is the critique's
     assert meter.phases["critic"]["score_calls"] == 2
 

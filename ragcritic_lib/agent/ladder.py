@@ -367,7 +367,7 @@ def fit_critic_act_threshold(records: Sequence[Mapping[str, Any]], *, critic: An
         correction results).
     """
     from ragcritic_lib.agent.planner import passage_strings
-    from ragcritic_lib.agent.workflow import _state_record, run_correction
+    from ragcritic_lib.agent.workflow import run_correction, state_record, verification
 
     if verify not in VERIFY_MODES:
         raise ValueError(f"verify must be one of {' | '.join(VERIFY_MODES)}, got {verify!r}")
@@ -398,15 +398,12 @@ def fit_critic_act_threshold(records: Sequence[Mapping[str, Any]], *, critic: An
     if verify == "never":
         return {**plain, "verify": False}, results
     changed = [i for i, r in enumerate(results) if str(r["final_prediction"]) != str(r["predictions"][0])]
-    states = [_state_record(results[i], passage_strings(results[i].get("passages", [])), str(results[i]["final_prediction"]),
-                            first=False) for i in changed]
-    new_margins = dict(zip(changed, critic.verdict_margins(states))) if states else {}
+    states = [state_record(results[i], passage_strings(results[i].get("passages", [])), str(results[i]["final_prediction"]),
+                           first=False) for i in changed]
     gated = list(after)
-    for i, m_new in new_margins.items():
-        kept = float(m_new) < margins[i]
-        results[i]["steps"][0]["verification"] = {"margin_before": round(margins[i], 4),
-                                                  "margin_after": round(float(m_new), 4), "kept": kept}
-        if not kept:
+    for i, m_new in zip(changed, critic.verdict_margins(states) if states else []):
+        check = results[i]["steps"][0]["verification"] = verification(margins[i], m_new)
+        if not check["kept"]:
             gated[i] = before[i]
     verified = _fit(gated)
     use = verify == "always" or verified["f1_at_threshold"] > plain["f1_at_threshold"]

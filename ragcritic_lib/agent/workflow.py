@@ -4,8 +4,9 @@
 ``iterations`` rounds, asks the critic about every sample still open, skips those judged correct,
 plans a program for the others and runs it with the restricted executor. A rejected or failing
 program keeps the previous answer; so does a new answer that a verifier (optional: the critic
-itself) does not judge less likely wrong than the old one, on the same question and passages. Every step is recorded per sample (critique, program, trace of
-action calls, action log, new answer, status and rejection reason) for the case-study tables.
+itself) does not judge less likely wrong than the old one, on the same question and passages.
+Every step is recorded per sample (critique, program, trace of action calls, action log, new
+answer, status and rejection reason) for the case-study tables.
 
 Ablation switches are objects, not flags: any critic with ``critique(records)`` (the trained
 ``LLMCritic``, the zero-shot one, :class:`OracleCritic` using gold correctness, or
@@ -211,8 +212,8 @@ def rag_cost(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
 # --------------------------------------------------------------------------------------------
 # Algorithm 1
 # --------------------------------------------------------------------------------------------
-def _state_record(rec: Mapping[str, Any], passages: list[str], prediction: str, first: bool) -> dict[str, Any]:
-    """What the critic sees in a round: the sample with its current passages and answer."""
+def state_record(rec: Mapping[str, Any], passages: list[str], prediction: str, first: bool) -> dict[str, Any]:
+    """What the critic (and a verifier) sees in a round: the sample with its current passages and answer."""
     row = dict(rec)
     row["passages"] = [{"id": "", "contents": p, "score": 0.0} for p in passages]
     row["prediction"] = prediction
@@ -344,7 +345,7 @@ def run_correction(
             continue
         # Critic
         with meter.phase("critic", [critic_llm]) as cost:
-            states = [_state_record(records[i], docs[i], preds[i], first=it == 1) for i in open_ids]
+            states = [state_record(records[i], docs[i], preds[i], first=it == 1) for i in open_ids]
             answered = _answered(critic_llm)
             parses = list(critic.critique(states))
             if len(parses) != len(states):
@@ -438,16 +439,22 @@ def _verify(verifier: Any, answers: Mapping[int, str], records: Sequence[Mapping
         if reuse:
             before = [float(raw_critic[i]["margin"]) for i in ids]
         else:
-            before = list(verifier.verdict_margins([_state_record(records[i], docs[i], preds[i], first) for i in ids]))
-        after = list(verifier.verdict_margins([_state_record(records[i], docs[i], answers[i], False) for i in ids]))
+            before = list(verifier.verdict_margins([state_record(records[i], docs[i], preds[i], first) for i in ids]))
+        after = list(verifier.verdict_margins([state_record(records[i], docs[i], answers[i], False) for i in ids]))
         now = _answered(llm)
         scored = now - answered if answered is not None and now is not None else len(ids) * (1 if reuse else 2)
         cost["calls"] += scored
         cost["score_calls"] += scored
     if len(before) != len(ids) or len(after) != len(ids):
         raise ValueError(f"verifier returned {len(before)}/{len(after)} margins for {len(ids)} answers")
-    return {i: {"margin_before": round(float(b), 4), "margin_after": round(float(a), 4), "kept": float(a) < float(b)}
-            for i, b, a in zip(ids, before, after)}
+    return {i: verification(b, a) for i, b, a in zip(ids, before, after)}
+
+
+def verification(margin_before: float, margin_after: float) -> dict[str, Any]:
+    """The verifier's record of one correction: both margins and whether the new answer is kept
+    (its margin strictly lower than the old answer's; a tie keeps the old answer)."""
+    return {"margin_before": round(float(margin_before), 4), "margin_after": round(float(margin_after), 4),
+            "kept": float(margin_after) < float(margin_before)}
 
 
 # --------------------------------------------------------------------------------------------
