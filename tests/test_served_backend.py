@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ragcritic_lib.llm.cache import LLMCache
-from ragcritic_lib.llm import GenParams, OpenAIBackend, load_llm, retry_after_seconds
+from ragcritic_lib.llm import OpenAIBackend, load_llm, retry_after_seconds
 
 
 class ScriptedServer:

@@ -7,7 +7,6 @@ import sys
 import pytest
 import yaml
 
-from ragcritic_lib import paths
 from ragcritic_lib.pipeline.workspace import copy_repository, pipeline_env, run_timed
 
 pytestmark = pytest.mark.smoke
