@@ -2,7 +2,7 @@
 
     python benchmarks/bench_stage_cells.py                    # this checkout's executed notebooks
     python benchmarks/bench_stage_cells.py --root /tmp/copy   # another copy (e.g. one bench_repro kept)
-    python benchmarks/bench_stage_cells.py --min-seconds 60 --cap-minutes 120
+    python benchmarks/bench_stage_cells.py --min-seconds 60 --cap-minutes 150
 
 Reads papermill's record of each cell (`metadata.papermill.duration`) in reports/notebooks/*.ipynb,
 so it shows the run that wrote those notebooks: after a cold `dvc repro`, the cold times. Each
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--root", type=Path, default=ROOT, help="repository copy whose reports/notebooks to read")
     parser.add_argument("--min-seconds", type=float, default=30.0, help="list the cells at least this long")
-    parser.add_argument("--cap-minutes", type=float, default=120.0, help="the cold-run budget to compare with")
+    parser.add_argument("--cap-minutes", type=float, default=150.0, help="the cold-run budget to compare with")
     args = parser.parse_args(argv)
     notebooks_dir = args.root / "reports" / "notebooks"
     if not notebooks_dir.is_dir():

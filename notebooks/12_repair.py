@@ -63,13 +63,12 @@ decoding = "constrained"
 import pandas as pd
 
 from ragcritic_lib import paths, runtime
-from ragcritic_lib.agent.actions import ActionSet
+from ragcritic_lib.agent.actions import ActionSet, count_action_calls
 from ragcritic_lib.baselines import (MeteredLLM, add_costs, dataset_costs, epochs_trained, jsonable, per_dataset,
                                      records_cost, repair, stopwatch)
 from ragcritic_lib.baselines.harness import save_method_answers
 from ragcritic_lib.baselines.stage_setup import setup_method
 from ragcritic_lib.critic import HeuristicCritic
-from ragcritic_lib.io import read_jsonl
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 from ragcritic_lib.rag import run_standard_rag
 from ragcritic_lib.taxonomy import load_taxonomy
@@ -192,15 +191,13 @@ print("plans by outcome:", pd.Series([r["repair_error"] or "ok" for r in out]).v
 pd.Series(test_plans["plan_shares"], name="share of executed test plans").round(3)
 
 # %% [markdown]
-# Action usage of the executed plans, excluding the final GenerateAnswer (RePAIR Table 3):
-# RAG-Critic's planner (notebook 08, with error categories) against RePAIR's (without).
+# Action calls written in the executed plans, excluding the final GenerateAnswer (RePAIR's column of
+# its Table 3). The analysis stage (notebook 15) sets them beside RAG-Critic's, which notebook 08
+# counts the same way, so this stage does not depend on RAG-Critic's run.
 
 # %%
-rc_file = paths.stage_dir("correction") / "testbed" / "rag_critic_test.jsonl"
-rc_programs = [s.get("program") or "" for r in (read_jsonl(rc_file) if rc_file.exists() else [])
-               for s in r.get("steps", [])]
-usage = repair.action_usage_table(repair.count_actions(rc_programs), repair.count_actions(executed))
-pd.DataFrame(usage)
+action_calls = count_action_calls(executed)
+pd.Series(action_calls, name="calls in the executed test plans")
 
 # %%
 base_cost = {ds: records_cost(recs) for ds, recs in test.items()}
@@ -214,7 +211,7 @@ metrics = save_method_answers(  # the scored answers under data/repair, and the 
                                     offpolicy_pairs=off_pairs, onpolicy_pairs=on_pairs),
     degenerate=degenerate, seconds={"offpolicy": t_off["seconds"], "dpo_and_onpolicy": t_dpo["seconds"], "test": t["seconds"]},
     info=repair.repair_info(info, offpolicy_pairs=off_pairs, onpolicy_pairs=on_pairs, planner_start=start,
-                            usage=usage, test_plans=test_plans),
+                            action_calls=action_calls, test_plans=test_plans),
 )
 write_stage_metrics("12_repair", jsonable(metrics))
 metrics["scores"]

@@ -152,7 +152,7 @@ out.table("ragec_table4_mode_frequency", analysis.ragec_mode_frequency_table(inp
 out.table("ragec_stages_agreement", analysis.ragec_stage_table(inputs))
 
 # %% [markdown]
-# ## SIM-RAG Fig. 3: the sufficiency critic (stage 11); RePAIR Table 3: action usage (stage 12)
+# ## SIM-RAG Fig. 3: the sufficiency critic (stage 11); RePAIR Table 3: action usage (stages 08 and 12)
 
 # %%
 confusion = analysis.simrag_confusion_table(inputs, **fmt)

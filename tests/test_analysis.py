@@ -80,6 +80,11 @@ def write_stage_outputs(root: Path, *, skip: tuple[str, ...] = ()) -> None:
                          "by_dataset": {"SFT+DPO critic": {"testbed": {"acc_avg": 0.625}}}},
         "08_correction": {
             "n_questions": {"testbed": 4, "trivia": 2},
+            # Calls written in each method's programs; the RePAIR table sums RAG-Critic's over
+            # RePAIR's datasets only (testbed here).
+            "program_calls": {"testbed": {"RAG-Critic": {"Retrieval": 4, "RewriteQuery": 0},
+                                          "fixed action": {"Retrieval": 9, "RewriteQuery": 9}},
+                              "trivia": {"RAG-Critic": {"Retrieval": 7, "RewriteQuery": 7}}},
             "comparison": {ds: {"standard RAG": _agg(0.25, base, 0.5, 4), "RAG-Critic (1 iter)": _agg(0.5, base + 0.2, 0.5, 4),
                                 "RAG-Critic (2 iter)": _agg(0.5, base + 0.25, 0.5, 4),
                                 "oracle verdict": _agg(0.25, base + 0.05, 0.5, 4),
@@ -114,8 +119,7 @@ def write_stage_outputs(root: Path, *, skip: tuple[str, ...] = ()) -> None:
                                             "shares": {"correct_accept": 0.3, "correct_reject": 0.1, "wrong_accept": 0.2,
                                                        "wrong_reject": 0.4}}},
         "12_repair": {"method": "RePAIR", "n": {"testbed": 4},
-                      "action_usage": [{"action": "Retrieval", "with_error_categories": 4, "repair": 2, "change_pct": -50.0},
-                                       {"action": "RewriteQuery", "with_error_categories": 0, "repair": 1, "change_pct": None}]},
+                      "action_calls": {"Retrieval": 2, "RewriteQuery": 1}},
         # ragec_summary's fields at top level, then notebook 13's own keys.
         "13_ragec": {"errors": 5, "votes": 15, "invalid_votes": 1, "invalid_vote_rate": 1 / 15,
                      "stages": {"chunking": 1, "retrieval": 2, "reranking": 0, "generation": 2}, "reranking_stage": False,
@@ -365,7 +369,10 @@ def test_baseline_diagnostics(inputs):
     assert list(c.display["critic: Accept"]) == [3, 2] and list(c.display["critic: Reject"]) == [1, 4]
     assert c.notes == ["n = 10 held-out examples; critic accuracy 70.0%."]
     u = analysis.repair_action_usage_table(inputs)
+    assert list(u.frame.action) == ["Retrieval", "RewriteQuery"]
+    assert list(u.frame.with_error_categories) == [4, 0] and list(u.frame.repair) == [2, 1]
     assert list(u.display["change %"]) == [-50.0, "–"]
+    assert "on testbed;" in u.notes[0]
 
 
 @pytest.mark.parametrize(("stem", "item", "build"), [
@@ -375,6 +382,7 @@ def test_baseline_diagnostics(inputs):
     ("09_self_refine", "table8_cost_methods", lambda i: analysis.method_cost_table(i)),
     ("11_simrag", "simrag_fig3_confusion", lambda i: analysis.simrag_confusion_table(i)),
     ("12_repair", "repair_table3_action_usage", lambda i: analysis.repair_action_usage_table(i)),
+    ("08_correction", "repair_table3_action_usage", lambda i: analysis.repair_action_usage_table(i)),
     ("13_ragec", "ragec_table4_mode_frequency", lambda i: analysis.ragec_mode_frequency_table(i)),
     ("13_ragec", "ragec_stages_agreement", lambda i: analysis.ragec_stage_table(i)),
     ("13_ragec_types", "ragec_table2_types", lambda i: analysis.ragec_types_table(i)),

@@ -397,15 +397,21 @@ def _result(rid, gold, qtype, predictions, steps):
             "final_prediction": predictions[-1], "steps": steps}
 
 
+P1 = "d = Retrieval(query=question, topk=3)\nfinal_answer = GenerateAnswer(query=question, docs=docs + d)"
+P2 = ("q = RewriteQuery(query=question, instruction='clarify')\n"
+      "d2 = [RefineDoc(query=question, doc=x, instruction='refine') for x in Retrieval(query=q[0])]\n"
+      "final_answer = GenerateAnswer(query=question, docs=d2)")
+
+
 def _correction_inputs():
     from ragcritic_lib.agent.planner import LLMPlanner
     from ragcritic_lib.llm import CallableLLM
     from ragcritic_lib.training import TrainResult
 
     rc = [_result("q1", "1887", "temporal", ["1850", "1887", "1887"], [
-              {"iteration": 1, "status": "corrected", "program": "P1", "critic": {"judgement": "Error"},
+              {"iteration": 1, "status": "corrected", "program": P1, "critic": {"judgement": "Error"},
                "events": [{"action": "RetrieveDocuments"}, {"action": "RewriteQuery", "fallback": "keywords"}]},
-              {"iteration": 2, "status": "rejected", "reason": "unsafe", "program": "P2", "events": []}]),
+              {"iteration": 2, "status": "rejected", "reason": "unsafe", "program": P2, "events": []}]),
           _result("q2", "640 km", "numerical", ["640 km", "640 km", "640 km"], [
               {"iteration": 1, "status": "skipped_correct", "critic": {"judgement": "Correct"}}])]
     fixed = [_result("q1", "1887", "temporal", ["1850", "1850"], [{"iteration": 1, "status": "no_program", "events": []}]),
@@ -438,7 +444,7 @@ def test_correction_metrics_gathers_the_stage_metrics_exactly():
     inputs = _correction_inputs()
     m = correction_metrics(**inputs)
     assert list(m) == ["n_questions", "comparison", "by_type", "iterations", "cost", "status", "rejections",
-                       "action_usage", "planner_training", "planner_sft_examples", "critic_verdict", "planner_decoding",
+                       "action_usage", "program_calls", "planner_training", "planner_sft_examples", "critic_verdict", "planner_decoding",
                        "planner_stats", "plan_shares", "verdict_shares", "ladder", "degenerate"]
     assert m["n_questions"] == {"tb": 2}
     # Round 0 of the first method is standard RAG; "12 km" against "640 km" has token F1 0.5.
@@ -463,6 +469,11 @@ def test_correction_metrics_gathers_the_stage_metrics_exactly():
     assert m["action_usage"] == {"tb": {
         "RAG-Critic": {"RetrieveDocuments": 1, "RewriteQuery": 1, "RewriteQuery.fallback:keywords": 1},
         "fixed action": {"GenerateAnswer": 1}}}
+    # Calls written in the programs of both rounds (a rejected program counts: it was written),
+    # the comprehension's RefineDoc once; "P3" is no program text.
+    assert m["program_calls"] == {"tb": {
+        "RAG-Critic": {"Retrieval": 2, "RewriteQuery": 1, "DecomposeQuery": 0, "RefineDoc": 1},
+        "fixed action": {"Retrieval": 0, "RewriteQuery": 0, "DecomposeQuery": 0, "RefineDoc": 0}}}
     # The training record without its log, recipe and per-step timing; the wall time to 0.1 s.
     assert m["planner_training"] == {"adapter_dir": "data/correction/planner_adapter", "is_adapter": True,
                                      "base_model": "base", "steps": 24, "examples": 160, "dropped_too_long": 0,

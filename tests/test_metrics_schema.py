@@ -134,7 +134,10 @@ BROKEN = [
     ("06_critic_dpo", _set(("train", "seconds"), "12s"), "train.seconds = '12s' is not a number"),
     ("08_correction", _set(("planner_training", "seconds"), -1), "planner_training.seconds = -1 is not >= 0"),
     ("14_comparison", _set(("rag_critic_training", "seconds"), -1.0), "rag_critic_training.seconds = -1.0 is not >= 0"),
-    ("12_repair", _set(("action_usage",), {"Retrieval": 10}), "action_usage = {'Retrieval': 10} is not a list"),
+    ("12_repair", _set(("action_calls", "Retrieval"), -1), "action_calls.Retrieval = -1 is not >= 0"),
+    ("12_repair", _set(("action_calls",), KeyError), "action_calls is missing"),
+    ("08_correction", _set(("program_calls", "testbed", "RAG-Critic", "RefineDoc"), 2.5),
+     "program_calls.testbed.RAG-Critic.RefineDoc = 2.5 is not an integer"),
     ("13_ragec", _set(("mode_frequency", "1"), True), "mode_frequency.1 = True is not a number"),
     ("15_analysis", _set(("missing", 0, "reason"), KeyError), "missing[0].reason is missing"),
 ]

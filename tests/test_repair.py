@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from ragcritic_lib.agent.actions import ActionSet, action_stubs
+from ragcritic_lib.agent.actions import (
+    AUX_ACTIONS,
+    ActionSet,
+    action_stubs,
+    count_action_calls,
+)
 from ragcritic_lib.agent.executor import validate_program
 from ragcritic_lib.baselines import repair
 from ragcritic_lib.llm import CallableLLM, GenParams
@@ -51,8 +56,8 @@ def test_grammar_plans_are_valid_programs():
     assert "topk=10" in grammar[1][1] and "topk=7" in repair.plan_grammar(deep_topk=7)[1][1]
     for _, src in grammar:
         validate_program(src, action_stubs(), variables=["question", "docs", "prediction"])
-    used = repair.count_actions([src for _, src in grammar])
-    assert all(used[a] > 0 for a in repair.AUX_ACTIONS)
+    used = count_action_calls([src for _, src in grammar])
+    assert all(used[a] > 0 for a in AUX_ACTIONS)
 
 
 def test_preference_pairs_by_reward_and_margin():
@@ -118,16 +123,15 @@ def test_inference_executes_plan_or_keeps_answer(actions, llm):
     assert (skipped[0]["prediction"], skipped[0]["repair_error"]) == ("Rhine", "skipped")
 
 
-def test_action_usage_table():
+def test_action_calls_are_counted_per_program_text():
     progs = [GOOD_PLAN, "q = RewriteQuery(query=question, instruction='clarify')\n"
                         "d2 = [RefineDoc(query=question, doc=d, instruction='refine') for d in Retrieval(query=q[0])]\n"
-                        "final_answer = GenerateAnswer(query=question, docs=d2)"]
-    counts = repair.count_actions(progs)
+                        "final_answer = GenerateAnswer(query=question, docs=d2)", None, ""]
+    counts = count_action_calls(progs)
     assert counts == {"Retrieval": 2, "RewriteQuery": 1, "DecomposeQuery": 0, "RefineDoc": 1}
-    assert repair.count_actions(progs, include_generate=True)["GenerateAnswer"] == 2
-    rows = repair.action_usage_table({"Retrieval": 4, "RewriteQuery": 2}, counts)
-    assert rows[0] == {"action": "Retrieval", "with_error_categories": 4, "repair": 2, "change_pct": -50.0}
-    assert rows[2] == {"action": "DecomposeQuery", "with_error_categories": 0, "repair": 0, "change_pct": None}
+    assert list(counts) == list(AUX_ACTIONS)
+    assert count_action_calls(progs, include_generate=True)["GenerateAnswer"] == 2
+    assert count_action_calls(["x = MyRetrieval(query=question)"]) == dict.fromkeys(AUX_ACTIONS, 0)
 
 
 def test_repair_summary_flags_untrained_phases_and_no_executed_plan(actions, llm):
@@ -277,17 +281,18 @@ def test_repair_training_without_dpo_rounds():
 
 def test_repair_info_adds_pair_counts_and_planner_start_after_the_summary():
     summary = repair.repair_summary([{"p": 1}], [], [{"repair_ok": True, "repair_error": None}])
-    usage = [{"action": "RefineDoc", "repair": 1, "with_error_categories": 0, "change_pct": None}]
+    calls = {"Retrieval": 0, "RefineDoc": 1}
     info = repair.repair_info(summary, offpolicy_pairs=[1, 2, 3], onpolicy_pairs=[],
-                              planner_start={"base_model": "base", "init_adapter": None}, usage=usage)
+                              planner_start={"base_model": "base", "init_adapter": None}, action_calls=calls)
     assert info == {"repair": {**summary, "offpolicy_pairs": 3, "onpolicy_pairs": 0, "planner_start": "base model"},
-                    "action_usage": usage}
-    assert list(info) == ["repair", "action_usage"]
+                    "action_calls": calls}
+    assert list(info) == ["repair", "action_calls"]
     assert list(info["repair"]) == [*summary, "planner_start"]  # the pair counts replace the summary's in place
     adapter = repair.repair_info({}, offpolicy_pairs=[], onpolicy_pairs=[],
-                                 planner_start={"base_model": "base", "init_adapter": "data/correction/planner"}, usage=[])
+                                 planner_start={"base_model": "base", "init_adapter": "data/correction/planner"},
+                                 action_calls={}, test_plans={"executed": 0})
     assert adapter == {"repair": {"offpolicy_pairs": 0, "onpolicy_pairs": 0, "planner_start": "adapter"},
-                       "action_usage": []}
+                       "action_calls": {}, "test": {"executed": 0}}
 
 
 def test_plan_shares_of_the_executed_test_plans():

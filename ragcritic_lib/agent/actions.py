@@ -62,6 +62,20 @@ from ragcritic_lib.rag import ABSTAIN_ANSWER, ANSWER_PREFIX, build_rag_messages,
 from ragcritic_lib.text import NOT_NAME_WORDS, QUERY_STOPWORDS
 
 ACTION_NAMES: tuple[str, ...] = ("Retrieval", "RewriteQuery", "DecomposeQuery", "RefineDoc", "GenerateAnswer")
+# The actions before the answer (RePAIR's Table 3 counts these; every program ends in GenerateAnswer).
+AUX_ACTIONS: tuple[str, ...] = ACTION_NAMES[:-1]
+_CALL_RE = re.compile(r"\b(" + "|".join(ACTION_NAMES) + r")\s*\(")
+
+
+def count_action_calls(programs: Iterable[str | None], *, include_generate: bool = False) -> dict[str, int]:
+    """Calls per action written in correction programs (RAG-Critic's or RePAIR's), as RePAIR's
+    Table 3 counts them: GenerateAnswer left out unless asked, and a call inside a list
+    comprehension counted once per program text, not per element (the executor's event log,
+    :func:`ragcritic_lib.agent.workflow.action_usage`, counts executed calls instead).
+    """
+    names = AUX_ACTIONS + (("GenerateAnswer",) if include_generate else ())
+    c = Counter(m.group(1) for p in programs for m in _CALL_RE.finditer(p or ""))
+    return {a: int(c[a]) for a in names}
 
 REWRITE_INSTRUCTIONS: dict[str, str] = {
     "expand": "Add related terms and context so that a search engine finds more relevant pages.",

@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ragcritic_lib.agent.actions import count_action_calls
 from ragcritic_lib.agent.planner import LLMPlanner
 from ragcritic_lib.agent.workflow import (
     action_usage, comparison_rows, iteration_table, records_at_iteration, rejection_counts, stable_costs, status_counts,
@@ -463,6 +464,10 @@ def correction_metrics(*, test_sets: Mapping[str, Sequence[Mapping[str, Any]]],
         "status": {ds: {name: status_counts(r) for name, r in by_method.items()} for ds, by_method in runs.items()},
         "rejections": {ds: {name: rejection_counts(r) for name, r in by_method.items()} for ds, by_method in runs.items()},
         "action_usage": {ds: {name: action_usage(r) for name, r in by_method.items()} for ds, by_method in runs.items()},
+        # Calls written in the programs, every round, as RePAIR's Table 3 counts them (the analysis
+        # stage sets RAG-Critic's beside RePAIR's).
+        "program_calls": {ds: {name: count_action_calls(s.get("program") for x in r for s in x.get("steps", []))
+                               for name, r in by_method.items()} for ds, by_method in runs.items()},
         # seconds: wall time of the planner's training run, the comparison's training cost (varies per run)
         "planner_training": {**{k: v for k, v in planner_run.to_dict().items()
                                 if k not in ("log_history", "recipe") and "second" not in k},

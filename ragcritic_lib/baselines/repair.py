@@ -29,22 +29,20 @@ GenerateAnswer), run by the same restricted executor
   them (log-probabilities from ``LLM.score``, sampled without replacement at ``temperature``).
   Which plan is chosen is still the trained policy's decision, and no error label is involved.
 
-Action usage (the paper's Table 3) is counted from the executed programs, excluding the final
-GenerateAnswer.
+Action usage (the paper's Table 3): the stage counts the calls written in its executed test
+plans (:func:`ragcritic_lib.agent.actions.count_action_calls`, the final GenerateAnswer left out)
+and the analysis stage sets them beside RAG-Critic's, which notebook 08 counts the same way, so
+this stage does not depend on RAG-Critic's run.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ragcritic_lib.baselines import dataset_name, is_wrong
-
-AUX_ACTIONS = ("Retrieval", "RewriteQuery", "DecomposeQuery", "RefineDoc")
-_CALL_RE = re.compile(r"\b(Retrieval|RewriteQuery|DecomposeQuery|RefineDoc|GenerateAnswer)\s*\(")
 
 
 # ----------------------------------------------------------------------------- grammar
@@ -515,7 +513,7 @@ def repair_infer(
     return out
 
 
-# ---------------------------------------------------------------------------- action usage
+# ---------------------------------------------------------------------------- reports
 def repair_summary(
     offpolicy_pairs: Sequence[Any], onpolicy_pairs: Sequence[Any], results: Sequence[Mapping[str, Any]]
 ) -> dict[str, Any]:
@@ -541,29 +539,6 @@ def repair_summary(
         "errors": dict(Counter(str(r.get("repair_error") or "ok") for r in planned)),
         "degenerate": degenerate,
     }
-
-
-def count_actions(programs: Sequence[str], *, include_generate: bool = False) -> dict[str, int]:
-    """Calls per action written in the programs (the paper's Table 3 excludes GenerateAnswer).
-
-    A call inside a list comprehension counts once per program text, not per element.
-    """
-    names = AUX_ACTIONS + (("GenerateAnswer",) if include_generate else ())
-    c = Counter(m.group(1) for p in programs for m in _CALL_RE.finditer(p or ""))
-    return {a: int(c[a]) for a in names}
-
-
-def action_usage_table(
-    with_categories: Mapping[str, int], without: Mapping[str, int]
-) -> list[dict[str, Any]]:
-    """Rows like RePAIR Table 3: action, count with error categories (RAG-Critic's planner),
-    count without (RePAIR) and the relative change in percent (None when the first is 0)."""
-    rows = []
-    for a in AUX_ACTIONS:
-        w, wo = int(with_categories.get(a, 0)), int(without.get(a, 0))
-        rows.append({"action": a, "with_error_categories": w, "repair": wo,
-                     "change_pct": round(100.0 * (wo - w) / w, 1) if w else None})
-    return rows
 
 
 def oracle_correct_flags(records: Sequence[Mapping[str, Any]]) -> list[bool]:
@@ -657,7 +632,7 @@ def plan_shares(programs: Sequence[str]) -> dict[str, Any]:
 
 
 def repair_info(summary: Mapping[str, Any], *, offpolicy_pairs: Sequence[Any], onpolicy_pairs: Sequence[Any],
-                planner_start: Mapping[str, Any], usage: Sequence[Mapping[str, Any]],
+                planner_start: Mapping[str, Any], action_calls: Mapping[str, int],
                 test_plans: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The RePAIR stage's own metrics blocks (``reports/metrics/12_repair.json``), given to
     ``save_method_answers`` as ``info``.
@@ -667,15 +642,16 @@ def repair_info(summary: Mapping[str, Any], *, offpolicy_pairs: Sequence[Any], o
             decoding); its keys come first in the ``repair`` block.
         offpolicy_pairs, onpolicy_pairs: each phase's preference pairs (counted).
         planner_start: where the planner started ({"base_model", "init_adapter"}).
-        usage: :func:`action_usage_table`.
+        action_calls: :func:`ragcritic_lib.agent.actions.count_action_calls` of the executed test
+            plans (RePAIR's column of its Table 3).
 
     Returns:
         {"repair": {**summary, "offpolicy_pairs", "onpolicy_pairs", "planner_start": "adapter" or
-        "base model"}, "action_usage": usage}.
+        "base model"}, "action_calls": action_calls}, with "test" when ``test_plans`` is given.
     """
     out = {"repair": {**summary, "offpolicy_pairs": len(offpolicy_pairs), "onpolicy_pairs": len(onpolicy_pairs),
                       "planner_start": "adapter" if planner_start["init_adapter"] else "base model"},
-           "action_usage": usage}
+           "action_calls": dict(action_calls)}
     if test_plans is not None:  # :func:`plan_shares` of the executed test plans
         out["test"] = dict(test_plans)
     return out

@@ -595,6 +595,7 @@ class CorrectionMetrics(StageMetrics):
     degenerate: Reasons
     plan_shares: NotRequired[dict[str, dict[str, PlanShares]]]
     action_usage: NotRequired[dict[str, dict[str, dict[str, Count]]]]
+    program_calls: dict[str, dict[str, dict[str, Count]]]   # {dataset: {method: calls written in its programs}}
     planner_sft_examples: NotRequired[Count]
     planner_decoding: NotRequired[str]
     critic_verdict: NotRequired[CriticVerdict]
@@ -716,14 +717,6 @@ class SimRagMetrics(MethodRunMetrics):
     accept_rate_by_turn: NotRequired[dict[str, Any]]
 
 
-class ActionUsageRow(TypedDict):
-    """RePAIR Table 3: how often an action is called with and without error categories."""
-    action: str
-    with_error_categories: Count
-    repair: Count
-    change_pct: NotRequired[Real | None]
-
-
 class RepairTestPlans(TypedDict):
     """``12_repair.json``'s ``test``: the executed test plans' distribution (``repair.plan_shares``)."""
     executed: Count
@@ -734,7 +727,7 @@ class RepairTestPlans(TypedDict):
 
 class RepairMetrics(MethodRunMetrics):
     """``12_repair.json``."""
-    action_usage: list[ActionUsageRow]
+    action_calls: dict[str, Count]   # calls written in the executed test plans (RePAIR Table 3's column)
     repair: NotRequired[dict[str, Any]]
     test: NotRequired[RepairTestPlans]
 

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from ragcritic_lib.evaluation.analysis.items import (
     Inputs,
     Table,
@@ -153,21 +156,47 @@ def plot_simrag_confusion(table: Table | None):
     return fig
 
 
+def action_usage_rows(actions: Sequence[str], with_categories: Mapping[str, int], without: Mapping[str, int]
+                      ) -> list[dict[str, Any]]:
+    """Rows like RePAIR Table 3: per action, the calls of RAG-Critic's planner (with error
+    categories), RePAIR's (without) and the relative change in percent (None when the first is 0)."""
+    rows = []
+    for a in actions:
+        w, wo = int(with_categories.get(a, 0)), int(without.get(a, 0))
+        rows.append({"action": a, "with_error_categories": w, "repair": wo,
+                     "change_pct": round(100.0 * (wo - w) / w, 1) if w else None})
+    return rows
+
+
 def repair_action_usage_table(inputs: Inputs) -> Table | None:
-    """Action calls of RAG-Critic's planner (with error categories) against RePAIR's (without)."""
+    """Action calls written in RAG-Critic's correction programs (notebook 08, every round, with
+    error categories) against those in RePAIR's executed test plans (notebook 12, without), on
+    the datasets RePAIR ran."""
     import pandas as pd
 
     item = "repair_table3_action_usage"
-    usage = inputs.metric("repair", "action_usage", item=item)
-    if usage is None:
+    repair_calls = inputs.metric("repair", "action_calls", item=item)
+    ran = inputs.metric("repair", "n", item=item)  # {dataset: questions}
+    critic_calls = inputs.metric("correction", "program_calls", item=item)
+    if repair_calls is None or ran is None or critic_calls is None:
         return None
-    if not usage:
-        inputs.note_missing(item, rel(inputs.metrics_path("repair")), "no rows", "action_usage")
+    if not repair_calls:
+        inputs.note_missing(item, rel(inputs.metrics_path("repair")), "no rows", "action_calls")
         return None
-    frame = pd.DataFrame(usage)
+    datasets = [ds for ds in ran if ds in critic_calls and "RAG-Critic" in critic_calls[ds]]
+    if not datasets:
+        inputs.note_missing(item, rel(inputs.metrics_path("correction")), "no RAG-Critic programs on RePAIR's datasets",
+                            "program_calls")
+        return None
+    actions = list(repair_calls)  # the actions before the answer, as stage 12 wrote them
+    with_categories = {a: sum(int(critic_calls[ds]["RAG-Critic"].get(a, 0)) for ds in datasets) for a in actions}
+    frame = pd.DataFrame(action_usage_rows(actions, with_categories, repair_calls))
     display = plain(frame).rename(columns={
         "with_error_categories": "RAG-Critic planner (with categories)", "repair": "RePAIR (without)",
         "change_pct": "change %"})
-    return Table(frame, display, ["GenerateAnswer excluded, as in RePAIR Table 3."])
+    note = (f"Calls written in the programs on {', '.join(datasets)}; GenerateAnswer excluded, as in RePAIR "
+            "Table 3. RAG-Critic writes programs only for the answers its critic acts on (both rounds counted); "
+            "RePAIR plans for every question.")
+    return Table(frame, display, [note])
 
 
