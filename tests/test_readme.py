@@ -344,3 +344,52 @@ Retrieval 20, Reranking 30, Generation 211 |
     del m["12_repair"]["test"]
     with pytest.raises(ReadmeDataError, match="12_repair.json: missing key test"):
         render_block("baselines", m)
+
+
+def papers_metrics():
+    env = copy.deepcopy(ENV)
+    row = {"n": 280, "em": 0.1, "f1": 0.23, "acc": 0.27, "delta_f1": 0.0, "ci_low": 0.0, "ci_high": 0.0, "p_value": 1.0}
+    return {
+        "01_retrieval_rag": {"rag": {"testbed": {"test": {"f1": 0.2287, "em": 0.1}, "dev": {"f1": 0.2, "em": 0.1}},
+                                     "trivia": {"test": {"f1": 0.0214, "em": 0.0}}}},
+        "02_error_sampling": {"by_dataset": {"testbed": {}, "trivia": {}}, "by_member": {"a": {}, "b": {}, "c": {}},
+                              "samples": 640, "error_rate": 0.85625, "errors": 548, "correct": 92},
+        "03_tagging": {"tags_before_normalization": 1665, "unique_tags_before_normalization": 353,
+                       "unique_tags_after_normalization": 131},
+        "04_taxonomy": {"taxonomy": {"tier1": 7, "tier2": 19}, "tags_clustered": 131, "clusters": 20},
+        "05_critic_sft": {"train": {"examples": 2651}},
+        "06_critic_dpo": {"pairs": {"total": 600}},
+        "07_benchmark": {"benchmark": {"n_error": 128, "n_correct": 128},
+                         "critics": {"heuristic": {"identification": {"acc_avg": 0.5}},
+                                     "SFT+DPO critic": {"identification": {"acc_avg": 0.7148}, "verdict_auroc": 0.7612,
+                                                        "verdict_auroc_ci_low": 0.703, "verdict_auroc_ci_high": 0.821}},
+                         "style_baseline": {"verdict_auroc": 0.726}},
+        "08_correction": {"environment": env, "ladder": {"testbed": {
+            "standard RAG": row, "RAG-Critic (1 iter)": {**row, "delta_f1": 0.0061, "ci_low": -0.0227, "ci_high": 0.0357},
+            "fixed action": row, "oracle critique": {**row, "delta_f1": 0.0835, "ci_low": 0.0513, "ci_high": 0.1148}}}},
+        "13_ragec": {"agreement": {"n": 31, "side_agreement": 0.8387, "type_agreement": None}},
+        "14_comparison": {"summary": {"testbed": {"significant_after_holm": ["SIM-RAG"]}}, "comparison": {"testbed": {
+            "standard RAG": {"delta_f1": 0.0}, "RAG-Critic": {"delta_f1": 0.0054}, "SIM-RAG": {"delta_f1": -0.0586},
+            "RePAIR": {"delta_f1": -0.0016}}}},
+    }
+
+
+def test_the_papers_block_reads_every_cell_from_the_metrics():
+    text = render_block("papers", papers_metrics())
+    assert "| error pool | 15 models x 9 datasets | 3 configurations of the generator x 2 datasets, 640 answers, " \
+           "error rate 0.856 (548 wrong, 92 right) |" in text
+    assert "| atomic error tags after normalization | > 20,000 -> ~4,000 | 1665 tags (353 unique) -> 131 unique |" in text
+    assert "| taxonomy tiers 1 / 2 / 3 | 7 / 19 / 4,000+ | 7 / 19 / 131 (tier 3: the normalized tags) |" in text
+    assert ("heuristic 50.0%; SFT+DPO critic 71.5% on 256 samples; the SFT+DPO critic's verdict AUROC 0.761 "
+            "(0.703..0.821), style-only baseline 0.726; trained on 2651 SFT examples and 600 DPO pairs") in text
+    assert ("RAG-Critic (1 iter) +0.006 (-0.023, +0.036); oracle critique +0.084 (+0.051, +0.115) on 280 test "
+            "questions") in text
+    # Baselines in the comparison's order, RAG-Critic left to the row above; Holm's verdict from the file.
+    assert "| the baselines, ΔF1 vs standard RAG | RePAIR, CRAG, SIM-RAG and Self-Refine gain in their papers | " \
+           "SIM-RAG -0.059, RePAIR -0.002; significant after Holm: SIM-RAG |" in text
+    assert "testbed F1 0.229 (EM 0.100); trivia F1 0.021 (EM 0.000)" in text
+    assert "on 31 answers: side 83.9%, type unmeasured |" in text
+    m = papers_metrics()
+    del m["04_taxonomy"]["clusters"]
+    with pytest.raises(ReadmeDataError, match="04_taxonomy.json: missing key clusters"):
+        render_block("papers", m)
