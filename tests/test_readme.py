@@ -362,6 +362,7 @@ def papers_metrics():
         "07_benchmark": {"benchmark": {"n_error": 128, "n_correct": 128},
                          "critics": {"heuristic": {"identification": {"acc_avg": 0.5}},
                                      "SFT+DPO critic": {"identification": {"acc_avg": 0.7148}, "verdict_auroc": 0.7612,
+                                                        "classification": {"tag1_f1": 0.3844, "tag2_f1": 0.2455},
                                                         "verdict_auroc_ci_low": 0.703, "verdict_auroc_ci_high": 0.821}},
                          "style_baseline": {"verdict_auroc": 0.726}},
         "08_correction": {"environment": env, "ladder": {"testbed": {
@@ -380,8 +381,9 @@ def test_the_papers_block_reads_every_cell_from_the_metrics():
            "error rate 0.856 (548 wrong, 92 right) |" in text
     assert "| atomic error tags after normalization | > 20,000 -> ~4,000 | 1665 tags (353 unique) -> 131 unique |" in text
     assert "| taxonomy tiers 1 / 2 / 3 | 7 / 19 / 4,000+ | 7 / 19 / 131 (tier 3: the normalized tags) |" in text
-    assert ("heuristic 50.0%; SFT+DPO critic 71.5% on 256 samples; the SFT+DPO critic's verdict AUROC 0.761 "
-            "(0.703..0.821), style-only baseline 0.726; trained on 2651 SFT examples and 600 DPO pairs") in text
+    assert ("identification heuristic 50.0%, SFT+DPO critic 71.5% (256 samples); the SFT+DPO critic's verdict AUROC 0.761 "
+            "(0.703..0.821), style-only baseline 0.726; tier-1 / tier-2 F1 38.4 / 24.6; trained on 2651 SFT examples and "
+            "600 DPO pairs") in text
     assert ("RAG-Critic (1 iter) +0.006 (-0.023, +0.036); oracle critique +0.084 (+0.051, +0.115) on 280 test "
             "questions") in text
     # Baselines in the comparison's order, RAG-Critic left to the row above; Holm's verdict from the file.
