@@ -553,9 +553,8 @@ def render_papers(metrics: Mapping[str, Any]) -> str:
 
     lad = ("ladder", "testbed")
     ladder = _get(metrics, "08_correction", *lad)
-    acting = [name for name in ladder if name.startswith("RAG-Critic")]
-    oracle = [name for name in ladder if name == "oracle critique"]
-    correction = "; ".join(f"{name} {_change(metrics, '08_correction', *lad, name)}" for name in acting + oracle)
+    shown = [name for name in ladder if name.startswith("RAG-Critic") or name == "oracle critique"]
+    correction = "; ".join(f"{name} {_change(metrics, '08_correction', *lad, name)}" for name in shown)
     correction += f" on {int(_number(metrics, '08_correction', *lad, BASELINE, 'n'))} test questions"
 
     cmp_ = "14_comparison"
