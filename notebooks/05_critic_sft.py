@@ -15,10 +15,10 @@
 # # 05 · Error-critic SFT
 # The critic learns to tell a right answer from a wrong one and to name the error, from question,
 # passages and answer alone (never the reference). RAG-Critic §3.2 trains it on D_Error^QA plus
-# as many correct answers; a 135M critic needs thousands of examples, so three sources from the
-# *train* questions are pooled and counted apart: the LLM pool's answers, each question's
-# reference presented as the answer (a right example), and wrong answers built from question and
-# passages. Every wrong sample is labelled from the observed cause of its error. The critic reads
+# as many correct answers; a 135M critic needs thousands of examples, so four sources from the
+# *train* questions are pooled and counted apart: the generator's own answers, the LLM pool's
+# answers, each question's reference presented as the answer (a right example), and wrong answers
+# built from question and passages. Every wrong sample is labelled from the observed cause of its error. The critic reads
 # the sentences that decide (not the first words of each passage), and is scored on the real
 # answers the generator gave to the *dev* questions.
 

@@ -29,7 +29,7 @@ runs go through ``accelerate launch`` and the CLI of this module::
 
     accelerate launch --config_file configs/accelerate/deepspeed_zero3.yaml \\
         -m ragcritic_lib.training sft --recipe configs/train/critic_sft_paper.yaml \\
-        --data data/05_critic_sft/sft_train.jsonl --out data/05_critic_sft/adapter \\
+        --data data/critic_sft/sft_train.jsonl --out data/critic_sft/adapter \\
         --base-model data/assets/models/smollm2-135m-instruct
 
 :func:`run_training` runs the same thing in-process or through that launcher, so a notebook

@@ -3,6 +3,8 @@ notebooks unchanged, bad markers reported with file and line."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from ragcritic_lib import paths
@@ -194,3 +196,16 @@ def test_every_stage_notebook_has_exercises_and_builds_valid_python():
         compile(source, f"exercises/{py.stem}.py", "exec")  # raises SyntaxError naming the notebook
         assert "BEGIN SOLUTION" not in "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     assert without == [], f"stage notebooks without an exercise region: {without}"
+
+
+def test_workshop_table_counts_the_exercises_each_notebook_has():
+    """docs/workshop.md's per-notebook table states how many exercises each notebook holds; a
+    notebook that gains or loses one must take the table with it."""
+    text = (paths.ROOT / "docs" / "workshop.md").read_text(encoding="utf-8")
+    header = "| notebook | what it does | exercises |"
+    assert header in text, f"docs/workshop.md has no table headed {header!r}"
+    table = text.split(header, 1)[1].split("\n\n", 1)[0]
+    rows = dict(re.findall(r"^\| `(\d\d_\w+)` \|.*\| (\d+|none) \|$", table, flags=re.M))
+    counts = {stem: len(found) for stem, found in exercises.check().items()}
+    stated = {stem: 0 if n == "none" else int(n) for stem, n in rows.items()}
+    assert stated == counts
