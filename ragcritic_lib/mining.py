@@ -165,6 +165,7 @@ def pool_from_dict(
         DataFormatError: naming the file, member and key of the first problem; also for
             ``USER_TO_FILL`` placeholders left in a file meant to run.
     """
+    from ragcritic_lib.llm import check_llm_config
     from ragcritic_lib.rag import PROMPT_VARIANTS
 
     if not isinstance(raw, Mapping) or not isinstance(raw.get("members"), list) or not raw["members"]:
@@ -172,11 +173,16 @@ def pool_from_dict(
     unknown = sorted(set(raw) - _POOL_KEYS)
     if unknown:
         raise DataFormatError(f"{source}: unknown top-level key {unknown[0]!r} (allowed: {sorted(_POOL_KEYS)})")
+    if not isinstance(raw.get("defaults") or {}, Mapping):
+        raise DataFormatError(f"{source}: 'defaults' must be a mapping")
     defaults = dict(raw.get("defaults") or {})
     bad = sorted(set(defaults) - (_MEMBER_KEYS - {"name"}))
     if bad:
         raise DataFormatError(f"{source}: defaults: unknown key {bad[0]!r}")
-    inherit = bool(raw.get("inherit_generator", False))
+    _check_nested(defaults, f"{source}: defaults")
+    inherit = raw.get("inherit_generator", False)
+    if not isinstance(inherit, bool):
+        raise DataFormatError(f"{source}: 'inherit_generator' must be true or false, got {inherit!r}")
     members: list[PoolMember] = []
     seen: set[str] = set()
     for i, entry in enumerate(raw["members"]):
@@ -186,6 +192,7 @@ def pool_from_dict(
         bad = sorted(set(entry) - _MEMBER_KEYS)
         if bad:
             raise DataFormatError(f"{where}: unknown key {bad[0]!r} (allowed: {sorted(_MEMBER_KEYS)})")
+        _check_nested(entry, where)
         spec = _merge(defaults, entry)
         spec["llm"] = _merge(base_llm if inherit else None, defaults.get("llm"), entry.get("llm"))
         spec["retriever"] = _merge(defaults.get("retriever"), entry.get("retriever"))
@@ -204,6 +211,17 @@ def pool_from_dict(
         if variant not in PROMPT_VARIANTS:
             raise DataFormatError(f"{where}: prompt_variant {variant!r} not in {PROMPT_VARIANTS}")
         try:
+            # The model folder may be one a stage builds later; the rest is checked before any sampling.
+            check_llm_config(spec["llm"], f"{where}: llm", check_model_path=False)
+        except (TypeError, ValueError) as exc:
+            raise DataFormatError(str(exc)) from None
+        stop = spec.get("stop", DEFAULT_STOP)
+        if not isinstance(stop, (list, tuple)) or not all(isinstance(x, str) for x in stop):
+            raise DataFormatError(f"{where}: 'stop' must be a list of strings, got {stop!r}")
+        for key in ("seed", "top_k", "max_new_tokens", "max_passage_words"):
+            if key in spec and (isinstance(spec[key], bool) or not isinstance(spec[key], int)):
+                raise DataFormatError(f"{where}: {key!r} must be an integer, got {spec[key]!r}")
+        try:
             member = PoolMember(
                 name=name, llm=_resolve_model(spec["llm"]),
                 temperature=float(spec.get("temperature", 0.0)), top_p=float(spec.get("top_p", 1.0)),
@@ -216,6 +234,8 @@ def pool_from_dict(
             raise DataFormatError(f"{where}: {exc}") from None
         if member.top_k < 1 or member.max_new_tokens < 1 or member.temperature < 0:
             raise DataFormatError(f"{where}: top_k and max_new_tokens must be >= 1, temperature >= 0")
+        if not 0.0 < member.top_p <= 1.0:
+            raise DataFormatError(f"{where}: top_p must lie in (0, 1], got {member.top_p!r}")
         if base_retriever is not None and member.needs_retrieval:
             from ragcritic_lib.retrieval import validate_retriever_cfg
 
@@ -225,6 +245,13 @@ def pool_from_dict(
                 raise DataFormatError(f"{where}: retriever: {exc}") from None
         members.append(member)
     return members
+
+
+def _check_nested(spec: Mapping[str, Any], where: str) -> None:
+    """A member's (or the defaults') ``llm`` and ``retriever`` blocks are mappings."""
+    for key in ("llm", "retriever"):
+        if spec.get(key) is not None and not isinstance(spec[key], Mapping):
+            raise DataFormatError(f"{where}: {key!r} must be a mapping of settings, got {spec[key]!r}")
 
 
 def load_pool(
@@ -436,7 +463,8 @@ def sample_error_responses(
     done: dict[tuple[str, str, str], dict[str, Any]] = {}
     for row in logged:
         key = record_key(row)
-        if wanted.get(key) == row.get("sample_fingerprint"):
+        # A prompt the server refused has no answer to keep: it is asked again on a re-run.
+        if wanted.get(key) == row.get("sample_fingerprint") and "generation_error" not in row:
             done.setdefault(key, row)
     llm_factory = llm_factory or shared_llm
     llms: dict[str, Any] = {}
@@ -565,9 +593,11 @@ def attach_rationales(
 
 
 def split_pools(judged: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(D_error, correct pool)."""
-    errors = [dict(r) for r in judged if not r.get("correct")]
-    correct = [dict(r) for r in judged if r.get("correct")]
+    """(D_error, correct pool). A sample whose prompt the server refused (``generation_error``)
+    holds no answer, so it joins neither."""
+    answered = [r for r in judged if "generation_error" not in r]
+    errors = [dict(r) for r in answered if not r.get("correct")]
+    correct = [dict(r) for r in answered if r.get("correct")]
     return errors, correct
 
 

@@ -225,7 +225,8 @@ def run_standard_rag(
     """Retrieve (unless ``hits`` are given or the variant is closed-book), generate, extract, score.
 
     Returns one result record per input record: the dataset fields plus passages, messages,
-    raw_output, prediction, followed_prefix, truncated, em, f1, acc.
+    raw_output, prediction, followed_prefix, truncated, em, f1, acc, and ``generation_error``
+    where a served model refused the prompt (its empty prediction is no answer of the system).
     """
     params = gen_params or answer_gen_params(variant)
     questions = [r["question"] for r in records]
@@ -257,6 +258,8 @@ def run_standard_rag(
             "prompt_tokens": gen.prompt_tokens,
             "completion_tokens": gen.completion_tokens,
         })
+        if gen.error is not None:  # a served model refused this prompt: no answer was given
+            row["generation_error"] = gen.error
         row.update(score_prediction(pred, rec["golden_answers"]))
         out.append(row)
     return out

@@ -745,6 +745,7 @@ def teacher_llm(params: Mapping[str, Any], teacher_config: str = "") -> Any:
     behind an OpenAI-compatible server)."""
     from ragcritic_lib import paths, runtime
     from ragcritic_lib.io import DataFormatError, read_yaml
+    from ragcritic_lib.llm import check_llm_config
     from ragcritic_lib.mining import shared_llm
 
     if not teacher_config:
@@ -754,6 +755,10 @@ def teacher_llm(params: Mapping[str, Any], teacher_config: str = "") -> Any:
     if not isinstance(cfg, Mapping):
         raise DataFormatError(f"{path}: expected a mapping with an LLM config (backend, model, ...)")
     cfg = dict(cfg)
+    try:
+        check_llm_config(cfg, str(path), check_model_path=False)
+    except (TypeError, ValueError) as exc:
+        raise DataFormatError(str(exc)) from None
     if cfg.get("backend", "hf") != "openai" and isinstance(cfg.get("model"), str) and paths.resolve(cfg["model"]).exists():
         cfg["model"] = str(paths.resolve(cfg["model"]))
     return shared_llm(cfg)

@@ -193,7 +193,30 @@ def load_recipe(recipe: str | os.PathLike[str] | Mapping[str, Any], kind: str,
             raise ValueError(f"{source}: {key!r} is set by the caller, not the recipe")
     if "cpu_bf16" in merged and not (isinstance(merged["cpu_bf16"], bool) or merged["cpu_bf16"] == "auto"):
         raise ValueError(f"{source}: recipe key 'cpu_bf16' must be \"auto\", true or false; got {merged['cpu_bf16']!r}")
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)} | OUR_KEYS
+    for key, value in merged.items():
+        problem = _value_problem(key, value, defaults.get(key, dataclasses.MISSING))
+        if problem:
+            raise ValueError(f"{source}: recipe key {key!r} {problem}; got {value!r}")
     return merged
+
+
+def _value_problem(key: str, value: Any, default: Any) -> str | None:
+    """Why ``value`` cannot stand for a key whose default is ``default`` (None when it can): the
+    numbers, switches and lists that a recipe sets, and the dtypes we load models in."""
+    if key == "model_dtype":
+        return None if value in ("float32", "bfloat16", "auto") else 'must be "float32", "bfloat16" or "auto"'
+    if key == "lora_target_modules":
+        ok = value == "all-linear" or (isinstance(value, list) and value and all(isinstance(v, str) for v in value))
+        return None if ok else 'must be a list of module names (or "all-linear")'
+    if isinstance(default, bool):
+        return None if isinstance(value, bool) else "must be true or false"
+    if isinstance(default, (int, float)):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return None
+        hint = " (YAML reads a number like 2e-4 as a string: write 2.0e-4)" if isinstance(value, str) else ""
+        return f"must be a number{hint}"
+    return None
 
 
 def training_seed(seed: int | None = None, overrides: Mapping[str, Any] | None = None) -> int:

@@ -79,6 +79,12 @@ def test_undecodable_row_is_a_miss_and_gets_overwritten(tmp_path):
     assert cache.get("bad") == {"text": "fixed"}
 
 
+def test_a_cache_folder_that_is_a_file_names_the_path(tmp_path):
+    (tmp_path / "afile").write_text("not a folder")
+    with pytest.raises(CacheError, match="afile: cannot make the LLM cache folder"):
+        LLMCache(tmp_path / "afile")
+
+
 def test_unreadable_database_names_the_file(tmp_path):
     (tmp_path / DB_FILENAME).write_bytes(b"this is not a sqlite database at all" * 100)
     with pytest.raises(CacheError, match=DB_FILENAME):

@@ -268,6 +268,27 @@ def test_load_llm_rejects_bad_configs():
         load_llm(["backend", "hf"])
 
 
+@pytest.mark.parametrize("model", ["data/assets/models/smollm2-135m-instruc", "./my-model", "/models/llama-8b",
+                                   "~/no/such/model"])
+def test_a_local_model_folder_that_is_not_there_is_named(model):
+    """A misspelt folder is not sent to the hub as a name (a download error minutes later)."""
+    for backend in ("hf", "vllm"):
+        with pytest.raises(ValueError, match=rf"'model': no such local model folder '{model}'"):
+            load_llm({"backend": backend, "model": model, "cache": False})
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("urls", 8000, "'urls' must be a URL"),
+    ("urls", ["http://a", 1], "'urls' must be a URL"),
+    ("extra_body", ["x"], "'extra_body' must be a mapping"),
+    ("timeout_s", "60", "'timeout_s' must be a number"),
+    ("patience_s", -1, "'patience_s' must be a number >= 0"),
+])
+def test_served_backend_options_of_the_wrong_type_name_their_key(key, value, message):
+    with pytest.raises(ValueError, match=message):
+        load_llm({"backend": "openai", "model": "m", "urls": "http://x", "cache": False, key: value})
+
+
 def test_load_llm_openai_ignores_local_runtime_keys(tmp_path):
     llm = load_llm({
         "backend": "openai", "model": "served", "urls": "http://a:1/v1, b:2", "max_in_flight": 3,

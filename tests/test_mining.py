@@ -87,15 +87,29 @@ def test_repository_pool_files_load():
         load_pool(paper)
 
 
+HF = {"backend": "hf", "model": "m"}
+
+
 @pytest.mark.parametrize("raw, message", [
     ({"members": []}, "non-empty 'members'"),
     ({"members": [{"name": "a", "llm": {"model": "m"}, "topk": 3}]}, "unknown key 'topk'"),
-    ({"members": [{"name": "a", "llm": {"model": "m"}}, {"name": "a", "llm": {"model": "m"}}]}, "duplicate name"),
+    ({"members": [{"name": "a", "llm": HF}, {"name": "a", "llm": HF}]}, "duplicate name"),
     ({"members": [{"name": "a"}]}, "llm.model is missing"),
     ({"members": [{"name": "a", "llm": {"model": "m"}, "prompt_variant": "fancy"}]}, "prompt_variant"),
-    ({"members": [{"name": "a", "llm": {"model": "m"}, "top_k": 0}]}, "top_k"),
-    ({"members": [{"name": "a", "llm": {"model": "m"}, "retriever": {"kind": "magic"}}]}, "retriever"),
+    ({"members": [{"name": "a", "llm": HF, "top_k": 0}]}, "top_k"),
+    ({"members": [{"name": "a", "llm": HF, "retriever": {"kind": "magic"}}]}, "retriever"),
     ({"members": [{"name": "a", "llm": {"model": "m"}}], "extra": 1}, "unknown top-level key"),
+    # The llm block is checked as load_llm reads it, before any member samples.
+    ({"members": [{"name": "a", "llm": {**HF, "url": "http://x"}}]}, r"member 'a': llm: unknown key\(s\) \['url'\]"),
+    ({"members": [{"name": "a", "llm": {"model": "m"}}]}, r"member 'a': llm key 'backend'"),
+    ({"members": [{"name": "a", "llm": "Qwen/Qwen2.5-7B"}]}, r"members\[0\]: 'llm' must be a mapping"),
+    ({"members": [{"name": "a", "llm": HF, "retriever": "bm25"}]}, r"'retriever' must be a mapping"),
+    ({"defaults": {"llm": "m"}, "members": [{"name": "a", "llm": HF}]}, r"defaults: 'llm' must be a mapping"),
+    ({"members": [{"name": "a", "llm": HF, "stop": "\nQuestion:"}]}, "'stop' must be a list of strings"),
+    ({"members": [{"name": "a", "llm": HF, "top_p": 5}]}, r"top_p must lie in \(0, 1\]"),
+    ({"members": [{"name": "a", "llm": HF, "seed": 1.7}]}, "'seed' must be an integer"),
+    ({"inherit_generator": "false", "members": [{"name": "a", "llm": HF}]}, "'inherit_generator' must be true or false"),
+    ({"members": [{"name": "a", "llm": {"backend": "openai", "model": "m", "urls": 8000}}]}, "'urls' must be a URL"),
 ])
 def test_pool_validation_errors(raw, message):
     with pytest.raises(DataFormatError, match=message):
@@ -449,3 +463,32 @@ def test_member_fingerprint_ignores_where_a_local_model_folder_lives(tmp_path):
     # Served models keep their whole name: there is no folder to hash.
     served = [PoolMember(name="m", llm={"backend": "openai", "model": f"{p}/SmolLM2"}).fingerprint for p in "xy"]
     assert served[0] != served[1]
+
+
+def test_a_refused_prompt_is_marked_and_asked_again_on_the_next_run(tmp_path):
+    """A served model that refuses one prompt gives no answer for it: the row says so
+    (generation_error) and a re-run asks again instead of keeping the empty prediction."""
+    from ragcritic_lib.llm import Generation
+
+    out = tmp_path / "samples.jsonl"
+    recs = make_records(4)
+    calls = []
+
+    def refusing(prompt, params):
+        calls.append(1)
+        if prompt[-1]["content"].endswith("item 2?"):
+            return Generation("", prompt_tokens=0, completion_tokens=0, finish_reason="error",
+                              error="HTTP 400: prompt is too long")
+        return answer(prompt, params)
+
+    pool = make_pool()[:1]
+    rows = sample_error_responses(recs, pool, {"default": FakeRetriever()}, out_path=out,
+                                  llm_factory=lambda cfg: CallableLLM(refusing, name="fake"))
+    assert [r.get("generation_error") for r in rows] == [None, None, "HTTP 400: prompt is too long", None]
+    assert rows[2]["prediction"] == "" and len(calls) == 4
+    errors, correct = split_pools(judge_records(rows))
+    assert sorted(r["id"] for r in errors + correct) == ["q0", "q1", "q3"]  # no answer, no sample
+    rows = sample_error_responses(recs, pool, {"default": FakeRetriever()}, out_path=out, llm_factory=_factory(calls))
+    assert len(calls) == 5 and all("generation_error" not in r for r in rows)
+    assert rows[2]["prediction"] == "answer 2"
+    _check_complete(out, 4, ["m-greedy"])

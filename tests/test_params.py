@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -298,3 +299,34 @@ def test_params_check_cli_ok_and_profile(tmp_path):
     assert res.returncode == 0 and res.stdout.strip() == f"{root.resolve() / 'params.yaml'}: ok", res.stderr
     res = _run(root, "ragcritic_lib.pipeline.params", "check", "--profile", "nope")
     assert res.returncode == 2 and "no such params profile" in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("text, message", [
+    ("backend: openai\nmodel: big\nurl: http://gpu-node:8000\n", r"unknown key\(s\) \['url'\]"),
+    ("backend: openai\nmodel: big\nurls: http://gpu-node:8000\ntimeout_s: '120'\n", "'timeout_s' must be a number"),
+    ("- backend\n- openai\n", "must be a mapping"),
+])
+def test_a_teacher_config_file_is_checked_before_the_stage_samples(params, tmp_path, text, message):
+    """The LLM config inside teacher_config is read by `params check`, not first after sampling."""
+    path = tmp_path / "teacher.yaml"
+    path.write_text(text)
+    for section in ("error_sampling", "tagging"):
+        problems = params_problems(_bad(params, section, {"teacher_config": str(path)}))
+        assert len(problems) == 1, problems
+        assert problems[0].startswith(f"{section}.teacher_config ({path})") and re.search(message, problems[0])
+    path.write_text("backend: openai\nmodel: big\nurls: http://gpu-node:8000\napi_key_env: TEACHER_KEY\n")
+    assert params_problems(_bad(params, "error_sampling", {"teacher_config": str(path)})) == []
+
+
+def test_a_vllm_generator_takes_the_engine_options_load_llm_passes_on(params):
+    ok = _bad(params, "common.generator", {"backend": "vllm", "quantization": "awq", "max_num_seqs": 64})
+    ok["common"]["generator"].pop("device", None)
+    assert params_problems(ok) == []
+    bad = _bad(params, "common.generator", {"backend": "vllm", "max_num_seq": 64})
+    bad["common"]["generator"].pop("device", None)
+    problems = params_problems(bad)
+    assert len(problems) == 1 and problems[0].startswith("common.generator.max_num_seq: unknown key")
+    assert "vllm.LLM engine option" in problems[0]
+    # Under hf the same engine option is a typo, not a setting.
+    assert params_problems(_bad(params, "common.generator", {"max_num_seqs": 64}))[0].startswith(
+        "common.generator.max_num_seqs: unknown key")

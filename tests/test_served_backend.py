@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ragcritic_lib.llm.cache import LLMCache
-from ragcritic_lib.llm import OpenAIBackend, load_llm, retry_after_seconds
+from ragcritic_lib.llm import OpenAIBackend, ServerConfigError, load_llm, retry_after_seconds
 
 
 class ScriptedServer:
@@ -205,6 +205,21 @@ def test_refused_prompt_is_recorded_and_the_batch_goes_on(server, tmp_path):
     # The refusal is not reused from the cache: a re-run asks again (and only for it).
     again = _backend([srv.url], clock, cache=LLMCache(tmp_path)).generate(["a", "too long", "b"])
     assert [g.cached for g in again] == [True, False, True] and len(srv.requests) == 4
+
+
+@pytest.mark.parametrize("code", [401, 403, 404])
+def test_a_config_the_server_refuses_stops_the_run_instead_of_recording_empty_answers(server, tmp_path, code):
+    """A wrong model name, API key or path is refused for every prompt alike: one clear error
+    naming the code and the model, nothing cached, no retries."""
+    srv = server([(code, {}, {"error": {"message": "The model `tiny` does not exist"}})] * 3)
+    clock = FakeClock()
+    llm = _backend([srv.url], clock, cache=LLMCache(tmp_path), max_in_flight=1)
+    with pytest.raises(ServerConfigError, match=rf"HTTP {code} for model 'tiny'.*model name.*does not exist"):
+        llm.generate(["a", "b", "c"])
+    assert clock.sleeps == [] and llm.prompt_errors == [] and len(srv.requests) < 3, len(srv.requests)
+    # Once the server serves the model, a re-run answers every prompt (none was cached as refused).
+    again = _backend([server().url], clock, cache=LLMCache(tmp_path)).generate(["a"])
+    assert [g.text for g in again] == ["echo a"] and again[0].cached is False
 
 
 def test_failing_server_is_avoided_and_every_answer_arrives_once(server):

@@ -226,3 +226,16 @@ def test_teacher_agreement_exact():
     assert agr["tag_exact_jaccard"] == round(1 / 3, 4)  # {missing evidence} of 3 distinct tags
     # content words: {missing, evidence, wrong, river} vs {missing, evidence, river, confusion}
     assert agr["tag_word_jaccard"] == 0.6
+
+
+def test_teacher_config_file_with_a_bad_llm_config_names_the_file_and_key(tmp_path):
+    from ragcritic_lib.io import DataFormatError
+    from ragcritic_lib.teachers import teacher_llm
+
+    path = tmp_path / "teacher.yaml"
+    path.write_text("backend: openai\nmodel: big\nurl: http://gpu-node:8000\n")
+    with pytest.raises(DataFormatError, match=r"teacher.yaml: unknown key\(s\) \['url'\]"):
+        teacher_llm({}, str(path))
+    path.write_text("backend: openai\nmodel: big\nurls: http://gpu-node:8000\ntimeout_s: '120'\n")
+    with pytest.raises(DataFormatError, match=r"teacher.yaml key 'timeout_s' must be a number"):
+        teacher_llm({}, str(path))

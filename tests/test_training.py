@@ -105,6 +105,25 @@ def test_recipe_rejects_unknown_key_with_its_name() -> None:
         load_recipe({"output_dir": "x"}, "sft")
 
 
+@pytest.mark.parametrize("text, key, message", [
+    ("learning_rate: 2e-4", "learning_rate", r"must be a number \(YAML reads a number like 2e-4 as a string"),
+    ("num_train_epochs: three", "num_train_epochs", "must be a number"),
+    ("lora_r: true", "lora_r", "must be a number"),
+    ("peft: 'yes'", "peft", "must be true or false"),
+    ("lora_target_modules: q_proj", "lora_target_modules", "must be a list of module names"),
+    ("model_dtype: bf16", "model_dtype", 'must be "float32", "bfloat16" or "auto"'),
+])
+def test_recipe_values_of_the_wrong_kind_name_file_and_key(tmp_path: Path, text: str, key: str, message: str) -> None:
+    """A value the trainer would choke on after the model has loaded (a string learning rate, a
+    module name split into letters) is refused when the recipe is read."""
+    path = tmp_path / "recipe.yaml"
+    path.write_text(f"max_steps: 1\n{text}\n")
+    with pytest.raises(ValueError, match=rf"recipe.yaml: recipe key '{key}' {message}"):
+        load_recipe(path, "sft")
+    ok = load_recipe({"learning_rate": 2.0e-4, "num_train_epochs": 1, "lora_target_modules": ["q_proj"]}, "sft")
+    assert ok["learning_rate"] == 2.0e-4
+
+
 @pytest.mark.parametrize("name", ["critic_sft", "critic_dpo", "planner_sft", "critic_sft_paper",
                                   "critic_dpo_paper", "planner_sft_paper"])
 def test_every_recipe_parses_into_trl_config(name: str, tmp_path: Path) -> None:

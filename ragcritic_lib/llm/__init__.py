@@ -67,6 +67,7 @@ from ragcritic_lib.llm.vllm import (  # noqa: F401 (the package's public interfa
 from ragcritic_lib.llm.openai import (  # noqa: F401 (the package's public interface)
     OpenAIBackend,
     PromptRejected,
+    ServerConfigError,
     retry_after_seconds,
 )
 
@@ -99,6 +100,59 @@ _INACTIVE: dict[str, tuple[Any, ...]] = {
 }
 
 
+def check_llm_config(cfg: Mapping[str, Any], source: str = "LLM config", *,
+                     check_model_path: bool = True) -> tuple[str, set[str]]:
+    """Check an LLM config as :func:`load_llm` reads it, without building anything: the backend,
+    unknown keys, the model, and keys that this backend cannot honour. ``source`` opens every
+    message (a file and member, say); ``check_model_path=False`` leaves a local model folder that
+    is not there yet unchecked (one a later stage builds).
+
+    Returns:
+        (backend, the vLLM engine option keys among the config's keys).
+    """
+    if not isinstance(cfg, Mapping):
+        raise TypeError(f"{source} must be a mapping, got {type(cfg).__name__}")
+    backend = cfg.get("backend")
+    if backend == "callable":
+        raise ValueError("backend 'callable' is built in code: CallableLLM(fn), not through load_llm")
+    if backend not in _BACKEND_KEYS:
+        raise ValueError(f"{source} key 'backend' must be one of {sorted(_BACKEND_KEYS)}, got {backend!r}")
+    known = _COMMON_KEYS.union(*_BACKEND_KEYS.values())
+    engine_keys: set[str] = set()
+    if backend == "vllm":
+        engine_keys = set(cfg) - known
+        check_vllm_engine_options({k: cfg[k] for k in engine_keys})
+        known = known | engine_keys
+    unknown = sorted(set(cfg) - known)
+    if unknown:
+        raise ValueError(f"{source}: unknown key(s) {unknown}; known keys: {sorted(known)}")
+    if not isinstance(cfg.get("model"), str) or not cfg["model"]:
+        raise ValueError(f"{source} key 'model' must be a non-empty string")
+    if (check_model_path and backend in ("hf", "vllm") and _looks_like_path(cfg["model"])
+            and not Path(cfg["model"]).expanduser().exists()):
+        raise ValueError(f"{source} key 'model': no such local model folder {cfg['model']!r} "
+                         "(a hub model is named 'org/name')")
+    unsupported = sorted(
+        k for k in set(cfg) - _COMMON_KEYS - _BACKEND_KEYS[backend] - _PORTABLE_KEYS - engine_keys
+        if cfg[k] not in _INACTIVE.get(k, (None,))
+    )
+    if unsupported:
+        raise ValueError(f"{source} key(s) {unsupported} are not supported by backend {backend!r}")
+    if backend == "openai":
+        if "urls" not in cfg:
+            raise ValueError(f"{source} key 'urls' is required for backend 'openai'")
+        urls = cfg["urls"]
+        if not (isinstance(urls, str) or (isinstance(urls, list) and all(isinstance(u, str) for u in urls))):
+            raise ValueError(f"{source} key 'urls' must be a URL, a comma-separated str or a list of URLs, got {urls!r}")
+        if cfg.get("extra_body") is not None and not isinstance(cfg["extra_body"], Mapping):
+            raise ValueError(f"{source} key 'extra_body' must be a mapping of request fields, got {cfg['extra_body']!r}")
+    for key in ("timeout_s", "backoff_s", "backoff_max_s", "patience_s"):
+        value = cfg.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+            raise ValueError(f"{source} key {key!r} must be a number >= 0, got {value!r}")
+    return backend, engine_keys
+
+
 def load_llm(cfg: Mapping[str, Any]) -> LLM:
     """Build a backend from a params.yaml dictionary.
 
@@ -117,31 +171,7 @@ def load_llm(cfg: Mapping[str, Any]) -> LLM:
     Raises:
         ValueError: naming the unknown, missing or unsupported key.
     """
-    if not isinstance(cfg, Mapping):
-        raise TypeError(f"LLM config must be a mapping, got {type(cfg).__name__}")
-    backend = cfg.get("backend")
-    if backend == "callable":
-        raise ValueError("backend 'callable' is built in code: CallableLLM(fn), not through load_llm")
-    if backend not in _BACKEND_KEYS:
-        raise ValueError(f"LLM config key 'backend' must be one of {sorted(_BACKEND_KEYS)}, got {backend!r}")
-    known = _COMMON_KEYS.union(*_BACKEND_KEYS.values())
-    engine_keys: set[str] = set()
-    if backend == "vllm":
-        engine_keys = set(cfg) - known
-        check_vllm_engine_options({k: cfg[k] for k in engine_keys})
-        known = known | engine_keys
-    unknown = sorted(set(cfg) - known)
-    if unknown:
-        raise ValueError(f"LLM config: unknown key(s) {unknown}; known keys: {sorted(known)}")
-    if not isinstance(cfg.get("model"), str) or not cfg["model"]:
-        raise ValueError("LLM config key 'model' must be a non-empty string")
-    unsupported = sorted(
-        k for k in set(cfg) - _COMMON_KEYS - _BACKEND_KEYS[backend] - _PORTABLE_KEYS - engine_keys
-        if cfg[k] not in _INACTIVE.get(k, (None,))
-    )
-    if unsupported:
-        raise ValueError(f"LLM config key(s) {unsupported} are not supported by backend {backend!r}")
-
+    backend, engine_keys = check_llm_config(cfg)
     cache = None
     if cfg.get("cache", True):
         cache = LLMCache(Path(cfg["cache_dir"]) if cfg.get("cache_dir") else None)
@@ -159,12 +189,16 @@ def load_llm(cfg: Mapping[str, Any]) -> LLM:
         return HFBackend(cfg["model"], cache=cache, **opts)
     if backend == "vllm":
         return VLLMBackend(cfg["model"], cache=cache, **opts)
-    if "urls" not in opts:
-        raise ValueError("LLM config key 'urls' is required for backend 'openai'")
     rep = opts.pop("repetition_penalty", 1.0)
     if rep != 1.0:
         opts["extra_body"] = {**(opts.get("extra_body") or {}), "repetition_penalty": float(rep)}
     return OpenAIBackend(cfg["model"], cache=cache, **opts)
+
+
+def _looks_like_path(model: str) -> bool:
+    """A model string meant as a local folder: absolute, ./ ../ ~ relative, or deeper than a hub
+    id's one "org/name" slash."""
+    return model.startswith(("/", "./", "../", "~")) or model.count("/") > 1
 
 
 def _as_int(cfg: Mapping[str, Any], key: str) -> int:

@@ -80,7 +80,10 @@ class LLMCache:
         conn = getattr(self._local, "conn", None)
         if conn is not None and getattr(self._local, "pid", None) == os.getpid():
             return conn
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CacheError(f"{self.cache_dir}: cannot make the LLM cache folder here ({exc})") from None
         try:
             conn = sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None)
             conn.execute(f"PRAGMA busy_timeout={int(self.timeout_s * 1000)}")

@@ -113,7 +113,17 @@ def retry_after_seconds(value: str | None, *, now: float | None = None) -> float
 
 
 class PromptRejected(RuntimeError):
-    """The server refused one prompt (HTTP 4xx other than 408/409/429): retrying cannot help."""
+    """The server refused one prompt (HTTP 4xx other than 401/403/404/408/409/429): retrying
+    cannot help."""
+
+
+class ServerConfigError(RuntimeError):
+    """The server refuses every request of this configuration (HTTP 401, 403 or 404: a wrong API
+    key, model name or URL path), so no prompt is recorded as refused: the run stops here."""
+
+
+#: HTTP codes that say the request's configuration is wrong, whatever the prompt.
+CONFIG_REFUSALS = (401, 403, 404)
 
 
 class OpenAIBackend(LLM):
@@ -179,6 +189,10 @@ class OpenAIBackend(LLM):
 
         import httpx
 
+        if not isinstance(urls, str) and not (isinstance(urls, Sequence)
+                                              and all(isinstance(u, str) for u in urls)):
+            raise ValueError(f"openai option 'urls' must be a URL, a comma-separated str or a list of URLs, "
+                             f"got {urls!r}")
         url_list = [u for u in (urls.split(",") if isinstance(urls, str) else urls) if u and u.strip()]
         if not url_list:
             raise ValueError("backend 'openai' needs at least one server URL in 'urls'")
@@ -186,9 +200,12 @@ class OpenAIBackend(LLM):
             raise ValueError(f"max_in_flight must be an int >= 1, got {max_in_flight!r}")
         if max_retries is not None and (not isinstance(max_retries, int) or max_retries < 0):
             raise ValueError(f"max_retries must be None or an int >= 0, got {max_retries!r}")
-        for name, value in (("backoff_s", backoff_s), ("backoff_max_s", backoff_max_s), ("patience_s", patience_s)):
+        for name, value in (("backoff_s", backoff_s), ("backoff_max_s", backoff_max_s), ("patience_s", patience_s),
+                            ("timeout_s", timeout_s)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+        if extra_body is not None and not isinstance(extra_body, Mapping):
+            raise ValueError(f"openai option 'extra_body' must be a mapping of request fields, got {extra_body!r}")
         self.model = str(model)
         self.urls = [_normalize_url(u) for u in url_list]
         self.max_in_flight = max_in_flight
@@ -301,7 +318,8 @@ class OpenAIBackend(LLM):
             (response, url) of the first successful (2xx) answer.
 
         Raises:
-            PromptRejected: the server refused this request (4xx other than 408/409/429).
+            ServerConfigError: HTTP 401/403/404, the same for every prompt (key, model, path).
+            PromptRejected: the server refused this request (any other 4xx but 408/409/429).
             RuntimeError: retries or patience exhausted.
         """
         import httpx
@@ -321,6 +339,12 @@ class OpenAIBackend(LLM):
                 if code in (408, 409, 429) or code >= 500:
                     last_error, avoid = f"{url}: HTTP {code}: {resp.text[:300]}", u
                     retry_after = retry_after_seconds(resp.headers.get("Retry-After"))
+                elif code in CONFIG_REFUSALS:
+                    failed = False  # the server is fine; this LLM config is not
+                    raise ServerConfigError(
+                        f"{url}: HTTP {code} for model {self.model!r}: the server refuses every request "
+                        f"of this config (check the model name, api_key_env and URL of the LLM config): "
+                        f"{resp.text[:300]}")
                 elif code >= 400:
                     failed = False  # the server is fine; the prompt is not
                     raise PromptRejected(f"{url}: HTTP {code}: {resp.text[:500]}")

@@ -595,11 +595,17 @@ def _apply_rules(where: str, section: Mapping[str, Any], table: Mapping[str, Rul
 
 
 def _generator_problems(cfg: Mapping[str, Any], ctx: Context) -> list[str]:
-    from ragcritic_lib.llm import _BACKEND_KEYS, _COMMON_KEYS, _INACTIVE, _PORTABLE_KEYS  # deps: check-only
+    from ragcritic_lib.llm import (  # deps: check-only
+        _BACKEND_KEYS, _COMMON_KEYS, _INACTIVE, _PORTABLE_KEYS, vllm_engine_options,
+    )
 
     where = "common.generator"
     known = _COMMON_KEYS.union(*_BACKEND_KEYS.values())
-    out = [f"{where}.{k}: unknown key (allowed: {', '.join(sorted(known))})" for k in cfg if k not in known]
+    # As load_llm: with backend vllm any other vllm.LLM engine option passes through to the engine.
+    engine = set(vllm_engine_options()) - known if cfg.get("backend") == "vllm" else set()
+    out = [f"{where}.{k}: unknown key (allowed: {', '.join(sorted(known))}"
+           f"{', or a vllm.LLM engine option' if cfg.get('backend') == 'vllm' else ''})"
+           for k in cfg if k not in known | engine]
     for key in ("backend", "model"):
         if key not in cfg:
             out.append(f"{where}.{key}: missing")
@@ -631,6 +637,8 @@ def _retriever_problems(cfg: Mapping[str, Any], ctx: Context) -> list[str]:
 
 def _library_check(section: str, values: Mapping[str, Any]) -> str | None:
     """A stage's own config check, for rules that need more than one key (run on a clean section)."""
+    if values.get("teacher_config"):
+        return _teacher_config_problem(section, values["teacher_config"])
     if section == "testbed":
         from ragcritic_lib.testbed import TestbedConfig  # deps: check-only
 
@@ -638,6 +646,22 @@ def _library_check(section: str, values: Mapping[str, Any]) -> str | None:
             TestbedConfig.from_params(values)
         except (ValueError, TypeError) as exc:
             return str(exc) if str(exc).startswith("testbed") else f"testbed: {exc}"
+    return None
+
+
+def _teacher_config_problem(section: str, teacher_config: str) -> str | None:
+    """The LLM config in a stage's ``teacher_config`` file, checked as load_llm will read it (its
+    model folder aside, which a stage may build), so a typo fails before the stage samples."""
+    from ragcritic_lib.llm import check_llm_config  # deps: check-only
+
+    path = paths.resolve(teacher_config)
+    if not path.is_file():
+        return None  # a stage output not built yet: the path rule has judged it
+    try:
+        cfg = read_yaml(path)
+        check_llm_config(cfg, f"{section}.teacher_config ({teacher_config})", check_model_path=False)
+    except (TypeError, ValueError) as exc:
+        return str(exc)
     return None
 
 
