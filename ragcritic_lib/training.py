@@ -201,6 +201,14 @@ def load_recipe(recipe: str | os.PathLike[str] | Mapping[str, Any], kind: str,
     return merged
 
 
+def _is_number_text(value: Any) -> bool:
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return isinstance(value, str)
+
+
 def _value_problem(key: str, value: Any, default: Any) -> str | None:
     """Why ``value`` cannot stand for a key whose default is ``default`` (None when it can): the
     numbers, switches and lists that a recipe sets, and the dtypes we load models in."""
@@ -214,7 +222,7 @@ def _value_problem(key: str, value: Any, default: Any) -> str | None:
     if isinstance(default, (int, float)):
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return None
-        hint = " (YAML reads a number like 2e-4 as a string: write 2.0e-4)" if isinstance(value, str) else ""
+        hint = " (YAML reads a number like 2e-4 as a string: write 2.0e-4)" if _is_number_text(value) else ""
         return f"must be a number{hint}"
     return None
 
@@ -709,8 +717,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="recipe override")
     ap.add_argument("--seed", type=int, default=None, help="default: params.yaml common.seed")
     args = ap.parse_args(argv)
-    data = read_jsonl(args.data)
-    overrides = _parse_set(args.set)
+    from ragcritic_lib.llm import looks_like_path
+
+    try:  # what can be wrong with the command line is found before any model loads
+        if not paths.resolve(args.recipe).is_file():  # read from the repository root, as load_recipe does
+            raise FileNotFoundError(f"--recipe {args.recipe}: no such file")
+        if not Path(args.data).is_file():
+            raise FileNotFoundError(f"--data {args.data}: no such file")
+        overrides = _parse_set(args.set)
+        load_recipe(args.recipe, args.kind, overrides)
+        if looks_like_path(args.base_model) and not Path(args.base_model).expanduser().exists():
+            raise FileNotFoundError(f"--base-model {args.base_model}: no such model folder")
+        data = read_jsonl(args.data)
+    except (OSError, ValueError) as exc:
+        print(f"{ap.prog}: {exc}", file=sys.stderr)
+        return 2
     if args.kind == "sft":
         result = train_sft(data, args.recipe, args.out, base_model=args.base_model, overrides=overrides,
                            seed=args.seed)

@@ -64,6 +64,10 @@ def test_auroc_matches_the_rank_definition_with_ties() -> None:
     assert auroc([1, 2], [True, True]) is None
     lo, hi = bootstrap_auroc_ci(s * 20, y * 20, seed=0, n_boot=300)
     assert lo <= auroc(s, y) <= hi
+    # An infinite margin ranks; a NaN one cannot (sorting would put it anywhere), so it is refused.
+    assert auroc([float("inf"), 0.4, 0.1], [True, True, False]) == 1.0
+    with pytest.raises(ValueError, match="1 of 4 scores are NaN"):
+        auroc([0.9, float("nan"), 0.1, 0.2], [True, True, False, False])
 
 
 @pytest.mark.parametrize("method", ["full", "lora"])

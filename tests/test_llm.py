@@ -849,3 +849,12 @@ def test_fingerprint_sees_a_change_in_the_middle_of_a_weight_file(tmp_path):
     weights[5 << 20] = 1  # neither in the first nor in the last MiB
     (model / "model.safetensors").write_bytes(bytes(weights))
     assert _fingerprint(model) != before
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda0", "CPU", "tpu"])
+def test_hf_device_names_are_checked_before_the_weights_load(device):
+    from ragcritic_lib.llm.hf import _resolve_device
+
+    with pytest.raises(ValueError, match=rf"'device' must be auto, cpu, mps, cuda or cuda:N, got '{device}'"):
+        _resolve_device(device)
+    assert _resolve_device("cpu") == "cpu"

@@ -465,3 +465,24 @@ def test_merge_runs_once_on_rank_zero_and_all_ranks_wait(tiny_model: Path, tmp_p
     lines = log.read_text().split()
     assert [ln for ln in lines if not ln.startswith("seen")] == ["0"]
     assert sorted(ln for ln in lines if ln.startswith("seen")) == ["seen0=True", "seen1=True"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--recipe", "configs/train/nope.yaml", "--data", "DATA"], "--recipe configs/train/nope.yaml: no such file"),
+    (["--recipe", "configs/train/critic_sft.yaml", "--data", "/no/such/data.jsonl"], "--data /no/such/data.jsonl: no such file"),
+    (["--recipe", "configs/train/critic_sft.yaml", "--data", "DATA", "--set", "learning_rate=fast"],
+     "recipe key 'learning_rate' must be a number"),
+    (["--recipe", "configs/train/critic_sft.yaml", "--data", "DATA", "--base-model", "data/assets/models/nope"],
+     "--base-model data/assets/models/nope: no such model folder"),
+])
+def test_training_cli_bad_arguments_are_one_line_before_any_loading(tmp_path, capsys, args, message) -> None:
+    from ragcritic_lib.training import main
+
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"messages": []}\n')
+    args = [str(data) if a == "DATA" else a for a in args]
+    if "--base-model" not in args:
+        args += ["--base-model", "some-org/some-model"]
+    assert main(["sft", *args, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("python -m ragcritic_lib.training: ") and message in err and len(err.splitlines()) == 1

@@ -263,7 +263,14 @@ def paired_comparison(
 
 # ------------------------------------------------------------------------------- AUROC
 def auroc(scores: Sequence[float], is_error: Sequence[bool]) -> float | None:
-    """Probability that a random wrong answer scores above a random right one (ties count half)."""
+    """Probability that a random wrong answer scores above a random right one (ties count half).
+
+    Raises:
+        ValueError: a score is NaN (it has no place in the ranking; an infinite score has).
+    """
+    scores = list(scores)
+    if any(s != s for s in scores):
+        raise ValueError(f"auroc: {sum(s != s for s in scores)} of {len(scores)} scores are NaN")
     pos = [s for s, y in zip(scores, is_error) if y]
     neg = [s for s, y in zip(scores, is_error) if not y]
     if not pos or not neg:

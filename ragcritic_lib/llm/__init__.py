@@ -128,7 +128,7 @@ def check_llm_config(cfg: Mapping[str, Any], source: str = "LLM config", *,
         raise ValueError(f"{source}: unknown key(s) {unknown}; known keys: {sorted(known)}")
     if not isinstance(cfg.get("model"), str) or not cfg["model"]:
         raise ValueError(f"{source} key 'model' must be a non-empty string")
-    if (check_model_path and backend in ("hf", "vllm") and _looks_like_path(cfg["model"])
+    if (check_model_path and backend in ("hf", "vllm") and looks_like_path(cfg["model"])
             and not Path(cfg["model"]).expanduser().exists()):
         raise ValueError(f"{source} key 'model': no such local model folder {cfg['model']!r} "
                          "(a hub model is named 'org/name')")
@@ -195,7 +195,7 @@ def load_llm(cfg: Mapping[str, Any]) -> LLM:
     return OpenAIBackend(cfg["model"], cache=cache, **opts)
 
 
-def _looks_like_path(model: str) -> bool:
+def looks_like_path(model: str) -> bool:
     """A model string meant as a local folder: absolute, ./ ../ ~ relative, or deeper than a hub
     id's one "org/name" slash."""
     return model.startswith(("/", "./", "../", "~")) or model.count("/") > 1

@@ -7,6 +7,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,8 @@ def _resolve_device(device: str) -> str:
 
     if device in ("auto", None, ""):
         return "cuda" if torch.cuda.is_available() else "cpu"
+    if not re.fullmatch(r"cpu|mps|cuda(:\d+)?", str(device)):
+        raise ValueError(f"hf option 'device' must be auto, cpu, mps, cuda or cuda:N, got {device!r}")
     if str(device).startswith("cuda") and not torch.cuda.is_available():
         raise RuntimeError(f"device {device!r} requested but torch sees no CUDA GPU")
     return str(device)
