@@ -330,3 +330,29 @@ def test_a_vllm_generator_takes_the_engine_options_load_llm_passes_on(params):
     # Under hf the same engine option is a typo, not a setting.
     assert params_problems(_bad(params, "common.generator", {"max_num_seqs": 64}))[0].startswith(
         "common.generator.max_num_seqs: unknown key")
+
+
+def test_papermill_guesses_about_parameters_are_dropped_and_real_warnings_kept(caplog):
+    """papermill cannot parse ``x = "a=1,b=2"`` and then calls x unknown; our own check reads the
+    parameters cell with ast, so only those two guesses are dropped."""
+    import logging
+
+    from ragcritic_lib.pipeline.stage import _quiet_papermill_parameter_guesses
+
+    _quiet_papermill_parameter_guesses()
+    _quiet_papermill_parameter_guesses()  # idempotent: one filter per logger
+    translators, execute = logging.getLogger("papermill.translators"), logging.getLogger("papermill")
+    assert len(translators.filters) == 1 and len(execute.filters) == 1
+    with caplog.at_level(logging.WARNING):
+        translators.warning("Unable to parse line 4 'train_questions = \"testbed=700,trivia=400\"'.")
+        execute.warning("Passed unknown parameter: train_questions")
+        execute.warning("Output Notebook is not writable")
+    assert [r.getMessage() for r in caplog.records] == ["Output Notebook is not writable"]
+
+
+def test_a_parameter_the_notebook_lacks_is_refused_before_the_kernel_starts(tmp_path):
+    from ragcritic_lib.pipeline.stage import run_notebook
+
+    with pytest.raises(ParamsError, match="05_critic_sft.py: no parameter 'epoch' in its parameters cell"):
+        run_notebook(paths.NOTEBOOKS_DIR / "05_critic_sft.py", output_dir=tmp_path, extra_params={"epoch": 2})
+    assert list(tmp_path.iterdir()) == []

@@ -12,6 +12,7 @@ This is the ``cmd`` of every stage in dvc.yaml.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import tempfile
@@ -19,7 +20,26 @@ import time
 from pathlib import Path
 
 from ragcritic_lib import paths
-from ragcritic_lib.pipeline.params import ParamsError, load_params, notebook_paths
+from ragcritic_lib.pipeline.params import ParamsError, load_params, notebook_parameters, notebook_paths
+
+
+class _PapermillParameterNoise(logging.Filter):
+    """Drops papermill's guesses about the parameters cell. Its line parser cannot read a string
+    default that holds "=" (``train_questions = "testbed=700,trivia=400"``), warns that it could
+    not parse the line, then calls the value passed for it unknown although it is injected.
+    params.yaml is matched against every notebook's parameters cell (read with ``ast``) by
+    :func:`load_params` before papermill starts, so those warnings would only mislead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        return not (msg.startswith("Unable to parse line") or msg.startswith("Passed unknown parameter"))
+
+
+def _quiet_papermill_parameter_guesses() -> None:
+    for name in ("papermill", "papermill.translators"):
+        log = logging.getLogger(name)
+        if not any(isinstance(f, _PapermillParameterNoise) for f in log.filters):
+            log.addFilter(_PapermillParameterNoise())
 
 
 def stage_name(notebook: Path) -> str:
@@ -51,11 +71,15 @@ def run_notebook(py_path: str | os.PathLike[str], *, output_dir: Path | None = N
     if name not in notebook_paths(py_path.parent):
         raise ParamsError(f"{py_path.name}: not a stage notebook (expected NN_<stage>.py)")
     stage_params = dict(params.get(name, {}))
+    unknown = sorted(set(extra_params or {}) - set(notebook_parameters(py_path)))
+    if unknown:
+        raise ParamsError(f"{py_path.name}: no parameter {unknown[0]!r} in its parameters cell")
     stage_params.update(extra_params or {})
     output_dir = output_dir or paths.EXECUTED_NOTEBOOKS_DIR
     output_dir.mkdir(parents=True, exist_ok=True)
     out_path = output_dir / f"{py_path.stem}.ipynb"
     nb = to_ipynb(py_path)
+    _quiet_papermill_parameter_guesses()
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / f"{py_path.stem}.ipynb"
         nbformat.write(nb, src)
