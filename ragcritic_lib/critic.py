@@ -438,13 +438,13 @@ def _decode_first_object(text: str) -> tuple[dict[str, Any] | None, bool, set[st
                     return obj, True, set()
                 fallback = fallback if fallback[0] is not None else (obj, True, set())
                 continue
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # ValueError: JSONDecodeError or a > 4,300-digit integer
             pass
         candidates, notes = _repair_json(text[start:])
         for cand in candidates:
             try:
                 obj = json.loads(cand)
-            except (json.JSONDecodeError, RecursionError):
+            except (ValueError, RecursionError):
                 continue
             if isinstance(obj, dict):
                 if _find_judgement_dict(obj) is not None:
@@ -481,7 +481,7 @@ def _as_str_list(value: Any) -> list[str]:
             for cand in cands:
                 try:
                     inner = clean_value(json.loads(cand).get("x"))  # "\\ud83d" decodes to a lone surrogate
-                except (json.JSONDecodeError, AttributeError, RecursionError):
+                except (ValueError, AttributeError, RecursionError):
                     continue
                 if isinstance(inner, list):
                     return [str(x).strip() for x in inner if isinstance(x, (str, int, float)) and str(x).strip()]
@@ -522,7 +522,9 @@ def _canonical_labels(
     return list(dict.fromkeys(out))
 
 
-_REGEX_JUDGEMENT = re.compile(r"""judge?ment["'\s]*[:=]\s*["']?\s*([A-Za-z]+)""", re.IGNORECASE)
+# One way to read the whitespace after the separator (a quote, if any, then more whitespace): the
+# form with two adjacent \s* runs backtracked quadratically on a long run of spaces.
+_REGEX_JUDGEMENT = re.compile(r"""judge?ment["'\s]*[:=]\s*(?:["']\s*)?([A-Za-z]+)""", re.IGNORECASE)
 _REGEX_BARE = re.compile(r"^\W*(correct|incorrect|error|wrong)\b", re.IGNORECASE)
 
 

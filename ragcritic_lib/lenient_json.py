@@ -292,14 +292,14 @@ def loads_lenient(text: Any, how: Leniency = LIGHT) -> tuple[Any, str | None]:
     try:
         try:
             return decoder.raw_decode(body, start)[0], None
-        except json.JSONDecodeError:
+        except ValueError:  # JSONDecodeError, or an integer past Python's 4,300-digit limit
             pass
         repaired = repair_json(body[start:], how)
         if not repaired.candidates:
             return None, "too_deep"
         try:
             return decoder.raw_decode(repaired.candidates[0])[0], None
-        except json.JSONDecodeError:
+        except ValueError:
             return None, "invalid_json"
     except RecursionError:
         return None, "too_deep"

@@ -108,7 +108,7 @@ _LEAD_RE = re.compile(
 )
 # Looser spellings ("So the answer is: X") are used for extraction but do not count as following.
 _LOOSE_RE = re.compile(r"\banswer\s+is\s*:\s*", re.IGNORECASE)
-_TRAIL_RE = re.compile(r"[\s\.\,\;\:\!\*\"'`]+$")
+_TRAIL_CHARS = frozenset(".,;:!*\"'`")
 
 
 # Words after which a period does not end a sentence ("Dr. Nils Larkin", "St. Louis").
@@ -127,12 +127,32 @@ def first_sentence(text: str) -> str:
     match because no space follows their point.
     """
     for m in _SENTENCE_END_RE.finditer(text + " "):
-        before = text[: m.start()].split()
-        word = before[-1].lower().rstrip(".") if before else ""
+        word = _last_word(text, m.start()).lower().rstrip(".")
         if word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha()):
             continue
         return text[: m.start()]
     return text
+
+
+def _last_word(text: str, end: int) -> str:
+    """``text[:end].split()[-1]`` (or "") without splitting the whole prefix, which made a reply of
+    many short sentences quadratic."""
+    j = end
+    while j > 0 and text[j - 1].isspace():
+        j -= 1
+    k = j
+    while k > 0 and not text[k - 1].isspace():
+        k -= 1
+    return text[k:j]
+
+
+def _strip_trailing(answer: str) -> str:
+    """Drop trailing whitespace and punctuation (a right-to-left scan: a regex anchored at the end
+    retried every start of a long run)."""
+    i = len(answer)
+    while i > 0 and (answer[i - 1].isspace() or answer[i - 1] in _TRAIL_CHARS):
+        i -= 1
+    return answer[:i]
 
 
 def _clean(answer: str, max_words: int) -> str:
@@ -141,7 +161,7 @@ def _clean(answer: str, max_words: int) -> str:
     answer = answer.strip(" *\"'`")
     # Answers are short phrases: keep the first sentence.
     answer = first_sentence(answer)
-    answer = _TRAIL_RE.sub("", answer)
+    answer = _strip_trailing(answer)
     words = answer.split()
     return " ".join(words[:max_words])
 

@@ -412,7 +412,7 @@ def build_type_messages(
     return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
-_ID_RE = re.compile(r"\bE\s*-?\s*(\d{1,2})\b", re.IGNORECASE)
+_ID_RE = re.compile(r"\bE(?:\s*-)?\s*(\d{1,2})\b", re.IGNORECASE)  # one reading of the spaces: linear
 
 
 def _name_pattern(name: str) -> re.Pattern[str]:
