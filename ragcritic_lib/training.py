@@ -193,8 +193,12 @@ def load_recipe(recipe: str | os.PathLike[str] | Mapping[str, Any], kind: str,
             raise ValueError(f"{source}: {key!r} is set by the caller, not the recipe")
     if "cpu_bf16" in merged and not (isinstance(merged["cpu_bf16"], bool) or merged["cpu_bf16"] == "auto"):
         raise ValueError(f"{source}: recipe key 'cpu_bf16' must be \"auto\", true or false; got {merged['cpu_bf16']!r}")
-    defaults = {f.name: f.default for f in dataclasses.fields(cls)} | OUR_KEYS
+    fields_by_name = {f.name: f for f in dataclasses.fields(cls)}
+    defaults = {name: f.default for name, f in fields_by_name.items()} | OUR_KEYS
     for key, value in merged.items():
+        optional = key in fields_by_name and any(w in str(fields_by_name[key].type) for w in ("None", "Optional"))
+        if value is None and optional:
+            continue  # e.g. max_length: null, "no limit"
         problem = _value_problem(key, value, defaults.get(key, dataclasses.MISSING))
         if problem:
             raise ValueError(f"{source}: recipe key {key!r} {problem}; got {value!r}")
@@ -326,7 +330,8 @@ def build_configs(recipe: Mapping[str, Any], kind: str, output_dir: str | os.Pat
         lora = LoraConfig(
             r=int(resolved["lora_r"]), lora_alpha=int(resolved["lora_alpha"]),
             lora_dropout=float(resolved["lora_dropout"]),
-            target_modules=list(resolved["lora_target_modules"]), task_type="CAUSAL_LM",
+            target_modules=(resolved["lora_target_modules"] if isinstance(resolved["lora_target_modules"], str)
+                            else list(resolved["lora_target_modules"])), task_type="CAUSAL_LM",
         )
     resolved.update({k: v for k, v in trl_kwargs.items() if k != "model_init_kwargs"})
     return cfg, lora, resolved
@@ -697,7 +702,7 @@ def _parse_set(items: Sequence[str]) -> dict[str, Any]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep:
-            raise SystemExit(f"--set expects key=value, got {item!r}")
+            raise ValueError(f"--set expects key=value, got {item!r}")
         try:
             out[key] = json.loads(value)
         except json.JSONDecodeError:
@@ -722,7 +727,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:  # what can be wrong with the command line is found before any model loads
         if not paths.resolve(args.recipe).is_file():  # read from the repository root, as load_recipe does
             raise FileNotFoundError(f"--recipe {args.recipe}: no such file")
-        if not Path(args.data).is_file():
+        if not paths.resolve(args.data).is_file():  # read from the repository root, as read_jsonl does
             raise FileNotFoundError(f"--data {args.data}: no such file")
         overrides = _parse_set(args.set)
         load_recipe(args.recipe, args.kind, overrides)

@@ -86,5 +86,6 @@ def test_an_integer_past_the_conversion_limit_is_a_parse_failure_not_an_exceptio
     parsed = critic.parse_critic_output('{"Judgement": "Error", "n": ' + huge + "}")
     assert parsed.judgement == "Error"  # read by the regex fallback, the object being unreadable
     assert critic.parse_critic_output('{"Judgement": "Error", "tag1": "[' + "1" * 4400 + ']"}').judgement == "Error"
-    parse_rationale('{"Judgement": "Error", "Error_analysis": ' + huge + "}")
-    parse_tag_output('{"tags": [' + huge + "]}")
+    rationale = parse_rationale('{"Judgement": "Error", "Error_analysis": ' + huge + "}")
+    tags = parse_tag_output('{"tags": [' + huge + "]}")
+    assert (rationale.valid, rationale.error, tags.valid, tags.error) == (False, "invalid_json", False, "invalid_json")

@@ -222,6 +222,15 @@ def test_a_config_the_server_refuses_stops_the_run_instead_of_recording_empty_an
     assert [g.text for g in again] == ["echo a"] and again[0].cached is False
 
 
+def test_scoring_where_the_server_has_no_completions_endpoint_says_what_scoring_needs(server):
+    """A served chat model may answer 404 on /v1/completions: that is the missing echo-logprobs
+    scoring path, not a wrong model name."""
+    srv = server([(404, {}, {"error": {"message": "This is a chat model"}})])
+    llm = _backend([srv.url], FakeClock(), cache=None)
+    with pytest.raises(NotImplementedError, match=r"no /v1/completions for this model.*log-probabilities.*HTTP 404"):
+        llm.score(["Is it?"], [["yes", "no"]])
+
+
 def test_failing_server_is_avoided_and_every_answer_arrives_once(server):
     bad = server([(503, {}, {})] * 1000)
     good = server()

@@ -124,6 +124,15 @@ def test_recipe_values_of_the_wrong_kind_name_file_and_key(tmp_path: Path, text:
     assert ok["learning_rate"] == 2.0e-4
 
 
+def test_recipe_null_where_the_trainer_takes_none_and_peft_module_shorthand(tmp_path: Path) -> None:
+    assert load_recipe({"max_length": None}, "sft")["max_length"] is None  # no length limit
+    with pytest.raises(ValueError, match="'learning_rate' must be a number"):
+        load_recipe({"learning_rate": None}, "sft")
+    _, lora, _ = build_configs(load_recipe({"lora_target_modules": "all-linear", "max_steps": 1}, "sft"), "sft",
+                               tmp_path / "out")
+    assert lora.target_modules == "all-linear"
+
+
 @pytest.mark.parametrize("name", ["critic_sft", "critic_dpo", "planner_sft", "critic_sft_paper",
                                   "critic_dpo_paper", "planner_sft_paper"])
 def test_every_recipe_parses_into_trl_config(name: str, tmp_path: Path) -> None:
@@ -465,6 +474,19 @@ def test_merge_runs_once_on_rank_zero_and_all_ranks_wait(tiny_model: Path, tmp_p
     lines = log.read_text().split()
     assert [ln for ln in lines if not ln.startswith("seen")] == ["0"]
     assert sorted(ln for ln in lines if ln.startswith("seen")) == ["seen0=True", "seen1=True"]
+
+
+def test_training_cli_reads_a_repository_relative_data_path_from_any_folder(tmp_path, monkeypatch, capsys) -> None:
+    from ragcritic_lib.training import main
+
+    monkeypatch.chdir(tmp_path)  # not the repository root; recipe and data are found from the root
+    args = ["sft", "--recipe", "configs/train/critic_sft.yaml", "--data", "data/no_such_dir/x.jsonl",
+            "--out", str(tmp_path / "o"), "--base-model", "m", "--set", "max_steps"]
+    assert main(args) == 2
+    assert "--data data/no_such_dir/x.jsonl: no such file" in capsys.readouterr().err
+    rel = [a if a != "data/no_such_dir/x.jsonl" else "pyproject.toml" for a in args]
+    assert main(rel) == 2  # found (not "no such file"); the --set without '=' is the one problem
+    assert capsys.readouterr().err.strip() == "python -m ragcritic_lib.training: --set expects key=value, got 'max_steps'"
 
 
 @pytest.mark.parametrize("args, message", [

@@ -114,7 +114,7 @@ def check_llm_config(cfg: Mapping[str, Any], source: str = "LLM config", *,
         raise TypeError(f"{source} must be a mapping, got {type(cfg).__name__}")
     backend = cfg.get("backend")
     if backend == "callable":
-        raise ValueError("backend 'callable' is built in code: CallableLLM(fn), not through load_llm")
+        raise ValueError(f"{source}: backend 'callable' is built in code: CallableLLM(fn), not through load_llm")
     if backend not in _BACKEND_KEYS:
         raise ValueError(f"{source} key 'backend' must be one of {sorted(_BACKEND_KEYS)}, got {backend!r}")
     known = _COMMON_KEYS.union(*_BACKEND_KEYS.values())

@@ -119,7 +119,12 @@ class PromptRejected(RuntimeError):
 
 class ServerConfigError(RuntimeError):
     """The server refuses every request of this configuration (HTTP 401, 403 or 404: a wrong API
-    key, model name or URL path), so no prompt is recorded as refused: the run stops here."""
+    key, model name or URL path), so no prompt is recorded as refused: the run stops here.
+    ``code`` is the HTTP status."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 #: HTTP codes that say the request's configuration is wrong, whatever the prompt.
@@ -344,7 +349,7 @@ class OpenAIBackend(LLM):
                     raise ServerConfigError(
                         f"{url}: HTTP {code} for model {self.model!r}: the server refuses every request "
                         f"of this config (check the model name, api_key_env and URL of the LLM config): "
-                        f"{resp.text[:300]}")
+                        f"{resp.text[:300]}", code)
                 elif code >= 400:
                     failed = False  # the server is fine; the prompt is not
                     raise PromptRejected(f"{url}: HTTP {code}: {resp.text[:500]}")
@@ -444,6 +449,12 @@ class OpenAIBackend(LLM):
             resp, url = self._post("/v1/completions", body)
         except PromptRejected as exc:
             raise NotImplementedError(f"the server {no_logprobs} [{exc}]") from None
+        except ServerConfigError as exc:
+            if exc.code != 404:
+                raise
+            # A served chat model may have no /v1/completions at all: say what scoring needs.
+            raise NotImplementedError(f"the server has no /v1/completions for this model, so it {no_logprobs} "
+                                      f"[{exc}]") from None
         try:
             choices = sorted(resp.json()["choices"], key=lambda c: int(c.get("index", 0)))
         except (ValueError, KeyError, TypeError, AttributeError):

@@ -638,7 +638,9 @@ def _retriever_problems(cfg: Mapping[str, Any], ctx: Context) -> list[str]:
 def _library_check(section: str, values: Mapping[str, Any]) -> str | None:
     """A stage's own config check, for rules that need more than one key (run on a clean section)."""
     if values.get("teacher_config"):
-        return _teacher_config_problem(section, values["teacher_config"])
+        why = _teacher_config_problem(section, values["teacher_config"])
+        if why:
+            return why
     if section == "testbed":
         from ragcritic_lib.testbed import TestbedConfig  # deps: check-only
 
