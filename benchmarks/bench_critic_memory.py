@@ -61,7 +61,7 @@ def main() -> None:
 
     import torch
 
-    from ragcritic_lib import critic_train as ct
+    from ragcritic_lib.critic import train as ct
 
     env = {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; allocator settings {env or 'default'}; "

@@ -129,7 +129,7 @@ def _rag_prompts(n: int) -> list[list[dict[str, str]]]:
     """``n`` chat prompts shaped like stage 01's (worked examples, 1-5 passages), fixed content."""
     import random
 
-    from ragcritic_lib.rag import build_rag_messages
+    from ragcritic_lib.retrieval.rag import build_rag_messages
 
     rng = random.Random(0)
     sentences = [s.strip() + "." for s in _TEXT.split(".") if s.strip()]

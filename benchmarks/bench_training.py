@@ -1,7 +1,7 @@
 """Training speed of the packaged model on this CPU: seconds per LoRA step, float32 against bf16
 autocast (what a recipe's ``cpu_bf16`` switches), for SFT-shaped batches.
 
-For each mode it builds the trainer's model the way ``ragcritic_lib.training`` does (float32
+For each mode it builds the trainer's model the way ``ragcritic_lib.critic.training`` does (float32
 weights, LoRA r=16 on the attention projections), runs ``--warmup`` steps, then times ``--steps``
 optimizer steps (forward, backward, AdamW) on random token batches of ``--batch`` x ``--tokens``,
 and prints the median seconds per step, the loss of the last step and the speed-up. Numbers only,
@@ -34,7 +34,7 @@ def main() -> None:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from ragcritic_lib.training import cpu_bf16_enabled
+    from ragcritic_lib.critic.training import cpu_bf16_enabled
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; CPU bf16 native: {cpu_bf16_enabled('auto')}")
     print(f"batch {args.batch} x {args.tokens} tokens, {args.steps} timed steps after {args.warmup} warm-up")

@@ -40,7 +40,7 @@ from ragcritic_lib.io import write_jsonl
 from ragcritic_lib.pipeline.outputs import save_figure
 from ragcritic_lib.pipeline.params import parse_dataset_counts
 from ragcritic_lib.pipeline.stage_models import setup_stage
-from ragcritic_lib.rag import PROMPT_VARIANTS, answer_gen_params, run_standard_rag
+from ragcritic_lib.retrieval.rag import PROMPT_VARIANTS, answer_gen_params, run_standard_rag
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 
 setup = setup_stage("retrieval_rag")  # params, data/retrieval_rag; generator and retrievers load on first use

@@ -38,14 +38,15 @@ teacher_max_new_tokens = 160
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from ragcritic_lib import mining, runtime
+from ragcritic_lib import runtime
+from ragcritic_lib.mining import sampling as mining
 from ragcritic_lib.data.flashrag import dataset_paths, load_corpus_records
 from ragcritic_lib.io import write_jsonl
 from ragcritic_lib.pipeline.outputs import save_figure, save_table
 from ragcritic_lib.pipeline.params import parse_dataset_counts
 from ragcritic_lib.pipeline.stage_models import setup_stage
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
-from ragcritic_lib.teachers import build_teachers, teacher_agreement
+from ragcritic_lib.mining.teachers import build_teachers, teacher_agreement
 
 setup = setup_stage("error_sampling")  # params, data/error_sampling; the pool members load their own models
 params, seed, datasets, out_dir = setup.params, setup.seed, setup.datasets, setup.out_dir

@@ -34,13 +34,14 @@ teacher_max_new_tokens = 160
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from ragcritic_lib import mining, paths
+from ragcritic_lib import paths
+from ragcritic_lib.mining import sampling as mining
 from ragcritic_lib.io import read_jsonl, write_jsonl
 from ragcritic_lib.pipeline.outputs import save_figure
 from ragcritic_lib.pipeline.setup import setup_stage
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
-from ragcritic_lib.tagging import normalize_tags, tag_counts, tagging_metrics
-from ragcritic_lib.teachers import build_teachers, teacher_agreement, vocabulary_size
+from ragcritic_lib.mining.tagging import normalize_tags, tag_counts, tagging_metrics
+from ragcritic_lib.mining.teachers import build_teachers, teacher_agreement, vocabulary_size
 
 setup = setup_stage("tagging")  # params and data/tagging; an LLM teacher loads its own model
 params, seed, out_dir = setup.params, setup.seed, setup.out_dir

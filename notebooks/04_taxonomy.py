@@ -36,13 +36,14 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from scipy.cluster.hierarchy import dendrogram
 
-from ragcritic_lib import mining, paths, taxonomy as tx
+from ragcritic_lib import paths
+from ragcritic_lib.mining import sampling as mining, taxonomy as tx
 from ragcritic_lib.io import read_jsonl, write_json, write_jsonl
 from ragcritic_lib.pipeline.outputs import save_figure, save_markdown, save_table
 from ragcritic_lib.pipeline.setup import setup_stage
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
-from ragcritic_lib.tagging import tag_counts
-from ragcritic_lib.teachers import build_teachers
+from ragcritic_lib.mining.tagging import tag_counts
+from ragcritic_lib.mining.teachers import build_teachers
 
 setup = setup_stage("taxonomy")  # params and data/taxonomy; the encoder and an LLM namer load below
 params, seed, out_dir = setup.params, setup.seed, setup.out_dir / "build"

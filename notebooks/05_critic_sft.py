@@ -62,18 +62,19 @@ base_model = ""
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from ragcritic_lib import critic_corpus, paths, runtime
-from ragcritic_lib.critic import build_critic_messages, calibrate_verdicts, load_trained_critic
-from ragcritic_lib.critic_data import critic_sft_metrics, label_counts, sft_examples
-from ragcritic_lib.critic_evidence import evidence_coverage
-from ragcritic_lib.critic_train import TrainSettings, learning_curve, run_cached_sft, run_trl_sft
+from ragcritic_lib import paths, runtime
+from ragcritic_lib.critic import corpus as critic_corpus
+from ragcritic_lib.critic.critics import build_critic_messages, calibrate_verdicts, load_trained_critic
+from ragcritic_lib.critic.data import critic_sft_metrics, label_counts, sft_examples
+from ragcritic_lib.critic.evidence import evidence_coverage
+from ragcritic_lib.critic.train import TrainSettings, learning_curve, run_cached_sft, run_trl_sft
 from ragcritic_lib.io import read_jsonl, write_json, write_jsonl
 from ragcritic_lib.pipeline.outputs import save_figure
 from ragcritic_lib.pipeline.params import parse_dataset_counts
 from ragcritic_lib.pipeline.stage_models import setup_stage
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
-from ragcritic_lib.rag import answer_gen_params, run_standard_rag
-from ragcritic_lib.taxonomy import load_known_causes, load_taxonomy
+from ragcritic_lib.retrieval.rag import answer_gen_params, run_standard_rag
+from ragcritic_lib.mining.taxonomy import load_known_causes, load_taxonomy
 
 setup = setup_stage("critic_sft")  # params and data/critic_sft; the generator and retrievers load for the train questions
 params, seed, out_dir = setup.params, setup.seed, setup.out_dir

@@ -43,14 +43,14 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from ragcritic_lib import paths
-from ragcritic_lib.critic import calibrate_verdicts, load_trained_critic
-from ragcritic_lib.critic_data import balance_correct, critic_dpo_metrics, dpo_pairs, sft_examples
-from ragcritic_lib.critic_train import TrainSettings, run_cached_dpo, run_trl_dpo
+from ragcritic_lib.critic.critics import calibrate_verdicts, load_trained_critic
+from ragcritic_lib.critic.data import balance_correct, critic_dpo_metrics, dpo_pairs, sft_examples
+from ragcritic_lib.critic.train import TrainSettings, run_cached_dpo, run_trl_dpo
 from ragcritic_lib.io import read_json, read_jsonl, write_json, write_jsonl
 from ragcritic_lib.pipeline.outputs import save_figure
 from ragcritic_lib.pipeline.setup import setup_stage
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
-from ragcritic_lib.taxonomy import load_taxonomy
+from ragcritic_lib.mining.taxonomy import load_taxonomy
 
 setup = setup_stage("critic_dpo")  # params and data/critic_dpo; the aligned critic is loaded below
 params, seed, out_dir = setup.params, setup.seed, setup.out_dir

@@ -37,16 +37,18 @@ known_causes_file = "data/taxonomy/known_causes.yaml"
 # %%
 import pandas as pd
 
-from ragcritic_lib import critic_corpus, mining, paths, runtime
-from ragcritic_lib.critic import HeuristicCritic, LLMCritic, critiques_to_records, load_trained_critic
-from ragcritic_lib.error_benchmark import (
+from ragcritic_lib import paths, runtime
+from ragcritic_lib.critic import corpus as critic_corpus
+from ragcritic_lib.mining import sampling as mining
+from ragcritic_lib.critic.critics import HeuristicCritic, LLMCritic, critiques_to_records, load_trained_critic
+from ragcritic_lib.critic.benchmark import (
     benchmark_metrics, benchmark_table, plot_per_label, score_critic, score_known_causes, with_confidence,
 )
 from ragcritic_lib.io import read_json, read_jsonl, write_jsonl
 from ragcritic_lib.pipeline.outputs import save_figure, save_table
 from ragcritic_lib.pipeline.stage_models import setup_stage
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
-from ragcritic_lib.taxonomy import load_known_causes, load_taxonomy
+from ragcritic_lib.mining.taxonomy import load_known_causes, load_taxonomy
 
 setup = setup_stage("benchmark")  # params and data/benchmark; the generator loads for the test pool and the zero-shot critic
 params, seed, out_dir = setup.params, setup.seed, setup.out_dir

@@ -75,18 +75,18 @@ from ragcritic_lib.agent.workflow import (
     method_slug, pick_case_studies, rag_cost, rejection_counts, render_case_study, run_methods, status_counts,
     unverified_round,
 )
-from ragcritic_lib.critic import load_trained_critic
+from ragcritic_lib.critic.critics import load_trained_critic
 from ragcritic_lib.data.flashrag import dataset_paths, load_corpus_records
-from ragcritic_lib.evidence import compute_evidence
+from ragcritic_lib.mining.evidence import compute_evidence
 from ragcritic_lib.io import read_jsonl, write_json, write_jsonl
-from ragcritic_lib.mining import passage_metadata
+from ragcritic_lib.mining.sampling import passage_metadata
 from ragcritic_lib.pipeline.outputs import save_markdown, save_table
 from ragcritic_lib.pipeline.stage_models import setup_stage
-from ragcritic_lib.rag import answer_gen_params
+from ragcritic_lib.retrieval.rag import answer_gen_params
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 from ragcritic_lib.retrieval import CrossEncoderReranker
-from ragcritic_lib.taxonomy import load_known_causes, load_taxonomy
-from ragcritic_lib.training import run_training, write_loss_curve
+from ragcritic_lib.mining.taxonomy import load_known_causes, load_taxonomy
+from ragcritic_lib.critic.training import run_training, write_loss_curve
 
 setup = setup_stage("correction")  # params and data/correction; the generator and retrievers load on first use
 params, seed, datasets, out_dir = setup.params, setup.seed, setup.datasets, setup.out_dir

@@ -68,11 +68,11 @@ from ragcritic_lib.baselines import (MeteredLLM, add_costs, dataset_costs, epoch
                                      records_cost, repair, stopwatch)
 from ragcritic_lib.baselines.harness import save_method_answers
 from ragcritic_lib.baselines.stage_setup import setup_method
-from ragcritic_lib.critic import HeuristicCritic
+from ragcritic_lib.critic.critics import HeuristicCritic
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
-from ragcritic_lib.rag import run_standard_rag
-from ragcritic_lib.taxonomy import load_taxonomy
-from ragcritic_lib.training import dpo_start
+from ragcritic_lib.retrieval.rag import run_standard_rag
+from ragcritic_lib.mining.taxonomy import load_taxonomy
+from ragcritic_lib.critic.training import dpo_start
 
 setup = setup_method("repair")  # params, standard RAG's settings, the answer setting, generator, questions
 params, seed, rr, llm, test = setup.params, setup.seed, setup.rag, setup.llm, setup.test

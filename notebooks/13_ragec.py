@@ -57,7 +57,7 @@ from ragcritic_lib.baselines.stage_setup import setup_method
 from ragcritic_lib.io import write_jsonl
 from ragcritic_lib.pipeline.outputs import save_table
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
-from ragcritic_lib.taxonomy import load_taxonomy
+from ragcritic_lib.mining.taxonomy import load_taxonomy
 
 setup = setup_method("ragec")  # params, standard RAG's settings, the answer setting, generator, questions
 params, seed, rr, llm, test = setup.params, setup.seed, setup.rag, setup.llm, setup.test

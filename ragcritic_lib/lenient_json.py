@@ -9,11 +9,11 @@ How far a repair goes is a :class:`Leniency`. Two are in use, and each caller's 
 ones it had when it owned a scanner of its own (tests/test_jsontext.py checks this against those
 scanners, kept there as written):
 
-* :data:`FULL` -- the critic's parser (:func:`ragcritic_lib.critic.parse_critic_output`): also
+* :data:`FULL` -- the critic's parser (:func:`ragcritic_lib.critic.critics.parse_critic_output`): also
   quotes bare keys and values, fixes invalid escapes and control characters in strings, closes
   a mismatched bracket as it was opened, gives a key cut off before its value a ``null``, and
   offers shorter cuts at earlier commas when the tail itself is damaged.
-* :data:`LIGHT` -- the teachers' parser (:mod:`ragcritic_lib.teachers`, the error-tagging stage):
+* :data:`LIGHT` -- the teachers' parser (:mod:`ragcritic_lib.mining.teachers`, the error-tagging stage):
   leaves those defects for :func:`json.loads` to reject, so an output that needs them is counted
   as invalid, not guessed at.
 """

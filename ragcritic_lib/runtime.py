@@ -263,7 +263,7 @@ def load_trained_model(params: Mapping[str, Any], checkpoint: str | Path, *, bas
 
 def load_start_model(params: Mapping[str, Any], start: Mapping[str, Any]):
     """The model a training start describes (``{"base_model", "init_adapter"}``, from
-    :func:`training_start` or :func:`ragcritic_lib.training.dpo_start`): the adapter on that
+    :func:`training_start` or :func:`ragcritic_lib.critic.training.dpo_start`): the adapter on that
     base, or the base model itself."""
     if start.get("init_adapter"):
         return load_trained_model(params, start["init_adapter"], base_model=start["base_model"])
@@ -304,7 +304,7 @@ def sample_pool(
     progress: bool = False,
     llm_factory: Callable[[Mapping[str, Any]], Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """:func:`ragcritic_lib.mining.sample_error_responses` with served pool members sampled at
+    """:func:`ragcritic_lib.mining.sampling.sample_error_responses` with served pool members sampled at
     the same time.
 
     Members on an OpenAI-compatible server (``backend: openai``) spend their time waiting for
@@ -322,7 +322,7 @@ def sample_pool(
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from ragcritic_lib import mining
+    from ragcritic_lib.mining import sampling as mining
     from ragcritic_lib.io import append_jsonl, read_jsonl_tolerant, write_jsonl
 
     if isinstance(parallel_members, bool) or not isinstance(parallel_members, int) or parallel_members < 1:

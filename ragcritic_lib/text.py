@@ -174,12 +174,12 @@ FEATURE_STOPWORDS = _words(
     more many much"""
 )
 """What the critic's gold-free features ignore when they compare the prediction's and the
-question's words with the passages (:func:`ragcritic_lib.critic.gold_free_features`). Narrower
+question's words with the passages (:func:`ragcritic_lib.critic.critics.gold_free_features`). Narrower
 than the base (articles and first/second-person pronouns are kept) plus "yes"."""
 
 TAG_STOPWORDS = _words("a an the of to in on for and or by with from is was not no as at be it its than")
 """Glue words left out when two error-tag names are compared by their words (teacher agreement,
-:mod:`ragcritic_lib.teachers`); a small subset of the base."""
+:mod:`ragcritic_lib.mining.teachers`); a small subset of the base."""
 
 NOT_NAME_WORDS = _words(
     """the a an it its in on at he she they this that these those there his her their what which

@@ -6,7 +6,7 @@
 Parts, in order (each prints one line per measurement; a failing part makes the exit status 1):
 
 1. hf: the project's HF backend generates a few answers with the embedded model on the device.
-2. train: one LoRA SFT step through ``ragcritic_lib.training.run_training`` under
+2. train: one LoRA SFT step through ``ragcritic_lib.critic.training.run_training`` under
    ``accelerate launch`` with DeepSpeed ZeRO-3 (configs/accelerate/deepspeed_zero3.yaml, one
    process). With ``--allow-cpu`` and no CUDA it runs one CPU process without DeepSpeed instead.
 3. adapter: the saved adapter is loaded back through the HF backend and answers the same prompts.
@@ -88,7 +88,7 @@ def part_hf(model: str, device: str, max_new_tokens: int, adapter: str | None = 
 
 def part_train(model: str, out: Path, cuda: bool, accelerate_config: str) -> Path:
     """One LoRA SFT step under accelerate (DeepSpeed ZeRO-3 on CUDA); returns the adapter folder."""
-    from ragcritic_lib.training import run_training
+    from ragcritic_lib.critic.training import run_training
 
     if cuda:
         import importlib.util

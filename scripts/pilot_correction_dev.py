@@ -27,11 +27,11 @@ from ragcritic_lib.agent.planner import RuleBasedPlanner, load_error_actions  # 
 from ragcritic_lib.agent.workflow import run_methods  # noqa: E402
 from ragcritic_lib.data.flashrag import dataset_paths, load_corpus_records  # noqa: E402
 from ragcritic_lib.io import read_jsonl  # noqa: E402
-from ragcritic_lib.mining import passage_metadata  # noqa: E402
+from ragcritic_lib.mining.sampling import passage_metadata  # noqa: E402
 from ragcritic_lib.pipeline.params import load_params  # noqa: E402
-from ragcritic_lib.rag import answer_gen_params  # noqa: E402
+from ragcritic_lib.retrieval.rag import answer_gen_params  # noqa: E402
 from ragcritic_lib.retrieval import CrossEncoderReranker  # noqa: E402
-from ragcritic_lib.taxonomy import load_known_causes, load_taxonomy  # noqa: E402
+from ragcritic_lib.mining.taxonomy import load_known_causes, load_taxonomy  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

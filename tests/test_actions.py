@@ -17,7 +17,7 @@ from ragcritic_lib.agent.actions import (
 )
 from ragcritic_lib.agent.executor import run_program
 from ragcritic_lib.llm import CallableLLM, GenParams
-from ragcritic_lib.rag import build_rag_messages
+from ragcritic_lib.retrieval.rag import build_rag_messages
 from ragcritic_lib.retrieval import Hit
 
 CORPUS = {

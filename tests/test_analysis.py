@@ -37,7 +37,7 @@ def _tested(n, d, p, p_holm, *, calls, training_calls, steps):
 
 
 def _score(acc_c, acc_e, f1_1, f1_2):
-    # Shape of ragcritic_lib.error_benchmark.score_critic's output (the parts analysis reads).
+    # Shape of ragcritic_lib.critic.benchmark.score_critic's output (the parts analysis reads).
     per = {"Retrieval Errors": {"precision": 0.5, "recall": 1.0, "f1": f1_1, "support": 2, "predicted": 4}}
     per2 = {"Irrelevant Information": {"precision": 0.25, "recall": 0.5, "f1": f1_2, "support": 2, "predicted": 4}}
     return {"n": 8, "identification": {"acc_correct": acc_c, "acc_error": acc_e, "acc_avg": (acc_c + acc_e) / 2},

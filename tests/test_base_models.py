@@ -15,7 +15,7 @@ import pytest
 
 from ragcritic_lib import paths, runtime
 from ragcritic_lib.pipeline.params import load_params, params_problems
-from ragcritic_lib.training import TrainResult
+from ragcritic_lib.critic.training import TrainResult
 
 SERVED = {"backend": "openai", "model": "served-generator", "urls": "http://127.0.0.1:9", "cache": False,
           "dtype": "float32", "device": "cpu", "batch_size": 2}
@@ -254,8 +254,8 @@ def _critic_stage(root, checkpoint, *, merged: bool):
 
 
 def test_trained_critic_adapter_on_its_recorded_base_and_full_checkpoint(tiny, tmp_path):
-    from ragcritic_lib.critic import load_trained_critic
-    from ragcritic_lib.taxonomy import load_taxonomy
+    from ragcritic_lib.critic.critics import load_trained_critic
+    from ragcritic_lib.mining.taxonomy import load_taxonomy
 
     params = _params(**SERVED)
     taxonomy = load_taxonomy()

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from ragcritic_lib.error_benchmark import (
+from ragcritic_lib.critic.benchmark import (
     benchmark_metrics, benchmark_table, build_benchmark, plot_per_label, score_critic, score_known_causes,
 )
-from ragcritic_lib.critic import parse_critic_output
-from ragcritic_lib.taxonomy import load_taxonomy
+from ragcritic_lib.critic.critics import parse_critic_output
+from ragcritic_lib.mining.taxonomy import load_taxonomy
 
 A1, A2 = "Incomplete Information", "Insufficient or Incomplete Information Retrieval"
 B1, B2 = "Irrelevant Information", "Irrelevant Information Retrieval"
@@ -132,7 +132,7 @@ def test_table_and_figure(tx, tmp_path: Path) -> None:
 
 
 def test_benchmark_metrics_keep_token_counts_only(tx) -> None:
-    from ragcritic_lib.critic import HeuristicCritic, LLMCritic
+    from ragcritic_lib.critic.critics import HeuristicCritic, LLMCritic
     from ragcritic_lib.llm import CallableLLM
 
     bench = [{"question": "Who wrote it?", "passages": ["Title\nIt was written by Ann."], "prediction": "Ann",
@@ -160,8 +160,8 @@ def test_benchmark_metrics_keep_token_counts_only(tx) -> None:
 
 
 def test_verdict_auroc_and_bootstrap_intervals(tx) -> None:
-    from ragcritic_lib.critic import CriticParse
-    from ragcritic_lib.error_benchmark import verdict_scores, with_confidence
+    from ragcritic_lib.critic.critics import CriticParse
+    from ragcritic_lib.critic.benchmark import verdict_scores, with_confidence
 
     golds = ['{"Judgement": "Error", "tag1": ["Incomplete Information"], "tag2": []}'] * 20 + ['{"Judgement": "Correct"}'] * 20
     # margins rank every wrong answer above every right one, but the verdicts are all "Correct"

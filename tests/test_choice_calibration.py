@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from ragcritic_lib.critic import (
+from ragcritic_lib.critic.critics import (
     CORRECT,
     ERROR,
     ERROR_PREFILL,
@@ -20,7 +20,7 @@ from ragcritic_lib.critic import (
 )
 from ragcritic_lib.io import DataFormatError
 from ragcritic_lib.llm import CallableLLM, GenParams, nearest_option
-from ragcritic_lib.taxonomy import load_taxonomy
+from ragcritic_lib.mining.taxonomy import load_taxonomy
 
 from test_llm import _write_tiny_model
 

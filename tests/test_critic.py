@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ragcritic_lib.critic import (
+from ragcritic_lib.critic.critics import (
     CriticParse,
     HeuristicCritic,
     LLMCritic,
@@ -17,7 +17,7 @@ from ragcritic_lib.critic import (
 )
 from ragcritic_lib.io import DataFormatError
 from ragcritic_lib.llm import CallableLLM, Generation
-from ragcritic_lib.taxonomy import load_taxonomy
+from ragcritic_lib.mining.taxonomy import load_taxonomy
 
 
 @pytest.fixture(scope="module")

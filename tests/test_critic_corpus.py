@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from ragcritic_lib.critic_corpus import (
+from ragcritic_lib.critic.corpus import (
     benchmark_answers, cap_to_correct_share, cause_labels, check_disjoint, counterfactual_answers, data_report, dedupe,
     question_options, question_samples, style_cv_auroc, style_features,
 )

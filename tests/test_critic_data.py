@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ragcritic_lib.critic_data import (
+from ragcritic_lib.critic.data import (
     balance_correct,
     check_no_leakage,
     critic_dpo_metrics,
@@ -18,9 +18,9 @@ from ragcritic_lib.critic_data import (
     sft_examples,
     split_by_question,
 )
-from ragcritic_lib.critic import parse_critic_output
+from ragcritic_lib.critic.critics import parse_critic_output
 from ragcritic_lib.io import DataFormatError
-from ragcritic_lib.taxonomy import load_taxonomy
+from ragcritic_lib.mining.taxonomy import load_taxonomy
 
 
 @pytest.fixture(scope="module")

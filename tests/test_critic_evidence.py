@@ -1,7 +1,7 @@
 """What the critic reads of the passages: sentence selection and the deciding-sentence measure."""
 
-from ragcritic_lib.critic import build_critic_messages
-from ragcritic_lib.critic_evidence import (
+from ragcritic_lib.critic.critics import build_critic_messages
+from ragcritic_lib.critic.evidence import (
     deciding_sentences, evidence_coverage, evidence_in_prompt, render_evidence, select_evidence, split_passage,
 )
 

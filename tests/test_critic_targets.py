@@ -2,9 +2,9 @@
 
 import json
 
-from ragcritic_lib.critic import critic_target, redact_reference
-from ragcritic_lib.evidence import compute_evidence, error_causes
-from ragcritic_lib.teachers import GroundedTeacher
+from ragcritic_lib.critic.critics import critic_target, redact_reference
+from ragcritic_lib.mining.evidence import compute_evidence, error_causes
+from ragcritic_lib.mining.teachers import GroundedTeacher
 
 
 def _record(question, prediction, golds, passages, **meta):

@@ -7,8 +7,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from ragcritic_lib.critic import VERDICT_PREFIX  # noqa: E402
-from ragcritic_lib.critic_train import (  # noqa: E402
+from ragcritic_lib.critic.critics import VERDICT_PREFIX  # noqa: E402
+from ragcritic_lib.critic.train import (  # noqa: E402
     Encoded, SplitModel, TrainSettings, auroc, bootstrap_auroc_ci, cache_lower, learning_curve, merge_lora,
     train_dpo, train_sft, verdict_margins,
 )

@@ -86,7 +86,7 @@ def test_conda_environment_installs_the_gpu_set_only():
 
 def test_import_is_light():
     code = (
-        "import sys, ragcritic_lib, ragcritic_lib.paths, ragcritic_lib.pipeline.params, ragcritic_lib.rag, "
+        "import sys, ragcritic_lib, ragcritic_lib.paths, ragcritic_lib.pipeline.params, ragcritic_lib.retrieval.rag, "
         "ragcritic_lib.evaluation.scoring, ragcritic_lib.io, ragcritic_lib.data.flashrag, ragcritic_lib.runtime; "
         "heavy = [m for m in ('torch', 'transformers', 'vllm', 'trl', 'peft', 'sentence_transformers') if m in sys.modules]; "
         "print(','.join(heavy))"

@@ -11,7 +11,7 @@ from ragcritic_lib.agent.actions import action_stubs
 from ragcritic_lib.agent.executor import run_program
 from ragcritic_lib.agent.planner import DEFAULT_ERROR_ACTIONS_FILE, RuleBasedPlanner, load_error_actions
 from ragcritic_lib.io import DataFormatError
-from ragcritic_lib.taxonomy import load_taxonomy
+from ragcritic_lib.mining.taxonomy import load_taxonomy
 
 
 @pytest.fixture(scope="module")

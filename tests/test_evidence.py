@@ -1,6 +1,6 @@
 """Grounded evidence and known causes on hand-made records."""
 
-from ragcritic_lib.evidence import compute_evidence, error_causes, is_abstention
+from ragcritic_lib.mining.evidence import compute_evidence, error_causes, is_abstention
 
 PASSAGES = [
     {"id": "d1", "contents": "Douro\nThe Douro is a river of the Iberian Peninsula.", "score": 3.0},

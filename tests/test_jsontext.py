@@ -20,11 +20,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ragcritic_lib import critic, teachers
+from ragcritic_lib.critic import critics as critic
+from ragcritic_lib.mining import teachers
 from ragcritic_lib.lenient_json import FULL, LIGHT, loads_lenient, repair_json, strip_fences
 
 # --------------------------------------------------------------------------------------------
-# The scanners as they were: ragcritic_lib/critic.py and ragcritic_lib/teachers.py before the
+# The scanners as they were: ragcritic_lib/critic/critics.py and ragcritic_lib/mining/teachers.py before the
 # shared scanner (names prefixed, the module constants they read defined here).
 # --------------------------------------------------------------------------------------------
 _OLD_CRITIC_MAX_DEPTH = 32

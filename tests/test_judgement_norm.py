@@ -2,7 +2,7 @@
 
 import pytest
 
-from ragcritic_lib.critic import CORRECT, ERROR, _norm_judgement, parse_critic_output
+from ragcritic_lib.critic.critics import CORRECT, ERROR, _norm_judgement, parse_critic_output
 
 
 @pytest.mark.parametrize("value", [

@@ -9,7 +9,7 @@ from ragcritic_lib.agent.ladder import (
 )
 from ragcritic_lib.agent.planner import RuleBasedPlanner, load_error_actions
 from ragcritic_lib.agent.workflow import critic_feedback
-from ragcritic_lib.taxonomy import load_known_causes
+from ragcritic_lib.mining.taxonomy import load_known_causes
 
 PASSAGE = "Kestrel Bridge\nThe Kestrel Bridge crosses the Aldor river. It was completed in 1887."
 
@@ -287,7 +287,7 @@ def _river_records():
 
 def test_fit_critic_act_threshold_corrects_every_dev_answer_once_and_restores_the_critic():
     from ragcritic_lib.agent.ladder import fit_critic_act_threshold
-    from ragcritic_lib.critic import ERROR, CriticParse
+    from ragcritic_lib.critic.critics import ERROR, CriticParse
 
     class Margins:
         """A calibrated critic stand-in: fixed margins, judgement by its threshold."""
@@ -315,7 +315,7 @@ def _verify_fit(verify, later):
     """Two dev answers: q1 (wrong) is fixed by its correction, q2 (right) is broken by it; the
     critic's margin for q2's new answer is ``later``."""
     from ragcritic_lib.agent.ladder import fit_critic_act_threshold
-    from ragcritic_lib.critic import ERROR, CriticParse
+    from ragcritic_lib.critic.critics import ERROR, CriticParse
 
     margins = {"Rhine": 0.4, "Loire": 1.5, "Danube": -1.0, "Seine": later}
 
@@ -406,7 +406,7 @@ P2 = ("q = RewriteQuery(query=question, instruction='clarify')\n"
 def _correction_inputs():
     from ragcritic_lib.agent.planner import LLMPlanner
     from ragcritic_lib.llm import CallableLLM
-    from ragcritic_lib.training import TrainResult
+    from ragcritic_lib.critic.training import TrainResult
 
     rc = [_result("q1", "1887", "temporal", ["1850", "1887", "1887"], [
               {"iteration": 1, "status": "corrected", "program": P1, "critic": {"judgement": "Error"},

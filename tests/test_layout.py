@@ -11,7 +11,7 @@ from ragcritic_lib.pipeline.deps import import_cycles, import_graph
 LONG_MODULES = {
     "ragcritic_lib/agent/executor.py": "the restricted executor: one safety boundary, read as a whole",
     "ragcritic_lib/agent/actions.py": "the five action functions and the state they share",
-    "ragcritic_lib/critic.py": "the critic's prompt, target, parser and loaders (one format, kept together)",
+    "ragcritic_lib/critic/critics.py": "the critic's prompt, target, parser and loaders (one format, kept together)",
     "ragcritic_lib/baselines/ragec.py": "RAGEC's predictor, diagnosis and correction (one method)",
     "ragcritic_lib/pipeline/params.py": "params.yaml's rules table and its checker",
     "ragcritic_lib/pipeline/metrics_schema.py": "the schema of every stage's metrics file",

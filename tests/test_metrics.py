@@ -208,7 +208,7 @@ def test_aggregate_and_groups():
 # Callers that tokenize text (not scoring) keep punctuation as a word break.
 # --------------------------------------------------------------------------------------------
 def test_abstention_phrases_still_match_contractions():
-    from ragcritic_lib.evidence import is_abstention
+    from ragcritic_lib.mining.evidence import is_abstention
 
     assert is_abstention("I can't answer that.")
     assert is_abstention("It doesn't mention the year.")
@@ -224,7 +224,7 @@ def test_answer_index_splits_hyphenated_words():
 
 
 def test_gold_free_features_find_the_prediction_across_punctuation():
-    from ragcritic_lib.critic import gold_free_features
+    from ragcritic_lib.critic.critics import gold_free_features
 
     f = gold_free_features("Which city?", ["Cities\nParis/London are large cities."], "Paris")
     assert f["prediction_in_passages"] and f["prediction_support"] == 1.0

@@ -14,11 +14,11 @@ import pytest
 from ragcritic_lib import paths
 from ragcritic_lib.io import DataFormatError, read_jsonl_tolerant
 from ragcritic_lib.llm import CallableLLM
-from ragcritic_lib.mining import (
+from ragcritic_lib.mining.sampling import (
     PoolMember, attach_rationales, is_correct, judge_records, load_pool, pool_from_dict, pool_summary,
     record_key, sample_error_responses, source_statistics, split_pools,
 )
-from ragcritic_lib.teachers import GroundedTeacher, LLMTeacher
+from ragcritic_lib.mining.teachers import GroundedTeacher, LLMTeacher
 
 # A fake retriever and a deterministic "model", shared by the in-process tests and by the
 # subprocess that gets killed (which imports them from this module).
@@ -179,7 +179,7 @@ import sys
 sys.path.insert(0, sys.argv[3])
 from test_mining import FakeRetriever, answer, make_pool, make_records
 from ragcritic_lib.llm import CallableLLM
-from ragcritic_lib.mining import sample_error_responses
+from ragcritic_lib.mining.sampling import sample_error_responses
 fn = lambda p, g: answer(p, g, delay=float(sys.argv[2]))
 sample_error_responses(make_records(40), make_pool(), {"default": FakeRetriever()}, out_path=sys.argv[1],
                        chunk_size=4, llm_factory=lambda cfg: CallableLLM(fn, name="fake"))
@@ -326,7 +326,7 @@ def test_changed_member_config_is_resampled_and_log_compacted(tmp_path):
 
 
 def test_stratified_subset():
-    from ragcritic_lib.mining import stratified_subset
+    from ragcritic_lib.mining.sampling import stratified_subset
 
     judged = [{"id": f"q{i}", "dataset": "a" if i % 2 else "b", "pool_member": "m", "correct": i % 3 == 0}
               for i in range(30)]
@@ -379,7 +379,7 @@ def _sample_via_runtime(params, pool, out, calls):
 
 @pytest.mark.parametrize("change", ["nothing", "retriever", "corpus", "weights", "template"])
 def test_samples_are_redrawn_when_what_shapes_them_changes(tmp_path, monkeypatch, change):
-    from ragcritic_lib import rag
+    from ragcritic_lib.retrieval import rag
 
     model, corpus, params, pool = _identity_setup(tmp_path)
     out = tmp_path / "samples.jsonl"
@@ -416,7 +416,7 @@ def test_samples_are_redrawn_when_what_shapes_them_changes(tmp_path, monkeypatch
 
 def test_retriever_identity_ignores_cosmetic_settings_and_unused_models(tmp_path):
     from ragcritic_lib.io import write_jsonl
-    from ragcritic_lib.mining import retriever_identity
+    from ragcritic_lib.mining.sampling import retriever_identity
 
     corpus = write_jsonl(tmp_path / "c.jsonl", _corpus_lines())
 

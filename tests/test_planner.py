@@ -15,9 +15,9 @@ from ragcritic_lib.agent.planner import (
     load_error_actions,
     planner_sft_examples,
 )
-from ragcritic_lib.critic import CriticParse
+from ragcritic_lib.critic.critics import CriticParse
 from ragcritic_lib.llm import CallableLLM
-from ragcritic_lib.taxonomy import load_taxonomy
+from ragcritic_lib.mining.taxonomy import load_taxonomy
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 import pytest
 
-from ragcritic_lib.rag import ANSWER_PREFIX, build_rag_messages, extract_answer, format_passages
+from ragcritic_lib.retrieval.rag import ANSWER_PREFIX, build_rag_messages, extract_answer, format_passages
 
 
 @pytest.mark.parametrize(
@@ -80,7 +80,7 @@ def test_answer_gen_params_is_the_one_answer_setting():
     from pathlib import Path
 
     from ragcritic_lib.llm import GenParams
-    from ragcritic_lib.rag import ANSWER_STOP, PREFILL_STOP, PROMPT_VARIANTS, answer_gen_params
+    from ragcritic_lib.retrieval.rag import ANSWER_STOP, PREFILL_STOP, PROMPT_VARIANTS, answer_gen_params
 
     # The default variant stops at the union of what notebook 01 and notebooks 08-13 used.
     assert set(ANSWER_STOP) == {"\nQuestion:", "\n\n\n"} | {"\nQuestion:", "<|im_end|>"}

@@ -52,7 +52,7 @@ def test_type_table(types):
 
 
 def test_tier1_mapping_uses_taxonomy_names(types):
-    from ragcritic_lib.taxonomy import load_taxonomy
+    from ragcritic_lib.mining.taxonomy import load_taxonomy
 
     tax = load_taxonomy()
     assert set(types.tier1_side) == set(tax.tier1)
@@ -224,7 +224,7 @@ def test_run_ragec_without_llm_uses_grounded_rules(types, gold_fn):
 
 
 def test_critic_tier1_labels_from_parses_and_workflow_steps():
-    from ragcritic_lib.critic import CriticParse
+    from ragcritic_lib.critic.critics import CriticParse
 
     recs = [{"id": "a", "dataset": "tb"}, {"id": "b", "dataset": "tb"}, {"id": "c", "dataset": "tb"}]
     parses = [CriticParse("Error", tag1=["Irrelevant Information"]), CriticParse("Correct"), {"Judgement": None}]

@@ -234,7 +234,7 @@ def test_constrained_prompts_carry_no_worked_example(actions):
 
 
 def test_repair_training_sums_both_dpo_rounds():
-    from ragcritic_lib.training import TrainResult
+    from ragcritic_lib.critic.training import TrainResult
 
     off = TrainResult("out/planner_off", True, "base", steps=17, seconds=300.04, examples=68)
     on = TrainResult("out/planner", True, "base", steps=6, seconds=33.8, examples=21)
@@ -268,7 +268,7 @@ def test_plan_rewards_give_each_plans_mean_and_the_per_state_ceiling():
 
 
 def test_repair_training_without_dpo_rounds():
-    from ragcritic_lib.training import TrainResult
+    from ragcritic_lib.critic.training import TrainResult
 
     on = TrainResult("out/planner", True, "base", steps=2, seconds=1.26, examples=3)
     block = repair.repair_training({"calls": 0}, offpolicy_seconds=0.0, dpo_seconds=0.04,

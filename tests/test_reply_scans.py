@@ -13,10 +13,11 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ragcritic_lib import critic, rag
+from ragcritic_lib.critic import critics as critic
+from ragcritic_lib.retrieval import rag
 from ragcritic_lib.baselines import ragec
 from ragcritic_lib.lenient_json import loads_lenient
-from ragcritic_lib.teachers import parse_rationale, parse_tag_output
+from ragcritic_lib.mining.teachers import parse_rationale, parse_tag_output
 
 # The definitions the rewrites replace.
 OLD_TRAIL = re.compile(r"[\s\.\,\;\:\!\*\"'`]+$")

@@ -6,7 +6,7 @@ import pytest
 
 from ragcritic_lib.baselines import self_refine as sr
 from ragcritic_lib.llm import CallableLLM, GenParams
-from ragcritic_lib.rag import answer_gen_params, build_rag_messages, extract_answer, passages_of, run_standard_rag
+from ragcritic_lib.retrieval.rag import answer_gen_params, build_rag_messages, extract_answer, passages_of, run_standard_rag
 from ragcritic_lib.retrieval import Hit
 
 REC = {"id": "1", "question": "Which river flows through Vienna?", "golden_answers": ["Danube"],

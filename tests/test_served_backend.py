@@ -300,7 +300,7 @@ def test_retrained_adapter_served_under_the_same_name_misses_the_cache(server, t
 def test_served_pool_members_are_sampled_at_the_same_time(server, tmp_path):
     from ragcritic_lib import runtime
     from ragcritic_lib.io import read_jsonl_tolerant
-    from ragcritic_lib.mining import PoolMember
+    from ragcritic_lib.mining.sampling import PoolMember
 
     srv = server(meet={"model-a", "model-b"})
     records = [{"id": f"q{i}", "question": f"What is item {i}?", "golden_answers": ["x"],

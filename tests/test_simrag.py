@@ -6,7 +6,7 @@ import pytest
 
 from ragcritic_lib.baselines import simrag
 from ragcritic_lib.llm import CallableLLM, GenParams
-from ragcritic_lib.rag import answer_gen_params, build_rag_messages, run_standard_rag
+from ragcritic_lib.retrieval.rag import answer_gen_params, build_rag_messages, run_standard_rag
 from ragcritic_lib.retrieval import Hit
 
 Q = {"id": "q1", "question": "Which river flows through Vienna?", "golden_answers": ["Danube"],
@@ -342,7 +342,7 @@ def _practice_meter():
 
 
 def test_simrag_training_with_the_llm_critic_adds_its_heldout_calls_and_its_fit():
-    from ragcritic_lib.training import TrainResult
+    from ragcritic_lib.critic.training import TrainResult
 
     res = TrainResult("out/critic", True, "base", steps=93, seconds=468.24, examples=370)
     training = {"llm_critic": {"steps": 93, "seconds_per_step": 5.03, "epochs": 1.01, "rows": 370, "heldout_calls": 90},

@@ -18,7 +18,7 @@ from ragcritic_lib.pipeline.deps import import_closure
 from ragcritic_lib.pipeline.setup import StageSetup, setup_stage
 from ragcritic_lib.pipeline.stage_models import ModelStageSetup
 from ragcritic_lib.pipeline.stage_models import setup_stage as model_setup_stage
-from ragcritic_lib.rag import answer_gen_params
+from ragcritic_lib.retrieval.rag import answer_gen_params
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 STAGES = {"09_self_refine": "self_refine", "10_crag": "crag", "11_simrag": "simrag", "12_repair": "repair",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from ragcritic_lib.mining import error_sampling_metrics
-from ragcritic_lib.tagging import tagging_metrics
-from ragcritic_lib.taxonomy import taxonomy_metrics
+from ragcritic_lib.mining.sampling import error_sampling_metrics
+from ragcritic_lib.mining.tagging import tagging_metrics
+from ragcritic_lib.mining.taxonomy import taxonomy_metrics
 
 
 class _Teacher:

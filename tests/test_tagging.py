@@ -2,7 +2,7 @@
 
 import pytest
 
-from ragcritic_lib.tagging import normalize_tags, surface_form, tag_key
+from ragcritic_lib.mining.tagging import normalize_tags, surface_form, tag_key
 
 
 def test_tag_key_merges_case_space_and_punctuation_variants():

@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from ragcritic_lib.evidence import EVIDENCE_CAUSES, KNOWN_CAUSES
+from ragcritic_lib.mining.evidence import EVIDENCE_CAUSES, KNOWN_CAUSES
 from ragcritic_lib.io import DataFormatError
-from ragcritic_lib.taxonomy import (
+from ragcritic_lib.mining.taxonomy import (
     Overrides, assign_tiers, build_error_qa, cluster_tags, critic_error_target, known_cause_agreement,
     label_distribution, label_key, load_known_causes, load_overrides, load_taxonomy,
     map_clusters_to_tier2, sample_cluster_tags, tag_to_tier2, taxonomy_from_dict, validate_taxonomy,
@@ -123,7 +123,7 @@ def test_overrides_file_loads_and_bad_targets_fail(tax, tmp_path):
 
 
 def test_critic_target_keys_match_the_critic_schema(tax):
-    critic = pytest.importorskip("ragcritic_lib.critic")
+    critic = pytest.importorskip("ragcritic_lib.critic.critics")
     target = critic_error_target("why", ["Incomplete Information"], ["Data Insufficiency in Retrieval"], ["t"])
     assert list(target) == ["Judgement", "Error_analysis", "tag1", "tag2", "tag3"]
     assert set(target) == set(critic.TARGET_KEYS)
@@ -263,7 +263,7 @@ def test_known_cause_agreement_exact():
 def test_dendrogram_leaves_are_labelled_with_cluster_names():
     from scipy.cluster.hierarchy import dendrogram
 
-    from ragcritic_lib.taxonomy import dendrogram_leaf_labels
+    from ragcritic_lib.mining.taxonomy import dendrogram_leaf_labels
 
     c = cluster_tags(TAGS, fake_encode, 3)
     out = dendrogram(c.linkage, truncate_mode="lastp", p=3, no_plot=True,

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from ragcritic_lib.llm import CallableLLM
-from ragcritic_lib.tagging import tag_key
-from ragcritic_lib.teachers import (
+from ragcritic_lib.mining.tagging import tag_key
+from ragcritic_lib.mining.teachers import (
     CAUSE_NAMES, TAG_VOCABULARY, GroundedTeacher, LLMTeacher, Rationale, TagOutput, loads_lenient,
     parse_cluster_name, parse_rationale, parse_tag_output, teacher_agreement, vocabulary_size,
 )
@@ -230,7 +230,7 @@ def test_teacher_agreement_exact():
 
 def test_teacher_config_file_with_a_bad_llm_config_names_the_file_and_key(tmp_path):
     from ragcritic_lib.io import DataFormatError
-    from ragcritic_lib.teachers import teacher_llm
+    from ragcritic_lib.mining.teachers import teacher_llm
 
     path = tmp_path / "teacher.yaml"
     path.write_text("backend: openai\nmodel: big\nurl: http://gpu-node:8000\n")

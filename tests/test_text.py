@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ragcritic_lib.critic import parse_critic_output
+from ragcritic_lib.critic.critics import parse_critic_output
 from ragcritic_lib.io import append_jsonl, dumps_jsonl, read_json, read_jsonl, write_json, write_jsonl
 from ragcritic_lib.llm import CallableLLM, GenParams, Generation, HFBackend, OpenAIBackend
 from ragcritic_lib.text import REPLACEMENT, clean_text, clean_value, has_unencodable
@@ -215,7 +215,9 @@ OLD_TEACHERS_STOP = frozenset("a an the of to in on for and or by with from is w
 
 
 def test_stopword_lists_equal_the_sets_each_module_used_before() -> None:
-    from ragcritic_lib import baselines, critic, teachers
+    from ragcritic_lib import baselines
+    from ragcritic_lib.critic import critics as critic
+    from ragcritic_lib.mining import teachers
     from ragcritic_lib import text as text_module
     from ragcritic_lib.agent import actions
 

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from ragcritic_lib import runtime
-from ragcritic_lib.critic import load_trained_critic
-from ragcritic_lib.taxonomy import load_taxonomy
+from ragcritic_lib.critic.critics import load_trained_critic
+from ragcritic_lib.mining.taxonomy import load_taxonomy
 
 
 PARAMS = {"common": {"generator": {"backend": "hf", "model": "the-generator"}}}

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from ragcritic_lib import paths
-from ragcritic_lib.critic_data import dpo_pairs, make_samples, sft_examples
+from ragcritic_lib.critic.data import dpo_pairs, make_samples, sft_examples
 from ragcritic_lib.io import read_yaml, write_json
-from ragcritic_lib.taxonomy import load_taxonomy
-from ragcritic_lib.training import (
+from ragcritic_lib.mining.taxonomy import load_taxonomy
+from ragcritic_lib.critic.training import (
     DEFAULT_SAVE_TOTAL_LIMIT, OUR_KEYS, TrainResult, build_configs, cpu_bf16_enabled, curve_value, dpo_start, inference_checkpoint, load_recipe,
     load_train_result, loss_curve, merge_adapter, portable_keys, train_dpo, train_sft, training_seed, write_loss_curve,
 )
@@ -156,7 +156,7 @@ def test_every_recipe_parses_into_trl_config(name: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("setting", [True, False])
 def test_cpu_bf16_forced_either_way_on_a_cpu(setting: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import ragcritic_lib.training as tr
+    import ragcritic_lib.critic.training as tr
 
     monkeypatch.setattr(tr, "has_gpu", lambda: False)
     recipe = load_recipe({"cpu_bf16": setting, "max_steps": 1}, "sft")
@@ -166,7 +166,7 @@ def test_cpu_bf16_forced_either_way_on_a_cpu(setting: bool, tmp_path: Path, monk
 
 def test_cpu_bf16_auto_follows_the_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import ragcritic_lib.llm as llm_mod
-    import ragcritic_lib.training as tr
+    import ragcritic_lib.critic.training as tr
 
     monkeypatch.setattr(tr, "has_gpu", lambda: False)
     for native in (True, False):
@@ -282,8 +282,8 @@ def test_train_result_roundtrip_with_repository_relative_paths(tmp_path: Path) -
 
 
 def test_accelerate_launcher_runs_the_cli(tiny_model: Path, taxonomy, tmp_path: Path) -> None:
-    """The launcher path (subprocess `accelerate launch -m ragcritic_lib.training`) on one CPU process."""
-    from ragcritic_lib.training import run_training
+    """The launcher path (subprocess `accelerate launch -m ragcritic_lib.critic.training`) on one CPU process."""
+    from ragcritic_lib.critic.training import run_training
 
     cfg = tmp_path / "cpu.yaml"
     cfg.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: 'NO'\nnum_processes: 1\nuse_cpu: true\n"
@@ -477,7 +477,7 @@ def test_merge_runs_once_on_rank_zero_and_all_ranks_wait(tiny_model: Path, tmp_p
 
 
 def test_training_cli_reads_a_repository_relative_data_path_from_any_folder(tmp_path, monkeypatch, capsys) -> None:
-    from ragcritic_lib.training import main
+    from ragcritic_lib.critic.training import main
 
     monkeypatch.chdir(tmp_path)  # not the repository root; recipe and data are found from the root
     args = ["sft", "--recipe", "configs/train/critic_sft.yaml", "--data", "data/no_such_dir/x.jsonl",
@@ -486,7 +486,7 @@ def test_training_cli_reads_a_repository_relative_data_path_from_any_folder(tmp_
     assert "--data data/no_such_dir/x.jsonl: no such file" in capsys.readouterr().err
     rel = [a if a != "data/no_such_dir/x.jsonl" else "pyproject.toml" for a in args]
     assert main(rel) == 2  # found (not "no such file"); the --set without '=' is the one problem
-    assert capsys.readouterr().err.strip() == "python -m ragcritic_lib.training: --set expects key=value, got 'max_steps'"
+    assert capsys.readouterr().err.strip() == "python -m ragcritic_lib.critic.training: --set expects key=value, got 'max_steps'"
 
 
 @pytest.mark.parametrize("args, message", [
@@ -498,7 +498,7 @@ def test_training_cli_reads_a_repository_relative_data_path_from_any_folder(tmp_
      "--base-model data/assets/models/nope: no such model folder"),
 ])
 def test_training_cli_bad_arguments_are_one_line_before_any_loading(tmp_path, capsys, args, message) -> None:
-    from ragcritic_lib.training import main
+    from ragcritic_lib.critic.training import main
 
     data = tmp_path / "data.jsonl"
     data.write_text('{"messages": []}\n')
@@ -507,4 +507,4 @@ def test_training_cli_bad_arguments_are_one_line_before_any_loading(tmp_path, ca
         args += ["--base-model", "some-org/some-model"]
     assert main(["sft", *args, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("python -m ragcritic_lib.training: ") and message in err and len(err.splitlines()) == 1
+    assert err.startswith("python -m ragcritic_lib.critic.training: ") and message in err and len(err.splitlines()) == 1

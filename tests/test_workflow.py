@@ -26,10 +26,10 @@ from ragcritic_lib.agent.workflow import (
     status_counts,
     unverified_round,
 )
-from ragcritic_lib.critic import LLMCritic
+from ragcritic_lib.critic.critics import LLMCritic
 from ragcritic_lib.llm import CallableLLM, GenParams
 from ragcritic_lib.retrieval import Hit
-from ragcritic_lib.taxonomy import load_taxonomy
+from ragcritic_lib.mining.taxonomy import load_taxonomy
 
 D = {
     "d1": "Kestrel Bridge\nThe Kestrel Bridge crosses the Aldor river. It was completed in 1887. It is made of stone.",
@@ -310,7 +310,7 @@ def test_cost_meter_counts_logical_and_generated_calls(table, taxonomy):
 
 
 def test_cost_meter_counts_a_critics_scoring_calls(table):
-    from ragcritic_lib.critic import CORRECT, CriticParse
+    from ragcritic_lib.critic.critics import CORRECT, CriticParse
     from ragcritic_lib.llm import UsageStats
 
     class ScoringCritic:

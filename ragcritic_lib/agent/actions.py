@@ -13,8 +13,8 @@ selects expand / refine / summarize / clarify for a query and explain / refine /
 delete / exemplify / summarize for a passage; supplementary retrieval is ``docs + Retrieval(...)``
 and replacement retrieval is ``Retrieval(...)`` alone. They use the same retriever and generator
 as standard RAG, and :meth:`ActionSet.generate_answer` builds its prompt with
-:func:`ragcritic_lib.rag.build_rag_messages` and reads the answer with
-:func:`ragcritic_lib.rag.extract_answer`, so corrected answers are comparable with standard RAG.
+:func:`ragcritic_lib.retrieval.rag.build_rag_messages` and reads the answer with
+:func:`ragcritic_lib.retrieval.rag.extract_answer`, so corrected answers are comparable with standard RAG.
 
 The embedded generator is a 135M model, so every LLM-based action is grounded: its output is
 checked against the query or passage it came from and replaced by a rule-based result when it is
@@ -55,10 +55,10 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from ragcritic_lib.evidence import is_abstention
+from ragcritic_lib.mining.evidence import is_abstention
 from ragcritic_lib.llm import GenParams
 from ragcritic_lib.evaluation.scoring import normalize_words
-from ragcritic_lib.rag import ABSTAIN_ANSWER, ANSWER_PREFIX, build_rag_messages, extract_answer
+from ragcritic_lib.retrieval.rag import ABSTAIN_ANSWER, ANSWER_PREFIX, build_rag_messages, extract_answer
 from ragcritic_lib.text import NOT_NAME_WORDS, QUERY_STOPWORDS
 
 ACTION_NAMES: tuple[str, ...] = ("Retrieval", "RewriteQuery", "DecomposeQuery", "RefineDoc", "GenerateAnswer")
@@ -364,7 +364,7 @@ class ActionSet:
             ``max_passage_words``).
         reranker: optional ``CrossEncoderReranker``; Retrieval then reranks ``rerank_depth``
             candidates down to ``topk``.
-        rag_variant: prompt variant of :func:`ragcritic_lib.rag.build_rag_messages`.
+        rag_variant: prompt variant of :func:`ragcritic_lib.retrieval.rag.build_rag_messages`.
         max_topk: upper bound on a program's ``topk``.
         max_docs: at most this many passages go into GenerateAnswer.
         aux_max_new_tokens: generation budget of RewriteQuery, DecomposeQuery and RefineDoc.

@@ -46,7 +46,7 @@ class AlwaysErrorCritic:
         self.last_generations: list[Any] = []
 
     def critique(self, records: Sequence[Mapping[str, Any]]) -> list[Any]:
-        from ragcritic_lib.critic import ERROR, CriticParse
+        from ragcritic_lib.critic.critics import ERROR, CriticParse
 
         return [CriticParse(judgement=ERROR, analysis="", valid_json=True) for _ in records]
 
@@ -59,9 +59,9 @@ their labels steer GenerateAnswer to abstain (:data:`ragcritic_lib.agent.actions
 class KnownCauseCritic:
     """Oracle critique: gold correctness, labels from the known causes of each error.
 
-    Causes come from :func:`ragcritic_lib.evidence.error_causes` (the testbed's construction
+    Causes come from :func:`ragcritic_lib.mining.evidence.error_causes` (the testbed's construction
     causes first, then those the grounded evidence implies) and map to labels through
-    ``data/taxonomy/known_causes.yaml`` (:func:`ragcritic_lib.taxonomy.load_known_causes`).
+    ``data/taxonomy/known_causes.yaml`` (:func:`ragcritic_lib.mining.taxonomy.load_known_causes`).
 
     Args:
         known_causes: ``{cause: {"tier1": [...], "tier2": [...]}}``.
@@ -93,7 +93,7 @@ class KnownCauseCritic:
     def answerable(record: Mapping[str, Any]) -> bool | None:
         """Whether the question is answerable: the dataset's ``metadata.answerable`` when it says,
         else whether some reference answer is not an abstention (None without references)."""
-        from ragcritic_lib.evidence import is_abstention
+        from ragcritic_lib.mining.evidence import is_abstention
 
         flag = (record.get("metadata") or {}).get("answerable")
         if isinstance(flag, bool):
@@ -110,7 +110,7 @@ class KnownCauseCritic:
         becomes "insufficient information"); the other causes of the same error remain, and
         ``wrong_answer`` stands in when none does.
         """
-        from ragcritic_lib.evidence import compute_evidence, error_causes
+        from ragcritic_lib.mining.evidence import compute_evidence, error_causes
 
         src = self.sources.get(str(record.get("id")))
         if src is not None and str(src.get("prediction") or "") == str(record.get("prediction") or ""):
@@ -132,7 +132,7 @@ class KnownCauseCritic:
         return t1, t2
 
     def critique(self, records: Sequence[Mapping[str, Any]]) -> list[Any]:
-        from ragcritic_lib.critic import CORRECT, ERROR, CriticParse
+        from ragcritic_lib.critic.critics import CORRECT, ERROR, CriticParse
 
         out = []
         for rec in records:
@@ -265,7 +265,7 @@ def verdict_quality(results: Sequence[Mapping[str, Any]], *, judge_metric: str, 
         answers right / wrong by accuracy)}.
     """
     from ragcritic_lib.evaluation.stats import auroc, bootstrap_auroc_ci
-    from ragcritic_lib.evidence import is_abstention
+    from ragcritic_lib.mining.evidence import is_abstention
 
     margins, wrong_judge, wrong_acc = [], [], []
     acted = acted_right_judge = acted_right_acc = abstained = not_verified = 0

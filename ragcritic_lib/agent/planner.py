@@ -239,7 +239,7 @@ def load_error_actions(path: str | Path = DEFAULT_ERROR_ACTIONS_FILE, taxonomy: 
 
     Args:
         path: the YAML file (default ``data/taxonomy/error_actions.yaml``).
-        taxonomy: a :class:`ragcritic_lib.taxonomy.Taxonomy` (loaded from its default file when
+        taxonomy: a :class:`ragcritic_lib.mining.taxonomy.Taxonomy` (loaded from its default file when
             None); every tier-1 label must have an entry, and every key must be a canonical label.
 
     Raises:
@@ -247,7 +247,7 @@ def load_error_actions(path: str | Path = DEFAULT_ERROR_ACTIONS_FILE, taxonomy: 
             sub-action, a plan the executor would reject, missing fields, ...).
     """
     if taxonomy is None:
-        from ragcritic_lib.taxonomy import load_taxonomy
+        from ragcritic_lib.mining.taxonomy import load_taxonomy
 
         taxonomy = load_taxonomy()
     p = paths.resolve(path)

@@ -64,7 +64,7 @@ class OracleCritic:
         self.last_generations: list[Any] = []
 
     def critique(self, records: Sequence[Mapping[str, Any]]) -> list[Any]:
-        from ragcritic_lib.critic import CORRECT, ERROR, CriticParse
+        from ragcritic_lib.critic.critics import CORRECT, ERROR, CriticParse
 
         wrong = [i for i, r in enumerate(records)
                  if score_prediction(str(r.get("prediction") or ""), r["golden_answers"])[self.metric] < 1.0]

@@ -288,7 +288,7 @@ def stopwatch():
 def epochs_trained(result: Any) -> float:
     """Passes over the training rows a run made: steps x batch x accumulation / rows used.
 
-    ``result`` is a :class:`ragcritic_lib.training.TrainResult` (``steps``, ``examples`` and the
+    ``result`` is a :class:`ragcritic_lib.critic.training.TrainResult` (``steps``, ``examples`` and the
     resolved ``recipe``); 0.0 when it trained on nothing. With several processes the batch is
     per device, so this counts one process's share and is a lower bound.
     """

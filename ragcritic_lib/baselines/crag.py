@@ -24,7 +24,7 @@ Reproduces Corrective RAG (Yan et al.) in our harness:
   content words; optionally the LLM writes the keywords).
 - **Ambiguous -> both**, internal knowledge first.
 
-Generation then uses the standard RAG prompt of :mod:`ragcritic_lib.rag` on the new knowledge.
+Generation then uses the standard RAG prompt of :mod:`ragcritic_lib.retrieval.rag` on the new knowledge.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ragcritic_lib.rag import passages_of
+from ragcritic_lib.retrieval.rag import passages_of
 from ragcritic_lib.baselines import (
     content_words,
     contains_answer,
@@ -444,7 +444,7 @@ def knowledge_of(action: str, internal: Sequence[str], external: Sequence[str]) 
 
 def _answer(llm: Any, questions: Sequence[str], knowledge: Sequence[Sequence[str]], gen_params: Any,
             rag_variant: str, max_passage_words: int, desc: str) -> list[tuple[Any, str, bool]]:
-    from ragcritic_lib.rag import build_rag_messages, extract_answer
+    from ragcritic_lib.retrieval.rag import build_rag_messages, extract_answer
 
     prompts = [build_rag_messages(q, list(kn), variant=rag_variant, max_passage_words=max_passage_words)
                for q, kn in zip(questions, knowledge)]

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ragcritic_lib.rag import passages_of
+from ragcritic_lib.retrieval.rag import passages_of
 from ragcritic_lib.baselines import (
     content_words,
     contains_answer,
@@ -278,7 +278,7 @@ def reranked_records(
     Args:
         rag_kw: the other ``run_standard_rag`` options (variant, gen_params, max_passage_words).
     """
-    from ragcritic_lib.rag import run_standard_rag
+    from ragcritic_lib.retrieval.rag import run_standard_rag
 
     clean = [{f: r[f] for f in _DATASET_FIELDS if f in r} for r in records]
     answered = run_standard_rag(llm, clean, retriever=reranked, k=k, desc="ragec reranked rag", **rag_kw)
@@ -489,7 +489,7 @@ def grounded_type(record: Mapping[str, Any], stage: str, gold_chunks: Sequence[M
     if stage == "Reranking":
         gold_ids = {str(c["id"]) for c in gold_chunks}
         return "E7" if dropped_by_reranker(record, gold_ids) else "E8"
-    from ragcritic_lib.evidence import is_abstention
+    from ragcritic_lib.mining.evidence import is_abstention
     from ragcritic_lib.evaluation.scoring import token_f1
 
     pred = str(record.get("prediction") or "")

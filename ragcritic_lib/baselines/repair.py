@@ -16,7 +16,7 @@ GenerateAnswer), run by the same restricted executor
   rejects or that fails keeps the previous answer, so it earns that answer's F1.
 - **Preferences.** Within one state, plan a is preferred to plan b when R(a) - R(b) >= margin
   and R(a) > R(b) (margin 0 is the paper's plain "higher F1 wins").
-- **Training.** DPO (``ragcritic_lib.training.train_dpo``) first on off-policy pairs, then on
+- **Training.** DPO (``ragcritic_lib.critic.training.train_dpo``) first on off-policy pairs, then on
   on-policy pairs starting from the off-policy adapter. Paper setting: beta 0.1, lr 5e-6, one
   epoch; ours takes its recipe from params.
 - **Inference.** The planner writes a plan for each test answer (greedy); the plan is executed;
@@ -442,7 +442,7 @@ def train_planner(
     init_adapter: str | None = None,
     overrides: Mapping[str, Any] | None = None,
 ) -> Any:
-    """One DPO phase on the planner (``ragcritic_lib.training.train_dpo``).
+    """One DPO phase on the planner (``ragcritic_lib.critic.training.train_dpo``).
 
     ``overrides`` replace recipe keys (e.g. RePAIR's beta 0.1 and a step budget). Returns None,
     leaving the planner as it was, when there are no pairs or none fits the recipe's
@@ -450,7 +450,7 @@ def train_planner(
     """
     if not pairs:
         return None
-    from ragcritic_lib.training import train_dpo
+    from ragcritic_lib.critic.training import train_dpo
 
     try:
         return train_dpo(dpo_rows(pairs), recipe, output_dir, base_model=base_model, init_adapter=init_adapter,

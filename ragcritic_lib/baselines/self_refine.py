@@ -10,11 +10,11 @@ answer with the feedback it got, so the model does not repeat an answer already 
 never does (Self-Refine then just rewrites every answer N times) or approves every first answer
 (nothing is refined).
 
-Answers are written exactly as standard RAG writes them (:mod:`ragcritic_lib.rag`): the initial
+Answers are written exactly as standard RAG writes them (:mod:`ragcritic_lib.retrieval.rag`): the initial
 answer (when a record does not already carry standard RAG's) and every refined answer come from
-:func:`ragcritic_lib.rag.build_rag_messages` in standard RAG's prompt variant, the refined one
+:func:`ragcritic_lib.retrieval.rag.build_rag_messages` in standard RAG's prompt variant, the refined one
 with the earlier answers and the feedback as its ``additional_instruction``, and are read with
-:func:`ragcritic_lib.rag.extract_answer`. Without feedback a Self-Refine answer is therefore
+:func:`ragcritic_lib.retrieval.rag.extract_answer`. Without feedback a Self-Refine answer is therefore
 standard RAG's answer for the same passages. Only the feedback has a prompt of its own
 (:func:`build_feedback_messages`), generated as free text.
 
@@ -46,7 +46,7 @@ REFINE_INSTRUCTION = ("Write a better short answer (a name, number, date or shor
 
 
 def _passage_block(passages: Sequence[str], max_words: int) -> str:
-    from ragcritic_lib.rag import format_passages
+    from ragcritic_lib.retrieval.rag import format_passages
 
     return format_passages(list(passages), max_words=max_words) if passages else "(no passages)"
 
@@ -91,14 +91,14 @@ def build_refine_messages(
     question: str, passages: Sequence[str], answer: str, feedback: str, *,
     history: Sequence[Mapping[str, Any]] = (), max_words: int = 60, variant: str = "default",
 ) -> list[dict[str, str]]:
-    """Refine prompt: standard RAG's prompt (:func:`ragcritic_lib.rag.build_rag_messages`, in
+    """Refine prompt: standard RAG's prompt (:func:`ragcritic_lib.retrieval.rag.build_rag_messages`, in
     ``variant``) over the same passages, with :func:`refine_instruction` as its additional
     instruction.
 
     ``history`` holds the rounds before this one ({"reviewed", "feedback"}), shown before the
     current answer and its feedback so earlier mistakes are not repeated.
     """
-    from ragcritic_lib.rag import build_rag_messages
+    from ragcritic_lib.retrieval.rag import build_rag_messages
 
     return build_rag_messages(question, list(passages), variant=variant, max_passage_words=max_words,
                               additional_instruction=refine_instruction(answer, feedback, history=history))
@@ -118,11 +118,11 @@ def feedback_is_ok(text: str) -> bool:
 def extract_refined_answer(text: str, previous: str, *, prefilled: bool = False) -> tuple[str, str]:
     """Read a refined answer with standard RAG's extraction; returns (answer, how).
 
-    ``how`` is "prefix" when :func:`ragcritic_lib.rag.extract_answer` found the answer after the
+    ``how`` is "prefix" when :func:`ragcritic_lib.retrieval.rag.extract_answer` found the answer after the
     answer phrase (always so for a ``prefilled`` prompt), "line" when it fell back to the text
     without the phrase, and "kept" when it found nothing: the ``previous`` answer is kept.
     """
-    from ragcritic_lib.rag import extract_answer
+    from ragcritic_lib.retrieval.rag import extract_answer
 
     answer, followed = extract_answer(text or "", prefilled=prefilled)
     if not answer:
@@ -133,7 +133,7 @@ def extract_refined_answer(text: str, previous: str, *, prefilled: bool = False)
 def _initial_answers(llm: Any, states: Sequence[dict[str, Any]], gen_params: Any, variant: str,
                      max_words: int) -> None:
     """Answer the states without a starting answer exactly as standard RAG does."""
-    from ragcritic_lib.rag import build_rag_messages, extract_answer
+    from ragcritic_lib.retrieval.rag import build_rag_messages, extract_answer
 
     todo = [s for s in states if s["answer"] is None]
     if not todo:
@@ -178,7 +178,7 @@ def self_refine(
         self_refine_history ([{reviewed, feedback, ok, output, answer, how}] per round; the last
         three only for rounds that refined).
     """
-    from ragcritic_lib.rag import answer_gen_params
+    from ragcritic_lib.retrieval.rag import answer_gen_params
 
     fb_params = feedback_params or answer_gen_params("default", gen_params.max_new_tokens)
     prefilled = rag_variant == "prefill"

@@ -11,8 +11,8 @@ Reproduces Yang et al. (SIM-RAG, SIGIR 2025) in our harness:
   context. T turns give T labelled examples per question. The paper's loop also retrieves after
   the last answer; that retrieval is never used, so we skip it.
 - **Answers as standard RAG writes them.** Every turn's answer comes from standard RAG's prompt
-  (:func:`ragcritic_lib.rag.build_rag_messages`, in standard RAG's prompt variant) over the
-  documents in the context so far, read with :func:`ragcritic_lib.rag.extract_answer`; with the
+  (:func:`ragcritic_lib.retrieval.rag.build_rag_messages`, in standard RAG's prompt variant) over the
+  documents in the context so far, read with :func:`ragcritic_lib.retrieval.rag.extract_answer`; with the
   same passages a SIM-RAG answer is standard RAG's answer (at turn 0 the context is empty and
   the prompt lists no passage). The rationale the critic reads has SIM-RAG's own reasoning
   prompt (:func:`build_rationale_messages`) and is free text; the paper's reasoner writes
@@ -21,7 +21,7 @@ Reproduces Yang et al. (SIM-RAG, SIGIR 2025) in our harness:
   balanced by repeating the rarer label's examples (or, optionally, by downsampling the other). The default critic is a small classifier (TF-IDF of question / context / answer /
   rationale plus a few grounded features -> logistic regression); the paper fine-tunes Flan-T5,
   and :func:`train_llm_critic` fine-tunes the packaged model with LoRA through
-  ``ragcritic_lib.training.train_sft`` instead. The critic never sees the turn index (nor the
+  ``ragcritic_lib.critic.training.train_sft`` instead. The critic never sees the turn index (nor the
   number of searches, which equals it): later turns are right more often, and a critic that
   learns "accept at turn t" judges the turn, not the information.
   :func:`practice_summary` counts the self-practice examples per label and turn and flags a
@@ -75,9 +75,9 @@ def context_passages(context: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def build_answer_messages(question: str, context: Sequence[Mapping[str, Any]], *, variant: str = "default",
                           max_passage_words: int = 80) -> list[dict[str, str]]:
-    """A turn's answer prompt: standard RAG's (:func:`ragcritic_lib.rag.build_rag_messages`) over
+    """A turn's answer prompt: standard RAG's (:func:`ragcritic_lib.retrieval.rag.build_rag_messages`) over
     :func:`context_passages`."""
-    from ragcritic_lib.rag import build_rag_messages
+    from ragcritic_lib.retrieval.rag import build_rag_messages
 
     return build_rag_messages(question, context_passages(context), variant=variant,
                               max_passage_words=max_passage_words)
@@ -107,7 +107,7 @@ def build_query_messages(question: str, context: Sequence[Mapping[str, str]], *,
 
 def parse_rationale(text: str) -> str:
     """The rationale: the output stripped, cut before an answer phrase the model may add."""
-    from ragcritic_lib.rag import ANSWER_PREFIX
+    from ragcritic_lib.retrieval.rag import ANSWER_PREFIX
 
     text = text or ""
     pos = text.find(ANSWER_PREFIX)
@@ -161,7 +161,7 @@ class _Loop:
 
 def _loop(llm: Any, retriever: Any, *, gen_params: Any, answer_params: Any | None, query_params: Any,
           rag_variant: str, max_passage_words: int, docs_per_turn: int, max_chars: int) -> _Loop:
-    from ragcritic_lib.rag import answer_gen_params
+    from ragcritic_lib.retrieval.rag import answer_gen_params
 
     answer = answer_params or answer_gen_params(rag_variant, gen_params.max_new_tokens)
     return _Loop(llm, retriever, gen_params, answer, query_params, rag_variant, max_passage_words, docs_per_turn,
@@ -171,7 +171,7 @@ def _loop(llm: Any, retriever: Any, *, gen_params: Any, answer_params: Any | Non
 def _answer_turn(loop: _Loop, states: Sequence[_State]) -> list[dict[str, Any]]:
     """Each state's answer (standard RAG's prompt and extraction over its context), then its
     rationale; [{"answer", "rationale", "raw", "followed"}] in state order."""
-    from ragcritic_lib.rag import extract_answer
+    from ragcritic_lib.retrieval.rag import extract_answer
 
     if not states:
         return []
@@ -460,7 +460,7 @@ def dense_features(ex: Mapping[str, Any]) -> list[float]:
     Deliberately without the turn index or the number of searches (the same number when the
     context starts empty): the critic must judge the information, not how late the turn is.
     """
-    from ragcritic_lib.evidence import is_abstention
+    from ragcritic_lib.mining.evidence import is_abstention
 
     answer = str(ex.get("answer") or "")
     ctx = " ".join(str(c.get("doc", "")) for c in ex.get("context") or [])
@@ -557,8 +557,8 @@ def critic_sft_examples(examples: Sequence[Mapping[str, Any]]) -> list[dict[str,
 
 def train_llm_critic(examples: Sequence[Mapping[str, Any]], recipe: Any, output_dir: Any, *, base_model: str,
                      overrides: Mapping[str, Any] | None = None) -> Any:
-    """LoRA-tune the packaged model as the critic (``ragcritic_lib.training.train_sft``)."""
-    from ragcritic_lib.training import train_sft
+    """LoRA-tune the packaged model as the critic (``ragcritic_lib.critic.training.train_sft``)."""
+    from ragcritic_lib.critic.training import train_sft
 
     return train_sft(critic_sft_examples(examples), recipe, output_dir, base_model=base_model, overrides=overrides)
 

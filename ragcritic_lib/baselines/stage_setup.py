@@ -1,7 +1,7 @@
 """The opening every method stage shares (notebooks 09-13): :func:`setup_method`.
 
 Each compared method runs with standard RAG's settings (``retrieval_rag``), the one answer
-setting (:func:`ragcritic_lib.rag.answer_gen_params`), the pipeline's generator and the shared
+setting (:func:`ragcritic_lib.retrieval.rag.answer_gen_params`), the pipeline's generator and the shared
 test questions (:func:`ragcritic_lib.baselines.harness.shared_test_sets`). It builds on
 :func:`ragcritic_lib.pipeline.setup.setup_stage`, the opening of every notebook, and is apart from
 :mod:`.harness`, through which the comparison stage (notebook 14) reads the runs back without
@@ -47,7 +47,7 @@ class MethodSetup(ModelStageSetup):
     @property
     def variant(self) -> str:
         """Standard RAG's prompt variant, ``rag["prompt_variant"]``: a method's final answers use
-        it (:func:`ragcritic_lib.rag.build_rag_messages` and ``extract_answer``)."""
+        it (:func:`ragcritic_lib.retrieval.rag.build_rag_messages` and ``extract_answer``)."""
         return str(self.rag["prompt_variant"])
 
     @property
@@ -55,7 +55,7 @@ class MethodSetup(ModelStageSetup):
         """Standard RAG's answer setting for :attr:`variant`,
         ``answer_gen_params(variant, rag["max_new_tokens"])`` (for "prefill": cut at a newline):
         the decoding of a method's final answers, where :attr:`gen` serves free-form text."""
-        from ragcritic_lib.rag import answer_gen_params
+        from ragcritic_lib.retrieval.rag import answer_gen_params
 
         return answer_gen_params(self.variant, self.rag["max_new_tokens"])
 
@@ -80,7 +80,7 @@ def setup_method(stage: str, params: Mapping[str, Any] | None = None) -> MethodS
         ValueError: ``stage`` is not a non-empty name.
         KeyError: a dataset of ``comparison.datasets`` that ``common.datasets`` does not register.
     """
-    from ragcritic_lib.rag import answer_gen_params
+    from ragcritic_lib.retrieval.rag import answer_gen_params
 
     base = setup_stage(check_stage_name(stage, "setup_method"), params)
     gen = answer_gen_params("default", base.params["retrieval_rag"]["max_new_tokens"])

@@ -289,7 +289,7 @@ class RetrievalRagMetrics(StageMetrics):
 # 02-04: error sampling, tagging, taxonomy
 # --------------------------------------------------------------------------------------------
 class SourceStatisticsRow(TypedDict):
-    """One row of ``ragcritic_lib.mining.source_statistics`` (RAG-Critic Table 1)."""
+    """One row of ``ragcritic_lib.mining.sampling.source_statistics`` (RAG-Critic Table 1)."""
     dataset: str
     type: str
     questions: Count
@@ -481,7 +481,7 @@ class TierScores(TypedDict, total=False):
 
 
 class CriticScore(TypedDict):
-    """``ragcritic_lib.error_benchmark.score_critic``."""
+    """``ragcritic_lib.critic.benchmark.score_critic``."""
     identification: Identification
     classification: Classification
     n: NotRequired[Count]

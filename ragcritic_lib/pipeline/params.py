@@ -315,8 +315,8 @@ def dataset_template() -> Rule:
 # Torch dtypes a checkpoint can be written in, and those a generator can be loaded in.
 SAVE_DTYPES = ("float32", "bfloat16", "float16")
 LOAD_DTYPES = ("auto", *SAVE_DTYPES)
-LAUNCHERS = ("inprocess", "accelerate")  # ragcritic_lib.training.run_training
-CRITIC_PROMPTS = ("trained", "zeroshot")  # ragcritic_lib.critic.LLMCritic
+LAUNCHERS = ("inprocess", "accelerate")  # ragcritic_lib.critic.training.run_training
+CRITIC_PROMPTS = ("trained", "zeroshot")  # ragcritic_lib.critic.critics.LLMCritic
 CRAG_REWRITERS = ("keywords", "llm")  # ragcritic_lib.baselines.crag
 SIMRAG_CRITICS = ("classifier", "llm")  # notebook 11: a feature classifier or a LoRA-tuned LLM
 REPAIR_DECODINGS = ("constrained", "free")  # ragcritic_lib.baselines.repair.DECODINGS
@@ -334,10 +334,12 @@ def rules() -> dict[str, dict[str, Rule]]:
     Choice lists are read from the modules that consume the values, so adding a prompt
     variant or a metric there is enough. Keys without a rule here are checked by type only.
     """
-    from ragcritic_lib import llm, mining, rag, retrieval, teachers, testbed  # deps: check-only
+    from ragcritic_lib import llm, retrieval, testbed  # deps: check-only
+    from ragcritic_lib.mining import sampling as mining, teachers  # deps: check-only
+    from ragcritic_lib.retrieval import rag  # deps: check-only
     from ragcritic_lib.agent import actions, planner  # deps: check-only
     from ragcritic_lib.agent.ladder import VERIFY_MODES  # deps: check-only
-    from ragcritic_lib.critic import VERDICT_MODES  # deps: check-only
+    from ragcritic_lib.critic.critics import VERDICT_MODES  # deps: check-only
     from ragcritic_lib.data.flashrag import SPLITS  # deps: check-only
 
     answer_variants = tuple(v for v in rag.PROMPT_VARIANTS if v != "closed_book")  # closed book: its own switch

@@ -128,7 +128,7 @@ def _is_score(d: Any) -> bool:
 
 
 def critic_scores(inputs: Inputs, *, item: str, key: str = "critics") -> dict[str, Mapping[str, Any]] | None:
-    """Score dicts (``ragcritic_lib.error_benchmark.score_critic``) per critic from stage 07's metrics."""
+    """Score dicts (``ragcritic_lib.critic.benchmark.score_critic``) per critic from stage 07's metrics."""
     block = inputs.metric("benchmark", key, item=item)
     if block is None:
         return None

@@ -1,6 +1,6 @@
 """The RAG-Error benchmark (RAG-Critic section 3.4): construction, scoring, table and figure.
 
-Construction: from held-out test samples (see :mod:`ragcritic_lib.critic_data`), error samples
+Construction: from held-out test samples (see :mod:`ragcritic_lib.critic.data`), error samples
 are drawn so that every tier-2 label occurs at least N times where the data allow it (rarest
 label first; a sample counts for each of its labels), then the same number of correct samples.
 
@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ragcritic_lib.critic import CORRECT, ERROR, CriticParse, TaxonomyLike
+from ragcritic_lib.critic.critics import CORRECT, ERROR, CriticParse, TaxonomyLike
 
 
 # --------------------------------------------------------------------------------------------
@@ -219,9 +219,9 @@ def score_known_causes(
     """Agreement of each critic's labels with the causes known from construction (testbed).
 
     Only gold-error samples with known causes count; a critique that says "Correct" carries no
-    labels and so misses every cause. Uses :func:`ragcritic_lib.taxonomy.known_cause_agreement`.
+    labels and so misses every cause. Uses :func:`ragcritic_lib.mining.taxonomy.known_cause_agreement`.
     """
-    from ragcritic_lib.taxonomy import known_cause_agreement
+    from ragcritic_lib.mining.taxonomy import known_cause_agreement
 
     rows = []
     for p, s in zip(preds, samples):

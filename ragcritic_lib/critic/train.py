@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ragcritic_lib.critic import CORRECT, ERROR, VERDICT_PREFIX
+from ragcritic_lib.critic.critics import CORRECT, ERROR, VERDICT_PREFIX
 from ragcritic_lib.evaluation.stats import auroc, bootstrap_auroc_ci  # noqa: F401 - re-exported
 
 METHODS = ("full", "lora")
@@ -138,7 +138,7 @@ def encode_examples(tok: Any, examples: Sequence[Mapping[str, Any]], *, max_leng
 # Model split at a layer
 # --------------------------------------------------------------------------------------------
 def _autocast(torch: Any, dtype: str) -> Any:
-    from ragcritic_lib.training import cpu_bf16_enabled
+    from ragcritic_lib.critic.training import cpu_bf16_enabled
 
     use = dtype == "bfloat16" or (dtype == "auto" and cpu_bf16_enabled("auto"))
     return torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(use))
@@ -637,7 +637,7 @@ def run_trl_sft(examples: Sequence[Mapping[str, Any]], dev_examples: Sequence[Ma
     """SFT with the TRL recipe (GPUs; ``launcher="accelerate"`` for DeepSpeed ZeRO-3), shaped
     like :func:`run_cached_sft`'s report. The dev examples are not read during training here:
     the stage's calibration scores the saved checkpoint on them."""
-    from ragcritic_lib.training import inference_checkpoint, loss_curve, run_training
+    from ragcritic_lib.critic.training import inference_checkpoint, loss_curve, run_training
 
     overrides: dict[str, Any] = {"max_length": max_length, **({"max_steps": max_steps} if max_steps > 0 else {})}
     result = run_training("sft", list(examples), recipe, Path(out_dir) / "adapter", base_model=str(base_model),
@@ -659,7 +659,7 @@ def run_trl_dpo(pairs: Sequence[Mapping[str, Any]], dev_examples: Sequence[Mappi
                 accelerate_config: str, num_processes: int, merge_dtype: str) -> dict[str, Any]:
     """DPO with the TRL recipe from the merged SFT critic, shaped like :func:`run_cached_dpo`'s
     report (no dev AUROC during training: the stage's calibration scores the result)."""
-    from ragcritic_lib.training import inference_checkpoint, loss_curve, run_training
+    from ragcritic_lib.critic.training import inference_checkpoint, loss_curve, run_training
 
     overrides: dict[str, Any] = {"max_steps": max_steps} if max_steps > 0 else {}
     result = run_training("dpo", list(pairs), recipe, Path(out_dir) / "adapter", base_model=str(start_model),

@@ -7,7 +7,7 @@ RAG-Critic uses a strong LLM (Qwen2.5-72B, GPT-4o) for three roles. We keep one 
   the paper's Prompt B and Prompt C structure, with rotating few-shot examples), parses its
   output tolerantly and counts every parse failure by reason; nothing is ever eval'ed.
 * :class:`GroundedTeacher` writes rationales and atomic tags from the grounded evidence
-  (:mod:`ragcritic_lib.evidence`) and, on the testbed, from the causes known by construction. It
+  (:mod:`ragcritic_lib.mining.evidence`) and, on the testbed, from the causes known by construction. It
   varies its wording (synonym pools, templates, case and punctuation variants, all seeded per
   record) so that normalization and clustering see realistic open-set labels.
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ragcritic_lib.evidence import compute_evidence, error_causes
+from ragcritic_lib.mining.evidence import compute_evidence, error_causes
 from ragcritic_lib.io import read_yaml
 from ragcritic_lib.lenient_json import MAX_PARSE_CHARS, loads_lenient, strip_fences
 from ragcritic_lib.text import TAG_STOPWORDS
@@ -665,7 +665,7 @@ def vocabulary_size() -> int:
 # ============================================================================================
 
 def _content_words(tags: Sequence[str]) -> set[str]:
-    from ragcritic_lib.tagging import tag_key
+    from ragcritic_lib.mining.tagging import tag_key
 
     return {w for t in tags for w in tag_key(t).split() if w not in TAG_STOPWORDS}
 
@@ -693,7 +693,7 @@ def teacher_agreement(
         failure rates, and tag overlap after normalization: exact-tag Jaccard and content-word
         Jaccard, averaged over records both teachers tagged successfully.
     """
-    from ragcritic_lib.tagging import tag_key
+    from ragcritic_lib.mining.tagging import tag_key
 
     n = len(judged)
     agree = {"all": [], "error": [], "correct": []}
@@ -746,7 +746,7 @@ def teacher_llm(params: Mapping[str, Any], teacher_config: str = "") -> Any:
     from ragcritic_lib import paths, runtime
     from ragcritic_lib.io import DataFormatError, read_yaml
     from ragcritic_lib.llm import check_llm_config
-    from ragcritic_lib.mining import shared_llm
+    from ragcritic_lib.mining.sampling import shared_llm
 
     if not teacher_config:
         return runtime.load_generator(params)

@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ragcritic_lib.critic import CORRECT, ERROR, TaxonomyLike, build_critic_messages, critic_target, passage_texts
+from ragcritic_lib.critic.critics import CORRECT, ERROR, TaxonomyLike, build_critic_messages, critic_target, passage_texts
 from ragcritic_lib.io import DataFormatError
 
 SPLITS = ("train", "dev", "test")
@@ -313,20 +313,20 @@ def critic_sft_metrics(*, data: Mapping[str, Any], evidence: Mapping[str, Any], 
     ``CriticSftMetrics``) from what the stage computed.
 
     Args:
-        data: :func:`ragcritic_lib.critic_corpus.data_report` of the training set.
+        data: :func:`ragcritic_lib.critic.corpus.data_report` of the training set.
         evidence: ``{"current": coverage, "first_words": coverage}``, each
-            :func:`ragcritic_lib.critic_evidence.evidence_coverage` of the dev answers under the
+            :func:`ragcritic_lib.critic.evidence.evidence_coverage` of the dev answers under the
             critic's prompt and under the first-words prompt it replaced.
         style_shortcut_auroc: cross-validated AUROC of the style-only classifier on the
             training set (0.5: right and wrong answers do not differ in surface form).
         dev: counts of the dev answers (``n``, ``correct``, ``errors``).
-        fit: :func:`ragcritic_lib.critic_train.run_cached_sft`'s report (or the trl trainer's,
+        fit: :func:`ragcritic_lib.critic.train.run_cached_sft`'s report (or the trl trainer's,
             shaped the same way).
         preview: the critic's parses of the preview samples; those not ``ok`` are counted.
         calibration: ``calibrate_verdicts``' report on dev; floats rounded to 4 digits.
         questions: distinct questions per split (train / dev), checked disjoint.
     """
-    from ragcritic_lib.critic_train import learning_curve
+    from ragcritic_lib.critic.train import learning_curve
 
     run = fit["run"]
     losses = [r["loss"] for r in run.get("curve", []) if r.get("loss") is not None]
@@ -360,7 +360,7 @@ def critic_dpo_metrics(*, pair_counts: Mapping[str, Any], balance: Mapping[str, 
     Args:
         pair_counts: :func:`dpo_pairs`' counts; balance: :func:`balance_correct`'s report.
         beta: the DPO beta.
-        fit: :func:`ragcritic_lib.critic_train.run_cached_dpo`'s report; the first and last
+        fit: :func:`ragcritic_lib.critic.train.run_cached_dpo`'s report; the first and last
             loss and the last reward margin and accuracy come from its curve.
         calibration: ``calibrate_verdicts``' report on dev; floats rounded to 4 digits.
     """

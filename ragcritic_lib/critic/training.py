@@ -28,7 +28,7 @@ slower; true / false force it. With GPUs the recipe applies as written. Multi-GP
 runs go through ``accelerate launch`` and the CLI of this module::
 
     accelerate launch --config_file configs/accelerate/deepspeed_zero3.yaml \\
-        -m ragcritic_lib.training sft --recipe configs/train/critic_sft_paper.yaml \\
+        -m ragcritic_lib.critic.training sft --recipe configs/train/critic_sft_paper.yaml \\
         --data data/critic_sft/sft_train.jsonl --out data/critic_sft/adapter \\
         --base-model data/assets/models/smollm2-135m-instruct
 
@@ -687,7 +687,7 @@ def run_training(
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(paths.resolve(accelerate_config))]
     if num_processes > 0:
         cmd += ["--num_processes", str(num_processes)]
-    cmd += ["-m", "ragcritic_lib.training", kind, "--recipe", str(recipe), "--data", str(data_file),
+    cmd += ["-m", "ragcritic_lib.critic.training", kind, "--recipe", str(recipe), "--data", str(data_file),
             "--out", str(output_dir), "--base-model", str(base_model), "--seed", str(seed)]
     if init_adapter:
         cmd += ["--init-adapter", str(init_adapter)]
@@ -711,8 +711,8 @@ def _parse_set(items: Sequence[str]) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI: ``python -m ragcritic_lib.training sft|dpo --recipe R --data D --out O --base-model M``."""
-    ap = argparse.ArgumentParser(prog="python -m ragcritic_lib.training", description=main.__doc__)
+    """CLI: ``python -m ragcritic_lib.critic.training sft|dpo --recipe R --data D --out O --base-model M``."""
+    ap = argparse.ArgumentParser(prog="python -m ragcritic_lib.critic.training", description=main.__doc__)
     ap.add_argument("kind", choices=["sft", "dpo"])
     ap.add_argument("--recipe", required=True)
     ap.add_argument("--data", required=True, help="JSONL of SFT examples or DPO pairs")

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ragcritic_lib import paths
-from ragcritic_lib.evidence import compute_evidence, is_abstention
+from ragcritic_lib.mining.evidence import compute_evidence, is_abstention
 from ragcritic_lib.io import DataFormatError, append_jsonl, read_jsonl_tolerant, read_yaml, write_jsonl
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ class PoolMember:
         name: unique name, stored in every record as ``pool_member``.
         llm: config for :func:`ragcritic_lib.llm.load_llm`.
         temperature / top_p / max_new_tokens / seed / stop: decoding parameters.
-        prompt_variant: a variant of :func:`ragcritic_lib.rag.build_rag_messages`.
+        prompt_variant: a variant of :func:`ragcritic_lib.retrieval.rag.build_rag_messages`.
         retriever: overrides of the retriever config (e.g. ``{"kind": "bm25"}``); ignored for the
             ``closed_book`` variant.
         top_k: passages given to the model.
@@ -166,7 +166,7 @@ def pool_from_dict(
             ``USER_TO_FILL`` placeholders left in a file meant to run.
     """
     from ragcritic_lib.llm import check_llm_config
-    from ragcritic_lib.rag import PROMPT_VARIANTS
+    from ragcritic_lib.retrieval.rag import PROMPT_VARIANTS
 
     if not isinstance(raw, Mapping) or not isinstance(raw.get("members"), list) or not raw["members"]:
         raise DataFormatError(f"{source}: a pool file needs a non-empty 'members' list")
@@ -304,7 +304,7 @@ _RETRIEVER_COSMETIC = ("show_progress", "cache", "num_threads")
 
 def prompt_template_fingerprint(variant: str, max_passage_words: int) -> str:
     """Hash of a prompt variant rendered on fixed probe inputs (the template, not the question)."""
-    from ragcritic_lib.rag import build_rag_messages
+    from ragcritic_lib.retrieval.rag import build_rag_messages
 
     messages = build_rag_messages(_TEMPLATE_PROBE_QUESTION, list(_TEMPLATE_PROBE_PASSAGES), variant=variant,
                                   max_passage_words=max_passage_words)
@@ -444,7 +444,7 @@ def sample_error_responses(
         The records for the requested (question, member) pairs, in question order within member
         order, exactly once each.
     """
-    from ragcritic_lib.rag import run_standard_rag
+    from ragcritic_lib.retrieval.rag import run_standard_rag
 
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")

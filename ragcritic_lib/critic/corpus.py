@@ -11,7 +11,7 @@ Three sources of training samples, all from *train* questions and counted separa
   passages. It is the kind of error a reader of those passages could make.
 
 Every wrong sample is labelled from the *observed* cause of its error
-(:func:`ragcritic_lib.evidence.error_causes`, mapped to taxonomy labels by
+(:func:`ragcritic_lib.mining.evidence.error_causes`, mapped to taxonomy labels by
 ``data/taxonomy/known_causes.yaml``): the first tier-1 and tier-2 label of each cause. No
 target quotes a reference answer.
 
@@ -33,10 +33,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ragcritic_lib.critic import CORRECT, ERROR, format_critique, passage_texts
-from ragcritic_lib.critic_data import check_no_leakage, make_sample, question_key
+from ragcritic_lib.critic.critics import CORRECT, ERROR, format_critique, passage_texts
+from ragcritic_lib.critic.data import check_no_leakage, make_sample, question_key
 from ragcritic_lib.evaluation.scoring import contains_answer, normalize_words, score_prediction
-from ragcritic_lib.evidence import compute_evidence, error_causes, is_abstention
+from ragcritic_lib.mining.evidence import compute_evidence, error_causes, is_abstention
 from ragcritic_lib.io import DataFormatError
 
 SOURCES = ("pool", "reference", "counterfactual")
@@ -250,8 +250,8 @@ def question_samples(questions: Sequence[Mapping[str, Any]], known_causes: Mappi
 def answer_samples(records: Sequence[Mapping[str, Any]], known_causes: Mapping[str, Any], *, source: str,
                    metric: str = "f1", threshold: float = 0.5) -> list[dict[str, Any]]:
     """Real generator answers (stage ``retrieval_rag``) judged right or wrong by the project's
-    rule (:func:`ragcritic_lib.mining.is_correct`); wrong ones labelled from observed causes."""
-    from ragcritic_lib.mining import is_correct
+    rule (:func:`ragcritic_lib.mining.sampling.is_correct`); wrong ones labelled from observed causes."""
+    from ragcritic_lib.mining.sampling import is_correct
 
     out = []
     for r in records:
@@ -414,7 +414,7 @@ def benchmark_answers(answers: Sequence[Mapping[str, Any]], *, seed: int, per_cl
     """(benchmark samples, degenerate reasons): up to ``per_class`` right and as many wrong
     answers; when one verdict is missing (tiny runs), the available answers up to
     ``2 * per_class`` and a reason saying the verdict scores are undefined."""
-    from ragcritic_lib.critic_data import balance_correct
+    from ragcritic_lib.critic.data import balance_correct
 
     n_cor = sum(a["judgement"] == CORRECT for a in answers)
     if n_cor and n_cor < len(answers):

@@ -55,7 +55,7 @@ MAX_ANALYSIS_CHARS = 2_000
 
 
 class TaxonomyLike(Protocol):
-    """What the critic needs from :class:`ragcritic_lib.taxonomy.Taxonomy`."""
+    """What the critic needs from :class:`ragcritic_lib.mining.taxonomy.Taxonomy`."""
 
     tier1: list[str]
     tier2: list[str]
@@ -167,7 +167,7 @@ def redact_reference(critique: Mapping[str, Any], record: Mapping[str, Any]) -> 
     judge) may quote it; this removes it. A reference that is part of the prediction is kept, since
     the analysis may quote the prediction.
     """
-    from ragcritic_lib.evidence import is_abstention
+    from ragcritic_lib.mining.evidence import is_abstention
 
     prediction = str(record.get("prediction") or "").lower()
     golds = sorted({str(g).strip() for g in record.get("golden_answers") or []
@@ -252,10 +252,10 @@ def format_passages(passages: Sequence[Any], *, top_k: int = 3, passage_words: i
 
     A passage in the FlashRAG "Title\\ntext" form is shown as "Title: text". With
     ``evidence_words`` > 0 the passages are shown as their sentences that best match ``question``
-    and ``prediction``, ``evidence_words`` words in all (:mod:`ragcritic_lib.critic_evidence`).
+    and ``prediction``, ``evidence_words`` words in all (:mod:`ragcritic_lib.critic.evidence`).
     """
     if evidence_words > 0:
-        from ragcritic_lib.critic_evidence import render_evidence
+        from ragcritic_lib.critic.evidence import render_evidence
 
         return render_evidence(question, prediction, passage_texts(passages), top_k=top_k, budget_words=evidence_words)
     lines = []
@@ -805,7 +805,7 @@ def gold_free_features(question: str, passages: Sequence[str], prediction: str) 
     question_coverage (share of the question's content words found in the passages),
     restates_question, is_title_copy, repetitive.
     """
-    from ragcritic_lib.evidence import is_abstention, passage_title
+    from ragcritic_lib.mining.evidence import is_abstention, passage_title
     from ragcritic_lib.evaluation.scoring import normalize_words
 
     pred_norm = normalize_words(prediction)
