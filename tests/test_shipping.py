@@ -279,3 +279,27 @@ def test_the_command_line_restores_and_reports(shipped):
     assert proc.returncode == 0, proc.stderr
     assert "not shipped (make_a): built" in proc.stdout
     assert "restored: out/a" in proc.stdout
+
+
+def test_clear_persisted_deletes_exactly_the_persist_outputs(repo):
+    text = (repo / "dvc.yaml").read_text().replace("    outs: [side.txt]\n",
+                                                     "    outs:\n      - side.txt:\n          persist: true\n")
+    (repo / "dvc.yaml").write_text(text)
+    assert shipping.clear_persisted(repo) == ["side.txt"]
+    assert not (repo / "side.txt").exists() and (repo / "c.txt").exists()
+    assert shipping.clear_persisted(repo) == []
+
+
+def test_the_project_persists_the_sample_logs_a_cold_run_must_forget():
+    import yaml
+
+    from ragcritic_lib import paths
+
+    stages = yaml.safe_load((paths.ROOT / "dvc.yaml").read_text())["stages"]
+    declared = sorted(next(iter(o)) for s in stages.values() for o in s.get("outs", [])
+                      if isinstance(o, dict) and next(iter(o.values())).get("persist"))
+    repo = shipping._repo(paths.ROOT)
+    try:
+        assert sorted(o.path for o in shipping.outputs(repo) if o.persist) == declared != []
+    finally:
+        shipping._close(repo)

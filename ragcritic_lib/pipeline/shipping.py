@@ -14,6 +14,8 @@ content-addressed objects (``files/md5/xx/...``). One line points it elsewhere
   100 MB of new objects, pushes every cached output to the store, prunes store objects that no
   output in ``dvc.lock`` names and stages the store with ``git add`` (it does not commit).
 * ``status`` prints what ``restore`` would find, changing nothing.
+* ``clear-persisted`` deletes the ``persist: true`` outputs (logged samples that ``dvc repro
+  --force`` would reuse): ``make pipeline-cold`` runs it before a forced repro.
 
 ``python -m ragcritic_lib.pipeline.shipping {restore,ship,status}`` (``make restore``, ``make ship``).
 """
@@ -54,6 +56,7 @@ class Output:
     md5: str | None     # as dvc.lock records it; None when the lock has no entry
     nfiles: int | None
     size: int | None
+    persist: bool = False  # kept by `dvc repro --force` (logs a stage appends to)
 
 
 def _repo(root: Path):
@@ -88,8 +91,32 @@ def outputs(repo) -> list[Output]:
             rel = Path(out.fs_path).relative_to(root).as_posix()
             md5 = out.hash_info.value if out.hash_info else None
             found.append(Output(stage.name, rel, bool(out.use_cache), md5,
-                                out.meta.nfiles if out.meta else None, out.meta.size if out.meta else None))
+                                out.meta.nfiles if out.meta else None, out.meta.size if out.meta else None,
+                                bool(out.persist)))
     return found
+
+
+def clear_persisted(root: Path) -> list[str]:
+    """Delete every ``persist: true`` output (what ``dvc repro --force`` would keep and reuse):
+    the first step of a cold run. Returns the paths deleted."""
+    import shutil
+
+    repo = _repo(root)
+    try:
+        persisted = [o.path for o in outputs(repo) if o.persist]
+    finally:
+        _close(repo)
+    gone = []
+    for rel in persisted:
+        path = Path(root) / rel
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+        else:
+            continue
+        gone.append(rel)
+    return gone
 
 
 def downstream_stages(root: Path, stage: str) -> set[str]:
@@ -632,6 +659,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     s.add_argument("--max-file-mb", type=float, default=MAX_FILE_BYTES / 1e6)
     s.add_argument("--max-new-mb", type=float, default=MAX_NEW_BYTES / 1e6)
     sub.add_parser("status", help="where each output would come from; changes nothing")
+    sub.add_parser("clear-persisted", help="delete the persist: true outputs (before a cold `dvc repro --force`)")
     args = ap.parse_args(list(argv) if argv is not None else None)
     root = args.root.resolve()
     try:
@@ -644,6 +672,10 @@ def main(argv: Iterable[str] | None = None) -> int:
             report = ship(root, remote=args.remote, max_file_bytes=int(args.max_file_mb * 1e6),
                           max_new_bytes=int(args.max_new_mb * 1e6))
             print(report.summary())
+            return 0
+        if args.command == "clear-persisted":
+            gone = clear_persisted(root)
+            print("deleted: " + (", ".join(gone) if gone else "nothing (no persisted output in the workspace)"))
             return 0
         return _print_status(root, args.remote)
     except ShippingError as exc:
