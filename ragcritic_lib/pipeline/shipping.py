@@ -156,17 +156,23 @@ def pipeline_status(repo) -> dict[str, Any]:
     return repo.status()
 
 
+def _listed(items: list[str], keep: int = 3) -> str:
+    more = f" +{len(items) - keep} more" if len(items) > keep else ""
+    return ", ".join(items[:keep]) + more
+
+
 def _format_status(status: Mapping[str, Any]) -> str:
+    """``dvc status`` in one line a stage (the first few paths of each kind of change)."""
     if not status:
         return "dvc status: every stage is up to date"
-    lines = ["dvc status: not up to date:"]
+    lines = [f"dvc status: {len(status)} stage(s) not up to date:"]
     for name, changes in status.items():
         parts = []
         for change in changes:
             if isinstance(change, dict):
                 for kind, what in change.items():
-                    paths = ", ".join(f"{p} {s}" for p, s in what.items()) if isinstance(what, dict) else str(what)
-                    parts.append(f"{kind}: {paths}")
+                    items = [f"{p} {s}" for p, s in what.items()] if isinstance(what, dict) else [str(what)]
+                    parts.append(f"{kind}: {_listed(items)}")
             else:
                 parts.append(str(change))
         lines.append(f"  {name.split(':')[-1]}: " + "; ".join(parts))
@@ -317,14 +323,18 @@ class RestoreReport:
     reset: list[str] = field(default_factory=list)           # --force put back
     problems: list[str] = field(default_factory=list)        # hash mismatches, failed rebuilds
     status: dict[str, Any] = field(default_factory=dict)
+    present_cached: int = 0                                  # cached outputs already in place
 
     def summary(self) -> str:
         lines = [f"restored {len(self.restored)} output(s) from the DVC cache or the store; "
                  f"{len(self.present)} already in place"]
         lines += [f"  restored: {p}" for p in self.restored]
         lines += [f"rebuilt: {p} (matches dvc.lock)" for p in self.rebuilt]
+        if self.not_shipped and not self.restored and not self.present_cached:
+            lines.append("the store holds none of the outputs dvc.lock records (no run shipped yet): "
+                         "`make pipeline` computes them")
         for stage, paths in sorted(self.not_shipped.items()):
-            lines.append(f"not shipped ({stage}): {', '.join(paths)}  -> `dvc repro {stage}` computes them")
+            lines.append(f"not shipped ({stage}): {_listed(paths)}  -> `dvc repro {stage}` computes them")
         for stage, paths in sorted(self.not_locked.items()):
             lines.append(f"not in dvc.lock ({stage}): {', '.join(paths)}  -> the stage has not run")
         if self.kept_modified:
@@ -419,6 +429,7 @@ def restore(root: Path, *, force: bool = False, remote: str | None = None,
             state = _workspace_state(repo, out)
             if state == "same":
                 report.present.append(out.path)
+                report.present_cached += 1
                 continue
             if state == "modified" and not force:
                 report.kept_modified.append(out.path)
