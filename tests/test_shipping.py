@@ -303,3 +303,17 @@ def test_the_project_persists_the_sample_logs_a_cold_run_must_forget():
         assert sorted(o.path for o in shipping.outputs(repo) if o.persist) == declared != []
     finally:
         shipping._close(repo)
+
+
+def test_the_assets_rebuild_reads_params_yaml_and_names_a_missing_section(tmp_path, monkeypatch):
+    from ragcritic_lib.data import assets
+
+    calls = []
+    monkeypatch.setattr(assets, "build_assets", lambda dest, **kw: calls.append((dest, kw)))
+    (tmp_path / "params.yaml").write_text("assets:\n  seed: 7\n  model_dtype: float32\n")
+    shipping.REBUILDERS["data/assets"](tmp_path, tmp_path / "data" / "assets")
+    assert calls == [(tmp_path / "data" / "assets",
+                      {"requirements": tmp_path / "requirements-assets.txt", "seed": 7, "model_dtype": "float32"})]
+    (tmp_path / "params.yaml").write_text("common: {}\n")
+    with pytest.raises(shipping.ShippingError, match="params.yaml: no 'assets' section"):
+        shipping.REBUILDERS["data/assets"](tmp_path, tmp_path / "data" / "assets")

@@ -89,8 +89,9 @@ def test_a_shipped_run_restores_in_a_clone_and_reruns_one_stage_and_its_downstre
     shipping.commit_all(root, "smoke run, shipped")
     # data/assets is rebuilt by the set-up, not shipped: linked from the copy instead of rebuilt here.
     clone = shipping.clone_repository(root, tmp_path_factory.mktemp("clone") / "repo", carry=["data/assets"])
-    if (root / ".cache" / "llm").exists():  # the LLM cache answers what the smoke run already asked
-        shutil.copytree(root / ".cache" / "llm", clone / ".cache" / "llm")
+    for cache in ("llm", "indexes"):  # keyed by content: they answer what the smoke run already asked
+        if (root / ".cache" / cache).exists():
+            shutil.copytree(root / ".cache" / cache, clone / ".cache" / cache)
     env = pipeline_env(clone, clone / ".cache")
     seconds, out = run_timed([sys.executable, "-m", "ragcritic_lib.pipeline.shipping", "--root", str(clone),
                               "restore", "--strict"], clone, env, log=clone / "restore.log")
