@@ -12,6 +12,7 @@ TINY = '''# %% [markdown]
 
 # %% tags=["parameters"]
 n = 3
+metrics_file = ""
 
 # %% [markdown]
 # ## Counting
@@ -25,6 +26,11 @@ print("counted", n)
 # %%
 import sys  # the first line of code names the cell
 print("to stderr", file=sys.stderr)
+import transformers.utils
+print("transformers sees a notebook:", transformers.utils.is_in_notebook())
+if metrics_file:
+    with open(metrics_file, "w") as fh:
+        fh.write('{"environment": {"python": "3"}, "f1": 0.5}')
 '''
 
 
@@ -58,6 +64,7 @@ def test_a_stage_prints_its_cells_and_streams_output_and_text_bars(tiny, tmp_pat
     assert "[stage tiny] cell 3/3: import sys  # the first line of code names the cell" in printed
     assert "counted 3" in printed and "to stderr" in printed
     assert "counting: 100%" in printed and "3/3" in printed       # tqdm.auto, as text
+    assert "transformers sees a notebook: False" in printed       # trainers print text progress
     assert stage.KERNEL_TCP_WARNING not in printed
     executed = nbformat.read(out, as_version=4)
     outputs = [o for c in executed.cells if c.cell_type == "code" for o in c.outputs]
@@ -71,3 +78,17 @@ def test_quiet_prints_only_the_closing_line(tiny, tmp_path, capfd):
     assert "cell 1/3" not in printed and "counted 3" not in printed
     assert stage.KERNEL_TCP_WARNING not in printed
     assert "[stage tiny] 99_tiny.py ran in" in printed
+
+
+def test_the_runner_records_the_stage_wall_time_in_its_metrics(tiny, tmp_path, monkeypatch):
+    from ragcritic_lib import paths
+    from ragcritic_lib.io import read_json
+
+    metrics = tmp_path / "metrics" / "99_tiny.json"
+    metrics.parent.mkdir()
+    monkeypatch.setattr(paths, "NOTEBOOKS_DIR", tiny.parent)
+    monkeypatch.setattr(paths, "METRICS_DIR", metrics.parent)
+    stage.run_notebook(tiny, output_dir=tmp_path / "out", extra_params={"metrics_file": str(metrics)}, quiet=True)
+    data = read_json(metrics)
+    assert data["f1"] == 0.5 and data["environment"]["python"] == "3"
+    assert data["environment"]["wall_seconds"] > 0

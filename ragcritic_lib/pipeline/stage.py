@@ -34,10 +34,15 @@ from ragcritic_lib.pipeline.params import ParamsError, load_params, notebook_par
 # The kernel says this once at start-up on every run: it talks to the runner over local TCP.
 KERNEL_TCP_WARNING = "Kernel is running over TCP without encryption."
 # Run in the kernel before the first cell (not a cell, so the executed notebook is unchanged):
-# tqdm.auto renders text bars, which stream to the terminal and the executed notebook alike.
-_TEXT_TQDM = ("import tqdm.auto, tqdm.autonotebook, tqdm.std; "
-              "tqdm.auto.tqdm = tqdm.autonotebook.tqdm = tqdm.std.tqdm; "
-              "tqdm.auto.trange = tqdm.autonotebook.trange = tqdm.std.trange")
+# tqdm.auto renders text bars, and transformers' trainers their text progress callback instead of
+# an HTML table, so progress streams to the terminal and the executed notebook alike.
+_TEXT_PROGRESS = [
+    "import tqdm.auto, tqdm.autonotebook, tqdm.std; "
+    "tqdm.auto.tqdm = tqdm.autonotebook.tqdm = tqdm.std.tqdm; "
+    "tqdm.auto.trange = tqdm.autonotebook.trange = tqdm.std.trange",
+    "try:\n    import transformers.utils as _tu\nexcept ImportError:\n    pass\nelse:\n"
+    "    _tu.is_in_notebook = _tu.import_utils.is_in_notebook = lambda: False\n    del _tu",
+]
 
 
 class _PapermillParameterNoise(logging.Filter):
@@ -180,7 +185,7 @@ def run_notebook(py_path: str | os.PathLike[str], *, output_dir: Path | None = N
                 language="python", cwd=str(paths.ROOT), progress_bar=False, report_mode=False,
                 engine_name="ragcritic_stage" if not quiet else None,
                 kernel_manager_class=_quiet_kernel_manager(),
-                extra_arguments=[f"--IPKernelApp.exec_lines={_TEXT_TQDM}"], **talk,
+                extra_arguments=[f"--IPKernelApp.exec_lines={line}" for line in _TEXT_PROGRESS], **talk,
             )
         except Exception:
             # Keep the failed notebook beside the output for inspection, never as the output.
