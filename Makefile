@@ -9,7 +9,7 @@ export DVC_NO_ANALYTICS := 1
 export PYTHONUNBUFFERED := 1
 STAMP := $(VENV)/.installed
 
-.PHONY: install assets restore ship pipeline pipeline-cold test test-fast test-served test-browser smoke lab notebooks exercises report readme bench clean-cache check-requirements gpu-smoke
+.PHONY: install assets restore ship pipeline pipeline-cold test test-fast test-served test-browser smoke lab lab-prepare notebooks exercises report readme bench clean-cache check-requirements gpu-smoke
 
 $(STAMP): requirements-cpu.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -95,9 +95,13 @@ LAB_AS_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 ## (configs/jupyterlab/overrides.json: JupyterLab's settings overrides, installed into the
 ## project's environment only).
 LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.json
-lab: restore
+## Opening the lab changes no tracked file: only missing or stale .ipynb twins are written (from
+## their .py, which is never rewritten: the .py twins are stage dependencies), and
+## notebooks/jupytext.toml keeps a save of an unchanged notebook byte-identical.
+lab-prepare: install
 	mkdir -p $(dir $(LAB_OVERRIDES)) && cp configs/jupyterlab/overrides.json $(LAB_OVERRIDES)
-	$(BIN)/python -m jupytext --sync notebooks/*.py
+	$(BIN)/python -m ragcritic_lib.pipeline.notebooks prepare
+lab: restore lab-prepare
 	$(BIN)/jupyter lab --notebook-dir=notebooks $(LAB_AS_ROOT) $(LAB_ARGS)
 
 ## JupyterLab in a real browser (not part of `make test`): `make lab`'s server, headless, as a

@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -193,5 +194,8 @@ metrics["scores"]
 from IPython.display import Markdown  # noqa: E402
 
 from ragcritic_lib.evaluation.readings import reading_simrag  # noqa: E402
+from ragcritic_lib.evaluation.readings import provenance_sentences  # noqa: E402
+from ragcritic_lib.io import read_json  # noqa: E402
 
-Markdown("\n\n".join(reading_simrag(metrics, main_out, extra_runs=runs)))
+Markdown("\n\n".join(reading_simrag(metrics, main_out, extra_runs=runs)
+                      + provenance_sentences(read_json(setup.metrics_path))))

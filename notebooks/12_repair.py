@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -224,5 +225,8 @@ metrics["scores"]
 from IPython.display import Markdown  # noqa: E402
 
 from ragcritic_lib.evaluation.readings import reading_repair  # noqa: E402
+from ragcritic_lib.evaluation.readings import provenance_sentences  # noqa: E402
+from ragcritic_lib.io import read_json  # noqa: E402
 
-Markdown("\n\n".join(reading_repair(metrics, out, standard=test)))
+Markdown("\n\n".join(reading_repair(metrics, out, standard=test)
+                      + provenance_sentences(read_json(setup.metrics_path))))

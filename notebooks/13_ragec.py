@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -149,5 +150,8 @@ sorted(metrics)
 from IPython.display import Markdown  # noqa: E402
 
 from ragcritic_lib.evaluation.readings import reading_ragec  # noqa: E402
+from ragcritic_lib.evaluation.readings import provenance_sentences  # noqa: E402
+from ragcritic_lib.io import read_json  # noqa: E402
 
-Markdown("\n\n".join(reading_ragec(metrics)))
+Markdown("\n\n".join(reading_ragec(metrics)
+                      + provenance_sentences(read_json(setup.metrics_path))))

@@ -210,5 +210,7 @@ sorted(metrics)
 from IPython.display import Markdown  # noqa: E402
 
 from ragcritic_lib.evaluation.readings import reading_comparison  # noqa: E402
+from ragcritic_lib.evaluation.readings import provenance_sentences  # noqa: E402
 
-Markdown("\n\n".join(reading_comparison(metrics, alpha=ci_alpha)))
+Markdown("\n\n".join(reading_comparison(metrics, alpha=ci_alpha)
+                      + provenance_sentences(read_json(setup.metrics_path))))

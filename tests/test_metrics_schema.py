@@ -241,7 +241,8 @@ def test_write_then_load_round_trip(tmp_metrics):
     del data["environment"]
     out = stage_metrics.write_stage_metrics("14_comparison", data)
     assert out == tmp_metrics / "14_comparison.json"
-    assert stage_metrics.load_stage_metrics("14_comparison") == {**data, "environment": ENV}
+    # no upstream metrics file in tmp_metrics: nothing read from them is recorded
+    assert stage_metrics.load_stage_metrics("14_comparison") == {**data, "environment": {**ENV, "upstream": {}}}
 
 
 def test_load_names_the_stage_to_run_when_the_file_is_missing(tmp_path, monkeypatch):
@@ -306,7 +307,7 @@ def test_save_method_run_then_load_method_run(tmp_metrics):
     loaded, records = load_method_run("09_self_refine", "self_refine")
     assert loaded["runs"] == {"Self-Refine (oracle)": {"file": "data/self_refine/oracle.jsonl",
                                                        "scores": {"testbed": {"em": 0.5, "f1": 0.5, "acc": 0.5}}}}
-    assert loaded["seconds"] == {"test": 1.2} and loaded["environment"] == ENV
+    assert loaded["seconds"] == {"test": 1.2} and loaded["environment"] == {**ENV, "upstream": {}}
     assert [r["f1"] for r in records] == [1.0, 0.0, 1.0]
     assert len(load_method_run("09_self_refine", "self_refine", run="oracle")[1]) == 2
 

@@ -454,3 +454,18 @@ def test_every_reading_function_has_a_notebook_that_calls_it():
         assert stage in notebooks, f"reading_{stage} names no pipeline stage"
         assert f"reading_{stage}(" in notebooks[stage].read_text(), f"{notebooks[stage].name} does not call reading_{stage}"
     assert math.isclose(R._DPO_START_LOSS, 0.6931, abs_tol=1e-4)
+
+
+def test_every_reading_ends_with_the_provenance_entries_of_its_file():
+    from ragcritic_lib.evaluation import readings
+
+    entry = "read data/critic_sft made in float32 on avx2; this stage ran in bfloat16 on amx"
+    assert readings.provenance_sentences({"environment": {"provenance": [entry]}}) == [f"Provenance: {entry}."]
+    assert readings.provenance_sentences({"environment": {"python": "3"}}) == []
+    assert readings.provenance_sentences({}) == []
+    names = [n for n in readings.__all__ if n.startswith("reading_")]
+    assert len(names) == 17
+    for name in names:
+        assert hasattr(getattr(readings, name), "__wrapped__"), f"{name} does not print provenance"
+    lines = readings.reading_tagging({"environment": {"provenance": [entry]}})
+    assert lines[-1] == f"Provenance: {entry}." and len(lines) > 1

@@ -395,3 +395,37 @@ def test_the_papers_block_reads_every_cell_from_the_metrics():
     del m["04_taxonomy"]["clusters"]
     with pytest.raises(ReadmeDataError, match="04_taxonomy.json: missing key clusters"):
         render_block("papers", m)
+
+
+def test_the_environment_line_names_the_cpu_class_and_each_provenance_entry():
+    env = {"python": "3.11.7", "torch": "2.13.0", "generator": {"backend": "hf", "device": "cpu", "dtype": "float32"},
+           "cpu_class": "avx2", "wall_seconds": 61.0, "upstream": {"x": {"read": ["data/x"], "dtype": "bfloat16",
+                                                                       "cpu_class": "amx"}},
+           "provenance": ["read data/x made in bfloat16 on amx; this stage ran in float32 on avx2"]}
+    assert readme.environment_line({"08_correction": {"environment": env}}, "08_correction") == (
+        "Generator: backend `hf`, device `cpu`, dtype `float32`, CPU class `avx2`; python 3.11.7, torch 2.13.0 "
+        "(`reports/metrics/08_correction.json`). Provenance: read data/x made in bfloat16 on amx; this stage ran "
+        "in float32 on avx2.")
+
+
+def test_the_stage_time_table_is_per_cpu_class_and_says_what_is_not_recorded():
+    stems = readme.BLOCK_SOURCES["stage_times"]
+    assert stems[0] == "00_assets" and stems[-1] == "15_analysis" and len(stems) == 17
+    gen = {"backend": "hf", "device": "cpu", "dtype": "float32"}
+    metrics = {stem: {"environment": {"python": "3", "generator": gen, "cpu_class": "avx2", "wall_seconds": 90.0}}
+               for stem in stems}
+    text = readme.render_block("stage_times", metrics)
+    assert "| stage | avx2 (float32) |" in text
+    assert "| `00_assets` | 1.5 min |" in text and "| all stages | 25.5 min |" in text
+    del metrics["05_critic_sft"]["environment"]["wall_seconds"]
+    text = readme.render_block("stage_times", metrics)
+    assert "| `05_critic_sft` | not recorded |" in text and "| all stages | not recorded |" in text
+    for stem in stems:  # a run before cpu_class and wall_seconds were recorded
+        metrics[stem]["environment"] = {"python": "3", "generator": gen}
+    text = readme.render_block("stage_times", metrics)
+    assert "| stage | CPU class not recorded |" in text and text.count("not recorded |") == 19  # 17 stages, the total and the header
+
+
+def test_reproduce_md_holds_the_generated_stage_times():
+    assert paths.ROOT / "docs" / "reproduce.md" in readme.target_files()
+    assert "stage_times" in readme.block_names((paths.ROOT / "docs" / "reproduce.md").read_text(encoding="utf-8"))

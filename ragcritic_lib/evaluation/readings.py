@@ -6,15 +6,18 @@ sentences as Markdown. Each function takes plain dicts and numbers, returns a li
 (Markdown) and says both what the numbers show and what they do not: an interval that contains
 0, a change smaller than the minimum detectable effect, a training loss that rose, two critics
 that score the same, a flag for a degenerate run. Keys a run may lack are read with defaults.
+Each reading ends with the file's ``environment.provenance`` entries, if any: the upstream outputs
+the stage read that were made in another dtype or on another CPU class than its own.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 __all__ = [
-    "change_sentence", "comparison_block", "reading_analysis", "reading_assets", "reading_benchmark",
+    "change_sentence", "comparison_block", "provenance_sentences", "reading_analysis", "reading_assets", "reading_benchmark",
     "reading_comparison", "reading_correction", "reading_crag", "reading_critic_dpo", "reading_critic_sft",
     "reading_error_sampling", "reading_ragec", "reading_repair", "reading_retrieval_rag", "reading_self_refine",
     "reading_simrag", "reading_tagging", "reading_taxonomy", "reading_testbed",
@@ -27,6 +30,21 @@ _DPO_START_LOSS = math.log(2)
 
 
 # ------------------------------------------------------------------------------------ helpers
+def provenance_sentences(metrics: Mapping[str, Any]) -> list[str]:
+    """One sentence per ``environment.provenance`` entry of a metrics file (none when absent)."""
+    env = metrics.get("environment") if isinstance(metrics, Mapping) else None
+    entries = env.get("provenance") if isinstance(env, Mapping) else None
+    return [f"Provenance: {entry}." for entry in entries or [] if isinstance(entry, str)]
+
+
+def _with_provenance(reading: Callable[..., list[str]]) -> Callable[..., list[str]]:
+    """A reading followed by the provenance sentences of the metrics it reads."""
+    @functools.wraps(reading)
+    def wrapped(metrics: Mapping[str, Any], *args: Any, **kwargs: Any) -> list[str]:
+        return reading(metrics, *args, **kwargs) + provenance_sentences(metrics)
+    return wrapped
+
+
 def _known(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x
 
@@ -96,6 +114,7 @@ def change_sentence(name: str, row: Mapping[str, Any], *, mde: Any = None, alpha
 
 
 # ------------------------------------------------------------------------------------ 00 assets
+@_with_provenance
 def reading_assets(metrics: Mapping[str, Any]) -> list[str]:
     """00_assets: what the asset build produced (one sentence, plus skipped trivia lists)."""
     sizes = metrics.get("trivia_split_sizes") or {}
@@ -112,6 +131,7 @@ def reading_assets(metrics: Mapping[str, Any]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------ 00 testbed
+@_with_provenance
 def reading_testbed(stats: Mapping[str, Any]) -> list[str]:
     """00_testbed: corpus size, the difficulty knobs and the question splits."""
     corpus, questions = stats.get("corpus") or {}, stats.get("questions") or {}
@@ -163,6 +183,7 @@ def _rag_sentence(ds: str, rag: Mapping[str, Any], closed: Mapping[str, Any] | N
     return line + "."
 
 
+@_with_provenance
 def reading_retrieval_rag(metrics: Mapping[str, Any], *, top_k: int | None = None) -> list[str]:
     """01_retrieval_rag: recall at the k RAG reads, standard RAG vs closed-book, the prompt probe.
 
@@ -195,6 +216,7 @@ def reading_retrieval_rag(metrics: Mapping[str, Any], *, top_k: int | None = Non
 
 
 # ------------------------------------------------------------------------------------ 02 error sampling
+@_with_provenance
 def reading_error_sampling(metrics: Mapping[str, Any]) -> list[str]:
     """02_error_sampling: the error pool, error rates per member and dataset, the LLM judge check."""
     samples, errors, correct = metrics.get("samples", 0), metrics.get("errors", 0), metrics.get("correct", 0)
@@ -232,6 +254,7 @@ def _llm_judge_sentences(agreement: Mapping[str, Any]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------ 03 tagging
+@_with_provenance
 def reading_tagging(metrics: Mapping[str, Any]) -> list[str]:
     """03_tagging: raw vs normalized tags, what each filter removed, the LLM tagger's overlap."""
     norm = metrics.get("normalization") or {}
@@ -260,6 +283,7 @@ def reading_tagging(metrics: Mapping[str, Any]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------ 04 taxonomy
+@_with_provenance
 def reading_taxonomy(metrics: Mapping[str, Any]) -> list[str]:
     """04_taxonomy: clusters and their mapping, the label distribution, agreement with known causes."""
     qa, tax = metrics.get("error_qa") or {}, metrics.get("taxonomy") or {}
@@ -330,6 +354,7 @@ def _loss_sentence(kind: str, train: Mapping[str, Any]) -> str:
     return line + ": training did not move it."
 
 
+@_with_provenance
 def reading_critic_sft(metrics: Mapping[str, Any]) -> list[str]:
     """05_critic_sft: the training set by source, what the critic sees, the learning curve and
     the dev calibration."""
@@ -367,6 +392,7 @@ def reading_critic_sft(metrics: Mapping[str, Any]) -> list[str]:
     return text
 
 
+@_with_provenance
 def reading_critic_dpo(metrics: Mapping[str, Any]) -> list[str]:
     """06_critic_dpo: the preference pairs, loss and reward trend, dev AUROC before and after,
     and the dev calibration."""
@@ -425,6 +451,7 @@ def _critic_line(name: str, r: Mapping[str, Any]) -> str:
     return line + "."
 
 
+@_with_provenance
 def reading_benchmark(metrics: Mapping[str, Any]) -> list[str]:
     """07_benchmark: each critic's scores with CIs, the style baseline, critics that score the
     same, and the benchmark's resolution."""
@@ -462,6 +489,7 @@ def reading_benchmark(metrics: Mapping[str, Any]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------ 08 correction
+@_with_provenance
 def reading_correction(metrics: Mapping[str, Any], *, alpha: float = 0.05) -> list[str]:
     """08_correction: the ablation ladder per dataset (CIs, p-values, MDEs), rounds, flags."""
     ladder = metrics.get("ladder") or {}
@@ -515,6 +543,7 @@ def _vs_standard(ds: str, scores: Mapping[str, Any], standard_f1: Mapping[str, f
     return line + "; whether that change is more than noise is tested, paired, in notebook 14."
 
 
+@_with_provenance
 def reading_self_refine(metrics: Mapping[str, Any], *, standard_f1: Mapping[str, float] | None = None) -> list[str]:
     """09_self_refine: how often the feedback approved, how many answers changed, F1 vs standard RAG.
 
@@ -544,6 +573,7 @@ def reading_self_refine(metrics: Mapping[str, Any], *, standard_f1: Mapping[str,
     return text + _flags(metrics.get("degenerate"))
 
 
+@_with_provenance
 def reading_crag(metrics: Mapping[str, Any], *, standard_f1: Mapping[str, float] | None = None) -> list[str]:
     """10_crag: the tuned thresholds against always taking one action, test actions, F1 vs standard RAG.
 
@@ -593,6 +623,7 @@ def _rate_ci(held: Mapping[str, Any], side: str) -> str:
     return f"{_pct(rate)} ({_pct(ci[0])}-{_pct(ci[1])})" if ci else _pct(rate)
 
 
+@_with_provenance
 def reading_simrag(metrics: Mapping[str, Any], records: Sequence[Mapping[str, Any]], *,
                    extra_runs: Mapping[str, tuple[str, Sequence[Mapping[str, Any]]]] | None = None) -> list[str]:
     """11_simrag: the self-practice data, the critic's held-out confusion, and the test answers.
@@ -626,6 +657,7 @@ def reading_simrag(metrics: Mapping[str, Any], records: Sequence[Mapping[str, An
 
 
 # ------------------------------------------------------------------------------------ 12 RePAIR
+@_with_provenance
 def reading_repair(metrics: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
                    standard: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
     """12_repair: the training states and pairs, the test plans executed, and how many answers changed.
@@ -655,6 +687,7 @@ def reading_repair(metrics: Mapping[str, Any], records: Sequence[Mapping[str, An
 
 
 # ------------------------------------------------------------------------------------ 13 RAGEC
+@_with_provenance
 def reading_ragec(metrics: Mapping[str, Any]) -> list[str]:
     """13_ragec: invalid votes, the stage blamed most often, agreement with RAG-Critic's labels."""
     errors, stages = metrics.get("errors", 0), metrics.get("stages") or {}
@@ -716,6 +749,7 @@ def comparison_block(dataset: str, block: Mapping[str, Mapping[str, Any]], summa
     return "\n".join(lines)
 
 
+@_with_provenance
 def reading_comparison(metrics: Mapping[str, Any], *, alpha: float = 0.05) -> list[str]:
     """14_comparison: per dataset, every method against standard RAG after Holm correction.
 
@@ -730,6 +764,7 @@ def reading_comparison(metrics: Mapping[str, Any], *, alpha: float = 0.05) -> li
 
 
 # ------------------------------------------------------------------------------------ 15 analysis
+@_with_provenance
 def reading_analysis(metrics: Mapping[str, Any]) -> list[str]:
     """15_analysis: what was built, what inputs are missing, and the headline RAG-Critic change."""
     built, partial, missing = metrics.get("built") or [], metrics.get("partial") or [], metrics.get("missing") or []

@@ -183,6 +183,22 @@ def _under(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
+def stage_reads(dvc: Mapping[str, Any], stage: str) -> dict[str, list[str]]:
+    """``{producing stage: [deps of stage that are, or lie under, its outputs]}`` (resolved dvc.yaml);
+    empty for a stage dvc.yaml does not have."""
+    stages = dvc.get("stages") or {}
+    if stage not in stages:
+        return {}
+    deps = [posixpath.normpath(d) for d in _stage_paths(stages[stage], ("deps",))]
+    out: dict[str, list[str]] = {}
+    for other, spec in stages.items():
+        outs = [posixpath.normpath(p) for p in _stage_paths(spec, ("outs", "metrics", "plots"))]
+        read = [d for d in deps if other != stage and any(_under(d, o) or _under(o, d) for o in outs)]
+        if read:
+            out[other] = read
+    return out
+
+
 def unproduced_deps(dvc: Mapping[str, Any], *, root: Path | None = None) -> dict[str, list[str]]:
     """Per stage, resolved deps that do not exist under ``root`` and that no other stage writes."""
     root = Path(root or paths.ROOT)

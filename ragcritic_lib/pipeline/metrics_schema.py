@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from functools import cache
 from itertools import pairwise
 from pathlib import Path
-from typing import Annotated, Any, NotRequired
+from typing import Annotated, Any, Literal, NotRequired
 
 from pydantic import AfterValidator, TypeAdapter, ValidationError
 from pydantic_core import PydanticCustomError, core_schema
@@ -171,10 +171,26 @@ class Generator(TypedDict):
     dtype: str
 
 
+CpuClass = Literal["amx", "avx512_bf16", "avx2", "cuda", "other"]
+
+
+class Upstream(TypedDict):
+    """A producing stage this one read: the paths read, and that stage's generator dtype and CPU
+    class from its metrics file (None where that file predates the field)."""
+    read: list[str]
+    dtype: str | None
+    cpu_class: CpuClass | None
+
+
 class Environment(TypedDict):
-    """``write_stage_metrics``'s block; package versions are further string keys."""
+    """``write_stage_metrics``'s block; package versions are further string keys. Files written
+    before ``cpu_class``, ``upstream`` and ``wall_seconds`` were recorded lack them."""
     python: str
     generator: Generator
+    cpu_class: NotRequired[CpuClass]
+    wall_seconds: NotRequired[NonNegative]
+    upstream: NotRequired[dict[str, Upstream]]
+    provenance: NotRequired[list[str]]
 
 
 class StageMetrics(TypedDict):

@@ -6,6 +6,11 @@ writes every ``notebooks/NN_name.ipynb`` from its
 jupytext ``.py`` twin with outputs stripped; ``check`` exits non-zero when a twin is missing or
 differs in its cells. The ``.py`` file is what DVC depends on and what reviewers read; the pair
 is linked by jupytext (``formats: ipynb,py:percent``), so saving in JupyterLab updates both.
+
+``prepare`` (``make lab``) writes only the twins that are missing or whose cells differ from their
+``.py`` and touches no ``.py``, so opening the lab changes no tracked file; notebooks/jupytext.toml
+keeps jupytext from adding its version to a ``.py`` header when JupyterLab saves a notebook, so a
+save of an unchanged notebook rewrites its ``.py`` byte for byte.
 """
 
 from __future__ import annotations
@@ -122,6 +127,31 @@ def sync(notebooks_dir: Path = paths.NOTEBOOKS_DIR) -> list[Path]:
     return written
 
 
+def stale_twins(notebooks_dir: Path = paths.NOTEBOOKS_DIR) -> list[Path]:
+    """The ``.py`` sources whose twin is missing or holds other cells (outputs do not count)."""
+    import nbformat
+
+    stale = []
+    for py in sorted(notebooks_dir.glob("[0-9][0-9]_*.py")):
+        twin = twin_of(py)
+        if not twin.exists() or cell_sources(nbformat.read(twin, as_version=4)) != cell_sources(render_twin(py)):
+            stale.append(py)
+    return stale
+
+
+def prepare(notebooks_dir: Path = paths.NOTEBOOKS_DIR) -> list[Path]:
+    """Write the twins :func:`stale_twins` names, and no other file; returns the twins written."""
+    import nbformat
+
+    from ragcritic_lib.io import atomic_write_text
+
+    written = []
+    for py in stale_twins(notebooks_dir):
+        atomic_write_text(twin_of(py), nbformat.writes(render_twin(py)) + "\n")
+        written.append(twin_of(py))
+    return written
+
+
 def out_of_sync(notebooks_dir: Path = paths.NOTEBOOKS_DIR) -> list[str]:
     """Problems: missing twins, twins whose cells differ, twins that carry outputs."""
     import nbformat
@@ -142,8 +172,12 @@ def out_of_sync(notebooks_dir: Path = paths.NOTEBOOKS_DIR) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ragcritic_lib.pipeline.notebooks")
-    parser.add_argument("cmd", choices=["sync", "check"])
+    parser.add_argument("cmd", choices=["sync", "check", "prepare"])
     args = parser.parse_args(argv)
+    if args.cmd == "prepare":
+        for p in prepare():
+            print(f"wrote {p.relative_to(paths.ROOT)}")
+        return 0
     if args.cmd == "sync":
         from ragcritic_lib.pipeline.params import load_params
 

@@ -1,6 +1,6 @@
 """README's result tables, written from ``reports/metrics`` so that no number is copied by hand.
 
-README.md and docs/results.md hold blocks delimited by HTML comments::
+README.md, docs/results.md and docs/reproduce.md hold blocks delimited by HTML comments::
 
     <!-- BEGIN generated: ladder -->
     ...
@@ -56,6 +56,9 @@ BLOCK_SOURCES: dict[str, tuple[str, ...]] = {
     "papers": ("01_retrieval_rag", "02_error_sampling", "03_tagging", "04_taxonomy", "05_critic_sft",
                "06_critic_dpo", "07_benchmark", "08_correction", "13_ragec", "14_comparison"),
 }
+# Every stage's metrics file, in pipeline order (the per-stage time table reads them all).
+_STAGE_STEMS = tuple(p.stem for p in sorted(paths.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.py")))
+BLOCK_SOURCES["stage_times"] = _STAGE_STEMS
 # The trained critic each critic stage calibrates, for the verdict AUROC on its dev samples.
 _CALIBRATED_CRITICS = {"05_critic_sft": "SFT critic", "06_critic_dpo": "SFT+DPO critic"}
 
@@ -148,6 +151,10 @@ def _ordered(names: Iterable[str]) -> list[str]:
     return sorted(names, key=rank)
 
 
+# environment keys that are not package versions
+_NOT_VERSIONS = ("generator", "cpu_class", "wall_seconds", "upstream", "provenance")
+
+
 def environment_line(metrics: Mapping[str, Any], stem: str) -> str:
     """Where a metrics file was computed: the generator's backend, device and dtype, and versions.
 
@@ -156,13 +163,18 @@ def environment_line(metrics: Mapping[str, Any], stem: str) -> str:
         stem: the file whose ``environment`` block is described.
 
     Returns:
-        One Markdown sentence, e.g. "Generator: backend `hf`, device `cpu`, dtype `bfloat16`; ...".
+        One Markdown sentence, e.g. "Generator: backend `hf`, device `cpu`, dtype `bfloat16`, CPU class
+        `amx`; ...", followed by one sentence per ``provenance`` entry of the file.
     """
     gen = [f"{key} `{_get(metrics, stem, 'environment', 'generator', key)}`" for key in ("backend", "device", "dtype")]
     env = _get(metrics, stem, "environment")
-    versions = [f"{k} {v}" for k, v in env.items() if k != "generator" and isinstance(v, (str, int, float))]
+    if "cpu_class" in env:
+        gen.append(f"CPU class `{env['cpu_class']}`")
+    versions = [f"{k} {v}" for k, v in env.items()
+                if k not in _NOT_VERSIONS and isinstance(v, (str, int, float))]
     line = "Generator: " + ", ".join(gen)
-    return line + ("; " + ", ".join(versions) if versions else "") + f" (`{_file(stem)}`)."
+    line += ("; " + ", ".join(versions) if versions else "") + f" (`{_file(stem)}`)."
+    return " ".join([line] + [f"Provenance: {p}." for p in env.get("provenance") or []])
 
 
 def _flags_line(flags: Sequence[str]) -> str:
@@ -596,6 +608,39 @@ def render_papers(metrics: Mapping[str, Any]) -> str:
     return _compose(intro, ["what", "paper", "here"], rows, notes)
 
 
+def render_stage_times(metrics: Mapping[str, Any]) -> str:
+    """Each stage's wall time, one column per CPU class the metrics files record.
+
+    Read from ``environment.wall_seconds`` and ``environment.cpu_class`` (the stage runner writes
+    them); a stage without them reads "not recorded", and so does the total while any stage does.
+    """
+    envs = {stem: (metrics.get(stem) or {}).get("environment") or {} for stem in _STAGE_STEMS}
+    classes = sorted({env["cpu_class"] for env in envs.values() if isinstance(env.get("cpu_class"), str)})
+    columns = classes or ["CPU class not recorded"]
+    dtypes = {cls: sorted({str((env.get("generator") or {}).get("dtype")) for env in envs.values()
+                           if env.get("cpu_class") == cls}) for cls in classes}
+
+    def minutes(env: Mapping[str, Any], cls: str) -> float | None:
+        seconds = env.get("wall_seconds")
+        ok = env.get("cpu_class") == cls and isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
+        return seconds / 60 if ok else None
+
+    rows, totals = [], {cls: 0.0 for cls in columns}
+    for stem, env in envs.items():
+        cells = []
+        for cls in columns:
+            m = minutes(env, cls)
+            totals[cls] = totals[cls] + m if m is not None and totals[cls] is not None else None
+            cells.append(f"{m:.1f} min" if m is not None else "not recorded")
+        rows.append([f"`{stem}`"] + cells)
+    rows.append(["all stages"] + [f"{t:.1f} min" if t is not None else "not recorded" for t in totals.values()])
+    header = ["stage"] + [f"{cls} ({', '.join(dtypes[cls])})" if cls in dtypes else cls for cls in columns]
+    intro = ("Each stage's own wall time in the committed run, from `environment.wall_seconds` of its "
+             "`reports/metrics/<stem>.json` (written by the stage runner), per CPU class (`environment.cpu_class`; "
+             "amx, avx512_bf16, avx2 or cuda) with the generator's dtype.")
+    return "\n".join([intro, ""] + _table(header, rows))
+
+
 _RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "ladder": render_ladder,
     "benchmark": render_benchmark,
@@ -606,6 +651,7 @@ _RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "comparison_details": render_comparison_details,
     "baselines": render_baselines,
     "papers": render_papers,
+    "stage_times": render_stage_times,
 }
 
 
@@ -670,9 +716,9 @@ def differing_blocks(text: str, metrics: Mapping[str, Any], source: str = "text"
 
 
 def target_files(root: str | Path = paths.ROOT) -> list[Path]:
-    """The files with generated blocks: README.md and docs/results.md (where present)."""
+    """The files with generated blocks: README.md, docs/results.md and docs/reproduce.md (where present)."""
     root = Path(root)
-    return [p for p in (root / "README.md", root / "docs" / "results.md") if p.exists()]
+    return [p for p in (root / "README.md", root / "docs" / "results.md", root / "docs" / "reproduce.md") if p.exists()]
 
 
 def check(files: Sequence[Path], metrics_dir: str | Path = paths.METRICS_DIR,
@@ -707,7 +753,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ragcritic_lib.pipeline.readme", description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare only; exit 1 naming each block that differs")
     parser.add_argument("files", nargs="*", type=Path, help="files with generated blocks (default: README.md, "
-                                                            "docs/results.md)")
+                                                            "docs/results.md, docs/reproduce.md)")
     args = parser.parse_args(argv)
     files = [f.resolve() for f in args.files] or target_files()
     try:

@@ -4,7 +4,14 @@
 2. the jupytext twin is converted to a notebook in memory;
 3. papermill executes it headlessly with the stage's params section injected after the
    ``parameters`` cell, working directory = repository root;
-4. the executed notebook is written (atomically) to ``reports/notebooks/NN_name.ipynb``.
+4. the executed notebook is written (atomically) to ``reports/notebooks/NN_name.ipynb``, and the
+   stage's wall time to ``environment.wall_seconds`` of its metrics file.
+
+While it runs, the stage talks: it prints each code cell as it starts (number/total and the
+markdown heading above it, or its first line of code) and streams the notebook's stdout and
+stderr, its tqdm bars included as text (``tqdm.auto`` would draw widgets no terminal shows). The
+kernel's start-up warning that its local TCP sockets are unencrypted is dropped. ``--quiet``
+prints only the closing line.
 
 This is the ``cmd`` of every stage in dvc.yaml.
 """
@@ -14,13 +21,28 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import subprocess
 import sys
+import threading
 import tempfile
 import time
 from pathlib import Path
 
 from ragcritic_lib import paths
 from ragcritic_lib.pipeline.params import ParamsError, load_params, notebook_parameters, notebook_paths
+
+# The kernel says this once at start-up on every run: it talks to the runner over local TCP.
+KERNEL_TCP_WARNING = "Kernel is running over TCP without encryption."
+# Run in the kernel before the first cell (not a cell, so the executed notebook is unchanged):
+# tqdm.auto renders text bars, and transformers' trainers their text progress callback instead of
+# an HTML table, so progress streams to the terminal and the executed notebook alike.
+_TEXT_PROGRESS = [
+    "import tqdm.auto, tqdm.autonotebook, tqdm.std; "
+    "tqdm.auto.tqdm = tqdm.autonotebook.tqdm = tqdm.std.tqdm; "
+    "tqdm.auto.trange = tqdm.autonotebook.trange = tqdm.std.trange",
+    "try:\n    import transformers.utils as _tu\nexcept ImportError:\n    pass\nelse:\n"
+    "    _tu.is_in_notebook = _tu.import_utils.is_in_notebook = lambda: False\n    del _tu",
+]
 
 
 class _PapermillParameterNoise(logging.Filter):
@@ -42,6 +64,67 @@ def _quiet_papermill_parameter_guesses() -> None:
             log.addFilter(_PapermillParameterNoise())
 
 
+def cell_label(cells: list, index: int) -> str:
+    """What to call code cell ``index``: the heading of a markdown cell right above it, else its
+    first line of code (comments and blank lines skipped)."""
+    above = cells[index - 1] if index > 0 else None
+    if above is not None and above.cell_type == "markdown":
+        heading = next((ln.strip() for ln in above.source.splitlines() if ln.startswith("#")), None)
+        if heading:
+            return heading
+    lines = [ln.strip() for ln in cells[index].source.splitlines()]
+    return next((ln for ln in lines if ln and not ln.startswith("#")), next((ln for ln in lines if ln), "(empty)"))
+
+
+def _announcing(engine_base):
+    """A papermill engine that prints ``[stage NAME] cell k/n: LABEL`` as each code cell starts."""
+
+    class Announcing(engine_base):
+        stage = "?"
+
+        @classmethod
+        def execute_managed_notebook(cls, nb_man, kernel_name, **kwargs):
+            cells = nb_man.nb.cells
+            code = [i for i, c in enumerate(cells) if c.cell_type == "code"]
+            start = nb_man.cell_start
+
+            def cell_start(cell, cell_index=None, **kw):
+                if cell_index in code:
+                    print(f"[stage {cls.stage}] cell {code.index(cell_index) + 1}/{len(code)}: "
+                          f"{cell_label(cells, cell_index)}", flush=True)
+                return start(cell, cell_index, **kw)
+
+            nb_man.cell_start = cell_start
+            return super().execute_managed_notebook(nb_man, kernel_name, **kwargs)
+
+    return Announcing
+
+
+def _forward_kernel_stderr(stream, out) -> None:
+    for line in iter(stream.readline, b""):
+        if KERNEL_TCP_WARNING.encode() not in line:
+            out.buffer.write(line) if hasattr(out, "buffer") else out.write(line.decode(errors="replace"))
+            out.flush()
+    stream.close()
+
+
+def _quiet_kernel_manager():
+    """The kernel manager papermill starts the kernel with, reading the kernel process's own
+    stderr through a filter that drops :data:`KERNEL_TCP_WARNING` and passes the rest on."""
+    from jupyter_client import AsyncKernelManager
+
+    class QuietKernelManager(AsyncKernelManager):
+        async def start_kernel(self, **kw):
+            kw.setdefault("stderr", subprocess.PIPE)
+            await super().start_kernel(**kw)
+            process = getattr(self.provisioner, "process", None)
+            if process is not None and process.stderr is not None:
+                threading.Thread(target=_forward_kernel_stderr, args=(process.stderr, sys.stderr),
+                                 daemon=True).start()
+
+    return QuietKernelManager
+
+
 def stage_name(notebook: Path) -> str:
     """``notebooks/01_retrieval_rag.py`` -> ``retrieval_rag``."""
     stem = notebook.stem
@@ -60,11 +143,19 @@ def to_ipynb(py_path: Path):
 
 
 def run_notebook(py_path: str | os.PathLike[str], *, output_dir: Path | None = None,
-                 extra_params: dict | None = None, log_output: bool = False) -> Path:
-    """Execute one notebook twin with its params section; returns the executed notebook path."""
+                 extra_params: dict | None = None, quiet: bool = False) -> Path:
+    """Execute one notebook twin with its params section; returns the executed notebook path.
+
+    Args:
+        quiet: print no cell headers and no notebook output (only the closing line).
+    """
     import nbformat
     import papermill as pm
+    from papermill.engines import NBClientEngine, papermill_engines
 
+    from ragcritic_lib.pipeline.stage_metrics import record_wall_seconds
+
+    start = time.perf_counter()
     py_path = Path(py_path).resolve()
     params = load_params()
     name = stage_name(py_path)
@@ -84,12 +175,17 @@ def run_notebook(py_path: str | os.PathLike[str], *, output_dir: Path | None = N
         src = Path(tmp) / f"{py_path.stem}.ipynb"
         nbformat.write(nb, src)
         partial = output_dir / f".{py_path.stem}.partial.ipynb"
-        start = time.perf_counter()
+        engine = _announcing(NBClientEngine)
+        engine.stage = name
+        papermill_engines.register("ragcritic_stage", engine)
+        talk = {} if quiet else {"stdout_file": sys.stdout, "stderr_file": sys.stderr}
         try:
             pm.execute_notebook(
                 str(src), str(partial), parameters=stage_params, kernel_name="python3",
-                language="python", cwd=str(paths.ROOT), log_output=log_output,
-                progress_bar=False, report_mode=False,
+                language="python", cwd=str(paths.ROOT), progress_bar=False, report_mode=False,
+                engine_name="ragcritic_stage" if not quiet else None,
+                kernel_manager_class=_quiet_kernel_manager(),
+                extra_arguments=[f"--IPKernelApp.exec_lines={line}" for line in _TEXT_PROGRESS], **talk,
             )
         except Exception:
             # Keep the failed notebook beside the output for inspection, never as the output.
@@ -97,7 +193,10 @@ def run_notebook(py_path: str | os.PathLike[str], *, output_dir: Path | None = N
                 partial.replace(output_dir / f"{py_path.stem}.failed.ipynb")
             raise
         partial.replace(out_path)
-    print(f"[stage {name}] {py_path.name} ran in {time.perf_counter() - start:.1f} s -> "
+    elapsed = time.perf_counter() - start
+    if py_path.parent == paths.NOTEBOOKS_DIR.resolve():
+        record_wall_seconds(py_path.stem, elapsed)
+    print(f"[stage {name}] {py_path.name} ran in {elapsed:.1f} s -> "
           f"{out_path.relative_to(paths.ROOT) if out_path.is_relative_to(paths.ROOT) else out_path}")
     return out_path
 
@@ -105,10 +204,10 @@ def run_notebook(py_path: str | os.PathLike[str], *, output_dir: Path | None = N
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ragcritic_lib.pipeline.stage", description=__doc__.split("\n")[0])
     parser.add_argument("notebook", help="notebooks/NN_name.py")
-    parser.add_argument("--log-output", action="store_true", help="stream cell output")
+    parser.add_argument("--quiet", action="store_true", help="print no cell headers and no notebook output")
     args = parser.parse_args(argv)
     try:
-        run_notebook(args.notebook, log_output=args.log_output)
+        run_notebook(args.notebook, quiet=args.quiet)
     except ParamsError as exc:
         print(exc, file=sys.stderr)
         return 2
