@@ -509,6 +509,9 @@ def sample_error_responses(
 # ============================================================================================
 
 METRICS = ("em", "f1", "acc")
+# Judges of ``correct``: the scorer's metrics and the truth judge (ragcritic_lib.evaluation.truth),
+# which also reads the question's metadata for competing values.
+JUDGE_METRICS = (*METRICS, "truth")
 
 
 def is_correct(record: Mapping[str, Any], *, metric: str = "f1", threshold: float = 0.5,
@@ -519,13 +522,20 @@ def is_correct(record: Mapping[str, Any], *, metric: str = "f1", threshold: floa
     ("I don't know" vs "insufficient information") when the gold answer itself is an abstention
     (the testbed's unanswerable questions). Trivia questions whose gold merely does not occur in
     the corpus keep their real gold, so abstaining on them is wrong.
+
+    ``metric="truth"`` is the truth judge (1 or 0 from gold and metadata, computed here whether or
+    not the record carries a score), so any threshold in (0, 1] reads it the same way.
     """
-    if metric not in METRICS:
-        raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
+    if metric not in JUDGE_METRICS:
+        raise ValueError(f"metric must be one of {JUDGE_METRICS}, got {metric!r}")
     golds = [str(g) for g in record.get("golden_answers") or []]
     if abstain_ok_if_unanswerable and golds and all(is_abstention(g) for g in golds):
         if is_abstention(str(record.get("prediction") or "")):
             return True
+    if metric == "truth":
+        from ragcritic_lib.evaluation.truth import truth_score
+
+        return truth_score(str(record.get("prediction") or ""), golds, record.get("metadata")) >= threshold
     if metric not in record:
         from ragcritic_lib.evaluation.scoring import score_prediction
 
