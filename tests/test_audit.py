@@ -45,6 +45,18 @@ def test_every_judge_against_the_hand_labels():
     assert report["choosing"]["labels"] == {"correct": 3, "wrong": 3}
 
 
+def test_the_report_fits_notebook_02_s_metrics_schema():
+    from ragcritic_lib.pipeline import metrics_schema as ms
+
+    base = {"samples": 0, "source_statistics": [], "error_rate_by_member": {}}
+    report = audit.judge_audit(_rows(), metrics=RULES, threshold=0.5, source="x")
+    ms.validate("02_error_sampling", dict(base, judge={"metric": "truth", "threshold": 0.5, "audit": report}))
+    ms.validate("02_error_sampling", dict(base, judge={"metric": "f1", "threshold": 0.5, "audit": audit.no_audit("x")}))
+    report["agreement"]["truth"] = 1.2
+    with pytest.raises(ms.MetricsSchemaError, match=r"judge.audit.agreement.truth = 1.2 is not in \[0, 1\]"):
+        ms.validate("02_error_sampling", dict(base, judge={"metric": "truth", "threshold": 0.5, "audit": report}))
+
+
 def test_the_llm_teacher_is_judged_where_it_parses():
     rows = _rows()
 

@@ -695,6 +695,7 @@ def error_sampling_metrics(
     primary: Any,
     llm_teacher: Any | None,
     llm_teacher_agreement: Mapping[str, Any],
+    judge_audit: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Notebook 02's metrics: the pool, the judged samples and both pools, per member and dataset,
     Table-1 source statistics, where the rationales came from and how the teachers parsed.
@@ -708,6 +709,9 @@ def error_sampling_metrics(
         primary, llm_teacher: the teachers used (each with ``parse_report()``); ``llm_teacher``
             None when no LLM teacher ran.
         llm_teacher_agreement: the LLM teacher's agreement with the gold judgement on its subset.
+        judge_audit: every judge against the hand-labelled audit
+            (:func:`ragcritic_lib.evaluation.audit.judge_audit`, or ``no_audit``), kept as
+            ``judge.audit``; omitted when None.
     """
     by_member = pool_summary(judged)
     return {
@@ -717,7 +721,8 @@ def error_sampling_metrics(
         "errors": len(errors),
         "correct": len(correct),
         "error_rate": round(len(errors) / max(1, len(judged)), 4),
-        "judge": {"metric": judge_metric, "threshold": judge_threshold},
+        "judge": {"metric": judge_metric, "threshold": judge_threshold,
+                  **({"audit": dict(judge_audit)} if judge_audit is not None else {})},
         "error_rate_by_member": {m: v["error_rate"] for m, v in by_member.items()},
         "by_member": by_member,
         "by_dataset": pool_summary(judged, by="dataset"),
