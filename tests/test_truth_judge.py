@@ -106,6 +106,7 @@ def test_competing_values_skip_the_gold_and_read_every_key():
     meta = {"outdated_answers": ["3,900", "4,300"], "distractor_answers": "Douro", "other_options": ["X"]}
     assert competing_values(["4,300"], meta) == ["3,900", "Douro", "X"]
     assert competing_values(["a"], None) == []
+    assert competing_values(["4,300"], {"outdated_answers": 3900, "other_options": {"b": "Ruddale"}}) == ["3900", "Ruddale"]
 
 
 def test_asserts_reads_denial_words():

@@ -118,7 +118,8 @@ def competing_values(golds: Sequence[str], metadata: Mapping[str, Any] | None) -
     out: list[str] = []
     for key in COMPETING_KEYS:
         value = meta.get(key)
-        items = [value] if isinstance(value, str) else list(value or [])
+        items = ([] if value is None else [value] if isinstance(value, (str, int, float))
+                 else list(value.values()) if isinstance(value, Mapping) else list(value))
         for item in items:
             text = str(item)
             if normalize_answer(text) and normalize_answer(text) not in gold_norm and text not in out:
