@@ -89,6 +89,31 @@ def test_abstentions():
     assert not truth_correct("", ["1990"])
 
 
+def test_an_abstention_offering_a_competing_value_is_wrong_even_when_unanswerable():
+    unans, meta = ["insufficient information"], {"distractor_answers": ["12"]}
+    assert truth_correct("insufficient information", unans, meta)
+    assert not truth_correct("insufficient information or 12", unans, meta)
+    assert truth_correct("insufficient information; not 12", unans, meta)
+
+
+def test_on_generated_testbed_questions_every_gold_form_is_right_and_every_competing_value_wrong():
+    from ragcritic_lib import testbed as tb
+
+    bed = tb.generate_testbed(tb.TestbedConfig(n_entities_per_domain=12))
+    questions = [q for split in tb.SPLITS for q in bed.splits[split]]
+    kinds = set()
+    for q in questions:
+        golds, meta = q["golden_answers"], q["metadata"]
+        assert all(truth_correct(form, golds, meta) for form in golds), q["id"]
+        for key in ("other_options", "outdated_answers", "distractor_answers"):
+            for value in meta[key]:
+                kinds.add(key)
+                assert not truth_correct(value, golds, meta), (q["id"], key, value)
+                assert not truth_correct(f"{golds[0]} or {value}", golds, meta), (q["id"], key, value)
+                assert truth_correct(f"{golds[0]}, not {value}", golds, meta), (q["id"], key, value)
+    assert kinds == {"other_options", "outdated_answers", "distractor_answers"}
+
+
 def test_a_competitor_inside_the_gold_does_not_count():
     gold, meta = ["Ruddale Mills"], {"other_options": ["Ruddale"]}
     assert truth_correct("Ruddale Mills", gold, meta)
@@ -107,6 +132,12 @@ def test_competing_values_skip_the_gold_and_read_every_key():
     assert competing_values(["4,300"], meta) == ["3,900", "Douro", "X"]
     assert competing_values(["a"], None) == []
     assert competing_values(["4,300"], {"outdated_answers": 3900, "other_options": {"b": "Ruddale"}}) == ["3900", "Ruddale"]
+
+
+def test_a_short_form_inside_a_denied_long_form_is_denied_too():
+    golds, meta = ["Dr Jonas Lowell", "Jonas Lowell"], {"outdated_answers": ["Dr Livia Ostrander", "Livia Ostrander"]}
+    assert truth_correct("Dr Jonas Lowell, not Dr Livia Ostrander", golds, meta)
+    assert not truth_correct("Dr Livia Ostrander, not Dr Jonas Lowell", golds, meta)
 
 
 def test_asserts_reads_denial_words():

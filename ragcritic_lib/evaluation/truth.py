@@ -7,7 +7,8 @@ sees the gold answers and the question's metadata, never the question text or a 
 internals, and knows no dataset's sentence templates:
 
 * **Unanswerable questions** (every gold answer is itself an abstention, as on the testbed): right
-  exactly when the answer abstains (:func:`ragcritic_lib.mining.evidence.is_abstention`). On any
+  when the answer abstains (:func:`ragcritic_lib.mining.evidence.is_abstention`) and asserts no
+  competing value ("insufficient information, maybe 12" offers a near-duplicate's value). On any
   other question an abstention is wrong, whatever else the answer says.
 * **Asserting a value**: the value's words occur in the answer as whole words (the scorer's
   short-answer safeguard: "a" is not in "banana"), with numbers read as numbers ("1,200" ==
@@ -19,7 +20,8 @@ internals, and knows no dataset's sentence templates:
   ``distractor_answers`` (a near-duplicate entity's value) and ``other_options`` (a comparison's
   other option). An answer asserting one of them is wrong even when it also asserts the gold
   ("A or B", "the CEO is X or Y"). A competing value found only inside an occurrence of the gold
-  ("Ruddale" inside "Ruddale Mills") does not count.
+  ("Ruddale" inside "Ruddale Mills") does not count, nor does a short form inside a denied long
+  one ("Livia Ostrander" in "not Dr Livia Ostrander").
 
 Where the metadata holds no competing values (other datasets), the judge is accuracy with the
 safeguards above. Its known blind spot: an answer that asserts the gold through the losing side
@@ -134,14 +136,15 @@ def is_unanswerable(golds: Sequence[str]) -> bool:
 
 def asserts(prediction: str, values: Sequence[str], *, besides: Sequence[str] = ()) -> bool:
     """Whether the prediction asserts one of ``values``: an occurrence that is not denied or
-    subordinated, and (for competing values) not inside an occurrence of one of ``besides``."""
+    subordinated and not part of a longer occurrence of a value or of one of ``besides`` ("Jonas
+    Lowell" inside "not Dr Jonas Lowell"; a competing "Ruddale" inside the gold "Ruddale Mills")."""
     found = _occurrences(prediction, values)
-    shield = _occurrences(prediction, besides) if besides else {k: [] for k in found}
+    every = _occurrences(prediction, [*values, *besides])
     for view, spans in found.items():
         for start, end, demoted in spans:
             if demoted:
                 continue
-            if any(s <= start and end <= e and (e - s) > (end - start) for s, e, _ in shield[view]):
+            if any(s <= start and end <= e and (e - s) > (end - start) for s, e, _ in every[view]):
                 continue
             return True
     return False
@@ -151,13 +154,14 @@ def truth_correct(prediction: str, golds: Sequence[str], metadata: Mapping[str, 
     """The truth judge's verdict on one answer (see the module docstring)."""
     golds = [str(g) for g in golds or []]
     prediction = str(prediction or "")
+    rivals = competing_values(golds, metadata)
     if is_unanswerable(golds):
-        return is_abstention(prediction)
+        # Abstaining is the answer; offering a competing value beside it asserts that value.
+        return is_abstention(prediction) and not (rivals and asserts(prediction, rivals))
     if not golds or is_abstention(prediction):
         return False
     if not asserts(prediction, golds):
         return False
-    rivals = competing_values(golds, metadata)
     return not (rivals and asserts(prediction, rivals, besides=golds))
 
 
