@@ -38,7 +38,8 @@ teacher_max_new_tokens = 160
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from ragcritic_lib import runtime
+from ragcritic_lib import paths, runtime
+from ragcritic_lib.evaluation import audit
 from ragcritic_lib.mining import sampling as mining
 from ragcritic_lib.data.flashrag import dataset_paths, load_corpus_records
 from ragcritic_lib.io import write_jsonl
@@ -76,7 +77,9 @@ pd.DataFrame(samples)[["dataset", "pool_member", "question", "prediction", "gold
 # %% [markdown]
 # ## Judging and grounded evidence
 # Correct means `judge_metric >= judge_threshold` against the gold answers (an abstention on an
-# unanswerable testbed question counts as correct). Evidence is computed without any LLM.
+# unanswerable testbed question counts as correct). `judge_metric = "truth"` is the truth judge
+# (`ragcritic_lib.evaluation.truth`): the answer asserts a gold answer and no competing value
+# from the question's metadata (superseded, near-duplicate, a comparison's other option). Evidence is computed without any LLM.
 
 # %%
 judged = []
@@ -148,6 +151,31 @@ for r, x in list(zip(subset, llm_rationales))[:2]:
     print(f"{r['prediction']!r} (correct={r['correct']}) -> {x.raw[:240]!r}")
 
 # %% [markdown]
+# ## The judges against the hand audit
+# `data/audit/audit.jsonl` holds real answers labelled by a reader (data/audit/README.md). Every
+# judge of `correct` (F1, EM, accuracy and truth at `judge_threshold`, and the LLM teacher where it
+# runs and its output parses) is compared with those labels: on the choosing rows (train and dev
+# answers, which may pick the default judge) and on the test rows (which only report), with
+# Wilson 95% intervals. Without a labelled audit the metrics say that none exists.
+
+# %%
+audit_file = paths.DATA_DIR / "audit" / "audit.jsonl"
+audit_source = audit_file.relative_to(paths.ROOT).as_posix()
+if audit_file.exists():
+    judge_audit = audit.judge_audit(audit.read_audit(audit_file), metrics=mining.JUDGE_METRICS,
+                                    threshold=judge_threshold, source=audit_source,
+                                    teacher=llm_teacher.rationales if llm_teacher else None)
+    print(f"audit: {judge_audit['n']} rows ({judge_audit['n_test']} test); best on the choosing rows: "
+          f"{judge_audit['best_choosing']} (configured: {judge_metric})")
+    display_audit = pd.DataFrame({"choosing": judge_audit["choosing"]["agreement"], "test": judge_audit["agreement"],
+                                  "test CI low": judge_audit["agreement_ci_low"], "test CI high": judge_audit["agreement_ci_high"]})
+else:
+    judge_audit = audit.no_audit(audit_source)
+    display_audit = pd.DataFrame()
+    print(f"no labelled audit at {audit_source}: judge agreement not measured")
+display_audit
+
+# %% [markdown]
 # ## Outputs
 
 # %%
@@ -156,7 +184,7 @@ write_jsonl(out_dir / "correct.jsonl", correct)
 metrics = mining.error_sampling_metrics(
     pool, judged, errors, correct, judge_metric=judge_metric, judge_threshold=judge_threshold,
     rationale_sources=rationale_report, teacher=teacher, primary=primary, llm_teacher=llm_teacher,
-    llm_teacher_agreement=agreement)
+    llm_teacher_agreement=agreement, judge_audit=judge_audit)
 write_stage_metrics("02_error_sampling", metrics)
 {k: metrics[k] for k in ("pool_size", "samples", "errors", "error_rate", "error_rate_by_member")}
 

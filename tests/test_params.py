@@ -60,7 +60,7 @@ REJECTED = [
     ("common.retriever", {"kind": "sparse"}, "common.retriever.kind: must be one of bm25 | dense | hybrid, got 'sparse'"),
     ("common.retriever", {"index": "lsh"}, "common.retriever.index: must be one of flat | hnsw | ivf, got 'lsh'"),
     ("common.generator", {"backend": "tgi"}, "common.generator.backend: must be one of hf | openai | vllm, got 'tgi'"),
-    ("error_sampling", {"judge_metric": "bleu"}, "error_sampling.judge_metric: must be one of em | f1 | acc, got 'bleu'"),
+    ("error_sampling", {"judge_metric": "bleu"}, "error_sampling.judge_metric: must be one of em | f1 | acc | truth, got 'bleu'"),
     ("error_sampling", {"judge_threshold": 1.5}, "error_sampling.judge_threshold: must be in [0, 1], got 1.5"),
     ("error_sampling", {"teacher": "gpt"}, "error_sampling.teacher: must be one of grounded | llm, got 'gpt'"),
     ("error_sampling", {"dataset_questions": "testbed=many"},

@@ -91,6 +91,20 @@ def test_reading_retrieval_rag_best_retriever_and_closed_book():
 
 
 # ------------------------------------------------------------------------------------ 02
+def test_reading_error_sampling_reports_the_audit_or_its_absence():
+    from ragcritic_lib.evaluation import audit
+    from pathlib import Path
+
+    rows = audit.read_audit(Path(__file__).parent / "data" / "audit_fixture.jsonl")
+    report = audit.judge_audit(rows, metrics=("f1", "truth"), threshold=0.5, source="data/audit/audit.jsonl")
+    text = _text(R.reading_error_sampling({"judge": {"metric": "f1", "threshold": 0.5, "audit": report}}))
+    assert "Against 10 hand-labelled answers, on the 4 test rows" in text and "f1 25% (5%-70%), truth 75% (30%-95%)" in text
+    assert "On the 6 choosing rows truth agrees best (100%); this run judged with f1." in text
+    absent = _text(R.reading_error_sampling({"judge": {"metric": "f1", "threshold": 0.5,
+                                                       "audit": audit.no_audit("data/audit/audit.jsonl")}}))
+    assert "No hand-labelled audit (data/audit/audit.jsonl) was read" in absent
+
+
 def test_reading_error_sampling_judge_at_chance_and_above():
     m = {"pool_size": 2, "samples": 100, "errors": 90, "correct": 10, "judge": {"metric": "f1", "threshold": 0.5},
          "error_rate_by_member": {"a": 0.8, "b": 0.95},

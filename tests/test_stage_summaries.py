@@ -53,8 +53,11 @@ def test_error_sampling_metrics():
         {"dataset": "tv", "type": "factual", "questions": 1, "samples": 1, "errors": 1, "correct": 0, "error_rate": 1.0}]
     assert m["teacher_parse"] == {"primary": {"failure_rate": 0.0}, "llm_subset": {"failure_rate": 0.5}}
     no_llm = error_sampling_metrics([], [], [], [], judge_metric="em", judge_threshold=1.0, rationale_sources={},
-                                    teacher="grounded", primary=primary, llm_teacher=None, llm_teacher_agreement={})
+                                    teacher="grounded", primary=primary, llm_teacher=None, llm_teacher_agreement={},
+                                    judge_audit={"exists": False, "source": "data/audit/audit.jsonl"})
     assert no_llm["error_rate"] == 0.0 and no_llm["teacher_parse"]["llm_subset"] is None
+    assert no_llm["judge"] == {"metric": "em", "threshold": 1.0,
+                               "audit": {"exists": False, "source": "data/audit/audit.jsonl"}}
 
 
 def test_tagging_metrics():

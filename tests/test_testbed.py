@@ -237,6 +237,14 @@ def test_comparison_answers_follow_the_values(bed: tb.Testbed) -> None:
         winner = pick(values, key=values.__getitem__)
         assert r["golden_answers"] == [ents[winner].name], r["id"]
         assert len(set(values.values())) == 2
+        loser = next(e for e in values if e != winner)
+        assert m["other_options"] == [ents[loser].name], r["id"]
+
+
+def test_only_comparisons_have_other_options(bed: tb.Testbed) -> None:
+    for r in _all_questions(bed):
+        m = r["metadata"]
+        assert bool(m["other_options"]) == (m["type"] == "comparison"), r["id"]
 
 
 def test_temporal_answers_follow_the_event_dates(bed: tb.Testbed) -> None:

@@ -265,6 +265,7 @@ def verdict_quality(results: Sequence[Mapping[str, Any]], *, judge_metric: str, 
         answers right / wrong by accuracy)}.
     """
     from ragcritic_lib.evaluation.stats import auroc, bootstrap_auroc_ci
+    from ragcritic_lib.evaluation.truth import truth_score
     from ragcritic_lib.mining.evidence import is_abstention
 
     margins, wrong_judge, wrong_acc = [], [], []
@@ -278,7 +279,8 @@ def verdict_quality(results: Sequence[Mapping[str, Any]], *, judge_metric: str, 
         golds = list(r.get("golden_answers") or [])
         before = str(step.get("answer_before") if step.get("answer_before") is not None else r.get("prediction") or "")
         s0 = score_prediction(before, golds)
-        right_judge = s0[judge_metric] >= judge_threshold
+        right_judge = (truth_score(before, golds, r.get("metadata")) if judge_metric == "truth"
+                       else s0[judge_metric]) >= judge_threshold
         right_acc = s0["acc"] > 0
         margins.append(float(margin))
         wrong_judge.append(not right_judge)

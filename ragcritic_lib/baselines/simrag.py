@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragcritic_lib.baselines import contains_answer, dataset_name, overlap_fraction, tokens
+from ragcritic_lib.evaluation.stats import wilson_interval
 
 LABELS = ("Accept", "Reject")
 
@@ -582,17 +583,6 @@ class LLMSufficiencyCritic:
         verdicts = [parse_verdict(g.text) for g in gens]
         self.invalid += sum(v is None for v in verdicts)
         return [v == "Accept" for v in verdicts]
-
-
-def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
-    """Wilson score interval of a proportion ``k / n`` (95% by default); None when ``n`` is 0."""
-    if n <= 0:
-        return None
-    p = k / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def confusion_matrix(labels: Sequence[str], accepted: Sequence[bool]) -> dict[str, Any]:

@@ -238,6 +238,25 @@ def reading_error_sampling(metrics: Mapping[str, Any]) -> list[str]:
     if samples and _share(correct, samples) < 0.2:
         text.append(f"Only {correct} correct answers exist: the critic's training sees few examples of a right answer.")
     text += _llm_judge_sentences(metrics.get("llm_teacher_agreement") or {})
+    text += _audit_sentences(judge)
+    return text
+
+
+def _audit_sentences(judge: Mapping[str, Any]) -> list[str]:
+    """The judges against the hand-labelled audit (``judge.audit``), test rows first."""
+    audit = judge.get("audit") or {}
+    if not audit.get("exists"):
+        return [f"No hand-labelled audit ({audit.get('source') or 'data/audit/audit.jsonl'}) was read: "
+                "how often the judge agrees with a reader is not measured in this run."]
+    agree, low, high = audit.get("agreement") or {}, audit.get("agreement_ci_low") or {}, audit.get("agreement_ci_high") or {}
+    shown = ", ".join(f"{j} {_pct(a)} ({_pct(low.get(j))}-{_pct(high.get(j))})" for j, a in agree.items() if _known(a))
+    choosing = (audit.get("choosing") or {})
+    best = audit.get("best_choosing")
+    text = [f"Against {audit.get('n', 0)} hand-labelled answers, on the {audit.get('n_test', 0)} test rows the judges "
+            f"agree with the reader: {shown or 'none judged'} (Wilson 95%)."]
+    if best:
+        text.append(f"On the {choosing.get('n', 0)} choosing rows {best} agrees best "
+                    f"({_pct((choosing.get('agreement') or {}).get(best))}); this run judged with {judge.get('metric', '?')}.")
     return text
 
 

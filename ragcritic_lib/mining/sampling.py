@@ -509,6 +509,9 @@ def sample_error_responses(
 # ============================================================================================
 
 METRICS = ("em", "f1", "acc")
+# Judges of ``correct``: the scorer's metrics and the truth judge (ragcritic_lib.evaluation.truth),
+# which also reads the question's metadata for competing values.
+JUDGE_METRICS = (*METRICS, "truth")
 
 
 def is_correct(record: Mapping[str, Any], *, metric: str = "f1", threshold: float = 0.5,
@@ -519,13 +522,20 @@ def is_correct(record: Mapping[str, Any], *, metric: str = "f1", threshold: floa
     ("I don't know" vs "insufficient information") when the gold answer itself is an abstention
     (the testbed's unanswerable questions). Trivia questions whose gold merely does not occur in
     the corpus keep their real gold, so abstaining on them is wrong.
+
+    ``metric="truth"`` is the truth judge (1 or 0 from gold and metadata, computed here whether or
+    not the record carries a score), so any threshold in (0, 1] reads it the same way.
     """
-    if metric not in METRICS:
-        raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
+    if metric not in JUDGE_METRICS:
+        raise ValueError(f"metric must be one of {JUDGE_METRICS}, got {metric!r}")
     golds = [str(g) for g in record.get("golden_answers") or []]
     if abstain_ok_if_unanswerable and golds and all(is_abstention(g) for g in golds):
         if is_abstention(str(record.get("prediction") or "")):
             return True
+    if metric == "truth":
+        from ragcritic_lib.evaluation.truth import truth_score
+
+        return truth_score(str(record.get("prediction") or ""), golds, record.get("metadata")) >= threshold
     if metric not in record:
         from ragcritic_lib.evaluation.scoring import score_prediction
 
@@ -685,6 +695,7 @@ def error_sampling_metrics(
     primary: Any,
     llm_teacher: Any | None,
     llm_teacher_agreement: Mapping[str, Any],
+    judge_audit: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Notebook 02's metrics: the pool, the judged samples and both pools, per member and dataset,
     Table-1 source statistics, where the rationales came from and how the teachers parsed.
@@ -698,6 +709,9 @@ def error_sampling_metrics(
         primary, llm_teacher: the teachers used (each with ``parse_report()``); ``llm_teacher``
             None when no LLM teacher ran.
         llm_teacher_agreement: the LLM teacher's agreement with the gold judgement on its subset.
+        judge_audit: every judge against the hand-labelled audit
+            (:func:`ragcritic_lib.evaluation.audit.judge_audit`, or ``no_audit``), kept as
+            ``judge.audit``; omitted when None.
     """
     by_member = pool_summary(judged)
     return {
@@ -707,7 +721,8 @@ def error_sampling_metrics(
         "errors": len(errors),
         "correct": len(correct),
         "error_rate": round(len(errors) / max(1, len(judged)), 4),
-        "judge": {"metric": judge_metric, "threshold": judge_threshold},
+        "judge": {"metric": judge_metric, "threshold": judge_threshold,
+                  **({"audit": dict(judge_audit)} if judge_audit is not None else {})},
         "error_rate_by_member": {m: v["error_rate"] for m, v in by_member.items()},
         "by_member": by_member,
         "by_dataset": pool_summary(judged, by="dataset"),

@@ -339,8 +339,49 @@ class TeacherParse(TypedDict, total=False):
     llm_subset: ParseReport | None
 
 
+class AuditConfusion(TypedDict):
+    """One judge's verdicts against the hand labels: its verdict, then the label."""
+    credited_right: Count
+    credited_wrong: Count
+    rejected_right: Count
+    rejected_wrong: Count
+
+
+class AuditRows(TypedDict, total=False):
+    """Every judge against the audit's rows of one role (``ragcritic_lib.evaluation.audit``),
+    each dict keyed by judge (``f1``, ``em``, ``acc``, ``truth``, ``llm_teacher``)."""
+    n: Count
+    labels: dict[str, Count]
+    kinds: dict[str, Count]
+    agreement: dict[str, Fraction | None]
+    agreement_ci_low: dict[str, Fraction | None]
+    agreement_ci_high: dict[str, Fraction | None]
+    judged: dict[str, Count]
+    confusion: dict[str, AuditConfusion]
+    wrong_by_kind: dict[str, dict[str, Count]]
+    wrong_rows: dict[str, list[str]]
+
+
+class JudgeAudit(AuditRows):
+    """``judge.audit``: the test rows at the top level, the choosing rows under ``choosing``;
+    ``exists`` false (and nothing else but ``source``) when no labelled audit exists."""
+    exists: bool
+    source: NotRequired[str]
+    n_test: NotRequired[Count]
+    choosing: NotRequired[AuditRows]
+    best_choosing: NotRequired[str | None]
+
+
+class JudgeSetting(TypedDict):
+    """``judge``: the judge of ``correct`` and, where notebook 02 measured it, its audit."""
+    metric: str
+    threshold: Fraction
+    audit: NotRequired[JudgeAudit]
+
+
 class ErrorSamplingMetrics(StageMetrics):
     """``02_error_sampling.json``."""
+    judge: NotRequired[JudgeSetting]
     samples: Count
     source_statistics: list[SourceStatisticsRow]
     error_rate_by_member: dict[str, Fraction | None]

@@ -406,7 +406,7 @@ def rules() -> dict[str, dict[str, Rule]]:
         "error_sampling": {
             "pool_file": input_path(), "split": one_of(SPLITS), "questions_per_dataset": count,
             "dataset_questions": dataset_counts(),
-            "chunk_size": count, "judge_metric": one_of(mining.METRICS), "judge_threshold": FRACTION,
+            "chunk_size": count, "judge_metric": one_of(mining.JUDGE_METRICS), "judge_threshold": FRACTION,
             "teacher": teacher, "teacher_config": input_path(empty_ok=True), "llm_teacher_subset": some,
             "teacher_few_shot": some, "teacher_max_new_tokens": tokens,
         },

@@ -45,6 +45,7 @@ class _Draft:
     hops: int = 1
     answer_facts: list[str] = field(default_factory=list)  # facts whose value is the answer
     withheld: str = ""
+    other_options: list[str] = field(default_factory=list)  # a comparison's losing option
 
     @property
     def identity(self) -> str:
@@ -141,8 +142,10 @@ class _QuestionMaker:
             first, second = (a, b) if rng.random() < 0.5 else (b, a)
             winner = a if (va > vb) == (direction == "max") else b
             q = template.format(a=first.name, b=second.name)
+            loser = b if winner is a else a
             out.append(_Draft("comparison", q, [winner.name], [fact_key(a.id, attr), fact_key(b.id, attr)],
-                              [first.id, second.id], [self.canon(a, attr), self.canon(b, attr), winner.name], 1))
+                              [first.id, second.id], [self.canon(a, attr), self.canon(b, attr), winner.name], 1,
+                              other_options=[loser.name]))
         rng.shuffle(out)
         return out
 
@@ -357,6 +360,7 @@ class _QuestionMaker:
                 "distractor_passage_ids": distractor_passages,
                 "distractor_answers": distractor_answers,
                 "outdated_answers": outdated_answers,
+                "other_options": list(d.other_options),
             },
         }
 
