@@ -4,7 +4,7 @@ A trained critic used to leave a merged bf16 checkpoint (~270 MB for a 135M mode
 ships instead depends on how it was trained:
 
 - ``adapter``: a LoRA result is its peft adapter (``adapter_config.json`` +
-  ``adapter_model.safetensors``); loaders put it on the base model.
+  ``adapter_model.safetensors``, bf16); loaders put it on the base model.
 - a full fine-tune ships the most faithful of these that fits ``ship_max_mb``:
   ``layers`` (every tensor that differs from the base, in bf16: exactly the merged checkpoint's
   weights), ``delta8`` (the difference to the base, int8 with one float32 scale per row) or
@@ -293,11 +293,12 @@ def ship_full(trained: Mapping[str, Any], base_folder: str | os.PathLike[str], o
 def ship_adapter(model: Any, out_dir: str | os.PathLike[str], *, base_folder: str | os.PathLike[str], base_key: str,
                  lora_config: Any, dtype: str = "bfloat16") -> dict[str, Any]:
     """Write the LoRA weights injected into ``model`` (peft ``inject_adapter_in_model``, adapter
-    "default") as a peft adapter folder with its manifest; returns the manifest."""
+    "default") in bf16 as a peft adapter folder with its manifest; returns the manifest."""
+    import torch
     from safetensors.torch import save_file
 
     out = _fresh(out_dir)
-    state = {"base_model.model." + n.replace(".default.", "."): p.detach().float().contiguous()
+    state = {"base_model.model." + n.replace(".default.", "."): p.detach().to(torch.bfloat16).contiguous()
              for n, p in model.named_parameters() if "lora_" in n}
     if not state:
         raise ValueError(f"{out}: the model carries no LoRA weights to ship as an adapter")
@@ -314,9 +315,10 @@ def ship_adapter(model: Any, out_dir: str | os.PathLike[str], *, base_folder: st
 def ship_adapter_dir(adapter_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str], *,
                      base_folder: str | os.PathLike[str], base_key: str, dtype: str = "bfloat16") -> dict[str, Any]:
     """Ship a saved peft adapter folder (e.g. TRL's): its config (base recorded repository-relative)
-    and weights, without checkpoints or optimizer state; returns the manifest."""
+    and weights in bf16, without checkpoints or optimizer state; returns the manifest."""
+    import torch
     from peft import LoraConfig
-    from safetensors.torch import load_file
+    from safetensors.torch import load_file, save_file
 
     src = Path(adapter_dir)
     weights = src / "adapter_model.safetensors"
@@ -325,8 +327,8 @@ def ship_adapter_dir(adapter_dir: str | os.PathLike[str], out_dir: str | os.Path
     cfg = copy_config(LoraConfig.from_pretrained(str(src)), base_folder)
     out = _fresh(out_dir)
     cfg.save_pretrained(str(out))
-    shutil.copyfile(weights, out / "adapter_model.safetensors")
-    state = load_file(str(weights))
+    state = {k: v.to(torch.bfloat16).contiguous() for k, v in load_file(str(weights)).items()}
+    save_file(state, str(out / "adapter_model.safetensors"))
     manifest = {"form": "adapter", "rank": int(cfg.r), "dtype": dtype, "base": _base_record(base_folder, base_key),
                 "tensors": [{"name": n, "shape": list(t.shape), "encoding": "lora"} for n, t in sorted(state.items())]}
     _write_manifest(out, manifest)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -292,3 +293,70 @@ def test_trained_planner_adapter_and_full_checkpoint(tiny, tmp_path):
     assert (full.llm.model, full.llm.adapter) == (str(tiny["full"]), None)
     with pytest.raises(FileNotFoundError):
         load_trained_planner(params, tmp_path / "missing")
+
+
+# ---------------------------------------------------------------------------------------------
+# Shipped compact forms (ragcritic_lib.model_forms): what stages 05/06 write instead of a merged
+# checkpoint; every loader reads them
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture()
+def shipped(tiny, tmp_path, monkeypatch):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ragcritic_lib import model_forms
+
+    monkeypatch.setenv("RAGCRITIC_MODEL_CACHE", str(tmp_path / "model_cache"))
+    full = AutoModelForCausalLM.from_pretrained(tiny["full"], dtype=torch.float32)
+    model_forms.ship_full(full.state_dict(), tiny["base"], tmp_path / "stage" / "model", max_mb=5.0,
+                          base_key="critic_sft.base_model", dtype="float32")
+    return {"model": tmp_path / "stage" / "model", "full": full, "cache": tmp_path / "model_cache"}
+
+
+def test_a_shipped_full_form_is_rebuilt_on_its_base_for_every_loader(tiny, shipped):
+    import torch
+
+    gen = {"backend": "hf", "model": str(tiny["base"]), "cache": False, "dtype": "float32", "device": "cpu"}
+    assert runtime.checkpoint_kind(shipped["model"]) == "shipped"
+    cfg = runtime.trained_model_config(_params(**gen), shipped["model"])
+    assert Path(cfg["model"]).parent == shipped["cache"] and "adapter" not in cfg
+    llm = runtime.load_trained_model(_params(**gen), shipped["model"])
+    assert torch.equal(_q_proj(llm), shipped["full"].model.layers[0].self_attn.q_proj.weight)
+    # training continues from the rebuilt model; a planner base may name the shipped folder
+    start = runtime.training_start(shipped["model"])
+    assert start == {"base_model": cfg["model"], "init_adapter": None}
+    assert runtime.resolve_base_model(_params(**gen), str(shipped["model"]), key="k") == cfg["model"]
+
+
+def test_a_shipped_form_on_another_base_is_refused_naming_its_manifest(tiny, shipped):
+    from ragcritic_lib import model_forms
+
+    gen = {"backend": "hf", "model": str(tiny["base"]), "cache": False, "dtype": "float32", "device": "cpu"}
+    manifest = shipped["model"] / model_forms.MANIFEST
+    with pytest.raises(model_forms.BaseMismatch, match=str(manifest)):
+        runtime.trained_model_config(_params(**gen), shipped["model"], base_model=str(tiny["full"]))
+
+
+def test_trained_critic_reads_the_shipped_model_folder(tiny, shipped):
+    from ragcritic_lib.critic import load_trained_critic
+    from ragcritic_lib.taxonomy import load_taxonomy
+
+    d = shipped["model"].parent
+    (d / "critic_prompt.json").write_text(json.dumps({"top_k": 2, "passage_words": 10, "label_list": False}))
+    (d / "verdict_calibration.json").write_text(json.dumps({"threshold": 0.5}))
+    gen = {"backend": "hf", "model": str(tiny["base"]), "cache": False, "dtype": "float32", "device": "cpu"}
+    critic = load_trained_critic(_params(**gen), d, load_taxonomy(), prompt_file=d / "critic_prompt.json")
+    assert Path(critic.llm.model).parent == shipped["cache"] and critic.llm.adapter is None
+
+
+def test_a_shipped_adapter_names_its_base_by_hash(tiny, tmp_path):
+    from ragcritic_lib import model_forms
+
+    model_forms.ship_adapter_dir(tiny["adapter"], tmp_path / "model", base_folder=tiny["base"], base_key="k")
+    assert runtime.checkpoint_kind(tmp_path / "model") == "adapter"
+    assert runtime.recorded_base_model(tmp_path / "model") == str(tiny["base"])
+    gen = {"backend": "hf", "model": str(tiny["base"]), "cache": False, "dtype": "float32", "device": "cpu"}
+    cfg = runtime.trained_model_config(_params(**gen), tmp_path / "model")
+    assert (cfg["model"], cfg["adapter"]) == (str(tiny["base"]), str(tmp_path / "model"))
+    with pytest.raises(model_forms.BaseMismatch, match="ship_manifest.json"):
+        runtime.trained_model_config(_params(**gen), tmp_path / "model", base_model=str(tiny["full"]))
