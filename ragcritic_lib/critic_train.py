@@ -745,6 +745,9 @@ def run_cached_dpo(pairs: Sequence[Mapping[str, Any]], dev_examples: Sequence[Ma
     if split.lora_config is not None and settings.method != "lora":
         raise ValueError(f"{start_model}: the SFT critic is a LoRA adapter; DPO continues it with method 'lora', "
                          f"not {settings.method!r}")
+    if split.lora_config is None and settings.method == "lora" and ship_base(start_model) != Path(start_model):
+        raise ValueError(f"{start_model}: the SFT critic is a full fine-tune shipped against its base; a new LoRA "
+                         "on it could not ship as an adapter of that base: use method 'full'")
     chosen, rejected, dropped = [], [], 0
     for p in pairs:
         c = encode(tok, p["prompt"], p["chosen"], max_length=settings.max_length)
@@ -777,7 +780,9 @@ def ship_train_result(result: Any, out_dir: str | Path, *, base_model: str | Pat
                       ship_max_mb: float, dtype: str = "bfloat16") -> dict[str, Any]:
     """Ship a TRL training result (:class:`ragcritic_lib.training.TrainResult`): its adapter, or
     the fully fine-tuned model's compact form against ``base_model``; the training folder
-    (checkpoints, optimizer state) is then removed. Returns the manifest."""
+    (checkpoints, optimizer state) is then removed. An adapter trained on another model than
+    ``base_model`` (a rebuilt full critic) is merged into that model and ships as a full form.
+    Returns the manifest."""
     import shutil
 
     import torch
@@ -786,11 +791,18 @@ def ship_train_result(result: Any, out_dir: str | Path, *, base_model: str | Pat
     from ragcritic_lib import model_forms, paths
 
     trained = paths.resolve(result.adapter_dir)
-    if result.is_adapter:
+    on = paths.resolve(result.base_model)
+    if result.is_adapter and on.resolve() == paths.resolve(base_model).resolve():
         manifest = model_forms.ship_adapter_dir(trained, out_dir, base_folder=base_model, base_key=base_key,
                                                 dtype=dtype)
     else:
-        state = AutoModelForCausalLM.from_pretrained(str(trained), dtype=torch.float32).state_dict()
+        if result.is_adapter:
+            from peft import PeftModel
+
+            model = AutoModelForCausalLM.from_pretrained(str(on), dtype=torch.float32)
+            state = PeftModel.from_pretrained(model, str(trained)).merge_and_unload().state_dict()
+        else:
+            state = AutoModelForCausalLM.from_pretrained(str(trained), dtype=torch.float32).state_dict()
         manifest = model_forms.ship_full(state, base_model, out_dir, max_mb=ship_max_mb, base_key=base_key,
                                          dtype=dtype)
     shutil.rmtree(trained, ignore_errors=True)

@@ -360,3 +360,28 @@ def test_a_shipped_adapter_names_its_base_by_hash(tiny, tmp_path):
     assert (cfg["model"], cfg["adapter"]) == (str(tiny["base"]), str(tmp_path / "model"))
     with pytest.raises(model_forms.BaseMismatch, match="ship_manifest.json"):
         runtime.trained_model_config(_params(**gen), tmp_path / "model", base_model=str(tiny["full"]))
+
+
+def test_trl_results_ship_their_adapter_or_a_compact_full_form(tiny, tmp_path):
+    from ragcritic_lib import model_forms
+    from ragcritic_lib.critic_train import ship_train_result
+
+    shutil.copytree(tiny["adapter"], tmp_path / "trl_adapter")
+    lora = TrainResult(adapter_dir=str(tmp_path / "trl_adapter"), is_adapter=True, base_model=str(tiny["base"]),
+                       steps=1, seconds=0.1)
+    m = ship_train_result(lora, tmp_path / "lora_model", base_model=tiny["base"], base_key="k", ship_max_mb=5.0)
+    assert m["form"] == "adapter" and not (tmp_path / "trl_adapter").exists()  # checkpoints do not ship
+    assert runtime.recorded_base_model(tmp_path / "lora_model") == str(tiny["base"])
+    shutil.copytree(tiny["full"], tmp_path / "trl_full")
+    full = TrainResult(adapter_dir=str(tmp_path / "trl_full"), is_adapter=False, base_model=str(tiny["base"]),
+                       steps=1, seconds=0.1)
+    m = ship_train_result(full, tmp_path / "full_model", base_model=tiny["base"], base_key="k", ship_max_mb=5.0)
+    assert (m["form"], [e["name"] for e in m["tensors"]]) == ("layers", ["model.layers.0.self_attn.q_proj.weight"])
+    # an adapter trained on a rebuilt full critic merges into it and ships against the original base
+    shutil.copytree(tiny["adapter"], tmp_path / "trl_adapter2")
+    on_full = TrainResult(adapter_dir=str(tmp_path / "trl_adapter2"), is_adapter=True, base_model=str(tiny["full"]),
+                          steps=1, seconds=0.1)
+    m = ship_train_result(on_full, tmp_path / "merged_model", base_model=tiny["base"], base_key="k", ship_max_mb=5.0)
+    assert m["form"] == "layers" and m["base"]["sha256"] == model_forms.base_sha256(tiny["base"])
+    names = {e["name"] for e in m["tensors"]}
+    assert "model.layers.0.self_attn.q_proj.weight" in names and "model.layers.1.self_attn.v_proj.weight" in names
