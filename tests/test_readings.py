@@ -454,3 +454,18 @@ def test_every_reading_function_has_a_notebook_that_calls_it():
         assert stage in notebooks, f"reading_{stage} names no pipeline stage"
         assert f"reading_{stage}(" in notebooks[stage].read_text(), f"{notebooks[stage].name} does not call reading_{stage}"
     assert math.isclose(R._DPO_START_LOSS, 0.6931, abs_tol=1e-4)
+
+
+def test_critic_readings_say_how_the_critic_ships_and_what_it_loses() -> None:
+    from ragcritic_lib.evaluation.readings import reading_critic_dpo, reading_critic_sft
+
+    ship = {"form": "lowrank", "rank": 39, "mb": 23.9, "dev_auroc_trained": 0.75, "dev_auroc_shipped": 0.71,
+            "flag": True}
+    sft = reading_critic_sft({"ship": ship, "method_decision": {"reason": "no method's advantage is clear"}})
+    assert "The critic ships as lowrank rank 39 (23.9 MB); its dev AUROC is 0.710 against 0.750 for the trained " \
+           "model, a loss over 0.02: flagged." in sft
+    assert "Method decision: no method's advantage is clear." in sft
+    dpo = reading_critic_dpo({"ship": {**ship, "form": "adapter", "mb": 19.7, "dev_auroc_shipped": 0.75,
+                                       "flag": False}})
+    assert "The critic ships as adapter (19.7 MB); its dev AUROC is 0.750 against 0.750 for the trained model." in dpo
+    assert not any("ships" in t for t in reading_critic_dpo({}))
