@@ -120,7 +120,7 @@ def test_base_model_keys_must_be_local_folders_or_stage_outputs(params, tmp_path
         in problems
     assert "correction.planner_base_model: expected str, got int (7)" in problems
     good = _with(params, critic_sft={"base_model": str(_model_folder(tmp_path / "m"))},
-                 correction={"planner_base_model": "data/critic_sft/merged"},  # written by stage critic_sft
+                 correction={"planner_base_model": "data/critic_sft/model"},  # shipped by stage critic_sft
                  repair={"base_model": str(tmp_path / "m")}, simrag={"critic_base_model": ""})
     assert params_problems(good) == []
 
