@@ -39,7 +39,9 @@ max_analysis_words = 12
 max_tag3 = 1
 trainer = "cached"
 method = "best"
-compare_examples = 400
+default_method = "full"
+lora_ranks = "32,64"
+compare_examples = 1000
 train_layers = 30
 epochs = 3.0
 learning_rate = 0.0001
@@ -55,6 +57,7 @@ launcher = "inprocess"
 accelerate_config = "configs/accelerate/deepspeed_zero3.yaml"
 num_processes = 0
 merge_dtype = "bfloat16"
+ship_max_mb = 24.0
 preview_samples = 4
 base_model = ""
 
@@ -173,28 +176,39 @@ for m in examples[0]["messages"]:
 # %% [markdown]
 # ## Training
 # `trainer = "cached"`: the lower layers are frozen and run once over every example; the top
-# `train_layers` layers learn on the critique tokens (full weights or LoRA: with
-# `method = "best"` both train one epoch on `compare_examples` examples and the better one on
-# dev goes on). Dev AUROC is measured every `eval_every` examples: that is the learning curve,
-# and training stops when it has not improved for `patience` evaluations, keeping the best
-# weights. `trainer = "trl"` runs the TRL recipe instead (GPUs, DeepSpeed ZeRO-3 via
-# `launcher = "accelerate"`).
+# `train_layers` layers learn on the critique tokens (full weights or LoRA on every linear map).
+# With `method = "best"`, full fine-tuning and LoRA at each of `lora_ranks` first train one
+# epoch on the same `compare_examples` examples; each gets its dev AUROC with a bootstrap CI,
+# and the paired bootstrap CI of its difference to `default_method`. The default trains on
+# unless another method's advantage has a CI wholly above 0. Dev AUROC is measured every
+# `eval_every` examples: that is the learning curve, and training stops when it has not
+# improved for `patience` evaluations, keeping the best weights. The critic then ships in a
+# compact form (`data/critic_sft/model`): LoRA as its adapter, full fine-tuning as what changed
+# against the base within `ship_max_mb`, and the shipped form is scored on dev against the
+# trained model (`ship`; flagged when it loses more than 0.02 AUROC). `trainer = "trl"` runs the
+# TRL recipe instead (GPUs, DeepSpeed ZeRO-3 via `launcher = "accelerate"`).
 
 # %%
 settings = TrainSettings(method=method, train_layers=train_layers, epochs=epochs, learning_rate=learning_rate,
                          batch_size=batch_size, eval_every=eval_every, patience=patience, max_length=max_length,
                          verdict_weight=verdict_weight, seed=seed)
+ranks = [int(r) for r in lora_ranks.split(",")]
 if trainer == "cached":
     fit = run_cached_sft(examples, dev_examples, train_base, out_dir, settings=settings,
-                         compare=("full", "lora") if method == "best" else (), compare_examples=compare_examples,
-                         lora_learning_rate=lora_learning_rate, merge_dtype=merge_dtype, progress=print)
+                         compare=("full", *(f"lora_r{r}" for r in ranks)) if method == "best" else (),
+                         compare_examples=compare_examples, lora_learning_rate=lora_learning_rate,
+                         default_method=default_method, lora_ranks=ranks, ship_max_mb=ship_max_mb,
+                         merge_dtype=merge_dtype, progress=print)
 else:
     fit = run_trl_sft(examples, dev_examples, train_base, out_dir, recipe=recipe, max_steps=max_steps,
                       launcher=launcher, accelerate_config=accelerate_config, num_processes=num_processes,
-                      merge_dtype=merge_dtype, max_length=max_length)
+                      merge_dtype=merge_dtype, max_length=max_length, ship_max_mb=ship_max_mb)
 write_json(out_dir / "train_result.json", fit)
 write_json(out_dir / "loss.json", fit["run"]["curve"])
-{k: fit[k] for k in ("examples", "method", "seconds", "cache_seconds", "tokens_per_example", "comparison")}
+pd.DataFrame(fit["comparison"]).T if fit["comparison"] else {k: fit[k] for k in ("examples", "method", "seconds")}
+
+# %%
+{"decision": fit["decision"], "ship": fit["ship"]}
 
 # %%
 curve = pd.DataFrame(learning_curve(fit["run"], fit["examples"]))
@@ -214,10 +228,10 @@ save_figure(fig, "05_critic_sft", "critic_sft_loss");
 
 # %% [markdown]
 # ## The saved critic, its first critiques and its verdict threshold
-# The checkpoint is loaded the way every later stage loads it; a few dev answers show what it
+# The shipped critic is loaded the way every later stage loads it; a few dev answers show what it
 # writes. The margin log P("Error") - log P("Correct") right after `{"Judgement": "` is scored
 # on the dev answers, and the threshold with the best balanced accuracy is stored next to the
-# checkpoint (`verdict="calibrated"` in later stages).
+# shipped critic (`verdict="calibrated"` in later stages).
 
 # %%
 critic = load_trained_critic(params, out_dir, taxonomy, verdict="generate", name="sft", max_new_tokens=64)

@@ -37,6 +37,7 @@ launcher = "inprocess"
 accelerate_config = "configs/accelerate/deepspeed_zero3.yaml"
 num_processes = 0
 merge_dtype = "bfloat16"
+ship_max_mb = 24.0
 
 # %%
 import matplotlib.pyplot as plt
@@ -85,24 +86,26 @@ for p in [next((p for p in pairs if p["kind"] == kind), None) for kind in ("coar
 # With the cached trainer (the SFT stage's), the policy is the SFT critic's top `train_layers`
 # layers (0: as many as SFT trained; fewer make DPO cheap when SFT trained every layer) and the
 # reference is their state before DPO; dev AUROC is read first (the SFT starting point)
-# and every `eval_every` pairs, and the best weights are kept.
+# and every `eval_every` pairs, and the best weights are kept. A LoRA SFT critic's adapter is
+# trained further; the result ships to `data/critic_dpo/model` against the SFT critic's base,
+# as SFT ships (`ship_max_mb`), and `ship` compares the shipped form with the trained one on dev.
 
 # %%
 dev_examples = sft_examples(dev, taxonomy, **view)
 if sft_fit["method"] == "trl":
-    fit = run_trl_dpo(pairs, dev_examples, sft_dir / "merged", out_dir, recipe=recipe, max_steps=max_steps,
+    fit = run_trl_dpo(pairs, dev_examples, sft_dir / "model", out_dir, recipe=recipe, max_steps=max_steps,
                       launcher=launcher, accelerate_config=accelerate_config, num_processes=num_processes,
-                      merge_dtype=merge_dtype)
+                      merge_dtype=merge_dtype, ship_max_mb=ship_max_mb)
 else:
     settings = TrainSettings(method=sft_fit["method"], train_layers=train_layers or sft_fit["settings"]["train_layers"],
                              epochs=epochs,
                              learning_rate=learning_rate, batch_size=batch_size, eval_every=eval_every,
                              patience=patience, max_length=sft_fit["settings"]["max_length"], seed=seed)
-    fit = run_cached_dpo(pairs, dev_examples, sft_dir / "merged", out_dir, settings=settings, beta=beta,
-                         merge_dtype=merge_dtype, progress=print)
+    fit = run_cached_dpo(pairs, dev_examples, sft_dir / "model", out_dir, settings=settings, beta=beta,
+                         ship_max_mb=ship_max_mb, merge_dtype=merge_dtype, progress=print)
 write_json(out_dir / "train_result.json", fit)
 write_json(out_dir / "loss.json", fit["run"]["curve"])
-{k: fit[k] for k in ("pairs_used", "seconds", "dev_auroc_before", "dev_auroc_after", "kept_start")}
+{k: fit[k] for k in ("pairs_used", "seconds", "dev_auroc_before", "dev_auroc_after", "kept_start", "ship")}
 
 # %%
 curve = pd.DataFrame(fit["run"]["curve"])
@@ -126,7 +129,7 @@ save_figure(fig, "06_critic_dpo", "critic_dpo_loss");
 # log P("Error") - log P("Correct") with the best balanced accuracy on the dev answers.
 
 # %%
-critic = load_trained_critic(params, out_dir, taxonomy, verdict="generate", name="sft+dpo")  # merged + prompt settings
+critic = load_trained_critic(params, out_dir, taxonomy, verdict="generate", name="sft+dpo")  # shipped model + prompt settings
 calibration = calibrate_verdicts(critic, dev, desc="dev verdict margins")
 write_json(out_dir / "verdict_calibration.json", calibration)
 pd.Series(calibration)

@@ -124,6 +124,10 @@ def resolve_base_model(params: Mapping[str, Any], override: str, *, key: str) ->
         folder = paths.resolve(override.strip())
         if not folder.is_dir():
             raise ValueError(f"{key}: {override!r} is not a local model folder")
+        from ragcritic_lib.critic import forms as model_forms
+
+        if model_forms.is_shipped(folder) and not (folder / "adapter_config.json").is_file():
+            return str(model_forms.materialize(folder))  # a shipped full fine-tune, rebuilt on its base
         if not (folder / "config.json").is_file():
             what = "a LoRA adapter (merge it into its base first)" if (folder / "adapter_config.json").is_file() \
                 else "no model checkpoint (no config.json)"
@@ -142,21 +146,37 @@ def resolve_base_model(params: Mapping[str, Any], override: str, *, key: str) ->
 
 
 def checkpoint_kind(checkpoint: str | Path) -> str:
-    """``"adapter"`` for a LoRA adapter folder (adapter_config.json), ``"full"`` for a model
-    checkpoint (config.json).
+    """``"adapter"`` for a LoRA adapter folder (adapter_config.json, shipped or not), ``"shipped"``
+    for a full fine-tune shipped in a compact form (``ship_manifest.json``, see
+    :mod:`ragcritic_lib.critic.forms`), ``"full"`` for a model checkpoint (config.json).
 
     Raises:
-        FileNotFoundError: the folder is missing or is neither.
+        FileNotFoundError: the folder is missing or is none of these.
     """
+    from ragcritic_lib.critic import forms as model_forms
+
     folder = Path(checkpoint)
     if (folder / "adapter_config.json").is_file():
         return "adapter"
+    if (folder / model_forms.MANIFEST).is_file():
+        return "shipped"
     if (folder / "config.json").is_file():
         return "full"
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: no such checkpoint folder")
-    raise FileNotFoundError(f"{folder}: neither a LoRA adapter (adapter_config.json) nor a model checkpoint "
-                            "(config.json)")
+    raise FileNotFoundError(f"{folder}: neither a LoRA adapter (adapter_config.json), a shipped model "
+                            f"({model_forms.MANIFEST}) nor a model checkpoint (config.json)")
+
+
+def checkpoint_folder(checkpoint: str | Path, *, base_model: str | None = None) -> Path:
+    """A folder a model loader reads: a shipped full form rebuilt on its base (hash checked) into
+    ``.cache/models``, otherwise the folder itself."""
+    from ragcritic_lib.critic import forms as model_forms
+
+    folder = paths.resolve(checkpoint)
+    if checkpoint_kind(folder) == "shipped":
+        return model_forms.materialize(folder, base=paths.resolve(base_model) if base_model else None)
+    return folder
 
 
 def _read_json_object(path: Path) -> dict[str, Any]:
@@ -176,7 +196,8 @@ def _read_json_object(path: Path) -> dict[str, Any]:
 def recorded_base_model(adapter_dir: str | Path) -> str:
     """The local base model a LoRA adapter was trained on.
 
-    Read from the training result that records it: ``train_result.json`` inside the adapter
+    A shipped adapter's manifest names its base (checked by hash). Otherwise read from the
+    training result that records it: ``train_result.json`` inside the adapter
     folder, or a ``*train_result.json`` beside it whose ``adapter_dir`` is this folder (repo-relative
     paths, so the record survives a move of the repository); else from peft's
     ``adapter_config.json`` (``base_model_name_or_path``, as given at training time).
@@ -185,7 +206,11 @@ def recorded_base_model(adapter_dir: str | Path) -> str:
         FileNotFoundError: naming the record, when the recorded base is no local folder, or the
             adapter folder when no base is recorded anywhere.
     """
+    from ragcritic_lib.critic import forms as model_forms
+
     folder = paths.resolve(adapter_dir)
+    if model_forms.is_shipped(folder):  # a shipped adapter names its base by path and hash
+        return str(model_forms.manifest_base(folder))
     real = folder.resolve()
     records = [folder / "train_result.json"] + sorted(folder.parent.glob("*train_result.json"))
     for rec in records:
@@ -218,7 +243,8 @@ def training_start(checkpoint: str | Path, *, base_model: str = "", key: str = "
         ValueError: naming ``key`` when ``base_model`` disagrees with the checkpoint.
     """
     folder = paths.resolve(checkpoint)
-    if checkpoint_kind(folder) == "full":
+    if checkpoint_kind(folder) in ("full", "shipped"):
+        folder = checkpoint_folder(folder)
         if base_model:
             raise ValueError(f"{key}: set to {base_model!r}, but {folder} is a full checkpoint and training "
                              "continues from it; leave it empty")
@@ -232,8 +258,9 @@ def training_start(checkpoint: str | Path, *, base_model: str = "", key: str = "
 def trained_model_config(params: Mapping[str, Any], checkpoint: str | Path, *,
                          base_model: str | None = None) -> dict[str, Any]:
     """The LLM config of a trained critic or planner: ``common.generator``'s runtime settings with
-    the checkpoint as the model (full fine-tuning) or as a LoRA adapter on its own base (recorded
-    at training time, or ``base_model``), never on the generator unless that is the base.
+    the checkpoint as the model (full fine-tuning; a shipped compact form is rebuilt on its base
+    into ``.cache/models``) or as a LoRA adapter on its own base (recorded at training time, or
+    ``base_model``), never on the generator unless that is the base.
 
     Trained weights are local, so with a served generator (backend openai) they run on the hf
     backend; the server settings are left out.
@@ -249,10 +276,14 @@ def trained_model_config(params: Mapping[str, Any], checkpoint: str | Path, *,
     if cfg.get("adapter"):  # the generator's own adapter belongs to the generator, not to a trained model
         del cfg["adapter"]
     if kind == "adapter":
+        from ragcritic_lib.critic import forms as model_forms
+
+        if base_model and model_forms.is_shipped(folder):
+            model_forms.manifest_base(folder, paths.resolve(base_model))  # the given base must be the recorded one
         cfg["model"] = str(paths.resolve(base_model)) if base_model else recorded_base_model(folder)
         cfg["adapter"] = str(folder)
     else:
-        cfg["model"] = str(folder)
+        cfg["model"] = str(checkpoint_folder(folder, base_model=base_model if kind == "shipped" else None))
     return cfg
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -119,7 +120,7 @@ def test_base_model_keys_must_be_local_folders_or_stage_outputs(params, tmp_path
         in problems
     assert "correction.planner_base_model: expected str, got int (7)" in problems
     good = _with(params, critic_sft={"base_model": str(_model_folder(tmp_path / "m"))},
-                 correction={"planner_base_model": "data/critic_sft/merged"},  # written by stage critic_sft
+                 correction={"planner_base_model": "data/critic_sft/model"},  # shipped by stage critic_sft
                  repair={"base_model": str(tmp_path / "m")}, simrag={"critic_base_model": ""})
     assert params_problems(good) == []
 
@@ -292,3 +293,96 @@ def test_trained_planner_adapter_and_full_checkpoint(tiny, tmp_path):
     assert (full.llm.model, full.llm.adapter) == (str(tiny["full"]), None)
     with pytest.raises(FileNotFoundError):
         load_trained_planner(params, tmp_path / "missing")
+
+
+# ---------------------------------------------------------------------------------------------
+# Shipped compact forms (ragcritic_lib.critic.forms): what stages 05/06 write instead of a merged
+# checkpoint; every loader reads them
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture()
+def shipped(tiny, tmp_path, monkeypatch):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ragcritic_lib.critic import forms as model_forms
+
+    monkeypatch.setenv("RAGCRITIC_MODEL_CACHE", str(tmp_path / "model_cache"))
+    full = AutoModelForCausalLM.from_pretrained(tiny["full"], dtype=torch.float32)
+    model_forms.ship_full(full.state_dict(), tiny["base"], tmp_path / "stage" / "model", max_mb=5.0,
+                          base_key="critic_sft.base_model", dtype="float32")
+    return {"model": tmp_path / "stage" / "model", "full": full, "cache": tmp_path / "model_cache"}
+
+
+def test_a_shipped_full_form_is_rebuilt_on_its_base_for_every_loader(tiny, shipped):
+    import torch
+
+    gen = {"backend": "hf", "model": str(tiny["base"]), "cache": False, "dtype": "float32", "device": "cpu"}
+    assert runtime.checkpoint_kind(shipped["model"]) == "shipped"
+    cfg = runtime.trained_model_config(_params(**gen), shipped["model"])
+    assert Path(cfg["model"]).parent == shipped["cache"] and "adapter" not in cfg
+    llm = runtime.load_trained_model(_params(**gen), shipped["model"])
+    want = shipped["full"].model.layers[0].self_attn.q_proj.weight.to(torch.bfloat16).float()  # layers ship in bf16
+    assert torch.equal(_q_proj(llm), want)
+    # training continues from the rebuilt model; a planner base may name the shipped folder
+    start = runtime.training_start(shipped["model"])
+    assert start == {"base_model": cfg["model"], "init_adapter": None}
+    assert runtime.resolve_base_model(_params(**gen), str(shipped["model"]), key="k") == cfg["model"]
+
+
+def test_a_shipped_form_on_another_base_is_refused_naming_its_manifest(tiny, shipped):
+    from ragcritic_lib.critic import forms as model_forms
+
+    gen = {"backend": "hf", "model": str(tiny["base"]), "cache": False, "dtype": "float32", "device": "cpu"}
+    manifest = shipped["model"] / model_forms.MANIFEST
+    with pytest.raises(model_forms.BaseMismatch, match=str(manifest)):
+        runtime.trained_model_config(_params(**gen), shipped["model"], base_model=str(tiny["full"]))
+
+
+def test_trained_critic_reads_the_shipped_model_folder(tiny, shipped):
+    from ragcritic_lib.critic.critics import load_trained_critic
+    from ragcritic_lib.mining.taxonomy import load_taxonomy
+
+    d = shipped["model"].parent
+    (d / "critic_prompt.json").write_text(json.dumps({"top_k": 2, "passage_words": 10, "label_list": False}))
+    (d / "verdict_calibration.json").write_text(json.dumps({"threshold": 0.5}))
+    gen = {"backend": "hf", "model": str(tiny["base"]), "cache": False, "dtype": "float32", "device": "cpu"}
+    critic = load_trained_critic(_params(**gen), d, load_taxonomy(), prompt_file=d / "critic_prompt.json")
+    assert Path(critic.llm.model).parent == shipped["cache"] and critic.llm.adapter is None
+
+
+def test_a_shipped_adapter_names_its_base_by_hash(tiny, tmp_path):
+    from ragcritic_lib.critic import forms as model_forms
+
+    model_forms.ship_adapter_dir(tiny["adapter"], tmp_path / "model", base_folder=tiny["base"], base_key="k")
+    assert runtime.checkpoint_kind(tmp_path / "model") == "adapter"
+    assert runtime.recorded_base_model(tmp_path / "model") == str(tiny["base"])
+    gen = {"backend": "hf", "model": str(tiny["base"]), "cache": False, "dtype": "float32", "device": "cpu"}
+    cfg = runtime.trained_model_config(_params(**gen), tmp_path / "model")
+    assert (cfg["model"], cfg["adapter"]) == (str(tiny["base"]), str(tmp_path / "model"))
+    with pytest.raises(model_forms.BaseMismatch, match="ship_manifest.json"):
+        runtime.trained_model_config(_params(**gen), tmp_path / "model", base_model=str(tiny["full"]))
+
+
+def test_trl_results_ship_their_adapter_or_a_compact_full_form(tiny, tmp_path):
+    from ragcritic_lib.critic import forms as model_forms
+    from ragcritic_lib.critic.train import ship_train_result
+
+    shutil.copytree(tiny["adapter"], tmp_path / "trl_adapter")
+    lora = TrainResult(adapter_dir=str(tmp_path / "trl_adapter"), is_adapter=True, base_model=str(tiny["base"]),
+                       steps=1, seconds=0.1)
+    m = ship_train_result(lora, tmp_path / "lora_model", base_model=tiny["base"], base_key="k", ship_max_mb=5.0)
+    assert m["form"] == "adapter" and not (tmp_path / "trl_adapter").exists()  # checkpoints do not ship
+    assert runtime.recorded_base_model(tmp_path / "lora_model") == str(tiny["base"])
+    shutil.copytree(tiny["full"], tmp_path / "trl_full")
+    full = TrainResult(adapter_dir=str(tmp_path / "trl_full"), is_adapter=False, base_model=str(tiny["base"]),
+                       steps=1, seconds=0.1)
+    m = ship_train_result(full, tmp_path / "full_model", base_model=tiny["base"], base_key="k", ship_max_mb=5.0)
+    assert (m["form"], [e["name"] for e in m["tensors"]]) == ("layers", ["model.layers.0.self_attn.q_proj.weight"])
+    # an adapter trained on a rebuilt full critic merges into it and ships against the original base
+    shutil.copytree(tiny["adapter"], tmp_path / "trl_adapter2")
+    on_full = TrainResult(adapter_dir=str(tmp_path / "trl_adapter2"), is_adapter=True, base_model=str(tiny["full"]),
+                          steps=1, seconds=0.1)
+    m = ship_train_result(on_full, tmp_path / "merged_model", base_model=tiny["base"], base_key="k", ship_max_mb=5.0)
+    assert m["form"] == "layers" and m["base"]["sha256"] == model_forms.base_sha256(tiny["base"])
+    names = {e["name"] for e in m["tensors"]}
+    assert "model.layers.0.self_attn.q_proj.weight" in names and "model.layers.1.self_attn.v_proj.weight" in names

@@ -178,9 +178,9 @@ def test_critic_sft_metrics_from_what_the_stage_computed(tx) -> None:
                                  questions={"train": 3, "dev": 6})
     assert metrics["data"]["evidence_in_prompt"] == 0.75 and metrics["data"]["style_shortcut_auroc"] == 0.55
     assert metrics["train"] == {"steps": 3, "seconds": 12.3, "examples": 4, "dropped_too_long": 1, "device": "cpu",
-                                "method": "full", "train_layers": 4, "epochs": 2.0, "tokens_per_example": 100.0,
-                                "cache_seconds": 1.0, "stopped_early": False, "best_at_examples": 4,
-                                "best_dev_auroc": 0.6, "first_loss": 2.5, "last_loss": 1.0}
+                                "method": "full", "lora_r": None, "train_layers": 4, "epochs": 2.0,
+                                "tokens_per_example": 100.0, "cache_seconds": 1.0, "stopped_early": False,
+                                "best_at_examples": 4, "best_dev_auroc": 0.6, "first_loss": 2.5, "last_loss": 1.0}
     # within the first epoch a point has seen as many distinct examples; later ones all of them
     assert metrics["learning_curve"] == [{"examples": 2, "examples_seen": 2, "dev_auroc": 0.5},
                                          {"examples": 4, "examples_seen": 4, "dev_auroc": 0.6},
@@ -188,9 +188,21 @@ def test_critic_sft_metrics_from_what_the_stage_computed(tx) -> None:
     assert metrics["preview_parse_failures"] == 2
     assert metrics["verdict_calibration"] == {"threshold": -1.875, "auroc": 0.5667, "avg_acc": 0.5, "fitted": True,
                                               "n": 6, "n_error": 4}
+    assert "ship" not in metrics and metrics["method_decision"] is None  # an older report without them
     empty = critic_sft_metrics(data=data, evidence=evidence, style_shortcut_auroc=None, dev={}, fit=_fit([]),
                                preview=[], calibration={}, questions={})
     assert (empty["train"]["first_loss"], empty["learning_curve"]) == (None, [])
+    ship = {"form": "delta8", "rank": 0, "mb": 21.4, "max_mb": 24.0, "dev_auroc_trained": 0.75,
+            "dev_auroc_shipped": 0.72, "auroc_loss": 0.03, "mean_abs_margin_diff": 0.1, "flag": True}
+    decision = {"method": "full", "default": "full", "reason": "no method's advantage is clear"}
+    shipped = critic_sft_metrics(data=data, evidence=evidence, style_shortcut_auroc=None, dev={},
+                                 fit=_fit(curve, ship=ship, decision=decision), preview=[], calibration={}, questions={})
+    assert (shipped["ship"], shipped["method_decision"]) == (ship, decision)
+    from ragcritic_lib.pipeline import metrics_schema
+
+    assert metrics_schema.problems("05_critic_sft", {**shipped, "verdict_calibration": {}}) == []
+    bad = {**shipped, "verdict_calibration": {}, "ship": {**ship, "form": "merged"}}
+    assert any("ship" in p and "form" in p for p in metrics_schema.problems("05_critic_sft", bad))
 
 
 def test_critic_dpo_metrics_from_what_the_stage_computed() -> None:

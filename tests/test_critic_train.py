@@ -121,3 +121,94 @@ def test_dpo_prefers_the_chosen_completion() -> None:
 def test_settings_reject_unknown_methods() -> None:
     with pytest.raises(ValueError, match="'adapters'"):
         TrainSettings(method="adapters")
+
+
+# --------------------------------------------------------------------------------------------
+# method: best, and the shipped critic
+# --------------------------------------------------------------------------------------------
+def test_paired_auroc_difference_and_its_interval() -> None:
+    from ragcritic_lib.critic.train import paired_auroc_diff_ci
+
+    y = [True, False] * 30
+    good = [1.0 if e else 0.0 for e in y]
+    noisy = [random.Random(i).random() for i in range(60)]
+    out = paired_auroc_diff_ci(good, noisy, y, seed=0, n_boot=300)
+    assert out["diff"] == pytest.approx(1.0 - auroc(noisy, y), abs=1e-4)
+    assert 0 < out["low"] <= out["diff"] <= out["high"]
+    same = paired_auroc_diff_ci(noisy, noisy, y, seed=0, n_boot=100)
+    assert same == {"diff": 0.0, "low": 0.0, "high": 0.0}
+    with pytest.raises(ValueError, match="differ in length"):
+        paired_auroc_diff_ci(good, noisy[:-1], y, seed=0)
+
+
+def test_the_default_method_stays_unless_another_is_clearly_better() -> None:
+    from ragcritic_lib.critic.train import decide_method
+
+    comp = {"full": {"dev_auroc": 0.60},
+            "lora_r32": {"dev_auroc": 0.66, "vs_default": {"diff": 0.06, "low": -0.01, "high": 0.13}},
+            "lora_r64": {"dev_auroc": 0.64, "vs_default": {"diff": 0.04, "low": 0.01, "high": 0.07}}}
+    assert decide_method(comp, "full")["method"] == "lora_r64"  # r32 is higher but its CI reaches 0
+    comp["lora_r64"]["vs_default"]["low"] = 0.0
+    d = decide_method(comp, "full")
+    assert d["method"] == "full" and "wholly above 0" in d["reason"]
+    with pytest.raises(ValueError, match="default_method 'lora' is not among"):
+        decide_method(comp, "lora")
+
+
+def _chat(n, seed):
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        err = i % 2 == 0
+        q = " ".join(rng.choice(["capital", "France", "Paris", "river", "yes", "no"]) for _ in range(5))
+        ans = "Lyon" if err else "Paris"
+        out.append({"messages": [{"role": "system", "content": "Judge."},
+                                 {"role": "user", "content": f"{q}? Answer: {ans}"},
+                                 {"role": "assistant", "content": VERDICT_PREFIX + ("Error" if err else "Correct") + '"}'}]})
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    from test_llm import _write_tiny_model
+
+    torch.set_num_threads(1)
+    return _write_tiny_model(tmp_path_factory.mktemp("critic_train") / "base")
+
+
+@pytest.mark.parametrize("method", ["best", "lora"])
+def test_cached_sft_compares_ships_and_dpo_continues_the_shipped_critic(tiny_dir, tmp_path, method) -> None:
+    from ragcritic_lib.critic import forms as model_forms
+    from ragcritic_lib.critic.train import run_cached_dpo, run_cached_sft
+
+    settings = TrainSettings(method=method, train_layers=2, epochs=1.0, batch_size=8, eval_every=16, patience=2,
+                             max_length=256, seed=0, dtype="float32")
+    fit = run_cached_sft(_chat(16, 1), _chat(12, 2), tiny_dir, tmp_path / "sft", settings=settings,
+                         compare=("full", "lora_r4") if method == "best" else (), compare_examples=16,
+                         lora_learning_rate=1e-3, lora_ranks=[4], bootstrap=50, ship_max_mb=5.0)
+    manifest = model_forms.read_manifest(tmp_path / "sft" / "model")
+    if method == "best":
+        c = fit["comparison"]
+        assert set(c) == {"full", "lora_r4"} and c["lora_r4"]["lora_r"] == 4 and c["full"]["examples"] == 16
+        assert all(r["ci_low"] <= r["dev_auroc"] <= r["ci_high"] for r in c.values())
+        assert "vs_default" in c["lora_r4"] and "vs_default" not in c["full"]
+        assert fit["decision"]["default"] == "full"
+        assert fit["method"] == ("lora" if fit["decision"]["method"] == "lora_r4" else "full")
+    else:
+        assert (fit["method"], fit["lora_r"], fit["decision"]) == ("lora", 4, None)
+    assert manifest["form"] == ("adapter" if fit["method"] == "lora" else "layers")
+    assert manifest["base"]["sha256"] == model_forms.base_sha256(tiny_dir)
+    ship = fit["ship"]
+    assert ship["form"] == manifest["form"] and ship["mb"] > 0 and ship["flag"] is False
+    assert ship["mean_abs_margin_diff"] < 0.05  # bf16 rounding only
+    dpo_settings = TrainSettings(method=fit["method"], train_layers=1, epochs=1.0, batch_size=4, eval_every=8,
+                                 patience=2, max_length=256, seed=0, dtype="float32")
+    pairs = [{"prompt": ex["messages"][:2], "chosen": ex["messages"][2]["content"],
+              "rejected": VERDICT_PREFIX + ("Correct" if "Error" in ex["messages"][2]["content"] else "Error") + '"}'}
+             for ex in _chat(8, 3)]
+    dpo = run_cached_dpo(pairs, _chat(12, 2), tmp_path / "sft" / "model", tmp_path / "dpo", settings=dpo_settings,
+                         beta=0.3, ship_max_mb=5.0)
+    shipped = model_forms.read_manifest(tmp_path / "dpo" / "model")
+    assert shipped["form"] == manifest["form"]
+    assert shipped["base"] == manifest["base"]  # against the SFT critic's own base, not a rebuilt copy
+    assert dpo["ship"]["flag"] is False

@@ -483,3 +483,18 @@ def test_every_reading_ends_with_the_provenance_entries_of_its_file():
         assert hasattr(getattr(readings, name), "__wrapped__"), f"{name} does not print provenance"
     lines = readings.reading_tagging({"environment": {"provenance": [entry]}})
     assert lines[-1] == f"Provenance: {entry}." and len(lines) > 1
+
+
+def test_critic_readings_say_how_the_critic_ships_and_what_it_loses() -> None:
+    from ragcritic_lib.evaluation.readings import reading_critic_dpo, reading_critic_sft
+
+    ship = {"form": "lowrank", "rank": 39, "mb": 23.9, "dev_auroc_trained": 0.75, "dev_auroc_shipped": 0.71,
+            "flag": True}
+    sft = reading_critic_sft({"ship": ship, "method_decision": {"reason": "no method's advantage is clear"}})
+    assert "The critic ships as lowrank rank 39 (23.9 MB); its dev AUROC is 0.710 against 0.750 for the trained " \
+           "model, a loss over 0.02: flagged." in sft
+    assert "Method decision: no method's advantage is clear." in sft
+    dpo = reading_critic_dpo({"ship": {**ship, "form": "adapter", "mb": 19.7, "dev_auroc_shipped": 0.75,
+                                       "flag": False}})
+    assert "The critic ships as adapter (19.7 MB); its dev AUROC is 0.750 against 0.750 for the trained model." in dpo
+    assert not any("ships" in t for t in reading_critic_dpo({}))

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from ragcritic_lib import runtime
+from ragcritic_lib.critic import forms as model_forms
 from ragcritic_lib.critic.critics import load_trained_critic
 from ragcritic_lib.mining.taxonomy import load_taxonomy
 
@@ -64,3 +65,17 @@ def test_missing_calibration_is_one_clear_error(tmp_path, loads):
     (d / "verdict_calibration.json").unlink()
     with pytest.raises(FileNotFoundError, match="verdict_calibration.json"):
         load_trained_critic(PARAMS, d, load_taxonomy(), prompt_file=prompt)
+
+
+def test_the_shipped_model_folder_wins_over_an_older_merged_checkpoint(tmp_path, loads, monkeypatch):
+    d, prompt = _stage(tmp_path)  # an older stage output's merged checkpoint stays beside it
+    (d / "model").mkdir()
+    (d / "model" / "adapter_config.json").write_text("{}")
+    (d / "model" / "ship_manifest.json").write_text("{}")
+    (d / "train_result.json").write_text(json.dumps({"adapter_dir": str(d / "model"),
+                                                     "base_model": str(tmp_path)}))
+    calls = []
+    monkeypatch.setattr(model_forms, "manifest_base", lambda folder, base=None: calls.append(folder) or tmp_path)
+    load_trained_critic(PARAMS, d, load_taxonomy(), prompt_file=prompt)
+    assert loads == [{"model": str(tmp_path), "adapter": str(d / "model")}]
+    assert calls == [d / "model"]  # the adapter's base is read from its manifest (hash checked there)

@@ -946,11 +946,12 @@ def load_trained_critic(params: Mapping[str, Any], critic_dir: str | Any, taxono
 
     A critic is three things that must travel together: the checkpoint, the prompt settings it
     was trained with, and the verdict threshold fitted on that checkpoint. The training stages
-    fit the threshold on the merged checkpoint (``<critic_dir>/merged``), so that is the model
-    loaded here; without one, ``<critic_dir>/adapter`` is loaded: a LoRA adapter on the base it
-    was trained on (``<critic_dir>/train_result.json`` records it; not necessarily the
-    generator), or a fully fine-tuned model. See :func:`ragcritic_lib.runtime.load_trained_model`
-    (a served generator runs trained weights on the hf backend).
+    ship the critic to ``<critic_dir>/model`` and fit the threshold on it: a LoRA adapter on the
+    base it was trained on, or a full fine-tune's compact form rebuilt on that base (both name
+    the base by hash; see :mod:`ragcritic_lib.critic.forms`). An older stage output's
+    ``<critic_dir>/merged`` checkpoint, else ``<critic_dir>/adapter``, is loaded when there is no
+    ``model``. See :func:`ragcritic_lib.runtime.load_trained_model` (a served generator runs
+    trained weights on the hf backend).
 
     Args:
         params: the loaded params.yaml (for the generator backend, device and dtype).
@@ -971,8 +972,9 @@ def load_trained_critic(params: Mapping[str, Any], critic_dir: str | Any, taxono
     critic_dir = paths.require(critic_dir)
     prompt = json.loads(paths.require(prompt_file or paths.stage_dir("critic_sft") / "critic_prompt.json")
                         .read_text(encoding="utf-8"))
-    checkpoint = critic_dir / "merged" if (critic_dir / "merged").is_dir() else paths.require(critic_dir / "adapter")
-    llm = runtime.load_trained_model(params, checkpoint)  # a full checkpoint, or LoRA on its recorded base
+    checkpoint = next((critic_dir / d for d in ("model", "merged") if (critic_dir / d).is_dir()), None) \
+        or paths.require(critic_dir / "adapter")
+    llm = runtime.load_trained_model(params, checkpoint)  # a shipped form, a full checkpoint, or LoRA on its base
     threshold = load_verdict_threshold(paths.require(critic_dir / "verdict_calibration.json")) \
         if verdict == "calibrated" else 0.0
     return LLMCritic(llm, taxonomy, "trained",

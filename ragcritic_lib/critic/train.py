@@ -10,8 +10,12 @@ to the model's depth this is plain full fine-tuning (embeddings frozen).
 
 ``method``:
 - ``full``: every weight of the top layers is trained (fp32 master weights, bf16 autocast).
-- ``lora``: LoRA adapters (peft) on the top layers' linear maps, merged into the weights at the
-  end, so both methods leave a plain checkpoint.
+- ``lora``: LoRA adapters (peft) on every linear map of the top layers.
+- ``best``: both are compared on dev first (:func:`run_cached_sft`); full fine-tuning, the
+  documented default, is replaced only by a method whose advantage's CI lies wholly above 0.
+
+The trained critic ships in a compact form (:mod:`ragcritic_lib.critic.forms`): a LoRA result as
+its adapter, a full fine-tune as what changed against the base within a size budget.
 
 Batches are right-padded (a left-padded row is fully masked at its first positions, which gives
 NaN gradients under SDPA) and causal attention alone keeps pads out of every real position.
@@ -153,6 +157,7 @@ class SplitModel:
         n = len(self.inner.layers)
         self.split = max(0, n - train_layers)
         self.upper = list(self.inner.layers[self.split:])
+        self.lora_config: Any = None  # set once LoRA adapters are in the model
 
     def _positions(self, h: Any) -> Any:
         import torch
@@ -231,22 +236,29 @@ def verdict_margins(split: SplitModel, cache: Sequence[Any], encoded: Sequence[E
 # Training
 # --------------------------------------------------------------------------------------------
 def _trainable(split: SplitModel, settings: TrainSettings) -> list[Any]:
-    """Freeze everything, then open the upper layers (full) or add LoRA to them (lora)."""
+    """Freeze everything, then open the upper layers (full) or add LoRA to them (lora). A model
+    that already carries an adapter (a LoRA SFT critic that DPO continues) keeps it, and the
+    adapter's weights in the upper layers train."""
     for p in split.model.parameters():
         p.requires_grad = False
+    upper = tuple(f"layers.{i}." for i in range(split.split, len(split.inner.layers)))
     if settings.method == "full":
         params = [p for layer in split.upper for p in layer.parameters()]
         for p in params:
             p.requires_grad = True
         return params
-    from peft import LoraConfig, inject_adapter_in_model
+    if getattr(split, "lora_config", None) is None:
+        from peft import LoraConfig, inject_adapter_in_model
 
-    names = "|".join(str(i) for i in range(split.split, len(split.inner.layers)))
-    cfg = LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=0.0,
-                     target_modules=rf".*layers\.({names})\.(self_attn|mlp)\.\w+_proj")
-    inject_adapter_in_model(cfg, split.model)
-    split.upper = list(split.inner.layers[split.split:])
-    return [p for n, p in split.model.named_parameters() if "lora_" in n]
+        names = "|".join(str(i) for i in range(split.split, len(split.inner.layers)))
+        split.lora_config = LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=0.0,
+                                       target_modules=rf".*layers\.({names})\.(self_attn|mlp)\.\w+_proj")
+        inject_adapter_in_model(split.lora_config, split.model)
+        split.upper = list(split.inner.layers[split.split:])
+    params = [p for n, p in split.model.named_parameters() if "lora_" in n and any(u in n for u in upper)]
+    for p in params:
+        p.requires_grad = True
+    return params
 
 
 def merge_lora(model: Any) -> None:
@@ -393,36 +405,80 @@ def train_sft(split: SplitModel, tok: Any, train: Sequence[Encoded], train_cache
     return report
 
 
-def save_checkpoint(split: SplitModel, tok: Any, out_dir: str | Path, *, method: str, dtype: str = "bfloat16") -> Path:
-    """Merge LoRA if any, cast and save model + tokenizer to ``out_dir``."""
-    import torch
+def save_checkpoint(split: SplitModel, out_dir: str | Path, *, method: str, base_model: str | Path, base_key: str,
+                    ship_max_mb: float, dtype: str = "bfloat16") -> dict[str, Any]:
+    """Ship the trained critic to ``out_dir`` in a compact form (:mod:`ragcritic_lib.critic.forms`):
+    LoRA as its adapter alone, full fine-tuning as the most faithful form within ``ship_max_mb``
+    of what changed against ``base_model`` (whose params key is ``base_key``). Returns the manifest."""
+    from ragcritic_lib.critic import forms as model_forms
 
-    out = Path(out_dir)
     if method == "lora":
-        merge_lora(split.model)
-    model = split.model.to(getattr(torch, dtype))
-    for p in model.parameters():
-        p.requires_grad = False
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
+        return model_forms.ship_adapter(split.model, out_dir, base_folder=base_model, base_key=base_key,
+                                        lora_config=split.lora_config, dtype=dtype)
+    return model_forms.ship_full(split.model.state_dict(), base_model, out_dir, max_mb=ship_max_mb,
+                                 base_key=base_key, dtype=dtype)
 
 
-def load_split_model(base_model: str | Path, train_layers: int) -> tuple[SplitModel, Any]:
-    """(SplitModel in fp32, tokenizer) from a local model folder."""
+def load_split_model(model_dir: str | Path, train_layers: int) -> tuple[SplitModel, Any]:
+    """(SplitModel in fp32, tokenizer) from a local model folder or a shipped form (a full form is
+    rebuilt on its base; an adapter is injected into its base and stays a trainable adapter)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(base_model))
-    model = AutoModelForCausalLM.from_pretrained(str(base_model), dtype=torch.float32)
+    from ragcritic_lib.critic import forms as model_forms
+
+    lora_config = None
+    if model_forms.is_shipped(model_dir):
+        base = model_forms.manifest_base(model_dir)
+        tok = AutoTokenizer.from_pretrained(str(base))
+        if model_forms.read_manifest(model_dir)["form"] == "adapter":
+            model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
+            lora_config = model_forms.load_adapter_into(model, model_dir)
+        else:
+            model = model_forms.rebuild_model(model_dir, dtype="float32")
+    else:
+        tok = AutoTokenizer.from_pretrained(str(model_dir))
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     model.config.use_cache = False
-    return SplitModel(model, train_layers), tok
+    split = SplitModel(model, train_layers)
+    split.lora_config = lora_config
+    return split, tok
+
+
+def ship_base(model_dir: str | Path) -> Path:
+    """The base a shipped form stands on (checked), or the folder itself when it is a plain model:
+    what a model trained further from ``model_dir`` ships against."""
+    from ragcritic_lib.critic import forms as model_forms
+
+    return model_forms.manifest_base(model_dir) if model_forms.is_shipped(model_dir) else Path(model_dir)
+
+
+def shipped_fidelity(trained: SplitModel, tok: Any, dev: Sequence[Encoded], shipped_dir: str | Path,
+                     settings: TrainSettings, *, tolerance: float = 0.02) -> dict[str, Any]:
+    """Dev verdict margins of the trained model in memory against those of the shipped form,
+    reloaded from ``shipped_dir``: both AUROCs, the mean absolute margin difference and ``flag``
+    when the shipped AUROC is more than ``tolerance`` lower."""
+    from ragcritic_lib.critic import forms as model_forms
+
+    kw = {"batch_size": 32, "dtype": settings.dtype}
+    full = len(trained.inner.layers)
+    t_split = SplitModel(trained.model, full)
+    before = verdict_margins(t_split, cache_lower(t_split, dev, **kw), dev, tok, **kw)
+    shipped, _ = load_split_model(shipped_dir, full)
+    shipped.model.eval()
+    after = verdict_margins(shipped, cache_lower(shipped, dev, **kw), dev, tok, **kw)
+    del shipped
+    manifest = model_forms.read_manifest(shipped_dir)
+    check = model_forms.ship_check(before, after, [d.is_error for d in dev], auroc=auroc, tolerance=tolerance)
+    return {"form": manifest["form"], "rank": manifest.get("rank", 0), "mb": model_forms.folder_mb(shipped_dir),
+            "max_mb": manifest.get("ship_max_mb"), **check}
 
 
 def fresh_copy(split: SplitModel, train_layers: int) -> SplitModel:
     """An independent copy (for runs that start from the same weights)."""
-    return SplitModel(copy.deepcopy(split.model), train_layers)
+    out = SplitModel(copy.deepcopy(split.model), train_layers)
+    out.lora_config = copy.deepcopy(split.lora_config)
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -526,31 +582,96 @@ def write_report(report: RunReport, path: str | Path) -> Path:
 
 
 # --------------------------------------------------------------------------------------------
-# One stage's run: encode, cache, compare methods, train, save
+# Comparing training methods on dev
+# --------------------------------------------------------------------------------------------
+def paired_auroc_diff_ci(a: Sequence[float], b: Sequence[float], is_error: Sequence[bool], *, seed: int,
+                         n_boot: int = 1000, alpha: float = 0.05) -> dict[str, Any]:
+    """AUROC(a) - AUROC(b) on the same dev answers, with a paired percentile bootstrap interval
+    (each resample draws answers and scores both methods on them)."""
+    if not len(a) == len(b) == len(is_error):
+        raise ValueError(f"paired scores differ in length: {len(a)}, {len(b)}, {len(is_error)} labels")
+    rng = random.Random(seed)
+    n, diffs = len(a), []
+    for _ in range(n_boot):
+        idx = [rng.randrange(n) for _ in range(n)]
+        y = [is_error[i] for i in idx]
+        x, z = auroc([a[i] for i in idx], y), auroc([b[i] for i in idx], y)
+        if x is not None and z is not None:
+            diffs.append(x - z)
+    da, db = auroc(a, is_error), auroc(b, is_error)
+    diff = None if da is None or db is None else round(da - db, 4)
+    if not diffs:
+        return {"diff": diff, "low": None, "high": None}
+    diffs.sort()
+    lo = diffs[int(alpha / 2 * len(diffs))]
+    hi = diffs[min(len(diffs) - 1, int((1 - alpha / 2) * len(diffs)))]
+    return {"diff": diff, "low": round(lo, 4), "high": round(hi, 4)}
+
+
+def decide_method(comparison: Mapping[str, Mapping[str, Any]], default: str) -> dict[str, Any]:
+    """The method to train: ``default`` unless another's paired advantage over it (``vs_default``
+    interval) lies wholly above 0; among several such, the higher dev AUROC."""
+    if default not in comparison:
+        raise ValueError(f"critic_sft.default_method {default!r} is not among the compared methods "
+                         f"{sorted(comparison)}")
+    better = [m for m, c in comparison.items()
+              if m != default and (c.get("vs_default") or {}).get("low") is not None and c["vs_default"]["low"] > 0]
+    if not better:
+        return {"method": default, "default": default,
+                "reason": "no method's dev AUROC advantage over the default has a CI wholly above 0"}
+    best = max(sorted(better), key=lambda m: comparison[m]["dev_auroc"] or 0.0)
+    ci = comparison[best]["vs_default"]
+    return {"method": best, "default": default,
+            "reason": f"{best} beats {default} by {ci['diff']} dev AUROC (95% CI {ci['low']} to {ci['high']})"}
+
+
+def candidate_settings(name: str, base: TrainSettings, *, lora_learning_rate: float | None = None) -> TrainSettings:
+    """Settings of a compared method: ``full``, or ``lora_r<R>`` (LoRA over every linear map of
+    the trained layers at rank R, alpha 2R, ``lora_learning_rate``)."""
+    s = copy.copy(base)
+    if name == "full":
+        s.method = "full"
+        return s
+    if not name.startswith("lora_r") or not name[6:].isdigit():
+        raise ValueError(f"unknown method to compare {name!r} (expected 'full' or 'lora_r<rank>')")
+    s.method, s.lora_r, s.lora_alpha = "lora", int(name[6:]), 2 * int(name[6:])
+    if lora_learning_rate:
+        s.learning_rate = lora_learning_rate
+    return s
+
+
+# --------------------------------------------------------------------------------------------
+# One stage's run: encode, cache, compare methods, train, ship
 # --------------------------------------------------------------------------------------------
 def run_cached_sft(examples: Sequence[Mapping[str, Any]], dev_examples: Sequence[Mapping[str, Any]],
                    base_model: str | Path, out_dir: str | Path, *, settings: TrainSettings,
                    compare: Sequence[str] = (), compare_examples: int = 0, lora_learning_rate: float | None = None,
+                   default_method: str = "full", lora_ranks: Sequence[int] = (32, 64), bootstrap: int = 1000,
+                   ship_max_mb: float = 24.0, base_key: str = "critic_sft.base_model",
                    merge_dtype: str = "bfloat16", progress: Any = None) -> dict[str, Any]:
     """SFT of a critic with the cached trainer, as notebook 05 runs it.
 
-    ``examples`` / ``dev_examples`` are chat examples (the assistant turn is the critique). With
-    ``compare`` (e.g. ``("full", "lora")``) each method first trains one epoch on the first
-    ``compare_examples`` examples from the same starting weights; ``settings.method == "best"``
-    is not a method: pass the winner in ``settings``, or let this function pick it (the higher
-    dev AUROC) when ``settings.method`` is ``"best"``. The main run trains on every example,
-    evaluating dev every ``settings.eval_every`` examples (the learning curve) with early
-    stopping, and the best weights are saved to ``out_dir/merged``.
+    ``examples`` / ``dev_examples`` are chat examples (the assistant turn is the critique).
+    ``compare`` names methods (``full``, ``lora_r<R>``; see :func:`candidate_settings`); each first
+    trains one epoch on the first ``compare_examples`` examples from the same starting weights and
+    is scored on dev: AUROC with its bootstrap CI and, against ``default_method``, the paired
+    bootstrap CI of the difference. With ``settings.method == "best"`` the method trained is
+    :func:`decide_method`'s: the default unless another's advantage is clearly above 0. A plain
+    ``method: lora`` trains at the first of ``lora_ranks``. The main run trains on every
+    example, evaluating dev every ``settings.eval_every`` examples (the learning curve) with
+    early stopping; the best weights ship to ``out_dir/model`` (:func:`save_checkpoint`), and
+    the shipped form is scored on dev against the trained model (``ship``).
 
     Returns a report: examples, dropped_too_long, tokens_per_example, cache_seconds, comparison
-    (per method: dev AUROC, seconds, examples), chosen method, and the main run's
-    :class:`RunReport` as ``run``.
+    (per method: dev AUROC, CI, difference to the default, seconds, examples), decision, chosen
+    method, lora_r, ship, and the main run's :class:`RunReport` as ``run``.
     """
     t0 = time.time()
     method = settings.method
     base = copy.copy(settings)
-    if method == "best":
-        base.method = "full"
+    base.method = "full"
+    if default_method == "lora":  # the compared name of plain LoRA
+        default_method = f"lora_r{int(lora_ranks[0])}"
     split, tok = load_split_model(base_model, settings.train_layers)
     train, dropped = encode_examples(tok, examples, max_length=settings.max_length)
     dev, dev_dropped = encode_examples(tok, dev_examples, max_length=settings.max_length)
@@ -560,51 +681,73 @@ def run_cached_sft(examples: Sequence[Mapping[str, Any]], dev_examples: Sequence
     tc = cache_lower(split, train, batch_size=32, dtype=settings.dtype)
     dc = cache_lower(split, dev, batch_size=32, dtype=settings.dtype)
     cache_seconds = round(time.time() - t0, 1)
-    base_auroc = auroc(verdict_margins(split, dc, dev, tok, batch_size=32, dtype=settings.dtype),
-                       [d.is_error for d in dev])
+    labels = [d.is_error for d in dev]
+    base_auroc = auroc(verdict_margins(split, dc, dev, tok, batch_size=32, dtype=settings.dtype), labels)
     comparison: dict[str, Any] = {}
+    margins: dict[str, list[float]] = {}
     n_cmp = min(compare_examples, len(train))
     for m in compare:
-        s = copy.copy(base)
-        s.method, s.epochs, s.eval_every, s.patience = m, 1.0, n_cmp, 1
-        if m == "lora" and lora_learning_rate:
-            s.learning_rate = lora_learning_rate
+        s = candidate_settings(m, base, lora_learning_rate=lora_learning_rate)
+        s.epochs, s.eval_every, s.patience = 1.0, n_cmp, 1
         trial = fresh_copy(split, settings.train_layers)
         rep = train_sft(trial, tok, train[:n_cmp], tc[:n_cmp], dev, dc, s)
-        comparison[m] = {"examples": n_cmp, "dev_auroc": rep.best_dev_auroc, "seconds": rep.seconds,
-                         "learning_rate": s.learning_rate}
+        margins[m] = verdict_margins(trial, dc, dev, tok, batch_size=32, dtype=settings.dtype)
+        a = auroc(margins[m], labels)
+        lo, hi = bootstrap_auroc_ci(margins[m], labels, seed=settings.seed, n_boot=bootstrap)
+        comparison[m] = {"examples": n_cmp, "epochs": 1.0, "dev_auroc": None if a is None else round(a, 4),
+                         "ci_low": lo, "ci_high": hi, "seconds": rep.seconds, "learning_rate": s.learning_rate,
+                         "lora_r": s.lora_r if s.method == "lora" else None}
         if progress:
             progress({"compare": m, **comparison[m]})
         del trial
+    if default_method in margins:
+        for m in comparison:
+            if m != default_method:
+                comparison[m]["vs_default"] = paired_auroc_diff_ci(margins[m], margins[default_method], labels,
+                                                                   seed=settings.seed, n_boot=bootstrap)
+    decision = None
     if method == "best":
-        scored = {m: (c["dev_auroc"] or 0.0) for m, c in comparison.items()}
-        method = max(sorted(scored), key=lambda m: scored[m]) if scored else "full"
-    main = copy.copy(base)
-    main.method = method
-    if method == "lora" and lora_learning_rate:
-        main.learning_rate = lora_learning_rate
+        decision = decide_method(comparison, default_method) if comparison else \
+            {"method": default_method, "default": default_method, "reason": "no comparison ran"}
+        method = decision["method"]
+    elif method == "lora":
+        method = f"lora_r{int(lora_ranks[0])}"
+    main = candidate_settings(method, settings if method != "full" else base, lora_learning_rate=lora_learning_rate)
     run = train_sft(split, tok, train, tc, dev, dc, main, progress=progress)
-    save_checkpoint(split, tok, Path(out_dir) / "merged", method=method, dtype=merge_dtype)
+    save_checkpoint(split, Path(out_dir) / "model", method=main.method, base_model=base_model, base_key=base_key,
+                    ship_max_mb=ship_max_mb, dtype=merge_dtype)
+    ship = shipped_fidelity(split, tok, dev, Path(out_dir) / "model", main)
+    if progress:
+        progress({"ship": ship})
     return {
         "examples": len(train), "dropped_too_long": dropped, "dev_examples": len(dev), "dev_dropped": dev_dropped,
         "tokens_per_example": round(sum(len(e.ids) for e in train) / len(train), 1),
         "cache_seconds": cache_seconds, "untrained_dev_auroc": None if base_auroc is None else round(base_auroc, 4),
-        "comparison": comparison, "method": method, "settings": asdict(main), "run": run.to_dict(),
-        "seconds": round(time.time() - t0, 1),
+        "comparison": comparison, "decision": decision, "method": main.method,
+        "lora_r": main.lora_r if main.method == "lora" else None, "settings": asdict(main), "run": run.to_dict(),
+        "ship": ship, "seconds": round(time.time() - t0, 1),
     }
 
 
 def run_cached_dpo(pairs: Sequence[Mapping[str, Any]], dev_examples: Sequence[Mapping[str, Any]],
                    start_model: str | Path, out_dir: str | Path, *, settings: TrainSettings, beta: float,
+                   ship_max_mb: float = 24.0, base_key: str = "critic_sft.base_model",
                    merge_dtype: str = "bfloat16", progress: Any = None) -> dict[str, Any]:
     """Coarse-to-fine DPO of the SFT critic with the cached trainer (notebook 06).
 
-    ``pairs``: ``{"prompt": [system, user], "chosen": str, "rejected": str}``. Saves the best
-    dev-AUROC weights (the SFT start included) to ``out_dir/merged`` and returns the report with
-    the dev AUROC before and after.
+    ``pairs``: ``{"prompt": [system, user], "chosen": str, "rejected": str}``. ``start_model`` is
+    the SFT critic's shipped form (an adapter continues as the policy; a full form is rebuilt).
+    The best dev-AUROC weights (the SFT start included) ship to ``out_dir/model`` against the
+    SFT critic's own base; the report has the dev AUROC before and after and ``ship``.
     """
     t0 = time.time()
     split, tok = load_split_model(start_model, settings.train_layers)
+    if split.lora_config is not None and settings.method != "lora":
+        raise ValueError(f"{start_model}: the SFT critic is a LoRA adapter; DPO continues it with method 'lora', "
+                         f"not {settings.method!r}")
+    if split.lora_config is None and settings.method == "lora" and ship_base(start_model) != Path(start_model):
+        raise ValueError(f"{start_model}: the SFT critic is a full fine-tune shipped against its base; a new LoRA "
+                         "on it could not ship as an adapter of that base: use method 'full'")
     chosen, rejected, dropped = [], [], 0
     for p in pairs:
         c = encode(tok, p["prompt"], p["chosen"], max_length=settings.max_length)
@@ -623,49 +766,115 @@ def run_cached_dpo(pairs: Sequence[Mapping[str, Any]], dev_examples: Sequence[Ma
     dc = cache_lower(split, dev, batch_size=32, dtype=settings.dtype)
     cache_seconds = round(time.time() - t0, 1)
     run = train_dpo(split, chosen, rejected, cc, rc, dev, dc, tok, settings, beta=beta, progress=progress)
-    save_checkpoint(split, tok, Path(out_dir) / "merged", method=settings.method, dtype=merge_dtype)
+    save_checkpoint(split, Path(out_dir) / "model", method=settings.method, base_model=ship_base(start_model),
+                    base_key=base_key, ship_max_mb=ship_max_mb, dtype=merge_dtype)
+    ship = shipped_fidelity(split, tok, dev, Path(out_dir) / "model", settings)
     before = run.curve[0]["dev_auroc"] if run.curve else None
     return {"pairs_used": len(chosen), "dropped_too_long": dropped, "cache_seconds": cache_seconds,
             "dev_auroc_before": before, "dev_auroc_after": run.best_dev_auroc,
             "kept_start": run.best_at_examples == 0, "settings": asdict(settings), "run": run.to_dict(),
-            "seconds": round(time.time() - t0, 1)}
+            "ship": ship, "seconds": round(time.time() - t0, 1)}
+
+
+def ship_train_result(result: Any, out_dir: str | Path, *, base_model: str | Path, base_key: str,
+                      ship_max_mb: float, dtype: str = "bfloat16") -> dict[str, Any]:
+    """Ship a TRL training result (:class:`ragcritic_lib.critic.training.TrainResult`): its adapter, or
+    the fully fine-tuned model's compact form against ``base_model``; the training folder
+    (checkpoints, optimizer state) is then removed. An adapter trained on another model than
+    ``base_model`` (a rebuilt full critic) is merged into that model and ships as a full form.
+    Returns the manifest."""
+    import shutil
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ragcritic_lib import paths
+    from ragcritic_lib.critic import forms as model_forms
+
+    trained = paths.resolve(result.adapter_dir)
+    on = paths.resolve(result.base_model)
+    if result.is_adapter and on.resolve() == paths.resolve(base_model).resolve():
+        manifest = model_forms.ship_adapter_dir(trained, out_dir, base_folder=base_model, base_key=base_key,
+                                                dtype=dtype)
+    else:
+        if result.is_adapter:
+            from peft import PeftModel
+
+            model = AutoModelForCausalLM.from_pretrained(str(on), dtype=torch.float32)
+            state = PeftModel.from_pretrained(model, str(trained)).merge_and_unload().state_dict()
+        else:
+            state = AutoModelForCausalLM.from_pretrained(str(trained), dtype=torch.float32).state_dict()
+        manifest = model_forms.ship_full(state, base_model, out_dir, max_mb=ship_max_mb, base_key=base_key,
+                                         dtype=dtype)
+    shutil.rmtree(trained, ignore_errors=True)
+    return manifest
 
 
 def run_trl_sft(examples: Sequence[Mapping[str, Any]], dev_examples: Sequence[Mapping[str, Any]],
                 base_model: str | Path, out_dir: str | Path, *, recipe: str, max_steps: int, launcher: str,
-                accelerate_config: str, num_processes: int, merge_dtype: str, max_length: int) -> dict[str, Any]:
+                accelerate_config: str, num_processes: int, merge_dtype: str, max_length: int,
+                ship_max_mb: float = 24.0, base_key: str = "critic_sft.base_model") -> dict[str, Any]:
     """SFT with the TRL recipe (GPUs; ``launcher="accelerate"`` for DeepSpeed ZeRO-3), shaped
-    like :func:`run_cached_sft`'s report. The dev examples are not read during training here:
-    the stage's calibration scores the saved checkpoint on them."""
-    from ragcritic_lib.critic.training import inference_checkpoint, loss_curve, run_training
+    like :func:`run_cached_sft`'s report; the result ships to ``out_dir/model``
+    (:func:`ship_train_result`). The dev examples are not read during training here: the
+    stage's calibration scores the shipped critic on them."""
+    from ragcritic_lib.critic.training import loss_curve, run_training
 
     overrides: dict[str, Any] = {"max_length": max_length, **({"max_steps": max_steps} if max_steps > 0 else {})}
     result = run_training("sft", list(examples), recipe, Path(out_dir) / "adapter", base_model=str(base_model),
                           overrides=overrides, launcher=launcher, accelerate_config=accelerate_config,
                           num_processes=num_processes)
-    inference_checkpoint(result, Path(out_dir) / "merged", dtype=merge_dtype)
+    manifest = ship_train_result(result, Path(out_dir) / "model", base_model=base_model, base_key=base_key,
+                                 ship_max_mb=ship_max_mb, dtype=merge_dtype)
     curve = [{"examples_seen": int(r.get("step", 0)), "loss": r.get("loss"), "dev_auroc": None}
              for r in loss_curve(result.log_history)]
     run = RunReport(method="trl", examples=result.examples, train_layers=0, steps=result.steps,
                     seconds=round(result.seconds, 1), curve=curve)
     return {"examples": result.examples, "dropped_too_long": result.dropped_too_long, "dev_examples": len(dev_examples),
             "dev_dropped": 0, "tokens_per_example": None, "cache_seconds": 0.0, "untrained_dev_auroc": None,
-            "comparison": {}, "method": "trl", "settings": {"epochs": None, "recipe": recipe},
-            "run": run.to_dict(), "seconds": round(result.seconds, 1)}
+            "comparison": {}, "decision": None, "method": "trl", "settings": {"epochs": None, "recipe": recipe},
+            "run": run.to_dict(), "ship": _ship_summary(manifest, Path(out_dir) / "model"),
+            "seconds": round(result.seconds, 1)}
+
+
+def _ship_summary(manifest: Mapping[str, Any], folder: Path) -> dict[str, Any]:
+    """``ship`` of a TRL run: form and size; no in-memory trained model to score against."""
+    from ragcritic_lib.critic import forms as model_forms
+
+    return {"form": manifest["form"], "rank": manifest.get("rank", 0), "mb": model_forms.folder_mb(folder),
+            "max_mb": manifest.get("ship_max_mb"), "dev_auroc_trained": None, "dev_auroc_shipped": None,
+            "auroc_loss": None, "mean_abs_margin_diff": None, "flag": False}
+
+
+def trl_start(start_model: str | Path) -> dict[str, Any]:
+    """Where TRL training continues from a shipped critic: an adapter on its base, or a full form
+    rebuilt into the model cache; ``ship_base`` is what the result ships against."""
+    from ragcritic_lib.critic import forms as model_forms
+
+    if not model_forms.is_shipped(start_model):
+        return {"base_model": str(start_model), "init_adapter": None, "ship_base": Path(start_model)}
+    base = model_forms.manifest_base(start_model)
+    if model_forms.read_manifest(start_model)["form"] == "adapter":
+        return {"base_model": str(base), "init_adapter": str(start_model), "ship_base": base}
+    return {"base_model": str(model_forms.materialize(start_model)), "init_adapter": None, "ship_base": base}
 
 
 def run_trl_dpo(pairs: Sequence[Mapping[str, Any]], dev_examples: Sequence[Mapping[str, Any]],
                 start_model: str | Path, out_dir: str | Path, *, recipe: str, max_steps: int, launcher: str,
-                accelerate_config: str, num_processes: int, merge_dtype: str) -> dict[str, Any]:
-    """DPO with the TRL recipe from the merged SFT critic, shaped like :func:`run_cached_dpo`'s
-    report (no dev AUROC during training: the stage's calibration scores the result)."""
-    from ragcritic_lib.critic.training import inference_checkpoint, loss_curve, run_training
+                accelerate_config: str, num_processes: int, merge_dtype: str, ship_max_mb: float = 24.0,
+                base_key: str = "critic_sft.base_model") -> dict[str, Any]:
+    """DPO with the TRL recipe from the shipped SFT critic (:func:`trl_start`), shaped like
+    :func:`run_cached_dpo`'s report; ships to ``out_dir/model`` against the SFT critic's base (no
+    dev AUROC during training: the stage's calibration scores the result)."""
+    from ragcritic_lib.critic.training import loss_curve, run_training
 
+    start = trl_start(start_model)
     overrides: dict[str, Any] = {"max_steps": max_steps} if max_steps > 0 else {}
-    result = run_training("dpo", list(pairs), recipe, Path(out_dir) / "adapter", base_model=str(start_model),
-                          overrides=overrides, launcher=launcher, accelerate_config=accelerate_config,
-                          num_processes=num_processes)
-    inference_checkpoint(result, Path(out_dir) / "merged", dtype=merge_dtype)
+    result = run_training("dpo", list(pairs), recipe, Path(out_dir) / "adapter", base_model=start["base_model"],
+                          init_adapter=start["init_adapter"], overrides=overrides, launcher=launcher,
+                          accelerate_config=accelerate_config, num_processes=num_processes)
+    manifest = ship_train_result(result, Path(out_dir) / "model", base_model=start["ship_base"], base_key=base_key,
+                                 ship_max_mb=ship_max_mb, dtype=merge_dtype)
     curve = [{"examples_seen": int(r.get("step", 0)), "loss": r.get("loss"),
               "reward_accuracy": r.get("rewards_accuracies"), "reward_margin": r.get("rewards_margins"),
               "dev_auroc": None} for r in loss_curve(result.log_history)]
@@ -673,4 +882,5 @@ def run_trl_dpo(pairs: Sequence[Mapping[str, Any]], dev_examples: Sequence[Mappi
                     seconds=round(result.seconds, 1), curve=curve)
     return {"pairs_used": result.examples, "dropped_too_long": result.dropped_too_long, "cache_seconds": 0.0,
             "dev_auroc_before": None, "dev_auroc_after": None, "kept_start": False,
-            "settings": {"recipe": recipe}, "run": run.to_dict(), "seconds": round(result.seconds, 1)}
+            "settings": {"recipe": recipe}, "run": run.to_dict(), "ship": _ship_summary(manifest, Path(out_dir) / "model"),
+            "seconds": round(result.seconds, 1)}

@@ -572,8 +572,10 @@ def _merge_adapter(base: str | os.PathLike[str], adapter_dir: str | os.PathLike[
 
 
 def inference_checkpoint(result: TrainResult, out_dir: str | os.PathLike[str], *, dtype: str = "bfloat16") -> Path:
-    """A plain checkpoint for fast inference: the merged adapter, or the fully fine-tuned model
-    re-saved in ``dtype``."""
+    """A plain checkpoint (the merged adapter, or the fully fine-tuned model re-saved in
+    ``dtype``) for exporting a trained model to a tool that reads only full checkpoints. The
+    stages do not write one: they ship adapters or compact forms
+    (:func:`ragcritic_lib.critic.train.ship_train_result`, :mod:`ragcritic_lib.critic.forms`)."""
     if result.is_adapter:
         return merge_adapter(paths.resolve(result.base_model), paths.resolve(result.adapter_dir), out_dir, dtype=dtype)
     out_dir = Path(out_dir)

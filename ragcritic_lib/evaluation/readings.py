@@ -397,6 +397,9 @@ def reading_critic_sft(metrics: Mapping[str, Any]) -> list[str]:
         text.append("Method comparison on " + ", ".join(
             f"{m} (dev AUROC {_f(c.get('dev_auroc'))} after {c.get('examples', 0)} examples, {c.get('seconds', 0):.0f} s)"
             for m, c in comp.items()) + f"; {train.get('method', '?')} trains on.")
+    decision = metrics.get("method_decision") or {}
+    if decision.get("reason"):
+        text.append(f"Method decision: {decision['reason']}.")
     curve = [r for r in metrics.get("learning_curve") or [] if _known(r.get("dev_auroc"))]
     if curve:
         pts = ", ".join(f"{_f(r['dev_auroc'])} at {r['examples_seen']}" for r in curve)
@@ -408,7 +411,20 @@ def reading_critic_sft(metrics: Mapping[str, Any]) -> list[str]:
     text += _calibration_sentence(metrics.get("verdict_calibration") or {})
     if metrics.get("preview_parse_failures"):
         text.append(f"{metrics['preview_parse_failures']} of the preview critiques did not parse.")
+    text += _ship_sentence(metrics.get("ship") or {})
     return text
+
+
+def _ship_sentence(ship: Mapping[str, Any]) -> list[str]:
+    """What the shipped critic is and what it loses on dev against the trained one."""
+    if not ship:
+        return []
+    form = ship.get("form", "?") + (f" rank {ship['rank']}" if ship.get("form") == "lowrank" else "")
+    text = f"The critic ships as {form} ({_f(ship.get('mb'), 1)} MB)"
+    if _known(ship.get("dev_auroc_shipped")):
+        text += (f"; its dev AUROC is {_f(ship['dev_auroc_shipped'])} against {_f(ship.get('dev_auroc_trained'))} "
+                 f"for the trained model" + (", a loss over 0.02: flagged" if ship.get("flag") else ""))
+    return [text + "."]
 
 
 @_with_provenance
@@ -434,6 +450,7 @@ def reading_critic_dpo(metrics: Mapping[str, Any]) -> list[str]:
         else:
             text.append(f"Dev verdict AUROC {_f(dev['before'])} before DPO, {_f(dev['after'])} after.")
     text += _calibration_sentence(metrics.get("verdict_calibration") or {})
+    text += _ship_sentence(metrics.get("ship") or {})
     return text
 
 

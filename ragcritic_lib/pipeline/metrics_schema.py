@@ -474,6 +474,27 @@ class LearningPoint(TypedDict):
     examples_seen: NotRequired[Count]
 
 
+class ShipCheck(TypedDict, total=False):
+    """``ship`` of 05/06: the compact form the critic ships in (``ragcritic_lib.critic.forms``) and
+    its dev AUROC against the trained model's (``flag``: more than 0.02 lower)."""
+    form: Literal["adapter", "layers", "delta8", "lowrank"]
+    rank: Count
+    mb: NonNegative
+    max_mb: NonNegative | None
+    dev_auroc_trained: Fraction | None
+    dev_auroc_shipped: Fraction | None
+    auroc_loss: Real | None
+    mean_abs_margin_diff: NonNegative | None
+    flag: bool
+
+
+class MethodDecision(TypedDict):
+    """``method_decision`` of 05: the method trained after ``critic_sft.method: best``'s comparison."""
+    method: str
+    default: str
+    reason: str
+
+
 class CriticSftMetrics(StageMetrics):
     """``05_critic_sft.json``."""
     train: TrainSummary
@@ -481,6 +502,8 @@ class CriticSftMetrics(StageMetrics):
     learning_curve: list[LearningPoint]
     verdict_calibration: VerdictCalibration
     method_comparison: NotRequired[dict[str, dict[str, Any]]]
+    method_decision: NotRequired[MethodDecision | None]
+    ship: NotRequired[ShipCheck]
     untrained_dev_auroc: NotRequired[Fraction | None]
     preview_parse_failures: NotRequired[Count]
 
@@ -506,6 +529,7 @@ class CriticDpoMetrics(StageMetrics):
     verdict_calibration: VerdictCalibration
     balance: NotRequired[dict[str, Count]]
     dev_auroc: NotRequired[DevAurocChange]
+    ship: NotRequired[ShipCheck]
 
 
 class Identification(TypedDict, total=False):
