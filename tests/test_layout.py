@@ -13,6 +13,7 @@ LONG_MODULES = {
     "ragcritic_lib/agent/actions.py": "the five action functions and the state they share",
     "ragcritic_lib/critic/critics.py": "the critic's prompt, target, parser and loaders (one format, kept together)",
     "ragcritic_lib/baselines/ragec.py": "RAGEC's predictor, diagnosis and correction (one method)",
+    "ragcritic_lib/evaluation/readings.py": "one reading per stage, on shared number-formatting helpers",
     "ragcritic_lib/pipeline/params.py": "params.yaml's rules table and its checker",
     "ragcritic_lib/pipeline/metrics_schema.py": "the schema of every stage's metrics file",
     "ragcritic_lib/critic/train.py": ("the cached critic trainer: one split model shared by SFT, DPO, "
