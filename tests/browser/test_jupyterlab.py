@@ -75,8 +75,8 @@ RETRIEVAL = Notebook("01_retrieval_rag", "retrieval_rag", ("assets", "testbed"),
 # Chosen over 08_correction, which reads the same upstream, because it costs less: 406 s against
 # 482 s in the workshop profile on 2 AVX2-only cores (docs/workshop.md), where 08 also trains a
 # planner first. Cost at smoke sizes on 2 AVX2-only cores under a load average of 3-10 (28 November
-# 2026): 00_assets 152 s, 00_testbed 14, 02_error_sampling 1,220, 03 16, 04 101 (papermill);
-# 01, 05, 06 and the browser run not yet measured. The fixture prints them all.
+# 2026), papermill's seconds: 00_assets 152, 00_testbed 14, 01 225, 02 1,220, 03 16, 04 101, 05 62,
+# 06 32 (1,822 in all); the browser run not yet measured. The fixture prints them all.
 BENCHMARK = Notebook("07_benchmark", "benchmark", ("critic_dpo",), run_all_s=900)
 
 VENV = Path(sys.prefix)             # the project's virtual environment (the test runs in it)
