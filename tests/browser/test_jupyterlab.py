@@ -76,7 +76,7 @@ RETRIEVAL = Notebook("01_retrieval_rag", "retrieval_rag", ("assets", "testbed"),
 # 482 s in the workshop profile on 2 AVX2-only cores (docs/workshop.md), where 08 also trains a
 # planner first. Cost at smoke sizes on 2 AVX2-only cores under a load average of 3-10 (28 November
 # 2026), papermill's seconds: 00_assets 152, 00_testbed 14, 01 225, 02 1,220, 03 16, 04 101, 05 62,
-# 06 32 (1,822 in all); the browser run not yet measured. The fixture prints them all.
+# 06 32 (1,822 in all); Run All Cells in the browser 61 s. The fixture prints them all.
 BENCHMARK = Notebook("07_benchmark", "benchmark", ("critic_dpo",), run_all_s=900)
 
 VENV = Path(sys.prefix)             # the project's virtual environment (the test runs in it)
