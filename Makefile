@@ -107,7 +107,8 @@ lab: restore lab-prepare
 ## JupyterLab in a real browser (not part of `make test`): `make lab`'s server, headless, as a
 ## student uses it: Chromium (Debian's `chromium` package; CHROMIUM=path for another) driven by
 ## Playwright opens notebook 01's .py twin, runs all its cells at smoke sizes and checks the kernel,
-## a figure and the "Reading the numbers" text (tests/browser).
+## a figure and the "Reading the numbers" text; then, in a copy of its own where stages 00-06 ran
+## headlessly at smoke sizes, notebook 07 on the trained critics (tests/browser).
 BROWSER_STAMP := $(VENV)/.browser-installed
 $(BROWSER_STAMP): requirements-browser.txt $(STAMP)
 	$(BIN)/python -m pip install -q -r requirements-browser.txt
