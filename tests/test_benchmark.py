@@ -131,6 +131,22 @@ def test_table_and_figure(tx, tmp_path: Path) -> None:
     assert [ax.get_title() for ax in fig.axes] == ["Tier-1 labels", "Tier-2 labels"]
 
 
+def test_the_figure_leaves_the_kernels_backend_alone(tx) -> None:
+    """A notebook shows figures through its own backend (inline in JupyterLab); a plot function
+    that switches it to Agg leaves the notebook without its figure."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    before = matplotlib.get_backend()
+    matplotlib.use("svg")
+    try:
+        r = score_critic([parse_critic_output(t, tx) for t in PRED_TEXTS], GOLDS, tx)
+        plt.close(plot_per_label({"sft": r}, tx))
+        assert matplotlib.get_backend() == "svg"
+    finally:
+        matplotlib.use(before)
+
+
 def test_benchmark_metrics_keep_token_counts_only(tx) -> None:
     from ragcritic_lib.critic.critics import HeuristicCritic, LLMCritic
     from ragcritic_lib.llm import CallableLLM

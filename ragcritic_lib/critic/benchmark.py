@@ -299,9 +299,6 @@ def benchmark_metrics(*, report: Mapping[str, Any], table: Sequence[Mapping[str,
 def plot_per_label(results: Mapping[str, Mapping[str, Any]], taxonomy: TaxonomyLike) -> Any:
     """Per-label F1 of every critic, tier-1 and tier-2 side by side (like Fig. 5 / Fig. 7); returns
     the matplotlib Figure (saved by :func:`ragcritic_lib.pipeline.outputs.save_figure`)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 

@@ -431,6 +431,9 @@ def test_student_runs_the_benchmark_on_the_trained_critics(lab, tmp_path):
     scores both, and the reading written from the metrics the run just wrote names them."""
     seen, why = _in_browser(lab, tmp_path)
     _check_student_run(seen, lab, why)
+    # The per-label figure shows in the page: a plot function that switched the kernel's backend to
+    # Agg left it blank in JupyterLab and in the executed notebook.
+    assert seen["figures"] >= 1, f"no matplotlib figure (PNG <img>) in the page{why}"
     critics = [t for t in seen["tables"] if "SFT critic" in t and "SFT+DPO critic" in t]
     assert critics, f"no table scores both trained critics; tables seen: {[t[:200] for t in seen['tables']]}{why}"
     for name in ("SFT critic", "SFT+DPO critic"):
