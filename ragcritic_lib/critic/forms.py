@@ -378,8 +378,9 @@ def _load_state(folder: str | os.PathLike[str]) -> dict[str, Any]:
     return AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).state_dict()
 
 
-def _plain_config(model: Any, dtype: str) -> None:
-    # A base converted from GGUF may still describe its quantization; the rebuilt model is plain.
+def plain_config(model: Any, dtype: str) -> None:
+    """Describe ``model`` as a plain checkpoint in ``dtype``: a base converted from GGUF may still
+    carry its quantization config, which a rebuilt or merged model no longer has."""
     if getattr(model.config, "quantization_config", None) is not None:
         model.config.quantization_config = None
         try:
@@ -426,7 +427,7 @@ def rebuild_model(folder: str | os.PathLike[str], *, base: str | os.PathLike[str
         apply_form(model, folder)
     out_dtype = dtype or m.get("dtype", "bfloat16")
     model = model.to(getattr(torch, out_dtype))
-    _plain_config(model, out_dtype)
+    plain_config(model, out_dtype)
     return model
 
 

@@ -554,18 +554,12 @@ def _merge_adapter(base: str | os.PathLike[str], adapter_dir: str | os.PathLike[
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from ragcritic_lib.critic.forms import plain_config
+
     model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
     merged = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
     merged = merged.to(getattr(torch, dtype))
-    # The base config may still describe the GGUF file it was converted from; the merged
-    # checkpoint is plain safetensors.
-    if getattr(merged.config, "quantization_config", None) is not None:
-        merged.config.quantization_config = None
-        try:
-            delattr(merged.config, "quantization_config")
-        except AttributeError:
-            pass
-    merged.config.dtype = dtype
+    plain_config(merged, dtype)  # the merged checkpoint is plain safetensors, not the GGUF it came from
     merged.save_pretrained(str(out_dir), safe_serialization=True)
     tok_src = adapter_dir if (Path(adapter_dir) / "tokenizer_config.json").exists() else base
     AutoTokenizer.from_pretrained(str(tok_src)).save_pretrained(str(out_dir))
