@@ -78,3 +78,28 @@ def test_prepare_writes_only_missing_or_stale_twins(tmp_path):
     assert {p: p.read_bytes() for p in sources} == sources          # no .py is rewritten
     assert notebooks.prepare(tmp_path) == []
     assert notebooks.out_of_sync(tmp_path) == []
+
+
+def test_a_prepared_pair_opens_in_jupyterlab_after_its_py_changed(tmp_path):
+    """A student (or the browser test) edits a .py; `make lab` rewrites its twin; jupytext's
+    contents manager, as JupyterLab uses it, must still open the .py (it refuses an .ipynb newer
+    than its .py when their texts differ, and a written twin's text adds jupytext's version)."""
+    import os
+    import time
+
+    import jupytext
+
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    shutil.copy(paths.NOTEBOOKS_DIR / "jupytext.toml", folder / "jupytext.toml")
+    py = folder / SOURCES[1].name
+    shutil.copy(SOURCES[1], py)
+    old = time.time() - 60
+    os.utime(py, (old, old))
+    py.write_text(py.read_text(encoding="utf-8") + "\n# %%\nprint('edited')\n", encoding="utf-8")
+    os.utime(py, (old, old))  # edited a minute before the lab starts
+    assert notebooks.prepare(folder) == [notebooks.twin_of(py)]
+    assert notebooks.twin_of(py).stat().st_mtime_ns <= py.stat().st_mtime_ns
+    cm = jupytext.AsyncTextFileContentsManager(root_dir=str(folder))
+    nb = asyncio.run(cm.get(py.name, content=True, type="notebook"))["content"]
+    assert "print('edited')" in nb["cells"][-1]["source"]

@@ -113,17 +113,32 @@ def cell_sources(nb) -> list[tuple[str, str, tuple[str, ...]]]:
     return [(c.cell_type, c.source.strip(), tuple(c.metadata.get("tags", []))) for c in nb.cells]
 
 
-def sync(notebooks_dir: Path = paths.NOTEBOOKS_DIR) -> list[Path]:
-    """Write every twin; returns the paths written."""
+def write_twin(py: Path) -> Path:
+    """Write ``py``'s ``.ipynb`` twin (outputs stripped), dated as its ``.py``; returns the twin.
+
+    JupyterLab opens a pair through jupytext, which refuses a notebook whose ``.ipynb`` is newer
+    than its ``.py`` unless both read the same, and a twin written here never reads quite the same
+    (jupytext's own view of it adds its version to the header, which the ``.py`` leaves out). A
+    twin dated as its source is the pair as git checks it out, and opens.
+    """
+    import os
+
     import nbformat
 
     from ragcritic_lib.io import atomic_write_text
 
+    twin = twin_of(py)
+    atomic_write_text(twin, nbformat.writes(render_twin(py)) + "\n")
+    stat = py.stat()
+    os.utime(twin, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    return twin
+
+
+def sync(notebooks_dir: Path = paths.NOTEBOOKS_DIR) -> list[Path]:
+    """Write every twin; returns the paths written."""
     written = []
     for py in sorted(notebooks_dir.glob("[0-9][0-9]_*.py")):
-        nb = render_twin(py)
-        atomic_write_text(twin_of(py), nbformat.writes(nb) + "\n")
-        written.append(twin_of(py))
+        written.append(write_twin(py))
     return written
 
 
@@ -141,14 +156,9 @@ def stale_twins(notebooks_dir: Path = paths.NOTEBOOKS_DIR) -> list[Path]:
 
 def prepare(notebooks_dir: Path = paths.NOTEBOOKS_DIR) -> list[Path]:
     """Write the twins :func:`stale_twins` names, and no other file; returns the twins written."""
-    import nbformat
-
-    from ragcritic_lib.io import atomic_write_text
-
     written = []
     for py in stale_twins(notebooks_dir):
-        atomic_write_text(twin_of(py), nbformat.writes(render_twin(py)) + "\n")
-        written.append(twin_of(py))
+        written.append(write_twin(py))
     return written
 
 
