@@ -74,7 +74,7 @@ def defaults_drift(params: dict[str, Any], notebooks_dir: Path = paths.NOTEBOOKS
     from ragcritic_lib.pipeline.params import notebook_parameters
 
     out = []
-    for py in sorted(notebooks_dir.glob("[0-9][0-9]_*.py")):
+    for py in sources(notebooks_dir):
         section = params.get(py.stem[3:], {})
         for name, value in notebook_parameters(py).items():
             if name in section and (type(section[name]) is not type(value) or section[name] != value):
@@ -89,7 +89,7 @@ def sync_defaults(params: dict[str, Any], notebooks_dir: Path = paths.NOTEBOOKS_
     from ragcritic_lib.io import atomic_write_text
 
     changed = []
-    for py in sorted(notebooks_dir.glob("[0-9][0-9]_*.py")):
+    for py in sources(notebooks_dir):
         section = params.get(py.stem[3:], {})
         text = py.read_text(encoding="utf-8")
         head, sep, rest = text.partition('# %% tags=["parameters"]\n')
@@ -111,6 +111,11 @@ def sync_defaults(params: dict[str, Any], notebooks_dir: Path = paths.NOTEBOOKS_
 
 def cell_sources(nb) -> list[tuple[str, str, tuple[str, ...]]]:
     return [(c.cell_type, c.source.strip(), tuple(c.metadata.get("tags", []))) for c in nb.cells]
+
+
+def sources(notebooks_dir: Path = paths.NOTEBOOKS_DIR) -> list[Path]:
+    """The stage notebooks' ``.py`` sources (``NN_name.py``), in order."""
+    return sorted(notebooks_dir.glob("[0-9][0-9]_*.py"))
 
 
 def write_twin(py: Path) -> Path:
@@ -136,10 +141,7 @@ def write_twin(py: Path) -> Path:
 
 def sync(notebooks_dir: Path = paths.NOTEBOOKS_DIR) -> list[Path]:
     """Write every twin; returns the paths written."""
-    written = []
-    for py in sorted(notebooks_dir.glob("[0-9][0-9]_*.py")):
-        written.append(write_twin(py))
-    return written
+    return [write_twin(py) for py in sources(notebooks_dir)]
 
 
 def stale_twins(notebooks_dir: Path = paths.NOTEBOOKS_DIR) -> list[Path]:
@@ -147,7 +149,7 @@ def stale_twins(notebooks_dir: Path = paths.NOTEBOOKS_DIR) -> list[Path]:
     import nbformat
 
     stale = []
-    for py in sorted(notebooks_dir.glob("[0-9][0-9]_*.py")):
+    for py in sources(notebooks_dir):
         twin = twin_of(py)
         if not twin.exists() or cell_sources(nbformat.read(twin, as_version=4)) != cell_sources(render_twin(py)):
             stale.append(py)
@@ -156,10 +158,7 @@ def stale_twins(notebooks_dir: Path = paths.NOTEBOOKS_DIR) -> list[Path]:
 
 def prepare(notebooks_dir: Path = paths.NOTEBOOKS_DIR) -> list[Path]:
     """Write the twins :func:`stale_twins` names, and no other file; returns the twins written."""
-    written = []
-    for py in stale_twins(notebooks_dir):
-        written.append(write_twin(py))
-    return written
+    return [write_twin(py) for py in stale_twins(notebooks_dir)]
 
 
 def out_of_sync(notebooks_dir: Path = paths.NOTEBOOKS_DIR) -> list[str]:
@@ -167,7 +166,7 @@ def out_of_sync(notebooks_dir: Path = paths.NOTEBOOKS_DIR) -> list[str]:
     import nbformat
 
     problems = []
-    for py in sorted(notebooks_dir.glob("[0-9][0-9]_*.py")):
+    for py in sources(notebooks_dir):
         twin = twin_of(py)
         if not twin.exists():
             problems.append(f"{twin.name}: missing (run `make notebooks`)")
