@@ -35,9 +35,11 @@ restore: install
 
 ## After a `dvc repro` whose results should travel: push every cached output to dvc-store/
 ## (at most 50 MB a file, 100 MB of new objects), prune what dvc.lock no longer names and
-## `git add` it; committing is yours.
+## `git add` it; committing is yours. A run that spans sittings ships the stages it has
+## finished so far: `make ship SHIP_ARGS=--partial`.
+SHIP_ARGS ?=
 ship: install
-	$(BIN)/python -m ragcritic_lib.pipeline.shipping ship
+	$(BIN)/python -m ragcritic_lib.pipeline.shipping ship $(SHIP_ARGS)
 
 ## Re-run the stages whose inputs changed (dvc repro), on the restored outputs of the others.
 pipeline: restore

@@ -317,3 +317,48 @@ def test_the_assets_rebuild_reads_params_yaml_and_names_a_missing_section(tmp_pa
     (tmp_path / "params.yaml").write_text("common: {}\n")
     with pytest.raises(shipping.ShippingError, match="params.yaml: no 'assets' section"):
         shipping.REBUILDERS["data/assets"](tmp_path, tmp_path / "data" / "assets")
+
+
+def test_a_partial_ship_carries_the_stages_that_are_up_to_date_and_keeps_the_others_restorable(repo, tmp_path):
+    shipping.ship(repo)
+    first = _store_objects(repo)
+    shipping.commit_all(repo, "a shipped run")
+    # A run that spans sittings: make_a re-ran, make_b, make_c and side have not yet.
+    shipping.set_param(repo, "a.k", 2)
+    from dvc.repo import Repo
+
+    with contextlib.chdir(repo), Repo(str(repo)) as dvc_repo:
+        dvc_repo.reproduce("make_a", single_item=True)
+    with pytest.raises(shipping.ShippingError, match="--partial"):
+        shipping.ship(repo)
+    report = shipping.ship(repo, partial=True)
+    # dvc status calls make_c up to date: its input b.txt has not changed yet.
+    assert report.not_up_to_date == ["make_b", "side"]
+    assert report.outputs == 2 and report.new_objects > 0
+    assert "left out, not up to date (2 stage(s)" in report.summary()
+    second = _store_objects(repo)
+    new_x = _md5(b"a=2\n")
+    assert f"files/md5/{new_x[:2]}/{new_x[2:]}" in second
+    # The old listing of out/a is named by no lock entry any more and goes (its x.txt, the same
+    # bytes as side.txt, which side's lock entry names, stays); what make_b and make_c locked stays.
+    old_dir, new_dir = ({p for p in objs if p.endswith(".dir")} for objs in (first, second))
+    assert len(old_dir) == len(new_dir) == 1 and not old_dir & new_dir and report.pruned_objects == 1
+    side = _md5(b"a=1\n")
+    assert f"files/md5/{side[:2]}/{side[2:]}" in second
+    b_obj, c_obj = _md5(b"a=1\na=1\n"), _md5(b"A=1\nA=1\n")
+    for oid in (b_obj, c_obj):
+        assert f"files/md5/{oid[:2]}/{oid[2:]}" in first and f"files/md5/{oid[:2]}/{oid[2:]}" in second
+    shipping.commit_all(repo, "make_a shipped; the rest to follow")
+    clone = shipping.clone_repository(repo, tmp_path / "clone2")
+    restored = shipping.restore(clone, rebuilders=REBUILD)
+    assert not restored.problems and not restored.not_shipped
+    assert (clone / "out/a/x.txt").read_text() == "a=2\n" and (clone / "c.txt").read_text() == "A=1\nA=1\n"
+    assert not _clean(clone)  # make_b and the stages after it are still to run, as dvc status says
+
+
+def test_a_partial_ship_with_nothing_up_to_date_refuses(repo):
+    for name in ("mk_b.py", "mk_c.py"):
+        (repo / name).write_text((repo / name).read_text() + "# edited\n")
+    (repo / "out/a/x.txt").write_text("a=edited by hand\n")  # make_a's output and side's input
+    with pytest.raises(shipping.ShippingError, match="no stage is up to date"):
+        shipping.ship(repo, partial=True)

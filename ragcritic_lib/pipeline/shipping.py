@@ -13,6 +13,8 @@ content-addressed objects (``files/md5/xx/...``). One line points it elsewhere
 * ``ship`` refuses unless every stage is up to date, refuses a file over 50 MB or more than
   100 MB of new objects, pushes every cached output to the store, prunes store objects that no
   output in ``dvc.lock`` names and stages the store with ``git add`` (it does not commit).
+  ``--partial`` ships a run that spans sittings: the outputs of the stages that are up to date,
+  naming the others, whose objects already in the store stay there.
 * ``status`` prints what ``restore`` would find, changing nothing.
 * ``clear-persisted`` deletes the ``persist: true`` outputs (logged samples that ``dvc repro
   --force`` would reuse): ``make pipeline-cold`` runs it before a forced repro.
@@ -466,12 +468,15 @@ class ShipReport:
     largest: tuple[str, int] = ("", 0)
     staged: list[str] = field(default_factory=list)
     git_objects_before: str = ""
+    not_up_to_date: list[str] = field(default_factory=list)  # stages a partial ship left out
 
     def summary(self) -> str:
         mb = 1e6
         lines = [
             f"shipped {self.outputs} cached output(s): {self.referenced_bytes / mb:.1f} MB in the store, "
             f"of which new {self.new_objects} object(s), {self.new_bytes / mb:.1f} MB",
+            *([f"left out, not up to date ({len(self.not_up_to_date)} stage(s); what the store already "
+               f"held of them stays): {', '.join(self.not_up_to_date)}"] if self.not_up_to_date else []),
             f"largest file: {self.largest[0]} ({self.largest[1] / mb:.1f} MB)",
             f"pruned {self.pruned_objects} object(s) no output in dvc.lock names ({self.pruned_bytes / mb:.1f} MB)",
             f"staged for commit: {', '.join(self.staged) or 'nothing'} (not committed)",
@@ -489,22 +494,34 @@ def _count_objects(root: Path) -> str:
 
 
 def ship(root: Path, *, remote: str | None = None, max_file_bytes: int | None = MAX_FILE_BYTES,
-         max_new_bytes: int | None = MAX_NEW_BYTES, git_add: bool = True) -> ShipReport:
-    """Push every cached output of ``dvc.lock`` to the store, within the limits (None lifts one)."""
+         max_new_bytes: int | None = MAX_NEW_BYTES, git_add: bool = True, partial: bool = False) -> ShipReport:
+    """Push every cached output of ``dvc.lock`` to the store, within the limits (None lifts one).
+
+    ``partial``: a run that spans sittings ships the stages that are up to date and leaves out the
+    others (named in the report); store objects that their ``dvc.lock`` entries name are kept."""
     root = Path(root).resolve()
     report = ShipReport(git_objects_before=_count_objects(root))
     repo = _repo(root)
     try:
         remote = remote or _default_remote(repo)
         status = pipeline_status(repo)
-        if status:
-            raise ShippingError("refusing to ship: not every stage is up to date (run `dvc repro`)\n"
-                                + _format_status(status))
+        stale = {name.split(":")[-1] for name in status}
+        if status and not partial:
+            raise ShippingError("refusing to ship: not every stage is up to date (run `dvc repro`, or ship "
+                                "the stages that are with --partial)\n" + _format_status(status))
+        if partial and stale >= {s.name for s in repo.index.stages}:
+            raise ShippingError("refusing to ship: no stage is up to date (run `dvc repro`)\n" + _format_status(status))
+        report.not_up_to_date = sorted(stale)
         cache = repo.cache.local
         store = _store_odb(repo, remote)
         shipped, referenced, too_big = [], {}, []
         for out in outputs(repo):
             if not out.cached:
+                continue
+            if out.stage in stale:
+                # Not shipped now; what the store holds of its locked outputs is still restorable.
+                held = _objects(store, out.md5) if out.md5 else None
+                referenced.update(held or {})
                 continue
             objs = _objects(cache, out.md5)
             if objs is None:
@@ -540,7 +557,7 @@ def ship(root: Path, *, remote: str | None = None, max_file_bytes: int | None = 
             store.fs.remove(path)
             report.pruned_objects += 1
         for out in outputs(repo):
-            if not out.cached and out.path in REBUILDERS and (root / out.path).exists():
+            if not out.cached and out.path in REBUILDERS and out.stage not in stale and (root / out.path).exists():
                 report.staged.append(write_manifest(repo, out.path).relative_to(root).as_posix())
     finally:
         _close(repo)
@@ -669,6 +686,8 @@ def main(argv: Iterable[str] | None = None) -> int:
     s = sub.add_parser("ship", help="push every cached output to the store and git-add it (no commit)")
     s.add_argument("--max-file-mb", type=float, default=MAX_FILE_BYTES / 1e6)
     s.add_argument("--max-new-mb", type=float, default=MAX_NEW_BYTES / 1e6)
+    s.add_argument("--partial", action="store_true",
+                   help="ship the stages that are up to date and name the others (a run that spans sittings)")
     sub.add_parser("status", help="where each output would come from; changes nothing")
     sub.add_parser("clear-persisted", help="delete the persist: true outputs (before a cold `dvc repro --force`)")
     args = ap.parse_args(list(argv) if argv is not None else None)
@@ -681,7 +700,7 @@ def main(argv: Iterable[str] | None = None) -> int:
             return 1 if bad else 0
         if args.command == "ship":
             report = ship(root, remote=args.remote, max_file_bytes=int(args.max_file_mb * 1e6),
-                          max_new_bytes=int(args.max_new_mb * 1e6))
+                          max_new_bytes=int(args.max_new_mb * 1e6), partial=args.partial)
             print(report.summary())
             return 0
         if args.command == "clear-persisted":
