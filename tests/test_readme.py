@@ -429,3 +429,38 @@ def test_the_stage_time_table_is_per_cpu_class_and_says_what_is_not_recorded():
 def test_reproduce_md_holds_the_generated_stage_times():
     assert paths.ROOT / "docs" / "reproduce.md" in readme.target_files()
     assert "stage_times" in readme.block_names((paths.ROOT / "docs" / "reproduce.md").read_text(encoding="utf-8"))
+
+
+def _judge_part(n, agreement, low, high, judged=None):
+    return {"n": n, "labels": {"correct": 3, "wrong": n - 3},
+            "agreement": agreement, "agreement_ci_low": low, "agreement_ci_high": high,
+            "judged": judged or {j: n for j in agreement},
+            "confusion": {j: {"credited_right": 1, "credited_wrong": 2, "rejected_right": 3, "rejected_wrong": 4}
+                          for j in agreement}}
+
+
+def test_the_judge_block_tables_every_judge_against_the_hand_audit():
+    test = _judge_part(10, {"f1": 0.7, "truth": 0.95, "llm_teacher": 0.5}, {"f1": 0.4, "truth": 0.7, "llm_teacher": 0.2},
+                       {"f1": 0.9, "truth": 0.99, "llm_teacher": 0.8}, judged={"f1": 10, "truth": 10, "llm_teacher": 6})
+    choosing = _judge_part(20, {"f1": 0.6, "truth": 0.9, "llm_teacher": None}, {"f1": 0.4, "truth": 0.7, "llm_teacher": None},
+                           {"f1": 0.8, "truth": 0.97, "llm_teacher": None})
+    audit = {"exists": True, "n": 30, "n_test": 10, **{k: v for k, v in test.items() if k != "n"},
+             "choosing": choosing, "best_choosing": "truth"}
+    metrics = {"02_error_sampling": {"environment": copy.deepcopy(ENV),
+                                     "judge": {"metric": "truth", "threshold": 0.5, "audit": audit}},
+               "08_correction": {"critic_verdict": {"test": {"testbed": {"judge": "f1 >= 0.5"}}}}}
+    block = render_block("judge", metrics)
+    assert "against 30 real answers labelled by hand" in block and "10 test answers (3 right)" in block
+    assert "| truth **(used)** | 95.0% (70.0..99.0) | 90.0% (70.0..97.0) | 2 | 3 |" in block
+    assert "| F1 | 70.0% (40.0..90.0) | 60.0% (40.0..80.0) |" in block
+    assert "| LLM teacher | 50.0% (20.0..80.0, 6 judged) | – |" in block
+    assert "Best on the choosing rows: `truth`; this run judged with `truth`." in block
+    assert "Stages 03-15 last ran with the judge `f1 >= 0.5`" in block
+    metrics["08_correction"]["critic_verdict"]["test"]["testbed"]["judge"] = "truth"
+    assert "Stages 03-15" not in render_block("judge", metrics)
+    # No audit: the block says so rather than printing an empty table.
+    metrics["02_error_sampling"]["judge"] = {"metric": "f1", "threshold": 0.5, "audit": {"exists": False}}
+    assert "no hand audit was read" in render_block("judge", metrics)
+    del metrics["02_error_sampling"]["judge"]
+    with pytest.raises(ReadmeDataError, match="02_error_sampling.json: missing key judge"):
+        render_block("judge", metrics)

@@ -51,6 +51,7 @@ BLOCK_SOURCES: dict[str, tuple[str, ...]] = {
     "ladder_by_type": ("08_correction",),
     "ladder_trivia": ("08_correction",),
     "standard_rag": ("01_retrieval_rag",),
+    "judge": ("02_error_sampling", "08_correction"),
     "comparison_details": ("14_comparison",),
     "baselines": ("09_self_refine", "10_crag", "11_simrag", "12_repair", "13_ragec"),
     "papers": ("01_retrieval_rag", "02_error_sampling", "03_tagging", "04_taxonomy", "05_critic_sft",
@@ -451,6 +452,52 @@ def render_standard_rag(metrics: Mapping[str, Any]) -> str:
     return _compose(intro, ["type", "n", "EM", "F1", "acc", "closed-book F1"], rows, [environment_line(metrics, stem)])
 
 
+_JUDGE_NAMES = {"f1": "F1", "em": "EM", "acc": "accuracy", "truth": "truth", "llm_teacher": "LLM teacher"}
+
+
+def render_judge(metrics: Mapping[str, Any]) -> str:
+    """Every judge of ``correct`` against the hand audit (``02_error_sampling.json`` ``judge``)."""
+    stem = "02_error_sampling"
+    judge = _get(metrics, stem, "judge")
+    metric, threshold = _get(metrics, stem, "judge", "metric"), _number(metrics, stem, "judge", "threshold")
+    audit = judge.get("audit") or {}
+    if not audit.get("exists"):
+        return (f"Notebook 02 judged answers with `{metric}` >= {_f(threshold, 2)}; no hand audit was read "
+                f"(`data/audit/audit.jsonl`), so no judge's agreement with people is measured.\n\n"
+                f"- {environment_line(metrics, stem)}")
+    choosing = _get(metrics, stem, "judge", "audit", "choosing")
+
+    def cell(part: Mapping[str, Any], j: str, rows: int) -> str:
+        a, lo, hi = (part.get(k, {}).get(j) for k in ("agreement", "agreement_ci_low", "agreement_ci_high"))
+        if a is None:
+            return _DASH
+        n = part.get("judged", {}).get(j, rows)
+        partial = "" if n == rows else f", {n} judged"
+        return f"{_pct(a)}% ({_pct(lo)}..{_pct(hi)}{partial})"
+
+    rows = []
+    for j in audit["agreement"]:
+        conf = audit["confusion"].get(j) or {}
+        rows.append([_JUDGE_NAMES.get(j, j) + (" **(used)**" if j == metric else ""),
+                     cell(audit, j, int(audit["n_test"])), cell(choosing, j, int(choosing["n"])),
+                     str(conf.get("credited_wrong", _DASH)), str(conf.get("rejected_right", _DASH))])
+    labels = audit.get("labels", {})
+    intro = (f"Who decides that an answer is right: notebook 02 measures every judge of `correct` against "
+             f"{int(audit['n'])} real answers labelled by hand ([data/audit](data/audit/README.md)): "
+             f"{int(audit['n_test'])} test answers ({labels.get('correct', 0)} right), which only report, and "
+             f"{int(choosing['n'])} train and dev answers, which choose the default. Agreement with Wilson 95% "
+             "intervals; the last two columns count the judge's errors on the test rows.")
+    notes = [f"Best on the choosing rows: `{audit.get('best_choosing')}`; this run judged with "
+             f"`{metric}`{'' if metric == 'truth' or metric == 'acc' else f' >= {_f(threshold, 2)}'}."]
+    later = ((metrics.get("08_correction") or {}).get("critic_verdict") or {}).get("test", {}).get("testbed", {}).get("judge")
+    if isinstance(later, str) and not later.startswith(metric):
+        notes.append(f"Stages 03-15 last ran with the judge `{later}`: the tables below come from it until they "
+                     "are re-run on this one.")
+    notes.append(environment_line(metrics, stem))
+    return _compose(intro, ["judge", "test rows", "choosing rows", "credits a wrong answer", "rejects a right one"],
+                    rows, notes)
+
+
 def _rate_ci(metrics: Mapping[str, Any], stem: str, *keys: str) -> str:
     """A rate in % with its interval (``<key>_ci``), or "unmeasured" when it is null."""
     rate = _number(metrics, stem, *keys, nullable=True)
@@ -648,6 +695,7 @@ _RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "ladder_by_type": render_ladder_by_type,
     "ladder_trivia": render_ladder_trivia,
     "standard_rag": render_standard_rag,
+    "judge": render_judge,
     "comparison_details": render_comparison_details,
     "baselines": render_baselines,
     "papers": render_papers,
