@@ -241,10 +241,20 @@ def test_comparison_answers_follow_the_values(bed: tb.Testbed) -> None:
         assert m["other_options"] == [ents[loser].name], r["id"]
 
 
-def test_only_comparisons_have_other_options(bed: tb.Testbed) -> None:
+def test_only_questions_offering_two_options_have_other_options(bed: tb.Testbed) -> None:
+    """Comparisons name the losing entity; 'Which came first / happened later: the X or the Y?'
+    names the losing event (with its aliases), so a judge can tell an answer that asserts it."""
+    seen = 0
     for r in _all_questions(bed):
         m = r["metadata"]
-        assert bool(m["other_options"]) == (m["type"] == "comparison"), r["id"]
+        two = m["type"] == "comparison" or (m["type"] == "temporal" and " or the " in r["question"])
+        assert bool(m["other_options"]) == two, r["id"]
+        if m["type"] == "temporal" and two:
+            seen += 1
+            loser = m["other_options"][0]
+            assert f"the {loser} or" in r["question"] or f"or the {loser}?" in r["question"], r["id"]
+            assert loser not in r["golden_answers"] and m["key_points"][0] in r["golden_answers"], r["id"]
+    assert seen > 0
 
 
 def test_temporal_answers_follow_the_event_dates(bed: tb.Testbed) -> None:

@@ -45,7 +45,7 @@ class _Draft:
     hops: int = 1
     answer_facts: list[str] = field(default_factory=list)  # facts whose value is the answer
     withheld: str = ""
-    other_options: list[str] = field(default_factory=list)  # a comparison's losing option
+    other_options: list[str] = field(default_factory=list)  # the losing option of an A-or-B question
 
     @property
     def identity(self) -> str:
@@ -266,7 +266,9 @@ class _QuestionMaker:
                 q = f"Which happened later {prep} {ent.name}: the {first.phrase} or the {second.phrase}?"
                 ans = e2
             keys = [fact_key(ent.id, f"event:{e1.key}"), fact_key(ent.id, f"event:{e2.key}")]
-            out.append(_Draft("temporal", q, self._ev_golds(ans), keys, [ent.id], [ans.phrase], 1))
+            loser = e2 if ans is e1 else e1
+            out.append(_Draft("temporal", q, self._ev_golds(ans), keys, [ent.id], [ans.phrase], 1,
+                              other_options=[loser.phrase, *loser.aliases]))
         i = rng.randrange(len(evs) - 1)
         e1, e2 = evs[i], evs[i + 1]
         q = f"What came next {prep} {ent.name} after the {e1.phrase}?"
