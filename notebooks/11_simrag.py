@@ -21,9 +21,10 @@
 # The critic is trained on **self-practice** data (the paper's Algorithm 1): the system runs the
 # same loop on train questions without a critic, and every (question, context, answer, rationale)
 # it produces is labelled Accept when the answer matches a gold answer and Reject otherwise. The
-# paper's match is exact; `match` and `match_threshold` default to the project's correctness judge
-# (token F1 >= 0.5, as in error sampling), because a 135M reader's free answers are rarely exact
-# (at `match: em`, 11 of 204 practice answers were labelled Accept). The examples are split by
+# paper's match is exact; `match: judge` (the default) uses the project's correctness judge
+# (`error_sampling.judge_metric` at its threshold, as every other label does), because a 135M
+# reader's free answers are rarely exact (at `match: em`, 11 of 204 practice answers were labelled
+# Accept). The examples are split by
 # question, so no held-out question was seen in training, and the training side is balanced by
 # repeating the rarer label's examples (`balance: oversample`; `downsample` cuts the other label
 # instead), so the critic learns from every distinct example.
@@ -49,7 +50,7 @@ min_minority = 20
 max_turns = 3
 docs_per_turn = 2
 initial_docs = 0
-match = "f1"
+match = "judge"
 match_threshold = 0.5
 balance = "oversample"
 critic = "llm"
@@ -79,6 +80,8 @@ datasets, retrievers, out_dir = setup.datasets, setup.load_retrievers(), setup.o
 sim_kw = dict(max_turns=max_turns, gen_params=gen, query_params=short, docs_per_turn=docs_per_turn,
               initial_docs=initial_docs, answer_params=setup.answer_gen, rag_variant=setup.variant,
               max_passage_words=rr["max_passage_words"])  # answers as standard RAG writes them; gen: rationales
+if match == "judge":  # the project's one judge of correct
+    match, match_threshold = params["error_sampling"]["judge_metric"], params["error_sampling"]["judge_threshold"]
 match_fn = simrag.make_match_fn(match, match_threshold)
 {ds: len(recs) for ds, recs in test.items()}
 

@@ -15,6 +15,7 @@ LONG_MODULES = {
     "ragcritic_lib/baselines/ragec.py": "RAGEC's predictor, diagnosis and correction (one method)",
     "ragcritic_lib/evaluation/readings.py": "one reading per stage, on shared number-formatting helpers",
     "ragcritic_lib/pipeline/params.py": "params.yaml's rules table and its checker",
+    "ragcritic_lib/pipeline/readme.py": "one renderer per generated block of README and docs, on shared formatting helpers",
     "ragcritic_lib/pipeline/metrics_schema.py": "the schema of every stage's metrics file",
     "ragcritic_lib/critic/train.py": ("the cached critic trainer: one split model shared by SFT, DPO, "
                                       "the method comparison and the shipped form's check"),

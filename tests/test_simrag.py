@@ -62,6 +62,27 @@ def test_initial_docs_and_match_metric():
         simrag.make_match_fn("bleu")
 
 
+def test_the_match_is_the_projects_judge_truth_included():
+    truth = simrag.make_match_fn("truth", 0.5)
+    meta = {"other_options": ["Ruddale"]}
+    assert truth("Yellfield was founded earlier than Ruddale", ["Yellfield"], meta)
+    assert not truth("Yellfield or Ruddale", ["Yellfield"], meta)
+    assert truth("Yellfield or Ruddale", ["Yellfield"])  # without metadata it cannot see the rival
+    # An abstention is right where every gold is one, under every metric (as the judge has it).
+    for metric in ("em", "f1", "acc", "truth"):
+        fn = simrag.make_match_fn(metric, 0.5)
+        assert fn("I don't know", ["insufficient information"]) and not fn("I don't know", ["Danube"])
+    # The examples carry the question's metadata, so a truth match sees the other option.
+    rec = dict(Q, metadata={"other_options": ["Rhine"]})
+    exs = simrag.self_practice(CallableLLM(reasoner), FakeRetriever(), [rec], max_turns=1, gen_params=GEN,
+                               query_params=QRY, initial_docs=1, match_fn=truth)
+    assert exs[0]["metadata"] == {"other_options": ["Rhine"]}
+    assert simrag.OracleCritic(truth).accept([{"answer": "Danube, not Rhine", "golden_answers": ["Danube"],
+                                               "metadata": {"other_options": ["Rhine"]}},
+                                              {"answer": "Danube or Rhine", "golden_answers": ["Danube"],
+                                               "metadata": {"other_options": ["Rhine"]}}]) == [True, False]
+
+
 def _ex(qid, label, turn=0):
     return {"qid": qid, "label": label, "turn": turn}
 

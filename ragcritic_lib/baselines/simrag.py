@@ -6,7 +6,8 @@ Reproduces Yang et al. (SIM-RAG, SIGIR 2025) in our harness:
   the generator answers, then writes a short rationale for that answer; the tuple (question,
   context, answer, rationale) is labelled Accept when the answer matches a gold answer
   (:func:`make_match_fn`: the paper's A' = A is exact match; notebook 11 defaults to the
-  project's correctness judge, token F1 >= 0.5, as error sampling uses) and Reject otherwise; then the reasoner writes a
+  project's correctness judge, ``error_sampling.judge_metric``, as every other label uses) and
+  Reject otherwise; then the reasoner writes a
   search query, the retriever returns documents, and "query + documents" is appended to the
   context. T turns give T labelled examples per question. The paper's loop also retrieves after
   the last answer; that retrieval is never used, so we skip it.
@@ -125,15 +126,25 @@ def parse_query(text: str, question: str) -> str:
 
 
 # ------------------------------------------------------------------------ correctness
-def make_match_fn(metric: str = "em", threshold: float = 1.0) -> Callable[[str, Sequence[str]], bool]:
-    """``fn(answer, golds) -> bool``: metric (em / f1 / acc of ragcritic_lib.evaluation.scoring) >= threshold."""
-    from ragcritic_lib.evaluation import scoring as metrics
+def make_match_fn(metric: str = "em", threshold: float = 1.0) -> Callable[..., bool]:
+    """``fn(answer, golds, metadata=None) -> bool``: the project's judge
+    (:func:`ragcritic_lib.mining.sampling.is_correct`) with ``metric`` (em / f1 / acc of
+    ragcritic_lib.evaluation.scoring, or ``truth``, which reads the question's ``metadata``) at
+    ``threshold``; an abstention is right where every gold answer is one, as the judge has it."""
+    from ragcritic_lib.evaluation.scoring import score_prediction
+    from ragcritic_lib.mining.sampling import JUDGE_METRICS, is_correct
 
-    fns = {"em": metrics.exact_match, "f1": metrics.token_f1, "acc": metrics.accuracy}
-    if metric not in fns:
-        raise ValueError(f"simrag match metric must be one of {sorted(fns)}, got {metric!r}")
-    fn = fns[metric]
-    return lambda answer, golds: fn(answer, list(golds)) >= threshold
+    if metric not in JUDGE_METRICS:
+        raise ValueError(f"simrag match metric must be one of {sorted(JUDGE_METRICS)}, got {metric!r}")
+
+    def match(answer: str, golds: Sequence[str], metadata: Mapping[str, Any] | None = None) -> bool:
+        golds = [str(g) for g in golds or []]
+        record = {"prediction": str(answer or ""), "golden_answers": golds, "metadata": dict(metadata or {})}
+        if metric != "truth":
+            record.update(score_prediction(record["prediction"], golds))
+        return is_correct(record, metric=metric, threshold=threshold)
+
+    return match
 
 
 # --------------------------------------------------------------------- turn machinery
@@ -217,7 +228,8 @@ def _initial_states(records: Sequence[Mapping[str, Any]], retriever: Any, initia
 def _example(s: _State, turn: int, answer: str, rationale: str) -> dict[str, Any]:
     r = s.record
     return {"qid": str(r.get("id")), "dataset": dataset_name(r), "question": r["question"],
-            "golden_answers": list(r.get("golden_answers") or []), "turn": turn,
+            "golden_answers": list(r.get("golden_answers") or []),
+            "metadata": dict(r.get("metadata") or {}), "turn": turn,
             "context": [dict(c) for c in s.context], "answer": answer, "rationale": rationale}
 
 
@@ -235,7 +247,7 @@ def self_practice(
     max_passage_words: int = 80,
     docs_per_turn: int = 2,
     initial_docs: int = 0,
-    match_fn: Callable[[str, Sequence[str]], bool] | None = None,
+    match_fn: Callable[..., bool] | None = None,
     max_chars: int = 700,
 ) -> list[dict[str, Any]]:
     """SIM-RAG Algorithm 1: T labelled (question, context, answer, rationale) tuples per question.
@@ -268,7 +280,7 @@ def self_practice(
     for turn in range(max_turns):
         for s, a in zip(states, _answer_turn(loop, states)):
             ex = _example(s, turn, a["answer"], a["rationale"])
-            ex["label"] = "Accept" if match(a["answer"], ex["golden_answers"]) else "Reject"
+            ex["label"] = "Accept" if match(a["answer"], ex["golden_answers"], ex["metadata"]) else "Reject"
             s.history.append(ex)
         if turn < max_turns - 1:
             _search_turn(loop, states)
@@ -481,11 +493,12 @@ class OracleCritic:
 
     name = "oracle"
 
-    def __init__(self, match_fn: Callable[[str, Sequence[str]], bool] | None = None) -> None:
+    def __init__(self, match_fn: Callable[..., bool] | None = None) -> None:
         self.match = match_fn or make_match_fn("em")
 
     def accept(self, examples: Sequence[Mapping[str, Any]]) -> list[bool]:
-        return [bool(self.match(str(e.get("answer") or ""), e.get("golden_answers") or [])) for e in examples]
+        return [bool(self.match(str(e.get("answer") or ""), e.get("golden_answers") or [], e.get("metadata")))
+                for e in examples]
 
 
 class ClassifierCritic:

@@ -474,7 +474,7 @@ def rules() -> dict[str, dict[str, Rule]]:
         },
         "simrag": {
             "train_questions": count, "min_examples": count, "max_turns": count, "docs_per_turn": count,
-            "initial_docs": some, "match": one_of(mining.METRICS), "match_threshold": FRACTION,
+            "initial_docs": some, "match": one_of(("judge", *mining.JUDGE_METRICS)), "match_threshold": FRACTION,
             "min_minority": some, "balance": one_of(SIMRAG_BALANCE), "critic": one_of(SIMRAG_CRITICS),
             "critic_recipe": input_path(), "critic_steps": steps(), "critic_base_model": BASE_MODEL,
             "heldout_frac": number(0, 1, low_open=True, high_open=True), "classifier_ablation": boolean(),
