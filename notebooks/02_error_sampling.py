@@ -26,7 +26,7 @@ split = "train"
 questions_per_dataset = 64
 dataset_questions = "testbed=128,trivia=32"
 chunk_size = 32
-judge_metric = "f1"
+judge_metric = "truth"
 judge_threshold = 0.5
 teacher = "grounded"
 teacher_config = ""
@@ -167,6 +167,8 @@ if audit_file.exists():
                                     teacher=llm_teacher.rationales if llm_teacher else None)
     print(f"audit: {judge_audit['n']} rows ({judge_audit['n_test']} test); best on the choosing rows: "
           f"{judge_audit['best_choosing']} (configured: {judge_metric})")
+    print("its lead on the choosing rows (agreement difference, paired 95% CI):",
+          {j: (v["delta"], v["ci_low"], v["ci_high"]) for j, v in judge_audit["choosing"]["best_versus"].items()})
     display_audit = pd.DataFrame({"choosing": judge_audit["choosing"]["agreement"], "test": judge_audit["agreement"],
                                   "test CI low": judge_audit["agreement_ci_low"], "test CI high": judge_audit["agreement_ci_high"]})
 else:

@@ -43,6 +43,13 @@ def test_every_judge_against_the_hand_labels():
     lo, hi = wilson_interval(3, 4)
     assert report["agreement_ci_low"]["truth"] == round(lo, 4) and report["agreement_ci_high"]["truth"] == round(hi, 4)
     assert report["choosing"]["labels"] == {"correct": 3, "wrong": 3}
+    # How far the best judge stands from each other one, paired by row: truth against F1 on the six
+    # choosing rows is +0.5 (three rows only truth gets right), with a paired bootstrap interval.
+    versus = report["choosing"]["best_versus"]
+    assert set(versus) == {"f1", "em", "acc"} and versus["f1"]["n"] == 6 and versus["f1"]["delta"] == 0.5
+    assert versus["f1"]["ci_low"] <= 0.5 <= versus["f1"]["ci_high"] and 0 <= versus["f1"]["p_value"] <= 1
+    assert report["best_versus"]["f1"]["n"] == 4 and report["best_versus"]["f1"]["delta"] == 0.5
+    assert audit.best_versus(_rows(), {"f1": [True] * 10}, "test", None) == {}
 
 
 def test_the_report_fits_notebook_02_s_metrics_schema():

@@ -100,6 +100,9 @@ def test_reading_error_sampling_reports_the_audit_or_its_absence():
     text = _text(R.reading_error_sampling({"judge": {"metric": "f1", "threshold": 0.5, "audit": report}}))
     assert "Against 10 hand-labelled answers, on the 4 test rows" in text and "f1 25% (5%-70%), truth 75% (30%-95%)" in text
     assert "On the 6 choosing rows truth agrees best (100%); this run judged with f1." in text
+    lead = report["choosing"]["best_versus"]["f1"]
+    assert ("wider than its paired 95% interval over f1." if lead["ci_low"] > 0
+            else "wider than its paired 95% interval over no judge, not over f1.") in text
     absent = _text(R.reading_error_sampling({"judge": {"metric": "f1", "threshold": 0.5,
                                                        "audit": audit.no_audit("data/audit/audit.jsonl")}}))
     assert "No hand-labelled audit (data/audit/audit.jsonl) was read" in absent

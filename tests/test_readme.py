@@ -444,6 +444,9 @@ def test_the_judge_block_tables_every_judge_against_the_hand_audit():
                        {"f1": 0.9, "truth": 0.99, "llm_teacher": 0.8}, judged={"f1": 10, "truth": 10, "llm_teacher": 6})
     choosing = _judge_part(20, {"f1": 0.6, "truth": 0.9, "llm_teacher": None}, {"f1": 0.4, "truth": 0.7, "llm_teacher": None},
                            {"f1": 0.8, "truth": 0.97, "llm_teacher": None})
+    choosing["best_versus"] = {"f1": {"n": 20, "delta": 0.3, "ci_low": 0.1, "ci_high": 0.5, "p_value": 0.01},
+                               "llm_teacher": {"n": 12, "delta": 0.035, "ci_low": -0.007, "ci_high": 0.083,
+                                               "p_value": 0.2}}
     audit = {"exists": True, "n": 30, "n_test": 10, **{k: v for k, v in test.items() if k != "n"},
              "choosing": choosing, "best_choosing": "truth"}
     metrics = {"02_error_sampling": {"environment": copy.deepcopy(ENV),
@@ -454,7 +457,9 @@ def test_the_judge_block_tables_every_judge_against_the_hand_audit():
     assert "| truth **(used)** | 95.0% (70.0..99.0) | 90.0% (70.0..97.0) | 2 | 3 |" in block
     assert "| F1 | 70.0% (40.0..90.0) | 60.0% (40.0..80.0) |" in block
     assert "| LLM teacher | 50.0% (20.0..80.0, 6 judged) | – |" in block
-    assert "Best on the choosing rows: `truth`; this run judged with `truth`." in block
+    assert ("Best on the choosing rows: `truth`; this run judged with `truth`. Its lead on those rows, paired by row "
+            "with bootstrap 95% CIs: LLM teacher +3.5 points (-0.7..+8.3); F1 +30.0 points (+10.0..+50.0); not "
+            "separable from LLM teacher at this size.") in block
     assert "Stages 03-15 last ran with the judge `f1 >= 0.5`" in block
     metrics["08_correction"]["critic_verdict"]["test"]["testbed"]["judge"] = "truth"
     assert "Stages 03-15" not in render_block("judge", metrics)

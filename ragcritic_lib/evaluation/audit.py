@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ragcritic_lib.evaluation.scoring import contains_answer, normalize_words
-from ragcritic_lib.evaluation.stats import wilson_interval
+from ragcritic_lib.evaluation.stats import paired_comparison, wilson_interval
 from ragcritic_lib.io import DataFormatError
 from ragcritic_lib.mining.evidence import is_abstention, passage_title
 
@@ -227,16 +227,40 @@ def _role_report(rows: Sequence[Mapping[str, Any]], verdicts: Mapping[str, Seque
     }
 
 
+def best_versus(rows: Sequence[Mapping[str, Any]], verdicts: Mapping[str, Sequence[bool | None]], role: str,
+                best: str | None, *, n_boot: int = 2000, seed: int = 0) -> dict[str, dict[str, Any]]:
+    """The agreement of ``best`` minus every other judge's on the rows of ``role`` that both judged,
+    paired by row: ``{judge: {"n", "delta", "ci_low", "ci_high" (paired bootstrap 95%), "p_value"
+    (sign-flip permutation)}}``. A choice of judge stands on it only where ``ci_low`` > 0."""
+    if best is None:
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for judge, other in verdicts.items():
+        if judge == best:
+            continue
+        pairs = [(r["label"] == "correct", verdicts[best][i], other[i]) for i, r in enumerate(rows)
+                 if r["role"] == role and verdicts[best][i] is not None and other[i] is not None]
+        if len(pairs) < 2:
+            continue
+        c = paired_comparison([float(bool(a) == right) for right, a, _ in pairs],
+                              [float(bool(b) == right) for right, _, b in pairs], n_boot=n_boot, seed=seed)
+        out[judge] = {"n": c["n"], **{k: round(float(c[k]), 4) for k in ("delta", "ci_low", "ci_high", "p_value")}}
+    return out
+
+
 def audit_report(rows: Sequence[Mapping[str, Any]], verdicts: Mapping[str, Sequence[bool | None]],
                  *, source: str = "") -> dict[str, Any]:
     """Every judge against the audit: the test rows at the top level, the choosing rows under
     ``choosing`` (each as :func:`_role_report`), ``n`` all rows, ``best_choosing`` the judge
-    with the highest agreement on the choosing rows among those that judged every one of them."""
+    with the highest agreement on the choosing rows among those that judged every one of them,
+    and in each part ``best_versus`` (:func:`best_versus`): by how much it beats each other judge."""
     test = _role_report(rows, verdicts, "test")
     choosing = _role_report(rows, verdicts, "choosing")
     full = {j: a for j, a in choosing["agreement"].items()
             if a is not None and choosing["judged"][j] == choosing["n"]}
     best = max(full, key=lambda j: (full[j], -list(verdicts).index(j))) if full else None
+    test["best_versus"] = best_versus(rows, verdicts, "test", best)
+    choosing["best_versus"] = best_versus(rows, verdicts, "choosing", best)
     return {"exists": True, "source": source, "n": len(rows), "n_test": test["n"], **{k: v for k, v in test.items() if k != "n"},
             "choosing": choosing, "best_choosing": best}
 

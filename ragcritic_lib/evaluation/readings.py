@@ -257,6 +257,12 @@ def _audit_sentences(judge: Mapping[str, Any]) -> list[str]:
     if best:
         text.append(f"On the {choosing.get('n', 0)} choosing rows {best} agrees best "
                     f"({_pct((choosing.get('agreement') or {}).get(best))}); this run judged with {judge.get('metric', '?')}.")
+        versus = choosing.get("best_versus") or {}
+        tied = sorted(j for j, v in versus.items() if v.get("ci_low", 0) <= 0)
+        if versus:
+            text.append(f"Its lead there is wider than its paired 95% interval over "
+                        f"{', '.join(sorted(set(versus) - set(tied))) or 'no judge'}"
+                        + (f", not over {', '.join(tied)}." if tied else "."))
     return text
 
 

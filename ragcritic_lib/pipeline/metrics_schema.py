@@ -347,6 +347,15 @@ class AuditConfusion(TypedDict):
     rejected_wrong: Count
 
 
+class AuditVersus(TypedDict):
+    """The best judge's agreement minus another's on the same rows (paired bootstrap 95% CI)."""
+    n: Count
+    delta: float
+    ci_low: float
+    ci_high: float
+    p_value: Fraction
+
+
 class AuditRows(TypedDict, total=False):
     """Every judge against the audit's rows of one role (``ragcritic_lib.evaluation.audit``),
     each dict keyed by judge (``f1``, ``em``, ``acc``, ``truth``, ``llm_teacher``)."""
@@ -360,6 +369,7 @@ class AuditRows(TypedDict, total=False):
     confusion: dict[str, AuditConfusion]
     wrong_by_kind: dict[str, dict[str, Count]]
     wrong_rows: dict[str, list[str]]
+    best_versus: dict[str, AuditVersus]
 
 
 class JudgeAudit(AuditRows):

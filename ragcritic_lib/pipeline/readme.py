@@ -487,8 +487,16 @@ def render_judge(metrics: Mapping[str, Any]) -> str:
              f"{int(audit['n_test'])} test answers ({labels.get('correct', 0)} right), which only report, and "
              f"{int(choosing['n'])} train and dev answers, which choose the default. Agreement with Wilson 95% "
              "intervals; the last two columns count the judge's errors on the test rows.")
-    notes = [f"Best on the choosing rows: `{audit.get('best_choosing')}`; this run judged with "
-             f"`{metric}`{'' if metric == 'truth' or metric == 'acc' else f' >= {_f(threshold, 2)}'}."]
+    best = audit.get("best_choosing")
+    versus = choosing.get("best_versus") or {}
+    margins = "; ".join(f"{_JUDGE_NAMES.get(j, j)} {_signed(100 * v['delta'], 1)} points "
+                        f"({_signed(100 * v['ci_low'], 1)}..{_signed(100 * v['ci_high'], 1)})"
+                        for j, v in sorted(versus.items(), key=lambda kv: kv[1]["delta"]))
+    tied = [_JUDGE_NAMES.get(j, j) for j, v in versus.items() if v["ci_low"] <= 0]
+    notes = [f"Best on the choosing rows: `{best}`; this run judged with "
+             f"`{metric}`{'' if metric == 'truth' or metric == 'acc' else f' >= {_f(threshold, 2)}'}."
+             + (f" Its lead on those rows, paired by row with bootstrap 95% CIs: {margins}"
+                + (f"; not separable from {', '.join(tied)} at this size." if tied else ".") if versus else "")]
     later = ((metrics.get("08_correction") or {}).get("critic_verdict") or {}).get("test", {}).get("testbed", {}).get("judge")
     if isinstance(later, str) and not later.startswith(metric):
         notes.append(f"Stages 03-15 last ran with the judge `{later}`: the tables below come from it until they "
