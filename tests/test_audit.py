@@ -190,3 +190,50 @@ def test_candidates_and_cli_write_an_unlabelled_draw(tmp_path):
     assert len(audit.read_audit(out, labelled=False)) == 2
     assert audit_draw.main(["--root", str(tmp_path), "--out", str(tmp_path / "audit.jsonl")]) == 2
     assert audit_draw.main(["--root", str(tmp_path / "none"), "--out", str(out)]) == 1
+
+
+def test_misled_answers_join_the_candidates_by_their_split_and_append_to_a_draw(tmp_path):
+    base = {"question": "Where?", "golden_answers": ["Lanholm"], "passages": [{"id": "p", "contents": "T\nx"}],
+            "metadata": {"dataset": "testbed", "distractor_answers": ["Corby"], "outdated_answers": ["Ulmford"]}}
+    misled = [dict(base, id="testbed-test-1", split="test", prediction="Corby", pool_member="misled-near_duplicate"),
+              dict(base, id="testbed-train-2", split="train", prediction="Ulmford", pool_member="misled-superseded"),
+              dict(base, id="testbed-dev-3", split="dev", prediction="Corby", pool_member="misled-near_duplicate"),
+              dict(base, id="testbed-x-4", split="", prediction="Corby")]  # no split: not drawn
+    (tmp_path / "data/audit").mkdir(parents=True)
+    (tmp_path / "data/audit/misled.jsonl").write_text("".join(json.dumps(x) + "\n" for x in misled))
+    rows = audit_draw.candidates(tmp_path)
+    assert [(r["role"], r["split"], r["source"], r["kind"]) for r in rows] == [
+        ("test", "test", "misled", "near_duplicate"), ("choosing", "train", "misled", "superseded"),
+        ("choosing", "dev", "misled", "near_duplicate")]
+    drawn = [dict(rows[0])]
+    extra = audit_draw.append_draw(drawn, rows, kinds=["near_duplicate", "superseded"], min_kind=2)
+    assert sorted(r["audit_id"] for r in extra) == sorted(r["audit_id"] for r in rows[1:])  # the held row is not drawn again
+    assert audit_draw.append_draw(drawn + extra, rows, kinds=["near_duplicate"], min_kind=2) == []
+    out = tmp_path / "draw.jsonl"
+    out.write_text(json.dumps(rows[0]) + "\n")
+    assert audit_draw.main(["--root", str(tmp_path), "--out", str(out), "--append-kinds", "superseded",
+                            "--min-kind", "3"]) == 0
+    assert [r["kind"] for r in audit.read_audit(out, labelled=False)] == ["near_duplicate", "superseded"]
+    assert audit_draw.main(["--root", str(tmp_path), "--out", str(out), "--append-kinds", "bogus"]) == 2
+
+
+def test_misleading_passages_hand_over_the_twin_or_the_older_report_never_the_support():
+    from ragcritic_lib.evaluation import audit_misled
+
+    corpus = {"own-0": {"id": "own-0", "contents": "Ruddale\nRuddale has 103,341 inhabitants.", "metadata": {"entity_ids": ["t1"]}},
+              "old-0": {"id": "old-0", "contents": "Census 2001: Ruddale\nRuddale had 132,800 inhabitants.",
+                        "metadata": {"entity_ids": ["t1"]}},
+              "far-0": {"id": "far-0", "contents": "Elsewhere\nSome town had 132,800 inhabitants.",
+                        "metadata": {"entity_ids": ["t9"]}},
+              "twin-0": {"id": "twin-0", "contents": "Rudmere\nRudmere lies on a river.", "metadata": {"entity_ids": ["t2"]}},
+              "twin-1": {"id": "twin-1", "contents": "Rudmere\nRudmere has 81,901 inhabitants.", "metadata": {"entity_ids": ["t2"]}}}
+    q = {"id": "testbed-test-7", "question": "How many people live in Ruddale?", "golden_answers": ["103,341"],
+         "metadata": {"entity_ids": ["t1"], "supporting_ids": ["own-0"], "outdated_answers": ["132,800"],
+                      "distractor_passage_ids": ["twin-0", "twin-1"], "distractor_answers": ["81,901"]}}
+    by_value = audit_misled._value_index(list(corpus.values()), {"132,800"})
+    assert [p["id"] for p in audit_misled.misleading_passages(q, corpus, by_value, "near_duplicate")] == ["twin-1", "twin-0"]
+    assert [p["id"] for p in audit_misled.misleading_passages(q, corpus, by_value, "superseded")] == ["old-0"]
+    bare = dict(q, metadata={"supporting_ids": ["own-0"]})
+    assert audit_misled.misleading_passages(bare, corpus, by_value, "superseded") == []
+    with pytest.raises(ValueError, match="unknown misleader"):
+        audit_misled.misleading_passages(q, corpus, by_value, "typo")

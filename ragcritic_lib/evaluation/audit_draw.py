@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from ragcritic_lib import paths
-from ragcritic_lib.evaluation.audit import KINDS, REQUIRED_KINDS, ROLES, answer_kind
+from ragcritic_lib.evaluation.audit import KINDS, REQUIRED_KINDS, ROLES, SPLIT_ROLE, answer_kind
 from ragcritic_lib.evaluation.scoring import normalize_words
 from ragcritic_lib.io import read_jsonl, read_yaml, write_jsonl
 
 DEFAULT_OUT = "data/audit/draw.jsonl"
+MISLED = "data/audit/misled.jsonl"  # answers over misleading passages (audit_misled), where written
 # What a reader needs beside the answer; scores and judge outputs are left behind on purpose.
 _KEPT = ("id", "question", "golden_answers", "metadata", "prediction", "truncated", "pool_member")
 
@@ -62,6 +63,9 @@ def _sources(root: Path) -> list[tuple[Path, str, str, str]]:
             if (ds_dir / f"{split}.jsonl").exists():
                 out.append((ds_dir / f"{split}.jsonl", role, split, "retrieval_rag"))
     out += [(f, "test", "test", "test_pool") for f in sorted((root / "data/benchmark/test_pool").glob("*.jsonl"))]
+    misled = root / MISLED
+    if misled.exists():  # role and split per record (ragcritic_lib.evaluation.audit_misled)
+        out.append((misled, "", "", "misled"))
     return out
 
 
@@ -73,6 +77,11 @@ def candidates(root: Path = paths.ROOT) -> list[dict[str, Any]]:
         for rec in read_jsonl(path):
             if "generation_error" in rec or "prediction" not in rec:
                 continue
+            if source == "misled":
+                split = str(rec.get("split") or "")
+                role = SPLIT_ROLE.get(split, "")
+                if not role:
+                    continue
             row = audit_row(rec, role=role, split=split, source=source)
             key = (row["dataset"], str(rec["id"]), normalize_words(str(rec.get("prediction") or "")))
             if key not in seen:
@@ -123,6 +132,23 @@ def stratified_draw(rows: Sequence[Mapping[str, Any]], *, n: int = 300, min_test
     return [dict(r) for r in chosen]
 
 
+def append_draw(drawn: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]], *, kinds: Sequence[str],
+                min_kind: int = 15, seed: int = 0) -> list[dict[str, Any]]:
+    """Rows to append to ``drawn`` so each of ``kinds`` holds ``min_kind`` rows where the answers
+    allow: answers ``drawn`` does not hold (by audit id, and by dataset, question and answer text),
+    alternating test and choosing rows, seeded."""
+    held = {r["audit_id"] for r in drawn}
+    seen = {(r["dataset"], str(r["id"]), normalize_words(str(r.get("prediction") or ""))) for r in drawn}
+    fresh = [r for r in rows if r["kind"] in kinds and r["audit_id"] not in held
+             and (r["dataset"], str(r["id"]), normalize_words(str(r.get("prediction") or ""))) not in seen]
+    need = {k: max(0, min_kind - sum(r["kind"] == k for r in drawn)) for k in kinds}
+    extra: list[dict[str, Any]] = []
+    for kind in kinds:
+        part = [r for r in fresh if r["kind"] == kind]
+        extra += stratified_draw(part, n=need[kind], min_test=0, min_kind=need[kind], seed=seed)[:need[kind]]
+    return extra
+
+
 def draw_summary(drawn: Sequence[Mapping[str, Any]], *, min_kind: int) -> list[str]:
     """Lines: rows per role and kind, and each required kind below ``min_kind``."""
     lines = [f"{len(drawn)} rows: " + ", ".join(f"{role} {sum(r['role'] == role for r in drawn)}" for role in ROLES)]
@@ -144,16 +170,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--min-kind", type=int, default=15)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--root", default=str(paths.ROOT), help="repository root holding data/ (default: this one)")
+    ap.add_argument("--append-kinds", default="",
+                    help="comma-separated kinds: append min-kind rows of each to the existing draw at --out from "
+                         "answers it does not hold (alternating test and choosing), instead of drawing anew")
     args = ap.parse_args(argv)
     rows = candidates(Path(args.root))
     if not rows:
         print("no answers to draw from: run notebooks 01 and 02 (and 07 for its test pool) first", file=sys.stderr)
         return 1
-    drawn = stratified_draw(rows, n=args.n, min_test=args.min_test, min_kind=args.min_kind, seed=args.seed)
     out = paths.resolve(args.out)
     if out.name == "audit.jsonl":
         print(f"{out}: refusing to overwrite the labelled audit; write the draw elsewhere", file=sys.stderr)
         return 2
+    if args.append_kinds:
+        kinds = [k.strip() for k in args.append_kinds.split(",") if k.strip()]
+        unknown = [k for k in kinds if k not in KINDS]
+        if unknown or not out.exists():
+            print(f"--append-kinds: unknown kind(s) {unknown}" if unknown else f"{out}: no draw to append to",
+                  file=sys.stderr)
+            return 2
+        drawn = [dict(r) for r in read_jsonl(out)]
+        extra = append_draw(drawn, rows, kinds=kinds, min_kind=args.min_kind, seed=args.seed)
+        write_jsonl(out, drawn + extra)
+        print("\n".join([f"{len(extra)} rows appended ({len(drawn) + len(extra)} in all) -> {out}",
+                         *draw_summary(drawn + extra, min_kind=args.min_kind)]))
+        return 0
+    drawn = stratified_draw(rows, n=args.n, min_test=args.min_test, min_kind=args.min_kind, seed=args.seed)
     write_jsonl(out, drawn)
     print("\n".join([f"{len(rows)} candidate answers -> {out}", *draw_summary(drawn, min_kind=args.min_kind)]))
     return 0
