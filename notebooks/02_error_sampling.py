@@ -31,6 +31,7 @@ judge_threshold = 0.5
 teacher = "grounded"
 teacher_config = ""
 llm_teacher_subset = 24
+audit_teacher_rows = -1
 teacher_few_shot = 2
 teacher_max_new_tokens = 160
 
@@ -156,7 +157,9 @@ for r, x in list(zip(subset, llm_rationales))[:2]:
 # judge of `correct` (F1, EM, accuracy and truth at `judge_threshold`, and the LLM teacher where it
 # runs and its output parses) is compared with those labels: on the choosing rows (train and dev
 # answers, which may pick the default judge) and on the test rows (which only report), with
-# Wilson 95% intervals. Without a labelled audit the metrics say that none exists.
+# Wilson 95% intervals. The LLM teacher judges `audit_teacher_rows` rows spread over the file
+# (all by default, about 2 s a row; the smoke and workshop profiles take a few). Without a labelled
+# audit the metrics say that none exists.
 
 # %%
 audit_file = paths.DATA_DIR / "audit" / "audit.jsonl"
@@ -164,7 +167,8 @@ audit_source = audit_file.relative_to(paths.ROOT).as_posix()
 if audit_file.exists():
     judge_audit = audit.judge_audit(audit.read_audit(audit_file), metrics=mining.JUDGE_METRICS,
                                     threshold=judge_threshold, source=audit_source,
-                                    teacher=llm_teacher.rationales if llm_teacher else None)
+                                    teacher=llm_teacher.rationales if llm_teacher else None,
+                                    teacher_rows=audit_teacher_rows)
     print(f"audit: {judge_audit['n']} rows ({judge_audit['n_test']} test); best on the choosing rows: "
           f"{judge_audit['best_choosing']} (configured: {judge_metric})")
     print("its lead on the choosing rows (agreement difference, paired 95% CI):",

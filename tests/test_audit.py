@@ -237,3 +237,23 @@ def test_misleading_passages_hand_over_the_twin_or_the_older_report_never_the_su
     assert audit_misled.misleading_passages(bare, corpus, by_value, "superseded") == []
     with pytest.raises(ValueError, match="unknown misleader"):
         audit_misled.misleading_passages(q, corpus, by_value, "typo")
+
+
+def test_the_llm_teacher_judges_the_rows_it_is_given_spread_over_the_file():
+    from ragcritic_lib.mining.teachers import Rationale
+
+    assert audit.spread_rows(10, -1) == list(range(10)) and audit.spread_rows(10, 20) == list(range(10))
+    assert audit.spread_rows(10, 3) == [0, 3, 6] and audit.spread_rows(10, 0) == []
+    asked = []
+
+    def teacher(rows):
+        asked.append([r["audit_id"] for r in rows])
+        return [Rationale("Correct", "", True) for _ in rows]
+
+    rows = _rows()
+    report = audit.judge_audit(rows, metrics=("acc",), threshold=0.5, teacher=teacher, teacher_rows=4)
+    assert asked == [[rows[i]["audit_id"] for i in audit.spread_rows(len(rows), 4)]]
+    assert report["judged"]["llm_teacher"] + report["choosing"]["judged"]["llm_teacher"] == 4
+    assert report["judged"]["acc"] + report["choosing"]["judged"]["acc"] == len(rows)
+    audit.judge_audit(rows, metrics=("acc",), threshold=0.5, teacher=teacher, teacher_rows=0)
+    assert asked[-1] == [rows[i]["audit_id"] for i in audit.spread_rows(len(rows), 4)]  # 0 rows: never asked

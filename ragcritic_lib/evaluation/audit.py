@@ -270,12 +270,24 @@ def no_audit(source: str) -> dict[str, Any]:
     return {"exists": False, "source": source}
 
 
+def spread_rows(n: int, k: int) -> list[int]:
+    """``k`` row indices spread evenly over ``n`` rows (all of them when ``k`` < 0 or ``k`` >= ``n``)."""
+    if k < 0 or k >= n:
+        return list(range(n))
+    return sorted({(i * n) // k for i in range(k)})
+
+
 def judge_audit(rows: Sequence[Mapping[str, Any]], *, metrics: Sequence[str], threshold: float,
                 teacher: Callable[[Sequence[Mapping[str, Any]]], Sequence[Any]] | None = None,
-                source: str = "") -> dict[str, Any]:
+                teacher_rows: int = -1, source: str = "") -> dict[str, Any]:
     """:func:`audit_report` of the gold rules ``metrics`` at ``threshold`` and, when ``teacher``
-    is given (a teacher's ``rationales``), the LLM teacher as ``llm_teacher``."""
+    is given (a teacher's ``rationales``), the LLM teacher as ``llm_teacher`` on ``teacher_rows``
+    rows spread over the file (-1: all; the others count as not judged)."""
     verdicts: dict[str, Sequence[bool | None]] = {m: rule_verdicts(rows, m, threshold) for m in metrics}
     if teacher is not None:
-        verdicts["llm_teacher"] = teacher_verdicts(teacher(rows))
+        idx = spread_rows(len(rows), teacher_rows)
+        judged: list[bool | None] = [None] * len(rows)
+        for i, v in zip(idx, teacher_verdicts(teacher([rows[i] for i in idx]) if idx else [])):
+            judged[i] = v
+        verdicts["llm_teacher"] = judged
     return audit_report(rows, verdicts, source=source)

@@ -408,6 +408,7 @@ def rules() -> dict[str, dict[str, Rule]]:
             "dataset_questions": dataset_counts(),
             "chunk_size": count, "judge_metric": one_of(mining.JUDGE_METRICS), "judge_threshold": FRACTION,
             "teacher": teacher, "teacher_config": input_path(empty_ok=True), "llm_teacher_subset": some,
+            "audit_teacher_rows": integer(-1),
             "teacher_few_shot": some, "teacher_max_new_tokens": tokens,
         },
         "tagging": {
