@@ -1,12 +1,14 @@
 """Draw the judge audit's rows: an unlabelled, stratified sample of real answers.
 
     python -m ragcritic_lib.evaluation.audit_draw [--out data/audit/draw.jsonl] [--n 300]
-        [--min-test 100] [--min-kind 15] [--seed 0]
+        [--min-test 100] [--min-kind 15] [--seed 0] [--append-kinds KIND,...]
 
 Candidates are the answers the pipeline has written, where present: notebook 02's pool answers
 (``data/error_sampling/samples/*.jsonl``, split ``error_sampling.split``) and notebook 01's
 generator answers on dev (choosing rows), notebook 01's generator answers on test and notebook
-07's test pool (``data/benchmark/test_pool/*.jsonl``; test rows). Each gets a kind from its
+07's test pool (``data/benchmark/test_pool/*.jsonl``; test rows), and the answers over misleading
+passages of :mod:`ragcritic_lib.evaluation.audit_misled` (``data/audit/misled.jsonl``; the role by
+each question's split). Each gets a kind from its
 answer's form against its gold answers and metadata (:func:`ragcritic_lib.evaluation.audit.answer_kind`);
 no score, judge or label is read, and none is written: every row leaves with ``label`` and
 ``reason`` null and without em/f1/acc, for a reader to fill in (data/audit/README.md).
@@ -14,7 +16,8 @@ no score, judge or label is read, and none is written: every row leaves with ``l
 The draw first gives every kind ``min_kind`` rows where the answers hold that many (alternating
 test and choosing rows), then tops the test rows up to ``min_test``, then fills to ``n`` taking
 one row per (role, kind) group in turn, rarest groups first. Seeded: the same answers and seed
-give the same draw.
+give the same draw. ``--append-kinds k1,k2`` instead appends ``min_kind`` rows of those kinds
+to an existing draw from answers it does not hold (how the audit gained its misled rows).
 """
 
 from __future__ import annotations
