@@ -257,3 +257,23 @@ def test_the_llm_teacher_judges_the_rows_it_is_given_spread_over_the_file():
     assert report["judged"]["acc"] + report["choosing"]["judged"]["acc"] == len(rows)
     audit.judge_audit(rows, metrics=("acc",), threshold=0.5, teacher=teacher, teacher_rows=0)
     assert asked[-1] == [rows[i]["audit_id"] for i in audit.spread_rows(len(rows), 4)]  # 0 rows: never asked
+
+
+def test_misled_answers_are_standard_rags_over_the_given_passages_named_by_variant():
+    from ragcritic_lib.evaluation import audit_misled
+    from ragcritic_lib.llm import CallableLLM
+
+    seen = []
+
+    def model(prompt, params):
+        seen.append(prompt[-1]["content"])
+        return "132,800"
+
+    q = {"id": "testbed-dev-5", "question": "How many people live in Ruddale?", "golden_answers": ["103,341"],
+         "metadata": {"outdated_answers": ["132,800"]}}
+    chosen = [(q, "superseded", [{"id": "old-0", "contents": "Census 2001: Ruddale\nRuddale had 132,800 inhabitants."}])]
+    rows = audit_misled.answer_misled(CallableLLM(model), chosen, variant="terse", max_passage_words=60,
+                                      max_new_tokens=16, member_suffix="-terse")
+    assert rows[0]["prediction"] == "132,800" and rows[0]["split"] == "dev" and rows[0]["misled_by"] == "superseded"
+    assert rows[0]["pool_member"] == "misled-superseded-terse" and [p["id"] for p in rows[0]["passages"]] == ["old-0"]
+    assert "132,800 inhabitants" in seen[0]

@@ -1,7 +1,7 @@
 """Answers to audit that the pipeline's own answers lack: the generator misled by its passages.
 
     python -m ragcritic_lib.evaluation.audit_misled [--out data/audit/misled.jsonl]
-        [--per-split 24] [--seed 0]
+        [--per-split 24] [--seed 0] [--more-variants default,terse] [--more-for superseded]
 
 The judge audit must hold answers that state a superseded value or a near-duplicate entity's
 value, the cases where a judge that only looks for the gold can be fooled. The embedded
@@ -113,8 +113,9 @@ def misled_questions(testbed_dir: Path, *, per_split: int, seed: int) -> list[tu
 
 
 def answer_misled(llm: Any, chosen: Sequence[tuple[Mapping[str, Any], str, list]], *, variant: str,
-                  max_passage_words: int, max_new_tokens: int) -> list[dict[str, Any]]:
-    """Standard RAG's answer to each question over its misleading passages."""
+                  max_passage_words: int, max_new_tokens: int, member_suffix: str = "") -> list[dict[str, Any]]:
+    """Standard RAG's answer to each question over its misleading passages (``pool_member``
+    ``misled-<misleader><member_suffix>``)."""
     from ragcritic_lib.retrieval.base import Hit
     from ragcritic_lib.retrieval.rag import answer_gen_params, run_standard_rag
 
@@ -125,7 +126,7 @@ def answer_misled(llm: Any, chosen: Sequence[tuple[Mapping[str, Any], str, list]
                            max_passage_words=max_passage_words, hits=hits, desc="misled")
     for row, (_, kind, _) in zip(out, chosen):
         row["misled_by"] = kind
-        row["pool_member"] = f"misled-{kind}"
+        row["pool_member"] = f"misled-{kind}{member_suffix}"
     return out
 
 
@@ -135,6 +136,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", default=DEFAULT_OUT)
     ap.add_argument("--per-split", type=int, default=24, help="questions per split and misleader")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--more-variants", default="",
+                    help="comma-separated RAG prompt variants to answer with as well (as the error pool's members "
+                         "differ), for the misleaders named by --more-for")
+    ap.add_argument("--more-for", default="superseded", help="comma-separated misleaders the extra variants answer")
     args = ap.parse_args(argv)
     from ragcritic_lib.pipeline.params import load_params
     from ragcritic_lib.runtime import load_generator
@@ -146,8 +151,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{testbed_dir}: no testbed; run `dvc repro testbed` first", file=sys.stderr)
         return 1
     chosen = misled_questions(testbed_dir, per_split=args.per_split, seed=args.seed)
-    rows = answer_misled(load_generator(params), chosen, variant=str(rr["prompt_variant"]),
-                         max_passage_words=int(rr["max_passage_words"]), max_new_tokens=int(rr["max_new_tokens"]))
+    llm = load_generator(params)
+    common = dict(max_passage_words=int(rr["max_passage_words"]), max_new_tokens=int(rr["max_new_tokens"]))
+    rows = answer_misled(llm, chosen, variant=str(rr["prompt_variant"]), **common)
+    more_for = {k.strip() for k in args.more_for.split(",") if k.strip()}
+    for variant in [v.strip() for v in args.more_variants.split(",") if v.strip()]:
+        if variant != rr["prompt_variant"]:
+            rows += answer_misled(llm, [c for c in chosen if c[1] in more_for], variant=variant,
+                                  member_suffix=f"-{variant}", **common)
     keep = ("id", "split", "question", "golden_answers", "metadata", "passages", "prediction", "truncated",
             "pool_member", "misled_by")
     out = paths.resolve(args.out)
