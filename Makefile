@@ -54,9 +54,10 @@ pipeline-cold: install
 	$(BIN)/python -m ragcritic_lib.pipeline.shipping clear-persisted
 	$(BIN)/dvc repro --force
 
-## Run the test suite (unit, contract and the end-to-end smoke run of dvc.yaml).
+## Run the test suite: the unit and contract tests and, beside them in a second process, the
+## end-to-end smoke run of dvc.yaml (tests/run_suite.sh; RAGCRITIC_TEST_SERIAL=1 runs them in turn).
 test: restore
-	$(BIN)/python -m pytest -q tests
+	PYTHON=$(BIN)/python bash tests/run_suite.sh
 
 ## Unit and contract tests only (skips the end-to-end smoke run).
 test-fast: restore

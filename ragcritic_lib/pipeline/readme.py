@@ -60,6 +60,7 @@ BLOCK_SOURCES: dict[str, tuple[str, ...]] = {
 # Every stage's metrics file, in pipeline order (the per-stage time table reads them all).
 _STAGE_STEMS = tuple(p.stem for p in sorted(paths.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.py")))
 BLOCK_SOURCES["stage_times"] = _STAGE_STEMS
+BLOCK_SOURCES["ci_times"] = ()   # reads reports/benchmarks/ci_runs.json (check() loads it), no metrics file
 # The trained critic each critic stage calibrates, for the verdict AUROC on its dev samples.
 _CALIBRATED_CRITICS = {"05_critic_sft": "SFT critic", "06_critic_dpo": "SFT+DPO critic"}
 
@@ -696,6 +697,34 @@ def render_stage_times(metrics: Mapping[str, Any]) -> str:
     return "\n".join([intro, ""] + _table(header, rows))
 
 
+CI_RUNS_KEY = "ci_runs"   # where check() puts reports/benchmarks/ci_runs.json's runs for the ci_times block
+_CI_RUNS_FILE = "reports/benchmarks/ci_runs.json"
+
+
+def render_ci_times(metrics: Mapping[str, Any]) -> str:
+    """`.ci/run` part by part, one column per CPU class with a measured run (``ci_runs.json``)."""
+    runs = metrics.get(CI_RUNS_KEY)
+    intro = (f"`.ci/run` on a fresh clone, part by part, from `{_CI_RUNS_FILE}` (the budget line that `.ci/run` "
+             "prints, kept with `python3 -m ragcritic_lib.pipeline.ci_budget record .cache/ci-budget.json`; one run "
+             "per CPU class, alone on a 2-core machine). Parts marked \"beside\" wait on the network while the "
+             "tests use the CPU; they add nothing to the total unless they outlast it.")
+    if not runs:
+        return "\n".join([intro, "", "No run recorded yet."])
+    names = list(dict.fromkeys(p["name"] for run in runs for p in run["parts"]))
+    beside = {p["name"] for run in runs for p in run["parts"] if p.get("beside")}
+    rows = []
+    for name in names:
+        cells = []
+        for run in runs:
+            secs = [p["seconds"] for p in run["parts"] if p["name"] == name]
+            cells.append(f"{secs[0] / 60:.1f} min" if secs else "not run")
+        rows.append([f"{name} (beside)" if name in beside else name] + cells)
+    rows.append(["**total**"] + [f"**{run['total_s'] / 60:.1f} min**" for run in runs])
+    header = ["part"] + [f"{run['cpu_class']} ({run['cores']} cores, {run['date']})" for run in runs]
+    notes = [f"- {run['cpu_class']}: {run['note']}" for run in runs if run.get("note")]
+    return "\n".join([intro, ""] + _table(header, rows) + ([""] + notes if notes else []))
+
+
 _RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "ladder": render_ladder,
     "benchmark": render_benchmark,
@@ -708,6 +737,7 @@ _RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "baselines": render_baselines,
     "papers": render_papers,
     "stage_times": render_stage_times,
+    "ci_times": render_ci_times,
 }
 
 
@@ -795,6 +825,13 @@ def check(files: Sequence[Path], metrics_dir: str | Path = paths.METRICS_DIR,
     needed = [stem for f, text in texts.items() for name in block_names(text, shown[f])
               for stem in BLOCK_SOURCES.get(name, ())]
     metrics = load_metrics(needed, metrics_dir)
+    if any("ci_times" in block_names(text, shown[f]) for f, text in texts.items()):
+        from ragcritic_lib.pipeline.ci_budget import BudgetError, load_runs
+
+        try:
+            metrics[CI_RUNS_KEY] = load_runs(Path(metrics_dir).parent / "benchmarks" / "ci_runs.json")
+        except BudgetError as exc:
+            raise ReadmeDataError(str(exc)) from None
     report = []
     for f, text in texts.items():
         differing = differing_blocks(text, metrics, shown[f])

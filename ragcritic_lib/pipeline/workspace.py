@@ -1,7 +1,18 @@
-"""Copies of the repository for isolated pipeline runs (the smoke test and the repro benchmark)."""
+"""Copies of the repository for isolated pipeline runs (the smoke test, the browser tests and the
+repro benchmark), and the hand-over of one built copy to later tests.
+
+A cold `dvc repro` at the smoke profile is the costliest thing the test suite does. The smoke test
+builds one; the browser tests need the same stages at the same sizes. When ``RAGCRITIC_SMOKE_WORKSPACE``
+names a folder (``.ci/run`` sets it), the smoke test builds its copy there and marks it with the
+fingerprint of the source it was copied from (:func:`mark_built`); a later test copies it
+(:func:`copy_built`) only when the fingerprint still matches the source, and then runs its own
+`dvc repro` on it, which redoes whatever is not up to date. Unset, every test builds its own copy.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -11,19 +22,74 @@ from pathlib import Path
 from ragcritic_lib import paths
 
 
+SMOKE_WORKSPACE_ENV = "RAGCRITIC_SMOKE_WORKSPACE"
+BUILT_MARKER = ".git/ragcritic-built.json"  # inside .git: no commit of the copy takes it along
+
+
+def _listed_files(src: Path) -> list[str]:
+    """The files git would see (tracked + untracked-not-ignored), sorted, as paths relative to ``src``."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=src,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    return sorted(rel for rel in set(filter(None, listed)) if (src / rel).is_file())
+
+
 def copy_repository(dest: Path, src: Path = paths.ROOT) -> Path:
     """Copy the files git would see (tracked + untracked-not-ignored) into ``dest`` and make it a
     git repository of its own, so DVC runs there exactly as in a fresh clone."""
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=src,
-                            capture_output=True, check=True).stdout.decode().split("\0")
-    for rel in filter(None, listed):
-        s = src / rel
-        if not s.is_file():
-            continue
+    for rel in _listed_files(src):
         d = dest / rel
         d.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(s, d)
+        shutil.copy2(src / rel, d)
     subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
+    return dest
+
+
+def source_fingerprint(src: Path = paths.ROOT) -> str:
+    """SHA-256 over the names and contents of the files :func:`copy_repository` copies: two copies
+    with one fingerprint started from the same source."""
+    digest = hashlib.sha256()
+    for rel in _listed_files(src):
+        digest.update(rel.encode() + b"\0")
+        with (src / rel).open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def mark_built(root: Path, *, fingerprint: str, profile: str, targets: list[str] | None = None) -> Path:
+    """Record that ``root`` holds a finished `dvc repro` of ``targets`` (None: every stage) at
+    ``profile``, copied from the source whose fingerprint is given; returns the marker's path."""
+    marker = root / BUILT_MARKER
+    marker.write_text(json.dumps({"fingerprint": fingerprint, "profile": profile, "targets": targets},
+                                 indent=1) + "\n")
+    return marker
+
+
+def built_workspace(where: str | os.PathLike | None, *, profile: str, fingerprint: str) -> Path | None:
+    """The built copy at ``where`` when its marker says it holds every stage at ``profile`` from
+    the source with ``fingerprint``; None when ``where`` is unset or empty, the marker missing or
+    unreadable, or any of them differs (a copy of other code or sizes is never reused)."""
+    if not where:
+        return None
+    root = Path(where)
+    try:
+        marker = json.loads((root / BUILT_MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(marker, dict):
+        return None
+    if marker.get("fingerprint") != fingerprint or marker.get("profile") != profile or marker.get("targets") is not None:
+        return None
+    return root
+
+
+def copy_built(src: Path, dest: Path) -> Path:
+    """A copy of the built copy ``src`` at ``dest``: its files, outputs, caches and git history,
+    without its marker (the copy is the caller's to change) and without links being followed."""
+    marker = src / BUILT_MARKER
+    shutil.copytree(src, dest, symlinks=True,
+                    ignore=lambda d, names: [marker.name] if Path(d) == marker.parent else [])
     return dest
 
 

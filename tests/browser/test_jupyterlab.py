@@ -17,7 +17,10 @@ Two notebooks, each in its own copy of the repository:
   with both trained critics (SFT, SFT+DPO) scored, and the reading must name them.
 
 Inputs: each notebook's upstream at the smoke profile's sizes (``dvc repro`` in the copy; the
-fixture prints each upstream stage's papermill seconds). In JupyterLab a notebook runs with the
+fixture prints each upstream stage's papermill seconds). When the smoke run of ``make test`` left a
+built copy of this very source (``RAGCRITIC_SMOKE_WORKSPACE``, set by ``.ci/run``), the copy starts
+from it and its ``dvc repro`` of the upstream redoes only what is not up to date there (it prints
+which stages ran): the same inputs, without building stages 00-06 a second time. In JupyterLab a notebook runs with the
 literals of its parameters cell, so the copy's parameters cell gets the smoke profile's values,
 smaller still where the generator would take minutes (as ``make exercises`` writes a profile into a
 class's notebooks).
@@ -47,7 +50,9 @@ import pytest
 import yaml
 
 from ragcritic_lib.pipeline.exercises import set_parameters
-from ragcritic_lib.pipeline.workspace import copy_repository, pipeline_env, run_timed
+from ragcritic_lib.pipeline.shipping import stages_run
+from ragcritic_lib.pipeline.workspace import (SMOKE_WORKSPACE_ENV, built_workspace, copy_built, copy_repository,
+                                              pipeline_env, run_timed, source_fingerprint)
 
 pytestmark = [
     pytest.mark.browser,
@@ -139,17 +144,21 @@ def lab_repo(request, tmp_path_factory):
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} missing: `apt-get install -y chromium` (or CHROMIUM=path)")
     start = time.perf_counter()
-    root = copy_repository(tmp_path_factory.mktemp(f"lab-{notebook.name}") / "repo")
+    dest = tmp_path_factory.mktemp(f"lab-{notebook.name}") / "repo"
+    built = built_workspace(os.environ.get(SMOKE_WORKSPACE_ENV), profile="smoke", fingerprint=source_fingerprint())
+    root = copy_built(built, dest) if built else copy_repository(dest)
     (root / ".venv").symlink_to(VENV, target_is_directory=True)
     env = pipeline_env(root, root / ".cache")
     run_timed([sys.executable, "-m", "ragcritic_lib.pipeline.profiles", "smoke"], root, env)
-    repro_s, _ = run_timed(["dvc", "repro", *notebook.upstream], root, env, log=root / "repro.log")
+    repro_s, out = run_timed(["dvc", "repro", *notebook.upstream], root, env, log=root / "repro.log")
     values = {**yaml.safe_load((root / "params.yaml").read_text())[notebook.section], **dict(notebook.smaller)}
     py = root / "notebooks" / f"{notebook.name}.py"
     py.write_text(set_parameters(py.read_text(), values, where=str(py)))
     stages = ", ".join(f"{name} {s:.1f}" for name, s in _papermill_seconds(root).items())
-    print(f"\n[browser] {notebook.name}: upstream `dvc repro {' '.join(notebook.upstream)}` at smoke sizes "
-          f"{repro_s:.1f} s ({time.perf_counter() - start:.1f} s with the copy); papermill s: {stages}")
+    origin = f"the smoke run's built copy {built}" if built else "a fresh copy"
+    print(f"\n[browser] {notebook.name}: from {origin}; upstream `dvc repro {' '.join(notebook.upstream)}` at "
+          f"smoke sizes {repro_s:.1f} s, stages run: {', '.join(stages_run(out)) or 'none'} "
+          f"({time.perf_counter() - start:.1f} s with the copy); papermill s: {stages}")
     return root, env, notebook
 
 

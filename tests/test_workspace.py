@@ -1,0 +1,80 @@
+"""Repository copies for pipeline runs, and the hand-over of the smoke run's built copy: a built copy
+is reused only for the very source and profile it was built from."""
+
+import json
+import subprocess
+
+from ragcritic_lib.pipeline import workspace
+from ragcritic_lib.pipeline.workspace import built_workspace, copy_built, mark_built, source_fingerprint
+
+
+def _source(tmp_path):
+    src = tmp_path / "src"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "a.py").write_text("A = 1\n")
+    (src / "params.yaml").write_text("x: 1\n")
+    (src / ".gitignore").write_text("/data/\n")
+    (src / "data").mkdir()
+    (src / "data" / "big.bin").write_text("ignored output")
+    subprocess.run(["git", "init", "-q"], cwd=src, check=True)
+    subprocess.run(["git", "add", "pkg/a.py", ".gitignore"], cwd=src, check=True)
+    return src
+
+
+def test_the_fingerprint_follows_what_a_copy_holds_and_nothing_else(tmp_path):
+    src = _source(tmp_path)
+    first = source_fingerprint(src)
+    assert first == source_fingerprint(src)
+    (src / "data" / "big.bin").write_text("another ignored output")   # not copied: same fingerprint
+    assert source_fingerprint(src) == first
+    (src / "params.yaml").write_text("x: 2\n")                          # untracked, not ignored: copied
+    assert source_fingerprint(src) != first
+    (src / "params.yaml").write_text("x: 1\n")
+    assert source_fingerprint(src) == first
+    (src / "pkg" / "a.py").rename(src / "pkg" / "b.py")                 # same bytes, other name
+    assert source_fingerprint(src) != first
+
+
+def test_a_copy_holds_the_visible_files_only(tmp_path):
+    src = _source(tmp_path)
+    dest = workspace.copy_repository(tmp_path / "copy", src)
+    assert (dest / "pkg" / "a.py").read_text() == "A = 1\n" and (dest / "params.yaml").exists()
+    assert not (dest / "data").exists() and (dest / ".git").is_dir()
+
+
+def test_a_built_copy_is_reused_only_for_its_source_and_profile(tmp_path):
+    src = _source(tmp_path)
+    fp = source_fingerprint(src)
+    built = workspace.copy_repository(tmp_path / "built", src)
+    assert built_workspace(built, profile="smoke", fingerprint=fp) is None        # not marked: a build that failed
+    mark_built(built, fingerprint=fp, profile="smoke")
+    assert built_workspace(built, profile="smoke", fingerprint=fp) == built
+    assert built_workspace(str(built), profile="smoke", fingerprint=fp) == built
+    assert built_workspace(built, profile="workshop", fingerprint=fp) is None
+    assert built_workspace(built, profile="smoke", fingerprint="0" * 64) is None
+    assert built_workspace(None, profile="smoke", fingerprint=fp) is None
+    assert built_workspace("", profile="smoke", fingerprint=fp) is None
+    assert built_workspace(tmp_path / "nowhere", profile="smoke", fingerprint=fp) is None
+    mark_built(built, fingerprint=fp, profile="smoke", targets=["critic_dpo"])     # only part of the stages
+    assert built_workspace(built, profile="smoke", fingerprint=fp) is None
+    (built / workspace.BUILT_MARKER).write_text("{not json")
+    assert built_workspace(built, profile="smoke", fingerprint=fp) is None
+    (built / workspace.BUILT_MARKER).write_text(json.dumps(["a list"]))
+    assert built_workspace(built, profile="smoke", fingerprint=fp) is None
+
+
+def test_the_marker_is_out_of_the_copys_commits_and_out_of_its_copies(tmp_path):
+    src = _source(tmp_path)
+    built = workspace.copy_repository(tmp_path / "built", src)
+    (built / "data").mkdir()
+    (built / "data" / "out.txt").write_text("a stage output")
+    (built / "link").symlink_to("data/out.txt")
+    mark_built(built, fingerprint=source_fingerprint(src), profile="smoke")
+    status = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=built, capture_output=True,
+                            text=True, check=True).stdout
+    assert "ragcritic-built" not in status
+    dest = copy_built(built, tmp_path / "reused")
+    assert (dest / "data" / "out.txt").read_text() == "a stage output"
+    assert (dest / "link").is_symlink() and (dest / "link").read_text() == "a stage output"
+    assert not (dest / workspace.BUILT_MARKER).exists() and (built / workspace.BUILT_MARKER).exists()
+    assert (dest / ".git" / "HEAD").exists()
