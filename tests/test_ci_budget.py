@@ -116,3 +116,15 @@ def test_the_closing_line_adds_up_every_pytest_summary_of_the_log():
     assert totals == {"passed": 1816, "failed": 2, "skipped": 5, "runs": 4}
     assert ci_budget.closing_line(totals) == "ci: 1816 passed, 2 failed, 5 skipped"
     assert ci_budget.pytest_totals("no summary here") == {"passed": 0, "failed": 0, "skipped": 0, "runs": 0}
+
+
+def test_stage_seconds_are_read_from_papermills_record_and_bad_notebooks_skipped(tmp_path):
+    nbs = tmp_path / "reports" / "notebooks"
+    nbs.mkdir(parents=True)
+    (nbs / "00_assets.ipynb").write_text(json.dumps({"metadata": {"papermill": {"duration": 61.18}}}))
+    (nbs / "01_retrieval_rag.ipynb").write_text(json.dumps({"metadata": {"papermill": {"duration": 200}}}))
+    (nbs / "02_error_sampling.ipynb").write_text(json.dumps({"metadata": {}}))          # still running
+    (nbs / "03_tagging.ipynb").write_text("{truncated")
+    (nbs / "04_taxonomy.ipynb").write_text(json.dumps({"metadata": {"papermill": {"duration": None}}}))
+    assert ci_budget.stage_seconds(tmp_path) == {"00_assets": 61.2, "01_retrieval_rag": 200.0}
+    assert ci_budget.stage_seconds(tmp_path / "nowhere") == {}

@@ -31,7 +31,7 @@ from typing import Any
 from ragcritic_lib import paths
 from ragcritic_lib.pipeline.stage_metrics import CPU_CLASSES, cpu_class
 
-__all__ = ["pytest_totals", "closing_line", "CI_LIMIT_S", "BUDGET_S", "BudgetError", "read_parts", "make_record", "budget_line", "add_run",
+__all__ = ["stage_seconds", "pytest_totals", "closing_line", "CI_LIMIT_S", "BUDGET_S", "BudgetError", "read_parts", "make_record", "budget_line", "add_run",
            "load_runs", "RUNS_FILE", "main"]
 
 CI_LIMIT_S = 5400          # CI's hard limit for one `.ci/run`
@@ -122,6 +122,20 @@ def closing_line(totals: Mapping[str, int]) -> str:
     return f"ci: {totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped"
 
 
+def stage_seconds(root: str | Path) -> dict[str, float]:
+    """Each executed notebook's seconds under ``root``/reports/notebooks, as papermill recorded them
+    (a notebook without the record is left out)."""
+    found = {}
+    for nb in sorted(Path(root, "reports", "notebooks").glob("*.ipynb")):
+        try:
+            duration = json.loads(nb.read_text(encoding="utf-8"))["metadata"]["papermill"]["duration"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if isinstance(duration, (int, float)) and not isinstance(duration, bool):
+            found[nb.stem] = round(float(duration), 1)
+    return found
+
+
 def load_runs(path: str | Path = RUNS_FILE) -> list[dict[str, Any]]:
     """The recorded runs of ``path`` (none when it does not exist)."""
     path = Path(path)
@@ -168,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     line.add_argument("--json", type=Path, help="write the record here")
     line.add_argument("--failed", action="store_true", help="the run stopped on a failure")
     line.add_argument("--log", type=Path, help="the run's output: close with the sum of its pytest summaries")
+    line.add_argument("--smoke", type=Path, help="the smoke run's copy: print (and record) its stages' seconds")
     rec = sub.add_parser("record", help=f"keep a record written by `line --json` in {RUNS_FILE.relative_to(paths.ROOT)}")
     rec.add_argument("record", type=Path)
     rec.add_argument("--note", default="", help="what the run was, e.g. 'fresh clone, nothing else running'")
@@ -176,6 +191,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "line":
             record = make_record(read_parts(args.parts), args.total, failed=args.failed)
+            if args.smoke and (stages := stage_seconds(args.smoke)):
+                record["smoke_stages"] = stages
+                print(f"smoke run's stages, papermill s [cpu_class {record['cpu_class']}]: "
+                      + ", ".join(f"{k} {v:.0f}" for k, v in stages.items()) + f" (sum {sum(stages.values()):.0f})")
             print(budget_line(record))
             if args.log:
                 try:
