@@ -39,7 +39,10 @@ def copy_repository(dest: Path, src: Path = paths.ROOT) -> Path:
     for rel in _listed_files(src):
         d = dest / rel
         d.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src / rel, d)
+        try:
+            shutil.copy2(src / rel, d)
+        except FileNotFoundError:   # an untracked file another process removed after the listing
+            continue
     subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
     return dest
 
@@ -49,10 +52,13 @@ def source_fingerprint(src: Path = paths.ROOT) -> str:
     with one fingerprint started from the same source."""
     digest = hashlib.sha256()
     for rel in _listed_files(src):
-        digest.update(rel.encode() + b"\0")
-        with (src / rel).open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
+        try:
+            with (src / rel).open("rb") as fh:
+                digest.update(rel.encode() + b"\0")
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(block)
+        except FileNotFoundError:   # removed after the listing: not part of what a copy holds
+            continue
         digest.update(b"\0")
     return digest.hexdigest()
 
