@@ -469,3 +469,27 @@ def test_the_judge_block_tables_every_judge_against_the_hand_audit():
     del metrics["02_error_sampling"]["judge"]
     with pytest.raises(ReadmeDataError, match="02_error_sampling.json: missing key judge"):
         render_block("judge", metrics)
+
+
+def test_each_method_page_holds_its_card_and_the_card_says_when_its_run_is_old():
+    for card, (name, stem, row) in readme.METHOD_CARDS.items():
+        pages = [p for p in (paths.ROOT / "docs" / "methods").glob("*.md") if card in block_names(p.read_text())]
+        assert len(pages) == 1, f"{card}: on {len(pages)} pages of docs/methods/"
+    metrics = readme.load_metrics({s for c in readme.METHOD_CARDS for s in readme.BLOCK_SOURCES[c]})
+    metrics = copy.deepcopy(metrics)
+    text = readme.render_block("method_repair", metrics)
+    assert "| standard RAG | 280 |" in text and "| RePAIR | 280 |" in text and "| SIM-RAG" not in text
+    assert "- Trained on: " in text and "- Diagnostics: " in text
+    for stem in ("14_comparison", "12_repair"):
+        metrics[stem]["environment"].pop("cpu_class", None)
+    assert "**Not up to date:** `14_comparison`, `12_repair` come from a run older" in readme.render_block(
+        "method_repair", metrics)
+    for stem in ("14_comparison", "12_repair"):
+        metrics[stem]["environment"].update(cpu_class="avx2", wall_seconds=1500.0)
+    fresh = readme.render_block("method_repair", metrics)
+    assert "Not up to date" not in fresh
+    assert "`14_comparison` ran on `avx2` in 25.0 min; `12_repair` ran on `avx2` in 25.0 min." in fresh
+    simrag = readme.render_block("method_simrag", metrics)
+    assert "*SIM-RAG (oracle critic)*" in simrag            # its own oracle and ablation rows, in italics
+    ragec = readme.render_block("method_ragec", metrics)
+    assert "| RAGEC |" not in ragec and "ragec: all" in ragec   # no comparison row; its own flags

@@ -351,16 +351,16 @@ def _training_cost(row: Mapping[str, Any]) -> str:
     return f"{int(calls)} calls, {int(steps)} steps, {_f(seconds / 60, 1)} min"
 
 
-def render_comparison(metrics: Mapping[str, Any]) -> str:
-    """Every method on the ladder's questions (``14_comparison.json``), oracle and ablation rows last."""
+_COMPARISON_HEADER = ("method", "n", "EM", "F1", "ΔF1 (95% CI)", "p", "p (Holm)", "calls / question",
+                      "training: LLM calls, optimizer steps, time", "flagged")
+
+
+def _comparison_rows(metrics: Mapping[str, Any], methods: Sequence[str], extra: Sequence[str]) -> list[list[str]]:
+    """Rows of ``14_comparison.json`` for the named methods, then the named oracle and ablation rows."""
     stem = "14_comparison"
-    methods = _get(metrics, stem, "comparison", "testbed")
-    extra = _get(metrics, stem).get("oracle_and_ablation_rows", {}).get("testbed", {})
     by_method = _get(metrics, stem).get("degenerate_by_method", {})
-    header = ("method", "n", "EM", "F1", "ΔF1 (95% CI)", "p", "p (Holm)", "calls / question",
-              "training: LLM calls, optimizer steps, time", "flagged")
     rows = []
-    for group, names in (("comparison", _ordered(methods)), ("oracle_and_ablation_rows", list(extra))):
+    for group, names in (("comparison", methods), ("oracle_and_ablation_rows", extra)):
         for name in names:
             key = (group, "testbed", name)
             base = name == BASELINE
@@ -375,6 +375,17 @@ def render_comparison(metrics: Mapping[str, Any]) -> str:
                 _training_cost(_get(metrics, stem, *key)) if group == "comparison" else _DASH,
                 "yes" if by_method.get(name) else "",
             ])
+    return rows
+
+
+def render_comparison(metrics: Mapping[str, Any]) -> str:
+    """Every method on the ladder's questions (``14_comparison.json``), oracle and ablation rows last."""
+    stem = "14_comparison"
+    methods = _get(metrics, stem, "comparison", "testbed")
+    extra = _get(metrics, stem).get("oracle_and_ablation_rows", {}).get("testbed", {})
+    by_method = _get(metrics, stem).get("degenerate_by_method", {})
+    header = _COMPARISON_HEADER
+    rows = _comparison_rows(metrics, _ordered(methods), list(extra))
     significant = _get(metrics, stem, "summary", "testbed").get("significant_after_holm", [])
     n_family = len(methods) - (BASELINE in methods)
     n = int(_number(metrics, stem, "comparison", "testbed", BASELINE, "n"))
@@ -517,8 +528,8 @@ def _rate_ci(metrics: Mapping[str, Any], stem: str, *keys: str) -> str:
     return f"{_pct(rate)}%" + (f" ({_pct(ci[0])}..{_pct(ci[1])}%)" if ci else "")
 
 
-def render_baselines(metrics: Mapping[str, Any]) -> str:
-    """What each baseline learned from and what its own diagnostics show (``09``-``13`` metrics)."""
+def _baseline_rows(metrics: Mapping[str, Any]) -> list[list[str]]:
+    """One row a baseline: name, what it learned from, its own diagnostics (``09``-``13`` metrics)."""
     def count(stem: str, *keys: str) -> int:
         return int(_number(metrics, stem, *keys))
 
@@ -538,7 +549,7 @@ def render_baselines(metrics: Mapping[str, Any]) -> str:
     for block in _get(metrics, "10_crag", "crag").values():
         for a, v in (block.get("test_actions") or {}).items():
             crag_actions[a] = crag_actions.get(a, 0) + int(v)
-    rows = [
+    return [
         ["RePAIR",
          f"{count(rp, 'training', 'offpolicy_states')} off-policy and {count(rp, 'training', 'onpolicy_states')} "
          f"on-policy states ({count(rp, 'training', 'offpolicy_states_with_pair')} and "
@@ -566,6 +577,12 @@ def render_baselines(metrics: Mapping[str, Any]) -> str:
         ["CRAG", "a retrieval evaluator and two thresholds tuned on dev",
          "test actions: " + ", ".join(f"{k} {v}" for k, v in crag_actions.items())],
     ]
+
+
+def render_baselines(metrics: Mapping[str, Any]) -> str:
+    """What each baseline learned from and what its own diagnostics show (``09``-``13`` metrics)."""
+    rp = "12_repair"
+    rows = _baseline_rows(metrics)
     intro = ("What each baseline learned from and what its own diagnostics show; per question type in the stages' "
              "metrics (`feedback_by_type`, `test_actions_by_type`, `stage_types`). Intervals are Wilson 95%.")
     notes = [_flags_line([d for stem in BLOCK_SOURCES["baselines"] for d in _flags(metrics, stem)]),
@@ -697,6 +714,66 @@ def render_stage_times(metrics: Mapping[str, Any]) -> str:
     return "\n".join([intro, ""] + _table(header, rows))
 
 
+# docs/methods/<page>.md: one block a method, "method_<key>", with the method's rows of the comparison
+# (14), its own stage's diagnostics and flags. (method name in the comparison or None, its stage's
+# metrics stem, its row in the baselines block or None, its oracle and ablation rows' prefix or None)
+METHOD_CARDS: dict[str, tuple[str | None, str, str | None]] = {
+    "method_rag_critic": ("RAG-Critic", "08_correction", None),
+    "method_self_refine": ("Self-Refine", "09_self_refine", "Self-Refine"),
+    "method_crag": ("CRAG", "10_crag", "CRAG"),
+    "method_simrag": ("SIM-RAG", "11_simrag", "SIM-RAG"),
+    "method_repair": ("RePAIR", "12_repair", "RePAIR"),
+    "method_ragec": (None, "13_ragec", "RAGEC"),
+}
+for _card, (_name, _stem, _row) in METHOD_CARDS.items():
+    BLOCK_SOURCES[_card] = tuple(dict.fromkeys(
+        (("14_comparison",) if _name else ()) + ((_stem,) if not _row else BLOCK_SOURCES["baselines"]) + (_stem,)))
+
+
+def _run_caption(metrics: Mapping[str, Any], stems: Sequence[str]) -> str:
+    """Which run a card's numbers come from: each file's CPU class and wall time, or that it predates
+    the stage runner that records them (an older run whose stage is due to re-run)."""
+    old, seen = [], []
+    for stem in stems:
+        env = _get(metrics, stem, "environment")
+        if isinstance(env.get("cpu_class"), str) and isinstance(env.get("wall_seconds"), (int, float)):
+            seen.append(f"`{stem}` ran on `{env['cpu_class']}` in {env['wall_seconds'] / 60:.1f} min")
+        else:
+            old.append(f"`{stem}`")
+    parts = []
+    if old:
+        many = len(old) > 1
+        parts.append("**Not up to date:** " + ", ".join(old) + (" come" if many else " comes")
+                     + " from a run older than the stage runner that records the CPU class and wall time; `dvc status` "
+                     + ("names their stages until they re-run." if many else "names its stage until it re-runs."))
+    if seen:
+        parts.append("; ".join(seen) + ".")
+    return " ".join(parts)
+
+
+def render_method_card(block: str, metrics: Mapping[str, Any]) -> str:
+    """One method's current result: its comparison rows beside standard RAG, its diagnostics, its flags."""
+    name, stem, row = METHOD_CARDS[block]
+    out, stems = [], []
+    if name:
+        extra = [k for k in _get(metrics, "14_comparison").get("oracle_and_ablation_rows", {}).get("testbed", {})
+                 if k.startswith(name + " (")]
+        out += [f"{name} beside standard RAG on the ladder's testbed test questions (`reports/metrics/14_comparison.json`; "
+                "p (Holm) is corrected across the comparison's methods).", "",
+                *_table(_COMPARISON_HEADER, _comparison_rows(metrics, [BASELINE, name], extra)), ""]
+        flags = _get(metrics, "14_comparison").get("degenerate_by_method", {}).get(name, [])
+        stems.append("14_comparison")
+    else:
+        flags = _flags(metrics, stem)
+    if row:
+        found = next(r for r in _baseline_rows(metrics) if r[0] == row)
+        out += [f"- Trained on: {found[1]}.", f"- Diagnostics: {found[2]}."]
+    out += [f"- {_flags_line([str(f) for f in flags])}", f"- {environment_line(metrics, stem)}"]
+    stems.append(stem)
+    caption = _run_caption(metrics, list(dict.fromkeys(stems)))
+    return "\n".join(out + ([f"- {caption}"] if caption else []))
+
+
 CI_RUNS_KEY = "ci_runs"   # where check() puts reports/benchmarks/ci_runs.json's runs for the ci_times block
 _CI_RUNS_FILE = "reports/benchmarks/ci_runs.json"
 
@@ -738,6 +815,7 @@ _RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "papers": render_papers,
     "stage_times": render_stage_times,
     "ci_times": render_ci_times,
+    **{card: (lambda metrics, card=card: render_method_card(card, metrics)) for card in METHOD_CARDS},
 }
 
 
@@ -802,9 +880,11 @@ def differing_blocks(text: str, metrics: Mapping[str, Any], source: str = "text"
 
 
 def target_files(root: str | Path = paths.ROOT) -> list[Path]:
-    """The files with generated blocks: README.md, docs/results.md and docs/reproduce.md (where present)."""
+    """The files with generated blocks: README.md, docs/results.md, docs/reproduce.md (where present) and
+    every page of docs/methods/."""
     root = Path(root)
-    return [p for p in (root / "README.md", root / "docs" / "results.md", root / "docs" / "reproduce.md") if p.exists()]
+    fixed = [p for p in (root / "README.md", root / "docs" / "results.md", root / "docs" / "reproduce.md") if p.exists()]
+    return fixed + sorted((root / "docs" / "methods").glob("*.md"))
 
 
 def check(files: Sequence[Path], metrics_dir: str | Path = paths.METRICS_DIR,
