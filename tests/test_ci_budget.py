@@ -128,3 +128,13 @@ def test_stage_seconds_are_read_from_papermills_record_and_bad_notebooks_skipped
     (nbs / "04_taxonomy.ipynb").write_text(json.dumps({"metadata": {"papermill": {"duration": None}}}))
     assert ci_budget.stage_seconds(tmp_path) == {"00_assets": 61.2, "01_retrieval_rag": 200.0}
     assert ci_budget.stage_seconds(tmp_path / "nowhere") == {}
+
+
+def test_the_command_times_block_reads_the_parts_that_time_each_command():
+    run = ci_budget.make_record([{"name": "install", "seconds": 180}, {"name": "restore", "seconds": 150},
+                                 {"name": "pytest", "seconds": 2400}], 3000, cls="avx2", cores=2, day="2026-11-28")
+    text = readme.render_block("command_times", {readme.CI_RUNS_KEY: [run]})
+    assert "| command | avx2 (2026-11-28) |" in text
+    assert "| `make restore` | 2.5 min |" in text and "| `make test` | 40.0 min |" in text
+    assert "| `make test-browser` | not run |" in text
+    assert "No run recorded yet." in readme.render_block("command_times", {})

@@ -61,6 +61,7 @@ BLOCK_SOURCES: dict[str, tuple[str, ...]] = {
 _STAGE_STEMS = tuple(p.stem for p in sorted(paths.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.py")))
 BLOCK_SOURCES["stage_times"] = _STAGE_STEMS
 BLOCK_SOURCES["ci_times"] = ()   # reads reports/benchmarks/ci_runs.json (check() loads it), no metrics file
+BLOCK_SOURCES["command_times"] = ()   # the same file
 # The trained critic each critic stage calibrates, for the verdict AUROC on its dev samples.
 _CALIBRATED_CRITICS = {"05_critic_sft": "SFT critic", "06_critic_dpo": "SFT+DPO critic"}
 
@@ -802,6 +803,29 @@ def render_ci_times(metrics: Mapping[str, Any]) -> str:
     return "\n".join([intro, ""] + _table(header, rows) + ([""] + notes if notes else []))
 
 
+# The commands a newcomer types, and the `.ci/run` part that times each.
+_COMMAND_PARTS = (("`make install` (the virtual environment)", "install"), ("`make restore`", "restore"),
+                  ("`make test`", "pytest"), ("`make test-browser`", "test-browser"))
+
+
+def render_command_times(metrics: Mapping[str, Any]) -> str:
+    """What each command took on a fresh clone, one column per CPU class with a recorded `.ci/run`."""
+    runs = metrics.get(CI_RUNS_KEY) or []
+    intro = (f"Measured in `.ci/run` on a fresh clone ({_CI_RUNS_FILE}), 2 cores alone on the machine; `make test` "
+             "includes the smoke run's cold `dvc repro` of all 17 stages at its small sizes.")
+    if not runs:
+        return "\n".join([intro, "", "No run recorded yet."])
+    rows = []
+    for label, part in _COMMAND_PARTS:
+        cells = []
+        for run in runs:
+            secs = [p["seconds"] for p in run["parts"] if p["name"] == part]
+            cells.append(f"{secs[0] / 60:.1f} min" if secs else "not run")
+        rows.append([label] + cells)
+    header = ["command"] + [f"{run['cpu_class']} ({run['date']})" for run in runs]
+    return "\n".join([intro, ""] + _table(header, rows))
+
+
 _RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "ladder": render_ladder,
     "benchmark": render_benchmark,
@@ -815,6 +839,7 @@ _RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "papers": render_papers,
     "stage_times": render_stage_times,
     "ci_times": render_ci_times,
+    "command_times": render_command_times,
     **{card: (lambda metrics, card=card: render_method_card(card, metrics)) for card in METHOD_CARDS},
 }
 
@@ -905,7 +930,7 @@ def check(files: Sequence[Path], metrics_dir: str | Path = paths.METRICS_DIR,
     needed = [stem for f, text in texts.items() for name in block_names(text, shown[f])
               for stem in BLOCK_SOURCES.get(name, ())]
     metrics = load_metrics(needed, metrics_dir)
-    if any("ci_times" in block_names(text, shown[f]) for f, text in texts.items()):
+    if any({"ci_times", "command_times"} & set(block_names(text, shown[f])) for f, text in texts.items()):
         from ragcritic_lib.pipeline.ci_budget import BudgetError, load_runs
 
         try:
