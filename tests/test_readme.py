@@ -16,7 +16,8 @@ from ragcritic_lib.pipeline.readme import (
     rewrite_blocks,
 )
 
-ENV = {"generator": {"backend": "hf", "device": "cpu", "dtype": "float32"}, "torch": "2.0"}
+ENV = {"generator": {"backend": "hf", "device": "cpu", "dtype": "float32"}, "torch": "2.0", "cpu_class": "avx2",
+       "wall_seconds": 60.0}
 
 
 def _row(n, em, f1, acc, delta, low, high, p):
@@ -57,7 +58,7 @@ could detect (0 for a row that changed no answer).
 - RAG-Critic's acting threshold, fitted on 10 dev questions: none raised dev F1 above 0.250, so it corrects no \
 test answer.
 - Flagged as degenerate (`degenerate`): `critic:testbed/RAG-Critic one verdict`.
-- Generator: backend `hf`, device `cpu`, dtype `float32`; torch 2.0 (`reports/metrics/08_correction.json`).
+- Generator: backend `hf`, device `cpu`, dtype `float32`, CPU class `avx2`; torch 2.0 (`reports/metrics/08_correction.json`).
 """
 
 
@@ -330,7 +331,7 @@ Retrieval 20, Reranking 30, Generation 211 |
 | CRAG | a retrieval evaluator and two thresholds tuned on dev | test actions: Ambiguous 193, Correct 87 |
 
 - Flagged as degenerate (`degenerate`): `repair: one plan is 99% of the 280 executed test plans`.
-- Generator: backend `hf`, device `cpu`, dtype `float32`; torch 2.0 (`reports/metrics/12_repair.json`).
+- Generator: backend `hf`, device `cpu`, dtype `float32`, CPU class `avx2`; torch 2.0 (`reports/metrics/12_repair.json`).
 """
     m = baselines_metrics()
     m["13_ragec"]["undiagnosed"] = {"over max_errors (40)": 222}
@@ -482,8 +483,10 @@ def test_each_method_page_holds_its_card_and_the_card_says_when_its_run_is_old()
     assert "- Trained on: " in text and "- Diagnostics: " in text
     for stem in ("14_comparison", "12_repair"):
         metrics[stem]["environment"].pop("cpu_class", None)
-    assert "**Not up to date:** `14_comparison`, `12_repair` come from a run older" in readme.render_block(
-        "method_repair", metrics)
+    stale = readme.render_block("method_repair", metrics)
+    assert "**Not up to date:** `14_comparison` comes from a run older" in stale
+    assert "**Not up to date:** `12_repair` comes from a run older" in stale      # in its environment line
+    assert stale.count("Not up to date") == 2
     for stem in ("14_comparison", "12_repair"):
         metrics[stem]["environment"].update(cpu_class="avx2", wall_seconds=1500.0)
     fresh = readme.render_block("method_repair", metrics)
@@ -493,3 +496,14 @@ def test_each_method_page_holds_its_card_and_the_card_says_when_its_run_is_old()
     assert "*SIM-RAG (oracle critic)*" in simrag            # its own oracle and ablation rows, in italics
     ragec = readme.render_block("method_ragec", metrics)
     assert "| RAGEC |" not in ragec and "ragec: all" in ragec   # no comparison row; its own flags
+
+
+def test_an_environment_line_says_when_its_file_predates_the_stage_runner():
+    metrics = {"08_correction": {"environment": copy.deepcopy(ENV)}}
+    assert "Not up to date" not in readme.environment_line(metrics, "08_correction")
+    for missing in ("cpu_class", "wall_seconds"):
+        old = copy.deepcopy(metrics)
+        old["08_correction"]["environment"].pop(missing)
+        assert readme.environment_line(old, "08_correction").endswith(
+            "**Not up to date:** `08_correction` comes from a run older than the stage runner that records the CPU "
+            "class and wall time; `dvc status` names its stage until it re-runs.")

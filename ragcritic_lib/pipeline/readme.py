@@ -177,7 +177,16 @@ def environment_line(metrics: Mapping[str, Any], stem: str) -> str:
                 if k not in _NOT_VERSIONS and isinstance(v, (str, int, float))]
     line = "Generator: " + ", ".join(gen)
     line += ("; " + ", ".join(versions) if versions else "") + f" (`{_file(stem)}`)."
-    return " ".join([line] + [f"Provenance: {p}." for p in env.get("provenance") or []])
+    stale = [] if _recorded_by_runner(env) else [
+        f"**Not up to date:** `{stem}` comes from a run older than the stage runner that records the CPU class "
+        "and wall time; `dvc status` names its stage until it re-runs."]
+    return " ".join([line] + [f"Provenance: {p}." for p in env.get("provenance") or []] + stale)
+
+
+def _recorded_by_runner(env: Mapping[str, Any]) -> bool:
+    """Whether an ``environment`` block was written by the current stage runner (CPU class and wall time)."""
+    seconds = env.get("wall_seconds")
+    return isinstance(env.get("cpu_class"), str) and isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
 
 
 def _flags_line(flags: Sequence[str]) -> str:
@@ -731,15 +740,16 @@ for _card, (_name, _stem, _row) in METHOD_CARDS.items():
         (("14_comparison",) if _name else ()) + ((_stem,) if not _row else BLOCK_SOURCES["baselines"]) + (_stem,)))
 
 
-def _run_caption(metrics: Mapping[str, Any], stems: Sequence[str]) -> str:
+def _run_caption(metrics: Mapping[str, Any], stems: Sequence[str], said: Sequence[str] = ()) -> str:
     """Which run a card's numbers come from: each file's CPU class and wall time, or that it predates
-    the stage runner that records them (an older run whose stage is due to re-run)."""
+    the stage runner that records them (an older run whose stage is due to re-run); not again for
+    the stems in ``said``, whose environment line says so already."""
     old, seen = [], []
     for stem in stems:
         env = _get(metrics, stem, "environment")
-        if isinstance(env.get("cpu_class"), str) and isinstance(env.get("wall_seconds"), (int, float)):
+        if _recorded_by_runner(env):
             seen.append(f"`{stem}` ran on `{env['cpu_class']}` in {env['wall_seconds'] / 60:.1f} min")
-        else:
+        elif stem not in said:
             old.append(f"`{stem}`")
     parts = []
     if old:
@@ -771,7 +781,7 @@ def render_method_card(block: str, metrics: Mapping[str, Any]) -> str:
         out += [f"- Trained on: {found[1]}.", f"- Diagnostics: {found[2]}."]
     out += [f"- {_flags_line([str(f) for f in flags])}", f"- {environment_line(metrics, stem)}"]
     stems.append(stem)
-    caption = _run_caption(metrics, list(dict.fromkeys(stems)))
+    caption = _run_caption(metrics, list(dict.fromkeys(stems)), said=(stem,))
     return "\n".join(out + ([f"- {caption}"] if caption else []))
 
 
