@@ -129,9 +129,56 @@ def problems(page: Path, root: Path = ROOT) -> list[str]:
     return found
 
 
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def heading_anchors(text: str) -> set[str]:
+    """The anchors a Markdown renderer gives a page's headings (GitHub's rule: lower case, spaces to
+    hyphens, punctuation other than hyphens and underscores dropped)."""
+    anchors = set()
+    for line in text.splitlines():
+        m = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if m:
+            title = re.sub(r"[`*]", "", m.group(1)).strip().lower()
+            anchors.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return anchors
+
+
+def link_problems(page: Path, root: Path = ROOT) -> list[str]:
+    """Relative links of a page whose file, or whose #anchor in it, does not exist."""
+    shown = page.relative_to(root).as_posix()
+    text = page.read_text(encoding="utf-8")
+    found = []
+    for target in _LINK.findall(text):
+        if re.match(r"^[a-z]+:", target):
+            continue
+        file, _, anchor = target.partition("#")
+        dest = (page.parent / file).resolve() if file else page
+        if not dest.exists():
+            found.append(f"{shown}: link ({target}): no such file")
+        elif anchor and dest.suffix == ".md" and anchor not in heading_anchors(dest.read_text(encoding="utf-8")):
+            found.append(f"{shown}: link ({target}): no heading with that anchor in {dest.name}")
+    return found
+
+
 @pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
 def test_every_path_module_target_and_param_a_page_names_exists(page):
     assert problems(page) == []
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
+def test_every_relative_link_of_a_page_reaches_its_file_and_heading(page):
+    assert link_problems(page) == []
+
+
+def test_a_link_to_a_moved_heading_or_file_is_reported(tmp_path):
+    (tmp_path / "other.md").write_text("# Title\n\n## What ships and how to restore\n\n## The judge of `correct`\n")
+    page = tmp_path / "page.md"
+    page.write_text("[a](other.md#what-ships-and-how-to-restore) [b](other.md#the-judge-of-correct) "
+                    "[c](other.md#shipped-outputs) [d](gone.md) [e](https://example.org/x#y) [f](#title)\n# Title\n")
+    found = link_problems(page, tmp_path)
+    assert found == ["page.md: link (other.md#shipped-outputs): no heading with that anchor in other.md",
+                     "page.md: link (gone.md): no such file"]
 
 
 def test_the_checks_catch_what_drifted():
