@@ -138,3 +138,13 @@ def test_the_command_times_block_reads_the_parts_that_time_each_command():
     assert "| `make restore` | 2.5 min |" in text and "| `make test` | 40.0 min |" in text
     assert "| `make test-browser` | not run |" in text
     assert "No run recorded yet." in readme.render_block("command_times", {})
+
+
+def test_the_smoke_times_block_has_a_column_per_class_with_recorded_stage_seconds():
+    run = ci_budget.make_record([], 3000, cls="avx2", cores=2, day="2026-11-28")
+    run["smoke_stages"] = {"00_assets": 61.2, "01_retrieval_rag": 235.4}
+    plain = ci_budget.make_record([], 1500, cls="avx512_bf16", cores=2, day="2026-11-20")   # none recorded
+    text = readme.render_block("smoke_times", {readme.CI_RUNS_KEY: [plain, run]})
+    assert "| notebook | avx2, s (2026-11-28) |" in text and "avx512_bf16" not in text
+    assert "| `00_assets` | 61 |" in text and "| all stages | 297 |" in text
+    assert "No run recorded yet." in readme.render_block("smoke_times", {readme.CI_RUNS_KEY: [plain]})

@@ -1,6 +1,6 @@
 """README's result tables, written from ``reports/metrics`` so that no number is copied by hand.
 
-README.md, docs/results.md and docs/reproduce.md hold blocks delimited by HTML comments::
+README.md and the pages of docs/ listed by :func:`target_files` hold blocks delimited by HTML comments::
 
     <!-- BEGIN generated: ladder -->
     ...
@@ -62,6 +62,7 @@ _STAGE_STEMS = tuple(p.stem for p in sorted(paths.NOTEBOOKS_DIR.glob("[0-9][0-9]
 BLOCK_SOURCES["stage_times"] = _STAGE_STEMS
 BLOCK_SOURCES["ci_times"] = ()   # reads reports/benchmarks/ci_runs.json (check() loads it), no metrics file
 BLOCK_SOURCES["command_times"] = ()   # the same file
+BLOCK_SOURCES["smoke_times"] = ()     # the same file
 # The trained critic each critic stage calibrates, for the verdict AUROC on its dev samples.
 _CALIBRATED_CRITICS = {"05_critic_sft": "SFT critic", "06_critic_dpo": "SFT+DPO critic"}
 
@@ -836,6 +837,22 @@ def render_command_times(metrics: Mapping[str, Any]) -> str:
     return "\n".join([intro, ""] + _table(header, rows))
 
 
+def render_smoke_times(metrics: Mapping[str, Any]) -> str:
+    """Each notebook's seconds in the smoke run of a recorded `.ci/run`, one column per CPU class."""
+    runs = [run for run in metrics.get(CI_RUNS_KEY) or [] if run.get("smoke_stages")]
+    intro = ("Each notebook's own seconds at the smoke profile, as papermill recorded them in the smoke run's cold "
+             f"`dvc repro` of a `.ci/run` on a fresh clone ({_CI_RUNS_FILE}, `smoke_stages`); the unit tests ran "
+             "beside it on the same 2 cores.")
+    if not runs:
+        return "\n".join([intro, "", "No run recorded yet."])
+    stems = list(dict.fromkeys(stem for run in runs for stem in run["smoke_stages"]))
+    rows = [[f"`{stem}`"] + [f"{run['smoke_stages'][stem]:.0f}" if stem in run["smoke_stages"] else "not run"
+                             for run in runs] for stem in stems]
+    rows.append(["all stages"] + [f"{sum(run['smoke_stages'].values()):.0f}" for run in runs])
+    header = ["notebook"] + [f"{run['cpu_class']}, s ({run['date']})" for run in runs]
+    return "\n".join([intro, ""] + _table(header, rows))
+
+
 _RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "ladder": render_ladder,
     "benchmark": render_benchmark,
@@ -850,6 +867,7 @@ _RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "stage_times": render_stage_times,
     "ci_times": render_ci_times,
     "command_times": render_command_times,
+    "smoke_times": render_smoke_times,
     **{card: (lambda metrics, card=card: render_method_card(card, metrics)) for card in METHOD_CARDS},
 }
 
@@ -915,10 +933,11 @@ def differing_blocks(text: str, metrics: Mapping[str, Any], source: str = "text"
 
 
 def target_files(root: str | Path = paths.ROOT) -> list[Path]:
-    """The files with generated blocks: README.md, docs/results.md, docs/reproduce.md (where present) and
-    every page of docs/methods/."""
+    """The files with generated blocks: README.md, docs/results.md, docs/reproduce.md, docs/workshop.md
+    (where present) and every page of docs/methods/."""
     root = Path(root)
-    fixed = [p for p in (root / "README.md", root / "docs" / "results.md", root / "docs" / "reproduce.md") if p.exists()]
+    fixed = [p for p in (root / "README.md", root / "docs" / "results.md", root / "docs" / "reproduce.md",
+                         root / "docs" / "workshop.md") if p.exists()]
     return fixed + sorted((root / "docs" / "methods").glob("*.md"))
 
 
@@ -940,7 +959,7 @@ def check(files: Sequence[Path], metrics_dir: str | Path = paths.METRICS_DIR,
     needed = [stem for f, text in texts.items() for name in block_names(text, shown[f])
               for stem in BLOCK_SOURCES.get(name, ())]
     metrics = load_metrics(needed, metrics_dir)
-    if any({"ci_times", "command_times"} & set(block_names(text, shown[f])) for f, text in texts.items()):
+    if any({"ci_times", "command_times", "smoke_times"} & set(block_names(text, shown[f])) for f, text in texts.items()):
         from ragcritic_lib.pipeline.ci_budget import BudgetError, load_runs
 
         try:
