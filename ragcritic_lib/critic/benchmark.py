@@ -272,7 +272,8 @@ def benchmark_metrics(*, report: Mapping[str, Any], table: Sequence[Mapping[str,
                       results: Mapping[str, Mapping[str, Any]], by_dataset: Mapping[str, Any],
                       known_causes: Mapping[str, Any], critics: Mapping[str, Any],
                       style_baseline: Mapping[str, Any] | None = None,
-                      degenerate: Sequence[str] | None = None) -> dict[str, Any]:
+                      degenerate: Sequence[str] | None = None,
+                      trained: Sequence[str] | None = None) -> dict[str, Any]:
     """The benchmark stage's metrics (``reports/metrics/07_benchmark.json``, schema
     ``BenchmarkMetrics``) from what the stage computed.
 
@@ -282,7 +283,18 @@ def benchmark_metrics(*, report: Mapping[str, Any], table: Sequence[Mapping[str,
         results: {critic: :func:`score_critic`}; by_dataset: {critic: {dataset: identification
             scores}}; known_causes: {critic: :func:`score_known_causes`}.
         critics: {name: critic}; each one with an ``llm`` reports its :data:`LLM_USAGE_KEYS`.
+        style_baseline: the style-only baseline's scores on the same samples.
+        degenerate: the benchmark's own reasons (too few samples of a class); each trained critic
+            (``trained``) adds those of :func:`ragcritic_lib.critic.flags.benchmark_critic_degenerate`.
+        trained: the names of the trained critics among ``results`` (default: those whose name says
+            SFT or DPO).
     """
+    from ragcritic_lib.critic.flags import benchmark_critic_degenerate
+
+    style_auroc = (style_baseline or {}).get("verdict_auroc")
+    trained = list(trained) if trained is not None else [n for n in results if "SFT" in n or "DPO" in n]
+    flags = list(degenerate or []) + [f for name in trained if name in results
+                                      for f in benchmark_critic_degenerate(name, results[name], style_auroc)]
     return {
         "benchmark": report,
         "table": table,
@@ -290,7 +302,7 @@ def benchmark_metrics(*, report: Mapping[str, Any], table: Sequence[Mapping[str,
         "by_dataset": by_dataset,
         "known_causes": known_causes,
         "style_baseline": dict(style_baseline or {}),
-        "degenerate": list(degenerate or []),
+        "degenerate": flags,
         "llm_usage": {name: {k: v for k, v in c.llm.stats.snapshot().items() if k in LLM_USAGE_KEYS}
                       for name, c in critics.items() if hasattr(c, "llm")},
     }

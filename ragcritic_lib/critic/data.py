@@ -326,6 +326,7 @@ def critic_sft_metrics(*, data: Mapping[str, Any], evidence: Mapping[str, Any], 
         calibration: ``calibrate_verdicts``' report on dev; floats rounded to 4 digits.
         questions: distinct questions per split (train / dev), checked disjoint.
     """
+    from ragcritic_lib.critic.flags import sft_degenerate
     from ragcritic_lib.critic.train import learning_curve
 
     run = fit["run"]
@@ -351,6 +352,7 @@ def critic_sft_metrics(*, data: Mapping[str, Any], evidence: Mapping[str, Any], 
         "learning_curve": learning_curve(run, fit["examples"]),
         "preview_parse_failures": sum(not p.ok for p in preview),
         "verdict_calibration": _rounded_calibration(calibration),
+        "degenerate": sft_degenerate(learning_curve(run, fit["examples"]), calibration),
     }
 
 
@@ -366,6 +368,8 @@ def critic_dpo_metrics(*, pair_counts: Mapping[str, Any], balance: Mapping[str, 
             loss and the last reward margin and accuracy come from its curve.
         calibration: ``calibrate_verdicts``' report on dev; floats rounded to 4 digits.
     """
+    from ragcritic_lib.critic.flags import dpo_degenerate
+
     run = fit["run"]
     rows = [r for r in run.get("curve", []) if r.get("loss") is not None]
     before, after = fit.get("dev_auroc_before"), fit.get("dev_auroc_after")
@@ -385,4 +389,7 @@ def critic_dpo_metrics(*, pair_counts: Mapping[str, Any], balance: Mapping[str, 
         "curve": list(run.get("curve", [])),
         **({"ship": dict(fit["ship"])} if fit.get("ship") else {}),
         "verdict_calibration": _rounded_calibration(calibration),
+        "degenerate": dpo_degenerate({"before": before, "after": after},
+                                     {"last_reward_accuracy": rows[-1].get("reward_accuracy") if rows else None},
+                                     calibration),
     }

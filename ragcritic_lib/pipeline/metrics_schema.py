@@ -516,6 +516,7 @@ class CriticSftMetrics(StageMetrics):
     ship: NotRequired[ShipCheck]
     untrained_dev_auroc: NotRequired[Fraction | None]
     preview_parse_failures: NotRequired[Count]
+    degenerate: NotRequired[Reasons]
 
 
 class DpoTrainSummary(TrainSummary, total=False):
@@ -540,6 +541,7 @@ class CriticDpoMetrics(StageMetrics):
     balance: NotRequired[dict[str, Count]]
     dev_auroc: NotRequired[DevAurocChange]
     ship: NotRequired[ShipCheck]
+    degenerate: NotRequired[Reasons]
 
 
 class Identification(TypedDict, total=False):

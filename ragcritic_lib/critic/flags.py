@@ -1,0 +1,85 @@
+"""Flags that catch a critic at chance: the ``degenerate`` lists of stages 05, 06 and 07.
+
+A small critic can train, calibrate and score without having learned anything: it writes one
+verdict for every answer, its dev curve never leaves where it started, DPO leaves it where SFT
+did, or its benchmark AUROC is indistinguishable from chance or from a classifier of answer
+style alone. Each function here reads what its stage already computed (the metrics it writes)
+and returns one sentence per reason, empty when none applies; a value that was not measured
+(None) raises no flag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["CURVE_MIN_RISE", "DPO_MIN_MOVE", "one_verdict", "sft_degenerate", "dpo_degenerate",
+           "benchmark_critic_degenerate"]
+
+CURVE_MIN_RISE = 0.02   # dev AUROC a learning curve must gain over its first point to count as rising
+DPO_MIN_MOVE = 0.005    # dev AUROC change below which DPO moved nothing
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def one_verdict(calibration: Mapping[str, Any], who: str) -> list[str]:
+    """The verdict the critic gives on dev is one class: the calibrated one when a threshold was
+    fitted (``correct_acc`` / ``error_acc``), else the generated one (``argmax_*``)."""
+    prefix = "" if calibration.get("fitted") else "argmax_"
+    right, wrong = _number(calibration.get(f"{prefix}correct_acc")), _number(calibration.get(f"{prefix}error_acc"))
+    if right is None or wrong is None:
+        return []
+    kind = "calibrated" if not prefix else "generated"
+    if right == 0.0 and wrong == 1.0:
+        return [f"{who}: one verdict on dev ({kind}: every answer called Error)"]
+    if right == 1.0 and wrong == 0.0:
+        return [f"{who}: one verdict on dev ({kind}: every answer called Correct)"]
+    return []
+
+
+def sft_degenerate(curve: Sequence[Mapping[str, Any]], calibration: Mapping[str, Any],
+                   min_rise: float = CURVE_MIN_RISE) -> list[str]:
+    """Stage 05: one verdict on dev, or a learning curve whose best dev AUROC is not ``min_rise``
+    above its first point (needs two points with an AUROC)."""
+    flags = one_verdict(calibration, "critic_sft")
+    points = [(p.get("examples_seen", p.get("examples")), v) for p in curve if (v := _number(p.get("dev_auroc"))) is not None]
+    if len(points) >= 2:
+        first, best = points[0][1], max(v for _, v in points[1:])
+        if best < first + min_rise:
+            flags.append(f"critic_sft: the dev curve never rises (first {first:.3f}, best later {best:.3f}, "
+                         f"{len(points)} points)")
+    return flags
+
+
+def dpo_degenerate(dev_auroc: Mapping[str, Any], train: Mapping[str, Any], calibration: Mapping[str, Any],
+                   min_move: float = DPO_MIN_MOVE) -> list[str]:
+    """Stage 06: one verdict on dev; DPO that moved the dev AUROC by less than ``min_move``; or a
+    policy that ended preferring the chosen answer no more often than chance (reward accuracy <= 0.5)."""
+    flags = one_verdict(calibration, "critic_dpo")
+    before, after = _number(dev_auroc.get("before")), _number(dev_auroc.get("after"))
+    if before is not None and after is not None and abs(after - before) < min_move:
+        flags.append(f"critic_dpo: DPO moved nothing (dev AUROC {before:.4f} -> {after:.4f})")
+    accuracy = _number(train.get("last_reward_accuracy"))
+    if accuracy is not None and accuracy <= 0.5:
+        flags.append(f"critic_dpo: no preference learned (final reward accuracy {accuracy:.3f})")
+    return flags
+
+
+def benchmark_critic_degenerate(name: str, score: Mapping[str, Any], style_auroc: float | None) -> list[str]:
+    """Stage 07, one trained critic: its verdict AUROC interval holds 0.5, its AUROC is below the
+    style-only baseline's on the same samples, or its tier-1 F1 is 0."""
+    flags = []
+    auroc = _number(score.get("verdict_auroc"))
+    low, high = _number(score.get("verdict_auroc_ci_low")), _number(score.get("verdict_auroc_ci_high"))
+    if low is not None and high is not None and low <= 0.5 <= high:
+        flags.append(f"{name}: verdict AUROC {auroc if auroc is not None else float('nan'):.3f} "
+                     f"with a 95% CI ({low:.3f}-{high:.3f}) that holds 0.5")
+    style = _number(style_auroc)
+    if auroc is not None and style is not None and auroc < style:
+        flags.append(f"{name}: verdict AUROC {auroc:.3f} below the style-only baseline's {style:.3f}")
+    tier1 = _number((score.get("classification") or {}).get("tag1_f1"))
+    if tier1 == 0.0:
+        flags.append(f"{name}: tier-1 F1 is 0")
+    return flags

@@ -1,0 +1,85 @@
+"""Flags that catch a critic at chance (stages 05, 06, 07): each reason is raised by the case it
+names and by nothing else, and what was not measured raises none."""
+
+import pytest
+
+from ragcritic_lib.critic import flags
+from ragcritic_lib.critic.benchmark import benchmark_metrics
+from ragcritic_lib.critic.data import critic_dpo_metrics
+
+GOOD_CAL = {"fitted": True, "correct_acc": 0.9, "error_acc": 0.52, "argmax_correct_acc": 0.1, "argmax_error_acc": 0.98}
+RISING = [{"examples": 400, "examples_seen": 400, "dev_auroc": 0.52}, {"examples": 800, "examples_seen": 800,
+                                                                          "dev_auroc": 0.61}]
+
+
+def test_a_healthy_sft_critic_raises_nothing():
+    assert flags.sft_degenerate(RISING, GOOD_CAL) == []
+
+
+@pytest.mark.parametrize("cal,said", [
+    ({"fitted": True, "correct_acc": 0.0, "error_acc": 1.0}, "every answer called Error"),
+    ({"fitted": True, "correct_acc": 1.0, "error_acc": 0.0}, "every answer called Correct"),
+    ({"fitted": False, "argmax_correct_acc": 0.0, "argmax_error_acc": 1.0}, "generated: every answer called Error"),
+])
+def test_one_verdict_on_dev_is_flagged(cal, said):
+    found = flags.sft_degenerate(RISING, cal)
+    assert len(found) == 1 and "one verdict on dev" in found[0] and said in found[0]
+
+
+def test_the_calibrated_verdict_is_judged_when_fitted_not_the_generated_one():
+    # the generated verdict is all Error (common for a small critic), the calibrated one is not
+    cal = {**GOOD_CAL, "argmax_correct_acc": 0.0, "argmax_error_acc": 1.0}
+    assert flags.one_verdict(cal, "x") == []
+
+
+@pytest.mark.parametrize("curve,flagged", [
+    ([{"examples": 1, "dev_auroc": 0.60}, {"examples": 2, "dev_auroc": 0.61}, {"examples": 3, "dev_auroc": 0.55}], True),
+    ([{"examples": 1, "dev_auroc": 0.60}, {"examples": 2, "dev_auroc": 0.50}, {"examples": 3, "dev_auroc": 0.63}], False),
+    ([{"examples": 1, "dev_auroc": 0.60}], False),                       # one point: cannot tell
+    ([{"examples": 1, "dev_auroc": None}, {"examples": 2, "dev_auroc": 0.6}], False),
+])
+def test_a_curve_that_never_rises_is_flagged(curve, flagged):
+    found = flags.sft_degenerate(curve, GOOD_CAL)
+    assert bool(found) is flagged and all("never rises" in f for f in found)
+
+
+def test_dpo_that_moves_nothing_or_learns_no_preference_is_flagged():
+    assert flags.dpo_degenerate({"before": 0.70, "after": 0.7528}, {"last_reward_accuracy": 0.74}, GOOD_CAL) == []
+    moved_nothing = flags.dpo_degenerate({"before": 0.75, "after": 0.7520}, {"last_reward_accuracy": 0.74}, GOOD_CAL)
+    assert moved_nothing == ["critic_dpo: DPO moved nothing (dev AUROC 0.7500 -> 0.7520)"]
+    chance = flags.dpo_degenerate({"before": 0.7, "after": 0.8}, {"last_reward_accuracy": 0.5}, GOOD_CAL)
+    assert chance == ["critic_dpo: no preference learned (final reward accuracy 0.500)"]
+    assert flags.dpo_degenerate({"before": None, "after": 0.7}, {"last_reward_accuracy": None}, GOOD_CAL) == []
+
+
+def test_critic_dpo_metrics_carry_the_flags():
+    fit = {"run": {"steps": 2, "curve": [{"loss": 0.7, "reward_accuracy": 0.4, "reward_margin": 0.0}]},
+           "seconds": 1.0, "pairs_used": 8, "dropped_too_long": 0, "dev_auroc_before": 0.6, "dev_auroc_after": 0.6}
+    m = critic_dpo_metrics(pair_counts={"total": 8}, balance={}, beta=0.1, fit=fit, calibration=GOOD_CAL)
+    assert m["degenerate"] == ["critic_dpo: DPO moved nothing (dev AUROC 0.6000 -> 0.6000)",
+                               "critic_dpo: no preference learned (final reward accuracy 0.400)"]
+
+
+def _score(auroc, low, high, tier1):
+    return {"identification": {"acc_avg": 0.6}, "classification": {"tag1_f1": tier1}, "verdict_auroc": auroc,
+            "verdict_auroc_ci_low": low, "verdict_auroc_ci_high": high}
+
+
+@pytest.mark.parametrize("score,style,said", [
+    (_score(0.80, 0.74, 0.86, 0.4), 0.70, None),
+    (_score(0.55, 0.47, 0.63, 0.4), 0.50, "holds 0.5"),
+    (_score(0.72, 0.66, 0.78, 0.4), 0.75, "below the style-only baseline's 0.750"),
+    (_score(0.80, 0.74, 0.86, 0.0), 0.70, "tier-1 F1 is 0"),
+    (_score(None, None, None, None), None, None),
+])
+def test_a_trained_critic_at_chance_below_style_or_without_tier1_is_flagged(score, style, said):
+    found = flags.benchmark_critic_degenerate("SFT critic", score, style)
+    assert (found == []) if said is None else (len(found) == 1 and said in found[0] and found[0].startswith("SFT critic:"))
+
+
+def test_the_benchmark_metrics_flag_trained_critics_only():
+    results = {"SFT critic": _score(0.55, 0.47, 0.63, 0.0), "base zero-shot": _score(0.5, 0.4, 0.6, 0.0)}
+    m = benchmark_metrics(report={}, table=[], results=results, by_dataset={}, known_causes={}, critics={},
+                          style_baseline={"verdict_auroc": 0.6}, degenerate=["too few right answers"])
+    assert m["degenerate"][0] == "too few right answers"
+    assert [f.split(":")[0] for f in m["degenerate"][1:]] == ["SFT critic"] * 3
