@@ -138,8 +138,9 @@ for name, critic in critics.items():
     # END SOLUTION
     # A zero-shot critic writes its verdict; its margin (one scoring pass) gives the AUROC.
     scores = critic.verdict_margins(bench) if name == "base zero-shot" else None
+    # intervals resample questions (every answer to a drawn question), not answers
     results[name] = with_confidence(results[name], predictions[name], golds, taxonomy, scores=scores, seed=seed,
-                                    n_boot=bootstrap)
+                                    n_boot=bootstrap, groups=[s["qkey"] for s in bench])
     write_jsonl(out_dir / "predictions" / f"{name.replace(' ', '_').replace('/', '_')}.jsonl",
                 critiques_to_records(predictions[name], bench, name))
 style_baseline = critic_corpus.style_baseline(dev_questions, bench, seed=seed, n_boot=bootstrap)

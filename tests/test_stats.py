@@ -181,3 +181,40 @@ def test_epochs_trained_counts_passes_over_the_rows():
     assert epochs_trained(SimpleNamespace(steps=6, examples=100, recipe=recipe)) == 0.24
     assert epochs_trained(SimpleNamespace(steps=3, examples=10, recipe={})) == 0.3  # batch 1 by default
     assert epochs_trained(SimpleNamespace(steps=0, examples=0, recipe=recipe)) == 0.0
+
+
+def test_cluster_resamples_draw_whole_groups_and_plain_ones_draw_samples():
+    from ragcritic_lib.evaluation.stats import cluster_resamples
+
+    groups = ["q1", "q1", "q1", "q2", "q3", "q3"]
+    for idx in cluster_resamples(groups, 6, 200, seed=3):
+        drawn = [groups[i] for i in idx]
+        # a drawn question comes with all its answers, as often as it was drawn
+        for q, size in (("q1", 3), ("q2", 1), ("q3", 2)):
+            assert drawn.count(q) % size == 0
+        assert sorted(set(idx)) == sorted({i for i in idx})
+    plain = list(cluster_resamples(None, 5, 3, seed=1))
+    assert len(plain) == 3 and all(len(idx) == 5 for idx in plain)
+    with pytest.raises(ValueError, match="groups has 2 entries for 3 samples"):
+        list(cluster_resamples(["a", "b"], 3, 1, seed=0))
+
+
+def test_the_auroc_interval_follows_the_common_percentile_rule_and_widens_with_clusters():
+    import numpy as np
+
+    from ragcritic_lib.evaluation.stats import auroc, bootstrap_auroc_ci, percentile_interval
+
+    rng = np.random.default_rng(0)
+    # 40 questions, 5 answers each that share their question's score and verdict
+    q_scores, q_wrong = rng.normal(size=40), rng.random(40) < 0.5
+    q_scores = q_scores + 0.8 * q_wrong
+    scores = [float(s) + 0.01 * k for s in q_scores for k in range(5)]
+    wrong = [bool(w) for w in q_wrong for _ in range(5)]
+    groups = [q for q in range(40) for _ in range(5)]
+    lo, hi = bootstrap_auroc_ci(scores, wrong, seed=0, n_boot=400)
+    glo, ghi = bootstrap_auroc_ci(scores, wrong, seed=0, n_boot=400, groups=groups)
+    assert lo < auroc(scores, wrong) < hi and glo < auroc(scores, wrong) < ghi
+    assert ghi - glo > 1.5 * (hi - lo)           # answers to one question are not independent
+    # the same rule as the other intervals: NumPy's inverted_cdf quantiles of the draws
+    assert percentile_interval([0.1, 0.2, 0.3, 0.4]) == (0.1, 0.4)
+    assert percentile_interval([]) == (None, None)

@@ -371,13 +371,14 @@ def comparison_table(
 
     Each method's records must carry em/f1/acc (see :func:`score_records`), an ``id`` and a
     dataset name. Differences are paired on the questions both the method and the baseline
-    answered, with a bootstrap interval over those questions. Rows for question type "all"
+    answered, with a bootstrap interval over those questions and ``p_f1``, the paired sign-flip
+    permutation p of the F1 change. Rows for question type "all"
     come first per dataset; per-type rows follow when ``by_type``.
 
     Raises:
         KeyError: when ``baseline`` is not among ``results``.
     """
-    from ragcritic_lib.evaluation.stats import bootstrap_ci, paired_bootstrap_diff
+    from ragcritic_lib.evaluation.stats import bootstrap_ci, paired_bootstrap_diff, paired_permutation_p
 
     if baseline not in results:
         raise KeyError(f"baseline method {baseline!r} missing from results ({sorted(results)})")
@@ -412,7 +413,11 @@ def comparison_table(
                     )
                     row[f"d_{m}"], row[f"d_{m}_low"], row[f"d_{m}_high"] = d["diff"], d["low"], d["high"]
                     if m == "f1":
-                        row["p_f1"] = d["p_value"]
+                        # the sign-flip permutation p, as Holm and the readings use: the bootstrap share
+                        # read 0 whenever every resample of a small group fell on one side of zero
+                        row["p_f1"] = paired_permutation_p([float(x.get("f1", 0.0)) for x, _ in paired],
+                                                           [float(y.get("f1", 0.0)) for _, y in paired],
+                                                           seed=seed)
                 rows.append(row)
     if costs or dataset_costs:
         for row in rows:

@@ -353,33 +353,33 @@ def verdict_scores(preds: Sequence[CriticParse]) -> list[float]:
 
 def with_confidence(result: Mapping[str, Any], preds: Sequence[CriticParse], golds: Sequence[str],
                     taxonomy: TaxonomyLike, *, scores: Sequence[float] | None = None, seed: int,
-                    n_boot: int = 2000) -> dict[str, Any]:
-    """``result`` (:func:`score_critic`) plus verdict AUROC and percentile-bootstrap 95% CIs
-    (resampling benchmark samples) of the AUROC, the identification average and tier-1/tier-2 F1.
+                    n_boot: int = 2000, groups: Sequence[Any] | None = None) -> dict[str, Any]:
+    """``result`` (:func:`score_critic`) plus verdict AUROC and percentile-bootstrap 95% CIs of the
+    AUROC, the identification average and tier-1/tier-2 F1, by the percentile rule of
+    :mod:`ragcritic_lib.evaluation.stats`.
 
-    ``scores``: a "wrong answer" score per sample (default :func:`verdict_scores`).
+    ``scores``: a "wrong answer" score per sample (default :func:`verdict_scores`). ``groups``: one
+    key per sample, its question: resamples then draw questions with all their answers, since
+    answers to one question are not independent (None: resample answers).
     """
-    from ragcritic_lib.evaluation.stats import auroc, bootstrap_auroc_ci
+    from ragcritic_lib.evaluation.stats import auroc, bootstrap_auroc_ci, cluster_resamples, percentile_interval
 
     y = [_gold(g)["Judgement"] == ERROR for g in golds]
     s = list(scores) if scores is not None else verdict_scores(preds)
     a = auroc(s, y)
-    lo, hi = bootstrap_auroc_ci(s, y, seed=seed, n_boot=n_boot)
-    rng = random.Random(seed + 1)
-    n = len(preds)
+    lo, hi = bootstrap_auroc_ci(s, y, seed=seed, n_boot=n_boot, groups=groups)
     keys = {"acc_avg": ("identification", "acc_avg"), "tag1_f1": ("classification", "tag1_f1"),
             "tag2_f1": ("classification", "tag2_f1")}
     draws: dict[str, list[float]] = {k: [] for k in keys}
-    for _ in range(max(1, n_boot // 4)):  # the label scores are slower to recompute
-        idx = [rng.randrange(n) for _ in range(n)]
+    # the label scores are slower to recompute: a quarter of the resamples
+    for idx in cluster_resamples(groups, len(preds), max(1, n_boot // 4), seed + 1):
         r = score_critic([preds[i] for i in idx], [golds[i] for i in idx], taxonomy)
         for k, (a1, a2) in keys.items():
             if r[a1][a2] is not None:
                 draws[k].append(r[a1][a2])
     ci = {}
     for k, vals in draws.items():
-        vals.sort()
-        ci[k] = [round(vals[int(0.025 * len(vals))], 4), round(vals[min(len(vals) - 1, int(0.975 * len(vals)))], 4)] \
-            if vals else [None, None]
+        low, high = percentile_interval(vals)
+        ci[k] = [None, None] if low is None else [round(low, 4), round(high, 4)]
     return {**result, "verdict_auroc": None if a is None else round(a, 4), "verdict_auroc_ci_low": lo,
             "verdict_auroc_ci_high": hi, "ci95": ci}

@@ -403,7 +403,9 @@ def style_baseline(fit_on: Sequence[Mapping[str, Any]], bench: Sequence[Mapping[
                 "why_none": "the dev answers or the benchmark hold only one verdict"}
     scores = style_scores(style_classifier(fit_on), bench)
     y = [s["judgement"] == ERROR for s in bench]
-    lo, hi = bootstrap_auroc_ci(scores, y, seed=seed, n_boot=n_boot)
+    groups = [s.get("qkey") for s in bench]   # resample questions when every sample names its own
+    lo, hi = bootstrap_auroc_ci(scores, y, seed=seed, n_boot=n_boot,
+                                groups=groups if all(g is not None for g in groups) else None)
     a = auroc(scores, y)
     return {**out, "verdict_auroc": None if a is None else round(a, 4), "verdict_auroc_ci_low": lo,
             "verdict_auroc_ci_high": hi}

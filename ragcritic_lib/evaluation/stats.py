@@ -307,20 +307,42 @@ def auroc(scores: Sequence[float], is_error: Sequence[bool]) -> float | None:
     return (r_pos - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg))
 
 
-def bootstrap_auroc_ci(scores: Sequence[float], is_error: Sequence[bool], *, seed: int, n_boot: int = 2000,
-                       alpha: float = 0.05) -> tuple[float | None, float | None]:
-    """Percentile bootstrap CI of :func:`auroc` (resampling samples)."""
+def cluster_resamples(groups: Sequence[Any] | None, n: int, n_boot: int, seed: int):
+    """``n_boot`` bootstrap resamples of the indices ``0..n-1``, as lists: of single samples when
+    ``groups`` is None, else of whole groups (every sample of a drawn group, e.g. every answer to a
+    drawn question), so that samples sharing a group are not treated as independent."""
     rng = random.Random(seed)
-    n = len(scores)
-    vals = []
+    if groups is None:
+        for _ in range(n_boot):
+            yield [rng.randrange(n) for _ in range(n)]
+        return
+    if len(groups) != n:
+        raise ValueError(f"groups has {len(groups)} entries for {n} samples")
+    members: dict[Any, list[int]] = {}
+    for i, g in enumerate(groups):
+        members.setdefault(g, []).append(i)
+    clusters = list(members.values())
     for _ in range(n_boot):
-        idx = [rng.randrange(n) for _ in range(n)]
+        yield [i for _ in range(len(clusters)) for i in clusters[rng.randrange(len(clusters))]]
+
+
+def percentile_interval(values: Sequence[float], alpha: float = 0.05) -> tuple[float | None, float | None]:
+    """The percentile interval of a bootstrap distribution by the rule every interval here uses
+    (NumPy's ``inverted_cdf`` quantiles); (None, None) for an empty one."""
+    if not len(values):
+        return None, None
+    return _interval(np.asarray(values, dtype=float), alpha)
+
+
+def bootstrap_auroc_ci(scores: Sequence[float], is_error: Sequence[bool], *, seed: int, n_boot: int = 2000,
+                       alpha: float = 0.05, groups: Sequence[Any] | None = None) -> tuple[float | None, float | None]:
+    """Percentile bootstrap CI of :func:`auroc`, resampling samples, or whole groups of them
+    (``groups``: one key per sample, e.g. its question) as :func:`cluster_resamples` does."""
+    _check(n_boot, alpha)
+    vals = []
+    for idx in cluster_resamples(groups, len(scores), n_boot, seed):
         v = auroc([scores[i] for i in idx], [is_error[i] for i in idx])
         if v is not None:
             vals.append(v)
-    if not vals:
-        return None, None
-    vals.sort()
-    lo = vals[int(alpha / 2 * len(vals))]
-    hi = vals[min(len(vals) - 1, int((1 - alpha / 2) * len(vals)))]
-    return round(lo, 4), round(hi, 4)
+    lo, hi = percentile_interval(vals, alpha)
+    return (None, None) if lo is None else (round(lo, 4), round(hi, 4))
