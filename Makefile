@@ -54,8 +54,8 @@ pipeline-cold: install
 	$(BIN)/python -m ragcritic_lib.pipeline.shipping clear-persisted
 	$(BIN)/dvc repro --force
 
-## Run the test suite: the unit and contract tests and, beside them in a second process, the
-## end-to-end smoke run of dvc.yaml (tests/run_suite.sh; RAGCRITIC_TEST_SERIAL=1 runs them in turn).
+## Run the test suite: the unit and contract tests, then the end-to-end smoke run of dvc.yaml
+## (tests/run_suite.sh; RAGCRITIC_TEST_PARALLEL=1 runs them side by side, for 4 cores or more).
 test: restore
 	PYTHON=$(BIN)/python bash tests/run_suite.sh
 

@@ -841,8 +841,7 @@ def render_smoke_times(metrics: Mapping[str, Any]) -> str:
     """Each notebook's seconds in the smoke run of a recorded `.ci/run`, one column per CPU class."""
     runs = [run for run in metrics.get(CI_RUNS_KEY) or [] if run.get("smoke_stages")]
     intro = ("Each notebook's own seconds at the smoke profile, as papermill recorded them in the smoke run's cold "
-             f"`dvc repro` of a `.ci/run` on a fresh clone ({_CI_RUNS_FILE}, `smoke_stages`); the unit tests ran "
-             "beside it on the same 2 cores.")
+             f"`dvc repro` of a `.ci/run` on a fresh clone ({_CI_RUNS_FILE}, `smoke_stages`), 2 cores.")
     if not runs:
         return "\n".join([intro, "", "No run recorded yet."])
     stems = list(dict.fromkeys(stem for run in runs for stem in run["smoke_stages"]))
