@@ -97,7 +97,7 @@ def test_the_ci_times_block_has_a_column_per_recorded_class():
     assert "| req (beside) | 5.0 min | not run |" in text
     assert "| **total** | **50.0 min** | **25.0 min** |" in text
     assert "- avx2: fresh clone" in text
-    assert "No run recorded yet." in readme.render_block("ci_times", {})
+    assert readme.render_block("ci_times", {}).startswith("No `.ci/run` recorded yet")
 
 
 
@@ -137,7 +137,7 @@ def test_the_command_times_block_reads_the_parts_that_time_each_command():
     assert "| command | avx2 (2026-11-28) |" in text
     assert "| `make restore` | 2.5 min |" in text and "| `make test` | 40.0 min |" in text
     assert "| `make test-browser` | not run |" in text
-    assert "No run recorded yet." in readme.render_block("command_times", {})
+    assert readme.render_block("command_times", {}).startswith("No `.ci/run` recorded yet")
 
 
 def test_the_smoke_times_block_has_a_column_per_class_with_recorded_stage_seconds():
@@ -147,4 +147,4 @@ def test_the_smoke_times_block_has_a_column_per_class_with_recorded_stage_second
     text = readme.render_block("smoke_times", {readme.CI_RUNS_KEY: [plain, run]})
     assert "| notebook | avx2, s (2026-11-28) |" in text and "avx512_bf16" not in text
     assert "| `00_assets` | 61 |" in text and "| all stages | 297 |" in text
-    assert "No run recorded yet." in readme.render_block("smoke_times", {readme.CI_RUNS_KEY: [plain]})
+    assert "ci_runs.json" not in readme.render_block("smoke_times", {readme.CI_RUNS_KEY: [plain]})

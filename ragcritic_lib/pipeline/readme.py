@@ -786,6 +786,9 @@ def render_method_card(block: str, metrics: Mapping[str, Any]) -> str:
     return "\n".join(out + ([f"- {caption}"] if caption else []))
 
 
+# A block of the recorded `.ci/run`s names their file only once it holds a run (and so exists).
+_NO_RUN = ("No `.ci/run` recorded yet: `python3 -m ragcritic_lib.pipeline.ci_budget record .cache/ci-budget.json` "
+           "keeps one after a run on a fresh clone.")
 CI_RUNS_KEY = "ci_runs"   # where check() puts reports/benchmarks/ci_runs.json's runs for the ci_times block
 _CI_RUNS_FILE = "reports/benchmarks/ci_runs.json"
 
@@ -798,7 +801,7 @@ def render_ci_times(metrics: Mapping[str, Any]) -> str:
              "per CPU class, alone on a 2-core machine). Parts marked \"beside\" wait on the network while the "
              "tests use the CPU; they add nothing to the total unless they outlast it.")
     if not runs:
-        return "\n".join([intro, "", "No run recorded yet."])
+        return _NO_RUN
     names = list(dict.fromkeys(p["name"] for run in runs for p in run["parts"]))
     beside = {p["name"] for run in runs for p in run["parts"] if p.get("beside")}
     rows = []
@@ -825,7 +828,7 @@ def render_command_times(metrics: Mapping[str, Any]) -> str:
     intro = (f"Measured in `.ci/run` on a fresh clone ({_CI_RUNS_FILE}), 2 cores alone on the machine; `make test` "
              "includes the smoke run's cold `dvc repro` of all 17 stages at its small sizes.")
     if not runs:
-        return "\n".join([intro, "", "No run recorded yet."])
+        return _NO_RUN
     rows = []
     for label, part in _COMMAND_PARTS:
         cells = []
@@ -843,7 +846,7 @@ def render_smoke_times(metrics: Mapping[str, Any]) -> str:
     intro = ("Each notebook's own seconds at the smoke profile, as papermill recorded them in the smoke run's cold "
              f"`dvc repro` of a `.ci/run` on a fresh clone ({_CI_RUNS_FILE}, `smoke_stages`), 2 cores.")
     if not runs:
-        return "\n".join([intro, "", "No run recorded yet."])
+        return _NO_RUN
     stems = list(dict.fromkeys(stem for run in runs for stem in run["smoke_stages"]))
     rows = [[f"`{stem}`"] + [f"{run['smoke_stages'][stem]:.0f}" if stem in run["smoke_stages"] else "not run"
                              for run in runs] for stem in stems]
