@@ -135,7 +135,7 @@ def test_the_command_times_block_reads_the_parts_that_time_each_command():
                                  {"name": "pytest", "seconds": 2400}], 3000, cls="avx2", cores=2, day="2026-11-28")
     text = readme.render_block("command_times", {readme.CI_RUNS_KEY: [run]})
     assert "| command | avx2 (2026-11-28) |" in text
-    assert "| `make restore` | 2.5 min |" in text and "| `make test` | 40.0 min |" in text
+    assert "| `make restore` | 2.5 min |" in text and "| `make test` (its tests, after the restore) | 40.0 min |" in text
     assert "| `make test-browser` | not run |" in text
     assert readme.render_block("command_times", {}).startswith("No `.ci/run` recorded yet")
 

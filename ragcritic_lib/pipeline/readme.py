@@ -799,7 +799,7 @@ def render_ci_times(metrics: Mapping[str, Any]) -> str:
     intro = (f"`.ci/run` on a fresh clone, part by part, from `{_CI_RUNS_FILE}` (the budget line that `.ci/run` "
              "prints, kept with `python3 -m ragcritic_lib.pipeline.ci_budget record .cache/ci-budget.json`; one run "
              "per CPU class, alone on a 2-core machine). Parts marked \"beside\" wait on the network while the "
-             "tests use the CPU; they add nothing to the total unless they outlast it.")
+             "other parts use the CPU; they add nothing to the total unless they outlast it.")
     if not runs:
         return _NO_RUN
     names = list(dict.fromkeys(p["name"] for run in runs for p in run["parts"]))
@@ -819,7 +819,7 @@ def render_ci_times(metrics: Mapping[str, Any]) -> str:
 
 # The commands a newcomer types, and the `.ci/run` part that times each.
 _COMMAND_PARTS = (("`make install` (the virtual environment)", "install"), ("`make restore`", "restore"),
-                  ("`make test`", "pytest"), ("`make test-browser`", "test-browser"))
+                  ("`make test` (its tests, after the restore)", "pytest"), ("`make test-browser`", "test-browser"))
 
 
 def render_command_times(metrics: Mapping[str, Any]) -> str:
