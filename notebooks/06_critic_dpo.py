@@ -40,6 +40,8 @@ merge_dtype = "bfloat16"
 ship_max_mb = 24.0
 
 # %%
+import shutil
+
 import matplotlib.pyplot as plt
 import pandas as pd
 
@@ -59,8 +61,8 @@ taxonomy = load_taxonomy()
 sft_dir = paths.stage_dir("critic_sft")
 prompt = read_json(sft_dir / "critic_prompt.json")  # the SFT critic's prompt settings
 sft_fit = read_json(sft_dir / "train_result.json")  # its trainer, method and layers
-train = read_jsonl(sft_dir / "train_samples.jsonl")
-dev = read_jsonl(sft_dir / "dev_samples.jsonl")
+train = read_jsonl(paths.stage_dir("critic_data") / "train_samples.jsonl")  # the SFT critic's training set
+dev = read_jsonl(paths.stage_dir("critic_data") / "dev_samples.jsonl")
 view = {k: prompt[k] for k in ("top_k", "passage_words", "label_list", "evidence_words")}
 view
 
@@ -126,9 +128,14 @@ save_figure(fig, "06_critic_dpo", "critic_dpo_loss");
 # %% [markdown]
 # ## Verdict calibration on the dev answers
 # As for the SFT critic (notebook 05): the verdict threshold on the margin
-# log P("Error") - log P("Correct") with the best balanced accuracy on the dev answers.
+# log P("Error") - log P("Correct") with the best balanced accuracy on the dev answers. When the
+# SFT critic's verdict has its own body (an encoder verifier, `critic_sft.verdict_body`), DPO
+# aligns the critique and the verifier travels on with the aligned critic unchanged: its score is
+# the verdict, calibrated here again.
 
 # %%
+if (sft_dir / "verifier").is_dir():
+    shutil.copytree(sft_dir / "verifier", out_dir / "verifier", dirs_exist_ok=True)
 critic = load_trained_critic(params, out_dir, taxonomy, verdict="generate", name="sft+dpo")  # shipped model + prompt settings
 calibration = calibrate_verdicts(critic, dev, desc="dev verdict margins")
 write_json(out_dir / "verdict_calibration.json", calibration)

@@ -83,8 +83,8 @@ if members:
     answers += critic_corpus.answer_samples(pooled, known_causes, source="test_pool", metric=judge["judge_metric"],
                                             threshold=judge["judge_threshold"])
 answers = critic_corpus.dedupe(answers)
-train_questions = [{"qkey": k} for k in read_json(paths.stage_dir("critic_sft") / "train_questions.json")]
-dev_questions = read_jsonl(paths.stage_dir("critic_sft") / "dev_samples.jsonl")
+train_questions = [{"qkey": k} for k in read_json(paths.stage_dir("critic_data") / "train_questions.json")]
+dev_questions = read_jsonl(paths.stage_dir("critic_data") / "dev_samples.jsonl")
 disjoint = critic_corpus.check_disjoint(train=train_questions, dev=dev_questions, test=answers)
 pd.DataFrame(critic_corpus.data_report(answers)["sources"]).T
 

@@ -481,7 +481,7 @@ def test_every_reading_ends_with_the_provenance_entries_of_its_file():
     assert readings.provenance_sentences({"environment": {"python": "3"}}) == []
     assert readings.provenance_sentences({}) == []
     names = [n for n in readings.__all__ if n.startswith("reading_")]
-    assert len(names) == 17
+    assert len(names) == 18  # one per stage notebook
     for name in names:
         assert hasattr(getattr(readings, name), "__wrapped__"), f"{name} does not print provenance"
     lines = readings.reading_tagging({"environment": {"provenance": [entry]}})
@@ -501,3 +501,18 @@ def test_critic_readings_say_how_the_critic_ships_and_what_it_loses() -> None:
                                        "flag": False}})
     assert "The critic ships as adapter (19.7 MB); its dev AUROC is 0.750 against 0.750 for the trained model." in dpo
     assert not any("ships" in t for t in reading_critic_dpo({}))
+
+
+def test_critic_data_reading_counts_sources_lengths_and_dev() -> None:
+    from ragcritic_lib.evaluation.readings import reading_critic_data
+
+    metrics = {"data": {"examples": 10, "questions": 6, "correct_share": 0.5,
+                        "sources": {"generator": {"correct": 2, "error": 3}, "reference": {"correct": 3, "error": 0}},
+                        "by_length": {"1-3 words": {"correct": 4, "error": 1}, "11+ words": {"correct": 1, "error": 2}},
+                        "style_shortcut_auroc": 0.61},
+               "dev": {"n": 20, "correct": 4, "errors": 16}}
+    text = reading_critic_data(metrics)
+    assert text[0].startswith("The training set holds 10 samples from 6 train questions (50")
+    assert "By the answer's length: 1-3 words 4 right and 1 wrong; 11+ words 1 right and 2 wrong." in text
+    assert "Answer surface alone separates right from wrong training samples with AUROC 0.610 (0.5: not at all)." in text
+    assert text[-1] == "The dev set holds the generator's 20 answers to the dev questions, 4 of them right by the judge."

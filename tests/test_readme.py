@@ -411,20 +411,20 @@ def test_the_environment_line_names_the_cpu_class_and_each_provenance_entry():
 
 def test_the_stage_time_table_is_per_cpu_class_and_says_what_is_not_recorded():
     stems = readme.BLOCK_SOURCES["stage_times"]
-    assert stems[0] == "00_assets" and stems[-1] == "15_analysis" and len(stems) == 17
+    assert stems[0] == "00_assets" and stems[-1] == "15_analysis" and len(stems) == 18
     gen = {"backend": "hf", "device": "cpu", "dtype": "float32"}
     metrics = {stem: {"environment": {"python": "3", "generator": gen, "cpu_class": "avx2", "wall_seconds": 90.0}}
                for stem in stems}
     text = readme.render_block("stage_times", metrics)
     assert "| stage | avx2 (float32) |" in text
-    assert "| `00_assets` | 1.5 min |" in text and "| all stages | 25.5 min |" in text
+    assert "| `00_assets` | 1.5 min |" in text and "| all stages | 27.0 min |" in text
     del metrics["05_critic_sft"]["environment"]["wall_seconds"]
     text = readme.render_block("stage_times", metrics)
     assert "| `05_critic_sft` | not recorded |" in text and "| all stages | not recorded |" in text
     for stem in stems:  # a run before cpu_class and wall_seconds were recorded
         metrics[stem]["environment"] = {"python": "3", "generator": gen}
     text = readme.render_block("stage_times", metrics)
-    assert "| stage | CPU class not recorded |" in text and text.count("not recorded |") == 19  # 17 stages, the total and the header
+    assert "| stage | CPU class not recorded |" in text and text.count("not recorded |") == 20  # 18 stages, the total and the header
 
 
 def test_reproduce_md_holds_the_generated_stage_times():
@@ -507,3 +507,17 @@ def test_an_environment_line_says_when_its_file_predates_the_stage_runner():
         assert readme.environment_line(old, "08_correction").endswith(
             "**Not up to date:** `08_correction` comes from a run older than the stage runner that records the CPU "
             "class and wall time; `dvc status` names its stage until it re-runs.")
+
+
+def test_the_recipe_frontier_block_reads_its_file_and_names_the_choice():
+    data = {"cpu_class": "avx2", "budget_minutes": 80.0,
+            "subset": {"train": 512, "full_train": 2600, "dev": 180, "dev_wrong": 150},
+            "choice": {"name": "gen-top6", "reason": "the cheaper one"},
+            "recipes": [{"name": "gen-top6", "body": "generative", "train_layers": 6, "passes": 1.0, "dev_auroc": 0.61,
+                         "ci_low": 0.52, "ci_high": 0.7, "train_seconds": 600.0, "projected_stage_minutes": 50.0,
+                         "cpu_class": "avx2", "examples": 512}]}
+    text = readme.render_block("critic_recipes", {readme.RECIPES_KEY: data})
+    assert "| `gen-top6` | generative | 6 | 1.0 | 0.610 | 0.520..0.700 | 10.0 | 50.0 |" in text
+    assert "same 512 training examples (a fixed random subset of 2600)" in text
+    assert "Chosen: `gen-top6` (the cheaper one)." in text
+    assert readme.render_block("critic_recipes", {}).startswith("No recipe frontier recorded yet")

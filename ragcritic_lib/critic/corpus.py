@@ -312,7 +312,22 @@ def data_report(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "counterfactual_kinds": dict(Counter(s.get("counterfactual_kind") for s in samples
                                              if s["source"] == "counterfactual")),
         "datasets": dict(Counter(s["dataset"] for s in samples)),
+        "by_length": by_length(samples),
     }
+
+
+LENGTH_BUCKETS = ((1, 3, "1-3 words"), (4, 10, "4-10 words"), (11, None, "11+ words"))
+
+
+def by_length(samples: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    """Right and wrong samples by the answer's length in words (an empty answer counts as 1-3):
+    if right answers were all short and wrong ones long, length alone would give the verdict."""
+    out = {name: {"correct": 0, "error": 0} for _, _, name in LENGTH_BUCKETS}
+    for s in samples:
+        n = max(1, len(str(s.get("prediction", "")).split()))
+        name = next(b for lo, hi, b in LENGTH_BUCKETS if lo <= n and (hi is None or n <= hi))
+        out[name]["correct" if s["judgement"] == CORRECT else "error"] += 1
+    return out
 
 
 def check_disjoint(**splits: Sequence[Mapping[str, Any]]) -> dict[str, int]:

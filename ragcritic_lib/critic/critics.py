@@ -631,6 +631,10 @@ class LLMCritic:
             a threshold fitted on held-out data (:func:`fit_verdict_threshold`) recovers the
             ranking it learned. Needs a backend with ``score`` (hf, vllm).
         threshold: the margin threshold of the calibrated verdict.
+        verdict_scorer: another body for the verdict score (e.g. the encoder verifier of
+            :mod:`ragcritic_lib.critic.verifier`): called with the critic's user turns, it returns
+            one score per record (higher: more likely wrong) that replaces the margin, so the
+            calibrated verdict thresholds it; the critic still writes the tags and critique.
     """
 
     def __init__(
@@ -648,12 +652,14 @@ class LLMCritic:
         name: str | None = None,
         verdict: str = "generate",
         threshold: float = 0.0,
+        verdict_scorer: Any = None,
     ) -> None:
         if variant not in ("trained", "zeroshot"):
             raise ValueError(f"unknown critic prompt variant {variant!r}")
         if verdict not in VERDICT_MODES:
             raise ValueError(f"unknown critic verdict mode {verdict!r}; choose from {VERDICT_MODES}")
         self.verdict, self.threshold = verdict, float(threshold)
+        self.verdict_scorer = verdict_scorer
         self.llm, self.taxonomy, self.variant = llm, taxonomy, variant
         self.max_new_tokens, self.top_k, self.passage_words = max_new_tokens, top_k, passage_words
         self.label_list, self.evidence_words = label_list, int(evidence_words)
@@ -676,7 +682,10 @@ class LLMCritic:
             words, evidence = words // 2, evidence // 2
 
     def verdict_margins(self, records: Sequence[Mapping[str, Any]], *, desc: str | None = None) -> list[float]:
-        """log P("Error") - log P("Correct") of the verdict, per record (one scoring pass)."""
+        """log P("Error") - log P("Correct") of the verdict, per record (one scoring pass); the
+        ``verdict_scorer``'s scores instead when the critic has one."""
+        if self.verdict_scorer is not None:
+            return [float(v) for v in self.verdict_scorer([self.messages(r)[-1]["content"] for r in records])]
         prompts = [[*self.messages(r), {"role": "assistant", "content": VERDICT_PREFIX}] for r in records]
         scores = self.llm.score(prompts, [[CORRECT, ERROR]] * len(prompts), desc=desc)
         return [float(e) - float(c) for c, e in scores]
@@ -975,9 +984,14 @@ def load_trained_critic(params: Mapping[str, Any], critic_dir: str | Any, taxono
     checkpoint = next((critic_dir / d for d in ("model", "merged") if (critic_dir / d).is_dir()), None) \
         or paths.require(critic_dir / "adapter")
     llm = runtime.load_trained_model(params, checkpoint)  # a shipped form, a full checkpoint, or LoRA on its base
+    scorer = None
+    if (critic_dir / "verifier").is_dir():  # the verdict's own body, trained beside the critic
+        from ragcritic_lib.critic.verifier import VerifierScorer
+
+        scorer = VerifierScorer(critic_dir / "verifier")
     threshold = load_verdict_threshold(paths.require(critic_dir / "verdict_calibration.json")) \
         if verdict == "calibrated" else 0.0
     return LLMCritic(llm, taxonomy, "trained",
                      top_k=prompt["top_k"], passage_words=prompt["passage_words"], label_list=prompt["label_list"],
                      evidence_words=int(prompt.get("evidence_words", 0)), max_new_tokens=max_new_tokens, name=name or critic_dir.name, verdict=verdict,
-                     threshold=threshold)
+                     threshold=threshold, verdict_scorer=scorer)

@@ -306,9 +306,25 @@ def _rounded_calibration(calibration: Mapping[str, Any]) -> dict[str, Any]:
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in calibration.items()}
 
 
+def critic_data_metrics(*, data: Mapping[str, Any], evidence: Mapping[str, Any], style_shortcut_auroc: float | None,
+                        dev: Mapping[str, Any], questions: Mapping[str, int], prompt: Mapping[str, Any]
+                        ) -> dict[str, Any]:
+    """The critic data stage's metrics (``reports/metrics/05_critic_data.json``, schema
+    ``CriticDataMetrics``); stage 05_critic_sft copies ``data``, ``dev`` and ``questions`` into
+    its own metrics. Arguments as :func:`critic_sft_metrics`'s, plus the critic's prompt settings."""
+    return {
+        "data": {**data, "evidence_in_prompt": evidence["current"]["share"], "evidence": dict(evidence),
+                 "style_shortcut_auroc": style_shortcut_auroc},
+        "dev": dict(dev),
+        "questions": dict(questions),
+        "prompt": dict(prompt),
+    }
+
+
 def critic_sft_metrics(*, data: Mapping[str, Any], evidence: Mapping[str, Any], style_shortcut_auroc: float | None,
                        dev: Mapping[str, Any], fit: Mapping[str, Any], preview: Sequence[Any],
-                       calibration: Mapping[str, Any], questions: Mapping[str, int]) -> dict[str, Any]:
+                       calibration: Mapping[str, Any], questions: Mapping[str, int],
+                       verifier: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The critic SFT stage's metrics (``reports/metrics/05_critic_sft.json``, schema
     ``CriticSftMetrics``) from what the stage computed.
 
@@ -325,17 +341,22 @@ def critic_sft_metrics(*, data: Mapping[str, Any], evidence: Mapping[str, Any], 
         preview: the critic's parses of the preview samples; those not ``ok`` are counted.
         calibration: ``calibrate_verdicts``' report on dev; floats rounded to 4 digits.
         questions: distinct questions per split (train / dev), checked disjoint.
+        verifier: the verdict's own body when it has one (``VerifierReport.to_dict()`` with its
+            model, epochs and learning rate): ``learning_curve`` and the degeneracy flags then
+            read its curve, the generative critic's moves to ``critique_learning_curve``.
     """
-    from ragcritic_lib.critic.flags import sft_degenerate
-    from ragcritic_lib.critic.train import learning_curve
+    from ragcritic_lib.critic.flags import learning_curve, sft_degenerate
 
     run = fit["run"]
     losses = [r["loss"] for r in run.get("curve", []) if r.get("loss") is not None]
+    critique_curve = learning_curve(run, fit["examples"])
+    verdict_curve = learning_curve(verifier, int(verifier["examples"])) if verifier else critique_curve
+    first = critic_data_metrics(data=data, evidence=evidence, style_shortcut_auroc=style_shortcut_auroc, dev=dev,
+                                questions=questions, prompt={})
     return {
-        "data": {**data, "evidence_in_prompt": evidence["current"]["share"], "evidence": dict(evidence),
-                 "style_shortcut_auroc": style_shortcut_auroc},
-        "dev": dict(dev),
-        "questions": dict(questions),
+        "data": first["data"],
+        "dev": first["dev"],
+        "questions": first["questions"],
         # seconds: wall time of the whole training (cache, comparison, main run), the
         # comparison's training cost (it varies from run to run).
         "train": {"steps": run["steps"], "seconds": fit["seconds"], "examples": fit["examples"],
@@ -349,10 +370,13 @@ def critic_sft_metrics(*, data: Mapping[str, Any], evidence: Mapping[str, Any], 
         "method_comparison": dict(fit.get("comparison") or {}),
         "method_decision": fit.get("decision"),
         **({"ship": dict(fit["ship"])} if fit.get("ship") else {}),
-        "learning_curve": learning_curve(run, fit["examples"]),
+        "learning_curve": verdict_curve,
+        **({"critique_learning_curve": critique_curve, "verifier": {
+            **{k: verifier.get(k) for k in ("model", "examples", "epochs", "learning_rate", "steps", "seconds",
+                                            "best_dev_auroc", "best_at_examples")}}} if verifier else {}),
         "preview_parse_failures": sum(not p.ok for p in preview),
         "verdict_calibration": _rounded_calibration(calibration),
-        "degenerate": sft_degenerate(learning_curve(run, fit["examples"]), calibration),
+        "degenerate": sft_degenerate(verdict_curve, calibration),
     }
 
 

@@ -83,3 +83,11 @@ def benchmark_critic_degenerate(name: str, score: Mapping[str, Any], style_auroc
     if tier1 == 0.0:
         flags.append(f"{name}: tier-1 F1 is 0")
     return flags
+
+
+def learning_curve(run: Mapping[str, Any], n_train: int) -> list[dict[str, Any]]:
+    """Dev AUROC against examples trained on, from a training run's evaluation rows: within the
+    first epoch a point at N examples has seen N distinct examples; later points have all
+    ``n_train`` (``examples_seen`` counts repeats)."""
+    return [{"examples": min(int(r["examples_seen"]), n_train), "examples_seen": int(r["examples_seen"]),
+             "dev_auroc": r.get("dev_auroc")} for r in run.get("curve", [])]

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ragcritic_lib.critic.critics import CORRECT, ERROR, VERDICT_PREFIX
+from ragcritic_lib.critic.flags import learning_curve  # noqa: F401 - re-exported
 from ragcritic_lib.evaluation.stats import auroc, bootstrap_auroc_ci  # noqa: F401 - re-exported
 
 METHODS = ("full", "lora")
@@ -564,14 +565,6 @@ def train_dpo(split: SplitModel, chosen: Sequence[Encoded], rejected: Sequence[E
     stopper.restore()
     report.seconds = round(time.time() - t0, 1)
     return report
-
-
-def learning_curve(run: Mapping[str, Any], n_train: int) -> list[dict[str, Any]]:
-    """Dev AUROC against examples trained on, from a training run's evaluation rows: within the
-    first epoch a point at N examples has seen N distinct examples; later points have all
-    ``n_train`` (``examples_seen`` counts repeats)."""
-    return [{"examples": min(int(r["examples_seen"]), n_train), "examples_seen": int(r["examples_seen"]),
-             "dev_auroc": r.get("dev_auroc")} for r in run.get("curve", [])]
 
 
 def write_report(report: RunReport, path: str | Path) -> Path:

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 __all__ = [
     "change_sentence", "comparison_block", "provenance_sentences", "reading_analysis", "reading_assets", "reading_benchmark",
-    "reading_comparison", "reading_correction", "reading_crag", "reading_critic_dpo", "reading_critic_sft",
+    "reading_comparison", "reading_correction", "reading_crag", "reading_critic_data", "reading_critic_dpo", "reading_critic_sft",
     "reading_error_sampling", "reading_ragec", "reading_repair", "reading_retrieval_rag", "reading_self_refine",
     "reading_simrag", "reading_tagging", "reading_taxonomy", "reading_testbed",
 ]
@@ -379,16 +379,17 @@ def _loss_sentence(kind: str, train: Mapping[str, Any]) -> str:
     return line + ": training did not move it."
 
 
-@_with_provenance
-def reading_critic_sft(metrics: Mapping[str, Any]) -> list[str]:
-    """05_critic_sft: the training set by source, what the critic sees, the learning curve and
-    the dev calibration."""
-    data, train, dev = metrics.get("data") or {}, metrics.get("train") or {}, metrics.get("dev") or {}
+def _critic_data_sentences(metrics: Mapping[str, Any]) -> list[str]:
+    data = metrics.get("data") or {}
     sources = "; ".join(f"{src} {v.get('correct', 0)} right and {v.get('error', 0)} wrong"
                         for src, v in (data.get("sources") or {}).items())
     text = [f"The training set holds {data.get('examples', 0)} samples from {data.get('questions', 0)} train questions "
             f"({_pct(data.get('correct_share'))} right answers): {sources}." if sources
             else "There is no training-set report."]
+    lengths = data.get("by_length") or {}
+    if lengths:
+        text.append("By the answer's length: " + "; ".join(
+            f"{name} {v.get('correct', 0)} right and {v.get('error', 0)} wrong" for name, v in lengths.items()) + ".")
     ev = data.get("evidence") or {}
     cur, old = (ev.get("current") or {}).get("share"), (ev.get("first_words") or {}).get("share")
     if _known(cur):
@@ -398,6 +399,27 @@ def reading_critic_sft(metrics: Mapping[str, Any]) -> list[str]:
     if _known(data.get("style_shortcut_auroc")):
         text.append(f"Answer surface alone separates right from wrong training samples with AUROC "
                     f"{_f(data['style_shortcut_auroc'])} (0.5: not at all).")
+    return text
+
+
+@_with_provenance
+def reading_critic_data(metrics: Mapping[str, Any]) -> list[str]:
+    """05_critic_data: the training set by source and answer length, the dev answers, what the
+    critic sees and whether answer surface alone gives the verdict away."""
+    dev = metrics.get("dev") or {}
+    text = _critic_data_sentences(metrics)
+    if dev:
+        text.append(f"The dev set holds the generator's {dev.get('n', 0)} answers to the dev questions, "
+                    f"{dev.get('correct', 0)} of them right by the judge.")
+    return text
+
+
+@_with_provenance
+def reading_critic_sft(metrics: Mapping[str, Any]) -> list[str]:
+    """05_critic_sft: the training set by source, what the critic sees, the learning curve and
+    the dev calibration."""
+    train, dev = metrics.get("train") or {}, metrics.get("dev") or {}
+    text = _critic_data_sentences(metrics)
     comp = metrics.get("method_comparison") or {}
     if comp:
         text.append("Method comparison on " + ", ".join(
@@ -413,6 +435,14 @@ def reading_critic_sft(metrics: Mapping[str, Any]) -> list[str]:
                     f"{dev.get('correct', 0)} right; untrained {_f(metrics.get('untrained_dev_auroc'))}): {pts}. The best, "
                     f"{_f(train.get('best_dev_auroc'))} at {train.get('best_at_examples', 0)}, is the saved critic"
                     + (" (training stopped early)." if train.get("stopped_early") else "."))
+    verifier = metrics.get("verifier") or {}
+    if verifier:
+        text.append(f"The verdict is scored by an encoder verifier ({verifier.get('model', '?')}) trained beside the "
+                    f"critic: {_f(verifier.get('epochs'), 1)} passes over {verifier.get('examples', 0)} examples in "
+                    f"{verifier.get('seconds') or 0:.0f} s, best dev AUROC {_f(verifier.get('best_dev_auroc'))} at "
+                    f"{verifier.get('best_at_examples', 0)} examples seen (the curve above is the verifier's); the "
+                    f"generative critic writes the tier tags and the critique (its own best dev AUROC "
+                    f"{_f(train.get('best_dev_auroc'))}).")
     text.append(_loss_sentence("SFT", train))
     text += _calibration_sentence(metrics.get("verdict_calibration") or {})
     if metrics.get("preview_parse_failures"):

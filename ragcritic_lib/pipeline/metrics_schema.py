@@ -469,13 +469,23 @@ class CriticSource(TypedDict):
 
 
 class CriticData(TypedDict):
-    """``data`` of ``05_critic_sft.json``: the training set (``critic_corpus.data_report``)."""
+    """``data`` of ``05_critic_data.json`` (copied into ``05_critic_sft.json``): the training set
+    (``critic_corpus.data_report``)."""
     examples: Count
     correct_share: Fraction | None
     sources: dict[str, CriticSource]
     evidence_in_prompt: Fraction | None  # dev answers whose deciding sentence is in the prompt
     questions: NotRequired[Count]
     style_shortcut_auroc: NotRequired[Fraction | None]
+    by_length: NotRequired[dict[str, CriticSource]]  # right and wrong samples by answer length in words
+
+
+class CriticDataMetrics(StageMetrics):
+    """``05_critic_data.json``."""
+    data: CriticData
+    dev: dict[str, Count]
+    questions: dict[str, Count]
+    prompt: NotRequired[dict[str, Any]]
 
 
 class LearningPoint(TypedDict):
@@ -505,6 +515,18 @@ class MethodDecision(TypedDict):
     reason: str
 
 
+class VerifierSummary(TypedDict, total=False):
+    """``verifier`` of 05: the verdict's own body (``critic_sft.verdict_body: verifier``)."""
+    model: str
+    examples: Count
+    epochs: NonNegative
+    learning_rate: NonNegative
+    steps: Count
+    seconds: NonNegative
+    best_dev_auroc: Fraction | None
+    best_at_examples: Count
+
+
 class CriticSftMetrics(StageMetrics):
     """``05_critic_sft.json``."""
     train: TrainSummary
@@ -517,6 +539,8 @@ class CriticSftMetrics(StageMetrics):
     untrained_dev_auroc: NotRequired[Fraction | None]
     preview_parse_failures: NotRequired[Count]
     degenerate: NotRequired[Reasons]
+    verifier: NotRequired[VerifierSummary]
+    critique_learning_curve: NotRequired[list[LearningPoint]]
 
 
 class DpoTrainSummary(TrainSummary, total=False):
@@ -964,6 +988,7 @@ SCHEMAS: dict[str, type] = {
     "02_error_sampling": ErrorSamplingMetrics,
     "03_tagging": TaggingMetrics,
     "04_taxonomy": TaxonomyMetrics,
+    "05_critic_data": CriticDataMetrics,
     "05_critic_sft": CriticSftMetrics,
     "06_critic_dpo": CriticDpoMetrics,
     "07_benchmark": BenchmarkMetrics,

@@ -421,11 +421,14 @@ def rules() -> dict[str, dict[str, Rule]]:
             "teacher_config": input_path(empty_ok=True), "name_weight": FRACTION,
             "encoder": input_path(), "examples_per_label": some,
         },
-        "critic_sft": {
+        "critic_data": {
             "critic_dataset": input_path(), "correct_pool": input_path(), "known_causes_file": input_path(),
             "generator_answers": dataset_counts(), "train_questions": dataset_counts(), "counterfactuals": some, "min_correct_share": FRACTION,
             "max_train_samples": count, "top_k": count, "passage_words": count, "evidence_words": some,
-            "max_analysis_words": count, "max_tag3": some, "trainer": one_of(("cached", "trl")),
+            "label_list": boolean(), "max_analysis_words": count,
+        },
+        "critic_sft": {
+            "trainer": one_of(("cached", "trl")),
             "method": one_of(("full", "lora", "best")), "default_method": one_of(("full", "lora")),
             "lora_ranks": comma_list(_positive_int_item, "integers >= 1"), "compare_examples": count,
             "train_layers": count, "ship_max_mb": number(0, low_open=True),
@@ -435,7 +438,9 @@ def rules() -> dict[str, dict[str, Rule]]:
             "recipe": input_path(), "max_steps": steps(),
             "launcher": one_of(LAUNCHERS), "accelerate_config": input_path(empty_ok=True),
             "num_processes": some, "merge_dtype": one_of(SAVE_DTYPES), "preview_samples": some,
-            "base_model": BASE_MODEL,
+            "base_model": BASE_MODEL, "verdict_body": one_of(("generative", "verifier")),
+            "verifier_model": input_path(), "verifier_epochs": number(0, low_open=True),
+            "verifier_learning_rate": number(0, low_open=True), "verifier_max_length": tokens,
         },
         "critic_dpo": {
             "k_coarse": some, "k_fine": some, "max_train_samples": count, "max_pairs": count,

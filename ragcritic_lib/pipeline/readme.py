@@ -21,6 +21,7 @@ blocks replaced; :func:`differing_blocks` names those that would change.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
 import sys
@@ -63,6 +64,7 @@ BLOCK_SOURCES["stage_times"] = _STAGE_STEMS
 BLOCK_SOURCES["ci_times"] = ()   # reads reports/benchmarks/ci_runs.json (check() loads it), no metrics file
 BLOCK_SOURCES["command_times"] = ()   # the same file
 BLOCK_SOURCES["smoke_times"] = ()     # the same file
+BLOCK_SOURCES["critic_recipes"] = ()  # reads reports/benchmarks/critic_recipes.json (check() loads it)
 # The trained critic each critic stage calibrates, for the verdict AUROC on its dev samples.
 _CALIBRATED_CRITICS = {"05_critic_sft": "SFT critic", "06_critic_dpo": "SFT+DPO critic"}
 
@@ -825,10 +827,12 @@ _COMMAND_PARTS = (("`make install` (the virtual environment)", "install"), ("`ma
 def render_command_times(metrics: Mapping[str, Any]) -> str:
     """What each command took on a fresh clone, one column per CPU class with a recorded `.ci/run`."""
     runs = metrics.get(CI_RUNS_KEY) or []
-    intro = (f"Measured in `.ci/run` on a fresh clone ({_CI_RUNS_FILE}), 2 cores alone on the machine; `make test` "
-             "includes the smoke run's cold `dvc repro` of all 17 stages at its small sizes.")
     if not runs:
         return _NO_RUN
+    n_stages = max(len(run.get("smoke_stages") or {}) for run in runs)
+    intro = (f"Measured in `.ci/run` on a fresh clone ({_CI_RUNS_FILE}), 2 cores alone on the machine; `make test` "
+             "includes the smoke run's cold `dvc repro` of "
+             + (f"all {n_stages} stages" if n_stages else "every stage") + " at its small sizes.")
     rows = []
     for label, part in _COMMAND_PARTS:
         cells = []
@@ -855,6 +859,37 @@ def render_smoke_times(metrics: Mapping[str, Any]) -> str:
     return "\n".join([intro, ""] + _table(header, rows))
 
 
+RECIPES_KEY = "critic_recipes"   # where check() puts reports/benchmarks/critic_recipes.json
+_RECIPES_FILE = "reports/benchmarks/critic_recipes.json"
+
+
+def render_critic_recipes(metrics: Mapping[str, Any]) -> str:
+    """The critic's recipe frontier (``benchmarks/bench_critic_recipes.py``'s file): each recipe's dev
+    AUROC with its interval, its cost on the subset and projected on the full set, and the choice."""
+    data = metrics.get(RECIPES_KEY)
+    if not data:
+        return ("No recipe frontier recorded yet: `.venv/bin/python benchmarks/bench_critic_recipes.py` writes "
+                "one after stage `critic_data` has run.")
+    sub = data.get("subset") or {}
+    intro = (f"Every recipe trained on the same {sub.get('train', '?')} training examples (a fixed random subset of "
+             f"{sub.get('full_train', '?')}) and was scored on the same {sub.get('dev', '?')} dev answers "
+             f"({sub.get('dev_wrong', '?')} wrong), on one {data.get('cpu_class', '?')} CPU (`{_RECIPES_FILE}`, "
+             "`benchmarks/bench_critic_recipes.py`). Minutes on the subset include the frozen-layer cache; the "
+             "projected stage minutes scale each recipe's measured seconds per example to the full training set "
+             "(a verifier or probe adds the generative critic that writes the tags).")
+    rows = [[f"`{r['name']}`", r.get("body", "?"), str(r.get("train_layers", "?")), _f(r.get("passes"), 1),
+             _f(r["dev_auroc"]), f"{_f(r.get('ci_low'))}..{_f(r.get('ci_high'))}",
+             _f(r["train_seconds"] / 60.0, 1), _f(r.get("projected_stage_minutes"), 1)]
+            for r in data["recipes"]]
+    header = ["recipe", "body", "trained layers", "passes", "dev AUROC", "95% CI", "minutes on the subset",
+              "projected stage minutes"]
+    choice = data.get("choice") or {}
+    notes = [f"- Budget for training in a stage on this CPU: {_f(data.get('budget_minutes'), 0)} min. "
+             f"Chosen: {('`' + choice['name'] + '`') if choice.get('name') else 'none'} ({choice.get('reason', '')}).",
+             "- Figure (dev AUROC against minutes): `reports/benchmarks/critic_recipes.png`."]
+    return "\n".join([intro, ""] + _table(header, rows) + [""] + notes)
+
+
 _RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "ladder": render_ladder,
     "benchmark": render_benchmark,
@@ -868,6 +903,7 @@ _RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "papers": render_papers,
     "stage_times": render_stage_times,
     "ci_times": render_ci_times,
+    "critic_recipes": render_critic_recipes,
     "command_times": render_command_times,
     "smoke_times": render_smoke_times,
     **{card: (lambda metrics, card=card: render_method_card(card, metrics)) for card in METHOD_CARDS},
@@ -968,6 +1004,13 @@ def check(files: Sequence[Path], metrics_dir: str | Path = paths.METRICS_DIR,
             metrics[CI_RUNS_KEY] = load_runs(Path(metrics_dir).parent / "benchmarks" / "ci_runs.json")
         except BudgetError as exc:
             raise ReadmeDataError(str(exc)) from None
+    if any("critic_recipes" in block_names(text, shown[f]) for f, text in texts.items()):
+        rfile = Path(metrics_dir).parent / "benchmarks" / "critic_recipes.json"
+        if rfile.exists():
+            try:
+                metrics[RECIPES_KEY] = json.loads(rfile.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as exc:
+                raise ReadmeDataError(f"{rfile}: not JSON ({exc})") from None
     report = []
     for f, text in texts.items():
         differing = differing_blocks(text, metrics, shown[f])
