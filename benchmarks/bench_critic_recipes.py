@@ -27,7 +27,9 @@ other load on the cores changes the seconds.
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from pathlib import Path
 
 from ragcritic_lib import paths
 
@@ -41,6 +43,11 @@ def main() -> None:
     ap.add_argument("--examples", type=int, default=512)
     ap.add_argument("--recipes", default=",".join(RECIPES))
     ap.add_argument("--seed", type=int, default=13)
+    ap.add_argument("--sources", default="",
+                    help="train only on samples of these sources (comma-separated, e.g. generator,pool: the real "
+                         "answers); the recipe names get the suffix -<sources>; default: every source")
+    ap.add_argument("--append", action="store_true",
+                    help="add the rows to the file's recipes (same CPU class and dev answers) instead of replacing it")
     ap.add_argument("--data-dir", default=str(paths.stage_dir("critic_data")),
                     help="stage 05_critic_data's folder (sft_train.jsonl, sft_dev.jsonl, dev_samples.jsonl)")
     ap.add_argument("--verifier-epochs", type=float, default=2.0)
@@ -69,6 +76,15 @@ def main() -> None:
     examples = read_jsonl(data_dir / "sft_train.jsonl")
     dev_examples = read_jsonl(data_dir / "sft_dev.jsonl")
     dev_keys = [s["qkey"] for s in read_jsonl(data_dir / "dev_samples.jsonl")]
+    sources = [x.strip() for x in args.sources.split(",") if x.strip()]
+    suffix = f"-{'+'.join(sources)}" if sources else ""
+    if sources:  # sft_train.jsonl holds the chat examples of train_samples.jsonl, in its order
+        samples = read_jsonl(data_dir / "train_samples.jsonl")
+        if len(samples) != len(examples):
+            raise SystemExit(f"{data_dir}: train_samples.jsonl and sft_train.jsonl differ in length")
+        examples = [e for e, smp in zip(examples, samples) if smp["source"] in sources]
+        if not examples:
+            raise SystemExit(f"--sources {args.sources}: no training sample has these sources")
     base = paths.resolve(sft["base_model"] or params["common"]["generator"]["model"])
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, cpu_class {klass}; "
           f"{len(examples)} training examples, {len(dev_examples)} dev answers")
@@ -131,7 +147,7 @@ def main() -> None:
                                           dev_examples=n_dev, passes=1.0, evaluations=max(1, n_full // 400),
                                           eval_seconds=eval_s)
         del trial
-        return frontier.row(f"gen-top{layers}", scores=margins, labels=labels, groups=groups,
+        return frontier.row(f"gen-top{layers}{suffix}", scores=margins, labels=labels, groups=groups,
                             seconds=cache_s[depth] + rep.seconds, cpu_class=klass, examples=n, seed=args.seed,
                             body="generative", train_layers=layers, passes=1.0, cache_seconds=round(cache_s[depth], 1),
                             best_at_examples=rep.best_at_examples, curve=rep.curve, projected_stage_minutes=proj)
@@ -158,7 +174,7 @@ def main() -> None:
             proj = frontier.projected_minutes(cache_seconds_per_example=frozen / (n + n_dev),
                                               train_seconds_per_example_pass=fit_s / n, train_examples=n_full,
                                               dev_examples=n_dev, passes=1.0)
-            r = frontier.row("probe", scores=scores, labels=labels, groups=groups, seconds=frozen + fit_s,
+            r = frontier.row(f"probe{suffix}", scores=scores, labels=labels, groups=groups, seconds=frozen + fit_s,
                              cpu_class=klass, examples=n, seed=args.seed, body="probe", train_layers=0, passes=1.0,
                              cache_seconds=round(frozen, 1), projected_stage_minutes=proj)
         else:
@@ -176,23 +192,33 @@ def main() -> None:
                                               train_examples=n_full, dev_examples=n_dev, passes=args.verifier_epochs,
                                               evaluations=max(1, int(n_full * args.verifier_epochs) // 400),
                                               eval_seconds=eval_s)
-            r = frontier.row(name, scores=scores, labels=labels, groups=groups, seconds=rep.seconds,
+            r = frontier.row(name + suffix, scores=scores, labels=labels, groups=groups, seconds=rep.seconds,
                              cpu_class=klass, examples=n, seed=args.seed, body="verifier", train_layers=layers,
                              passes=args.verifier_epochs, best_at_examples=rep.best_at_examples, curve=rep.curve,
                              projected_verifier_minutes=proj, projected_stage_minutes=proj)
+        r["sources"] = sources or "all"
+        r["pool"] = n_full   # training samples of these sources; the subset is drawn from them
         rows.append(r)
         print({k: r[k] for k in (*frontier.ROW_KEYS, "projected_stage_minutes")}, f"({time.time() - t0:.0f} s)")
 
+    if args.append and Path(args.out).exists():
+        old = json.loads(Path(args.out).read_text(encoding="utf-8"))
+        if old.get("cpu_class") != klass:
+            raise SystemExit(f"{args.out}: its rows come from {old.get('cpu_class')}, this CPU is {klass}: not appended")
+        names = {r["name"] for r in rows}
+        rows = [r for r in old["recipes"] if r["name"] not in names] + rows
     tags = [r for r in rows if r.get("body") == "generative"]
     for r in rows:
-        if r.get("body") in ("verifier", "probe") and tags:
+        if r.get("body") in ("verifier", "probe") and tags and "with_tags_from" not in r:
             cheapest = min(tags, key=lambda t: t["projected_stage_minutes"])
             r["with_tags_from"] = cheapest["name"]
             r["projected_stage_minutes"] = round(r["projected_stage_minutes"] + cheapest["projected_stage_minutes"], 1)
     budget = STAGE_BUDGET.get(klass, 100.0) * STAGE_OVERHEAD
     choice = frontier.choose(rows, budget_minutes=budget)
-    meta = {"cpu_class": klass, "subset": {"train": n, "dev": n_dev, "dev_wrong": sum(labels), "seed": args.seed,
-                                           "full_train": n_full},
+    pools = {("+".join(r["sources"]) if isinstance(r.get("sources"), list) else "all"): r["pool"]
+             for r in rows if "pool" in r}
+    meta = {"cpu_class": klass, "subset": {"train": max(r["examples"] for r in rows), "dev": n_dev,
+                                           "dev_wrong": sum(labels), "seed": args.seed, "pools": pools},
             "budget_minutes": budget, "choice": choice,
             "note": ("train_seconds: measured here on the subset, the frozen-layer cache included; "
                      "projected_stage_minutes: the recipe on the full training set (a verifier or probe adds the "

@@ -21,12 +21,12 @@
 
 # %% tags=["parameters"]
 trainer = "cached"
-method = "best"
+method = "full"
 default_method = "full"
 lora_ranks = "32,64"
 compare_examples = 1000
-train_layers = 30
-epochs = 3.0
+train_layers = 6
+epochs = 1.0
 learning_rate = 0.0001
 lora_learning_rate = 0.0003
 batch_size = 16
@@ -43,13 +43,18 @@ merge_dtype = "bfloat16"
 ship_max_mb = 24.0
 preview_samples = 4
 base_model = ""
-verdict_body = "generative"
+verdict_body = "probe"
 verifier_model = "data/assets/models/all-minilm-l6-v2"
 verifier_epochs = 2.0
 verifier_learning_rate = 5e-05
 verifier_max_length = 256
+verdict_sources = "generator,pool"
+probe_layer = 24
 
 # %%
+import random
+import time
+
 import matplotlib.pyplot as plt
 import pandas as pd
 
@@ -58,7 +63,9 @@ from ragcritic_lib.critic.critics import calibrate_verdicts, load_trained_critic
 from ragcritic_lib.critic.data import critic_sft_metrics
 from ragcritic_lib.critic.flags import learning_curve
 from ragcritic_lib.critic.train import TrainSettings, run_cached_sft, run_trl_sft
-from ragcritic_lib.critic.verifier import EncoderVerifier, VerifierSettings, train_verifier
+from ragcritic_lib.critic.probe import fit_probe, load_frozen, probe_scores, save_probe, verdict_features
+from ragcritic_lib.critic.verifier import EncoderVerifier, VerifierSettings, is_error_example, train_verifier
+from ragcritic_lib.evaluation.stats import auroc
 from ragcritic_lib.io import read_json, read_jsonl, write_json
 from ragcritic_lib.pipeline.outputs import save_figure
 from ragcritic_lib.pipeline.setup import setup_stage
@@ -120,30 +127,57 @@ pd.DataFrame(fit["comparison"]).T if fit["comparison"] else {k: fit[k] for k in 
 
 # %% [markdown]
 # ## The verdict's body
-# With `verdict_body = "verifier"` the verdict score comes from a small encoder verifier
-# (`verifier_model`, a sentence encoder with a one-logit head, fine-tuned for `verifier_epochs`
-# passes on the same examples, the best dev AUROC kept), which reads the critic's own view of each
-# answer; the generative critic above still writes the tier tags and the critique. It ships in
-# `data/critic_sft/verifier`, and every later stage that loads this critic reads its verdict
-# from there. Which body the stage uses was chosen on the measured recipe frontier
-# (`reports/benchmarks/critic_recipes.json`, docs/method.md).
+# Which body scores the verdict was chosen on the measured recipe frontier
+# (`reports/benchmarks/critic_recipes.json`, docs/methods/rag-critic.md). With
+# `verdict_body = "generative"` it is the critic's own margin. With `"probe"`, a logistic
+# regression on the frozen generator's states at the verdict position (layer `probe_layer` and
+# the last layer) is fitted on the training samples of `verdict_sources` (e.g. the real answers of
+# the generator and the pool; "" = all), its C by cross-validation; its learning curve fits it on
+# growing shares of those samples. With `"verifier"`, a small encoder verifier (`verifier_model`,
+# its top layers fine-tuned for `verifier_epochs` passes, the best dev AUROC kept) reads the
+# critic's own view of each answer. Either way the generative critic above still writes the tier
+# tags and the critique, the body ships beside it (`data/critic_sft/probe` or `verifier`), and every
+# later stage that loads this critic reads its verdict from there.
 
 # %%
-verifier_fit = None
-if verdict_body == "verifier":
+keep = {x.strip() for x in verdict_sources.split(",") if x.strip()}
+sources = [s["source"] for s in read_jsonl(data_dir / "train_samples.jsonl")]  # sft_train.jsonl is in this order
+body_examples = [e for e, src in zip(examples, sources) if not keep or src in keep]
+body_fit = None
+if verdict_body == "probe":
+    base_lm, base_tok = load_frozen(train_base)
+    t0 = time.time()
+    x_train = verdict_features(base_lm, base_tok, [e["messages"] for e in body_examples], layer=probe_layer)
+    x_dev = verdict_features(base_lm, base_tok, [e["messages"] for e in dev_examples], layer=probe_layer)
+    y_train, y_dev = [is_error_example(e) for e in body_examples], [is_error_example(e) for e in dev_examples]
+    order = random.Random(seed).sample(range(len(body_examples)), len(body_examples))
+    curve_rows = []
+    for share in (0.25, 0.5, 0.75, 1.0):  # the learning curve: the probe on growing shares of its samples
+        idx = order[: max(10, round(share * len(order)))]
+        part = fit_probe(x_train[idx], [y_train[i] for i in idx], seed=seed)
+        curve_rows.append({"examples_seen": len(idx), "dev_auroc": round(auroc(probe_scores(part, x_dev), y_dev), 4)})
+    probe = part
+    save_probe(out_dir / "probe", probe, model_dir=train_base, layer=probe_layer)
+    body_fit = {"body": "probe", "examples": len(body_examples), "layer": probe_layer, "C": probe["C"],
+                "seconds": round(time.time() - t0, 1), "curve": curve_rows, "sources": sorted(keep) or "all",
+                "best_dev_auroc": max(r["dev_auroc"] for r in curve_rows),
+                "best_at_examples": max(curve_rows, key=lambda r: r["dev_auroc"])["examples_seen"]}
+    del base_lm
+elif verdict_body == "verifier":
     verifier = EncoderVerifier(paths.resolve(verifier_model), max_length=verifier_max_length, seed=seed)
-    verifier_fit = train_verifier(verifier, examples, dev_examples,
-                                  VerifierSettings(epochs=verifier_epochs, learning_rate=verifier_learning_rate,
-                                                   batch_size=batch_size, max_length=verifier_max_length,
-                                                   eval_every=eval_every, seed=seed), progress=print).to_dict()
+    body_fit = train_verifier(verifier, body_examples, dev_examples,
+                              VerifierSettings(epochs=verifier_epochs, learning_rate=verifier_learning_rate,
+                                               batch_size=batch_size, max_length=verifier_max_length,
+                                               eval_every=eval_every, seed=seed), progress=print).to_dict()
     verifier.save(out_dir / "verifier")
-    verifier_fit = {**verifier_fit, "model": verifier_model, "epochs": verifier_epochs,
-                    "learning_rate": verifier_learning_rate}
-    write_json(out_dir / "verifier_result.json", verifier_fit)
-verifier_fit and {k: verifier_fit[k] for k in ("examples", "steps", "seconds", "best_dev_auroc", "best_at_examples")}
+    body_fit = {**body_fit, "body": "verifier", "model": verifier_model, "epochs": verifier_epochs,
+                "learning_rate": verifier_learning_rate, "sources": sorted(keep) or "all"}
+if body_fit:
+    write_json(out_dir / "verdict_body.json", body_fit)
+body_fit and {k: v for k, v in body_fit.items() if k != "curve"}
 
 # %%
-curve = pd.DataFrame(learning_curve(verifier_fit or fit["run"], fit["examples"]))
+curve = pd.DataFrame(learning_curve(body_fit or fit["run"], fit["examples"]))
 losses = pd.DataFrame(fit["run"]["curve"])
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.4))
 if not curve.empty:
@@ -152,7 +186,7 @@ if not curve.empty:
 if "loss" in losses:
     ax2.plot(losses["examples_seen"], losses["loss"], marker=".")
 ax1.set(xlabel="training examples seen", ylabel="dev verdict AUROC",
-        title="Learning curve" + (" (the verifier)" if verifier_fit else ""))
+        title="Learning curve" + (f" (the {body_fit['body']})" if body_fit else ""))
 ax2.set(xlabel="training examples seen", ylabel="loss (critique tokens)", title="Training loss")
 for ax in (ax1, ax2):
     ax.grid(alpha=0.3)
@@ -163,7 +197,7 @@ save_figure(fig, "05_critic_sft", "critic_sft_loss");
 # ## The saved critic, its first critiques and its verdict threshold
 # The shipped critic is loaded the way every later stage loads it; a few dev answers show what it
 # writes. The margin log P("Error") - log P("Correct") right after `{"Judgement": "` (or the
-# verifier's score, when the verdict has its own body) is scored on the dev answers, and the
+# score of the verdict's own body, when it has one) is scored on the dev answers, and the
 # threshold with the best balanced accuracy is stored next to the shipped critic
 # (`verdict="calibrated"` in later stages).
 
@@ -183,7 +217,7 @@ pd.Series(calibration)
 data = report["data"]
 metrics = critic_sft_metrics(data=data, evidence=data["evidence"], style_shortcut_auroc=data["style_shortcut_auroc"],
                              dev=report["dev"], fit=fit, preview=parses, calibration=calibration,
-                             questions=report["questions"], verifier=verifier_fit)
+                             questions=report["questions"], verdict_body=body_fit)
 write_stage_metrics("05_critic_sft", metrics)
 
 # %% [markdown]

@@ -511,13 +511,13 @@ def test_an_environment_line_says_when_its_file_predates_the_stage_runner():
 
 def test_the_recipe_frontier_block_reads_its_file_and_names_the_choice():
     data = {"cpu_class": "avx2", "budget_minutes": 80.0,
-            "subset": {"train": 512, "full_train": 2600, "dev": 180, "dev_wrong": 150},
+            "subset": {"train": 512, "pools": {"all": 2600}, "dev": 180, "dev_wrong": 150},
             "choice": {"name": "gen-top6", "reason": "the cheaper one"},
             "recipes": [{"name": "gen-top6", "body": "generative", "train_layers": 6, "passes": 1.0, "dev_auroc": 0.61,
                          "ci_low": 0.52, "ci_high": 0.7, "train_seconds": 600.0, "projected_stage_minutes": 50.0,
                          "cpu_class": "avx2", "examples": 512}]}
     text = readme.render_block("critic_recipes", {readme.RECIPES_KEY: data})
-    assert "| `gen-top6` | generative | 6 | 1.0 | 0.610 | 0.520..0.700 | 10.0 | 50.0 |" in text
-    assert "same 512 training examples (a fixed random subset of 2600)" in text
+    assert "| `gen-top6` | generative | all | 6 | 1.0 | 0.610 | 0.520..0.700 | 10.0 | 50.0 |" in text
+    assert "512 training examples, a fixed random subset of the samples of its sources (all: 2600)" in text
     assert "Chosen: `gen-top6` (the cheaper one)." in text
     assert readme.render_block("critic_recipes", {}).startswith("No recipe frontier recorded yet")

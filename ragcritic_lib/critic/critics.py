@@ -631,10 +631,12 @@ class LLMCritic:
             a threshold fitted on held-out data (:func:`fit_verdict_threshold`) recovers the
             ranking it learned. Needs a backend with ``score`` (hf, vllm).
         threshold: the margin threshold of the calibrated verdict.
-        verdict_scorer: another body for the verdict score (e.g. the encoder verifier of
-            :mod:`ragcritic_lib.critic.verifier`): called with the critic's user turns, it returns
-            one score per record (higher: more likely wrong) that replaces the margin, so the
-            calibrated verdict thresholds it; the critic still writes the tags and critique.
+        verdict_scorer: another body for the verdict score (the probe of
+            :mod:`ragcritic_lib.critic.probe`, the encoder verifier of
+            :mod:`ragcritic_lib.critic.verifier`): called with the critic's conversations (system
+            and user turns), it returns one score per record (higher: more likely wrong) that
+            replaces the margin, so the calibrated verdict thresholds it; the critic still writes
+            the tags and critique.
     """
 
     def __init__(
@@ -685,7 +687,7 @@ class LLMCritic:
         """log P("Error") - log P("Correct") of the verdict, per record (one scoring pass); the
         ``verdict_scorer``'s scores instead when the critic has one."""
         if self.verdict_scorer is not None:
-            return [float(v) for v in self.verdict_scorer([self.messages(r)[-1]["content"] for r in records])]
+            return [float(v) for v in self.verdict_scorer([self.messages(r) for r in records])]
         prompts = [[*self.messages(r), {"role": "assistant", "content": VERDICT_PREFIX}] for r in records]
         scores = self.llm.score(prompts, [[CORRECT, ERROR]] * len(prompts), desc=desc)
         return [float(e) - float(c) for c, e in scores]
@@ -984,8 +986,12 @@ def load_trained_critic(params: Mapping[str, Any], critic_dir: str | Any, taxono
     checkpoint = next((critic_dir / d for d in ("model", "merged") if (critic_dir / d).is_dir()), None) \
         or paths.require(critic_dir / "adapter")
     llm = runtime.load_trained_model(params, checkpoint)  # a shipped form, a full checkpoint, or LoRA on its base
-    scorer = None
-    if (critic_dir / "verifier").is_dir():  # the verdict's own body, trained beside the critic
+    scorer = None  # the verdict's own body, fitted beside the critic (critic_sft.verdict_body)
+    if (critic_dir / "probe").is_dir():
+        from ragcritic_lib.critic.probe import ProbeScorer
+
+        scorer = ProbeScorer(critic_dir / "probe")
+    elif (critic_dir / "verifier").is_dir():
         from ragcritic_lib.critic.verifier import VerifierScorer
 
         scorer = VerifierScorer(critic_dir / "verifier")

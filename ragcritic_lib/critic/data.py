@@ -324,7 +324,7 @@ def critic_data_metrics(*, data: Mapping[str, Any], evidence: Mapping[str, Any],
 def critic_sft_metrics(*, data: Mapping[str, Any], evidence: Mapping[str, Any], style_shortcut_auroc: float | None,
                        dev: Mapping[str, Any], fit: Mapping[str, Any], preview: Sequence[Any],
                        calibration: Mapping[str, Any], questions: Mapping[str, int],
-                       verifier: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                       verdict_body: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The critic SFT stage's metrics (``reports/metrics/05_critic_sft.json``, schema
     ``CriticSftMetrics``) from what the stage computed.
 
@@ -341,16 +341,17 @@ def critic_sft_metrics(*, data: Mapping[str, Any], evidence: Mapping[str, Any], 
         preview: the critic's parses of the preview samples; those not ``ok`` are counted.
         calibration: ``calibrate_verdicts``' report on dev; floats rounded to 4 digits.
         questions: distinct questions per split (train / dev), checked disjoint.
-        verifier: the verdict's own body when it has one (``VerifierReport.to_dict()`` with its
-            model, epochs and learning rate): ``learning_curve`` and the degeneracy flags then
-            read its curve, the generative critic's moves to ``critique_learning_curve``.
+        verdict_body: the verdict's own body when it has one (the probe's or the verifier's
+            report: ``body``, ``examples``, ``curve`` of ``{examples_seen, dev_auroc}`` and what
+            fitted it): ``learning_curve`` and the degeneracy flags then read its curve, the
+            generative critic's moves to ``critique_learning_curve``.
     """
     from ragcritic_lib.critic.flags import learning_curve, sft_degenerate
 
     run = fit["run"]
     losses = [r["loss"] for r in run.get("curve", []) if r.get("loss") is not None]
     critique_curve = learning_curve(run, fit["examples"])
-    verdict_curve = learning_curve(verifier, int(verifier["examples"])) if verifier else critique_curve
+    verdict_curve = learning_curve(verdict_body, int(verdict_body["examples"])) if verdict_body else critique_curve
     first = critic_data_metrics(data=data, evidence=evidence, style_shortcut_auroc=style_shortcut_auroc, dev=dev,
                                 questions=questions, prompt={})
     return {
@@ -371,9 +372,10 @@ def critic_sft_metrics(*, data: Mapping[str, Any], evidence: Mapping[str, Any], 
         "method_decision": fit.get("decision"),
         **({"ship": dict(fit["ship"])} if fit.get("ship") else {}),
         "learning_curve": verdict_curve,
-        **({"critique_learning_curve": critique_curve, "verifier": {
-            **{k: verifier.get(k) for k in ("model", "examples", "epochs", "learning_rate", "steps", "seconds",
-                                            "best_dev_auroc", "best_at_examples")}}} if verifier else {}),
+        **({"critique_learning_curve": critique_curve, "verdict_body": {
+            k: verdict_body[k] for k in ("body", "model", "layer", "C", "examples", "epochs", "learning_rate", "steps",
+                                         "seconds", "best_dev_auroc", "best_at_examples", "sources")
+            if k in verdict_body}} if verdict_body else {}),
         "preview_parse_failures": sum(not p.ok for p in preview),
         "verdict_calibration": _rounded_calibration(calibration),
         "degenerate": sft_degenerate(verdict_curve, calibration),

@@ -82,6 +82,11 @@ def example_pair(example: Mapping[str, Any]) -> tuple[str, str, bool]:
     return first, second, not target.startswith(VERDICT_PREFIX + CORRECT)
 
 
+def is_error_example(example: Mapping[str, Any]) -> bool:
+    """Whether a chat example's assistant turn calls the answer wrong."""
+    return example_pair(example)[2]
+
+
 class EncoderVerifier:
     """A sentence encoder with a one-logit head over its mean-pooled last layer."""
 
@@ -277,12 +282,15 @@ def dev_pairs_and_labels(dev: Sequence[Mapping[str, Any]]) -> tuple[list[tuple[s
 
 class VerifierScorer:
     """A shipped verifier (``EncoderVerifier.save``'s folder) as a critic's verdict scorer: called
-    with the critic's user turns, it returns one score per turn (higher: more likely wrong)."""
+    with the critic's conversations (or their user turns as strings), it returns one score each
+    (higher: more likely wrong)."""
 
     def __init__(self, folder: str | Path, *, max_length: int | None = None, batch_size: int = 32) -> None:
         self.folder = Path(folder)
         self.batch_size = batch_size
         self.verifier = EncoderVerifier.load(self.folder, max_length=max_length)
 
-    def __call__(self, user_turns: Sequence[str]) -> list[float]:
-        return self.verifier.scores([split_view(u) for u in user_turns], batch_size=self.batch_size)
+    def __call__(self, conversations: Sequence[Any]) -> list[float]:
+        users = [c if isinstance(c, str) else next(m["content"] for m in c if m["role"] == "user")
+                 for c in conversations]
+        return self.verifier.scores([split_view(u) for u in users], batch_size=self.batch_size)

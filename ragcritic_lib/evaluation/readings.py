@@ -435,14 +435,18 @@ def reading_critic_sft(metrics: Mapping[str, Any]) -> list[str]:
                     f"{dev.get('correct', 0)} right; untrained {_f(metrics.get('untrained_dev_auroc'))}): {pts}. The best, "
                     f"{_f(train.get('best_dev_auroc'))} at {train.get('best_at_examples', 0)}, is the saved critic"
                     + (" (training stopped early)." if train.get("stopped_early") else "."))
-    verifier = metrics.get("verifier") or {}
-    if verifier:
-        text.append(f"The verdict is scored by an encoder verifier ({verifier.get('model', '?')}) trained beside the "
-                    f"critic: {_f(verifier.get('epochs'), 1)} passes over {verifier.get('examples', 0)} examples in "
-                    f"{verifier.get('seconds') or 0:.0f} s, best dev AUROC {_f(verifier.get('best_dev_auroc'))} at "
-                    f"{verifier.get('best_at_examples', 0)} examples seen (the curve above is the verifier's); the "
-                    f"generative critic writes the tier tags and the critique (its own best dev AUROC "
-                    f"{_f(train.get('best_dev_auroc'))}).")
+    body = metrics.get("verdict_body") or {}
+    if body:
+        what = (f"a logistic probe on the frozen generator's states at the verdict position (layer {body.get('layer')} "
+                f"and the last), fitted on {body.get('examples', 0)} samples" if body.get("body") == "probe" else
+                f"an encoder verifier ({body.get('model', '?')}) trained for {_f(body.get('epochs'), 1)} passes over "
+                f"{body.get('examples', 0)} samples")
+        sources = body.get("sources")
+        text.append(f"The verdict is scored by {what}" + (f" of the sources {', '.join(sources)}" if isinstance(sources, list)
+                                                          else "") +
+                    f" in {body.get('seconds') or 0:.0f} s: best dev AUROC {_f(body.get('best_dev_auroc'))} at "
+                    f"{body.get('best_at_examples', 0)} samples (the curve above is its own); the generative critic "
+                    f"writes the tier tags and the critique (its own best dev AUROC {_f(train.get('best_dev_auroc'))}).")
     text.append(_loss_sentence("SFT", train))
     text += _calibration_sentence(metrics.get("verdict_calibration") or {})
     if metrics.get("preview_parse_failures"):

@@ -515,8 +515,11 @@ class MethodDecision(TypedDict):
     reason: str
 
 
-class VerifierSummary(TypedDict, total=False):
-    """``verifier`` of 05: the verdict's own body (``critic_sft.verdict_body: verifier``)."""
+class VerdictBodySummary(TypedDict, total=False):
+    """``verdict_body`` of 05: the verdict's own body (``critic_sft.verdict_body``: probe or verifier)."""
+    body: Literal["probe", "verifier"]
+    layer: Count
+    C: NonNegative
     model: str
     examples: Count
     epochs: NonNegative
@@ -525,6 +528,7 @@ class VerifierSummary(TypedDict, total=False):
     seconds: NonNegative
     best_dev_auroc: Fraction | None
     best_at_examples: Count
+    sources: list[str] | str   # the training samples' sources ("all": every source)
 
 
 class CriticSftMetrics(StageMetrics):
@@ -539,7 +543,7 @@ class CriticSftMetrics(StageMetrics):
     untrained_dev_auroc: NotRequired[Fraction | None]
     preview_parse_failures: NotRequired[Count]
     degenerate: NotRequired[Reasons]
-    verifier: NotRequired[VerifierSummary]
+    verdict_body: NotRequired[VerdictBodySummary]
     critique_learning_curve: NotRequired[list[LearningPoint]]
 
 

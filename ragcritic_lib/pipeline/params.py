@@ -438,9 +438,11 @@ def rules() -> dict[str, dict[str, Rule]]:
             "recipe": input_path(), "max_steps": steps(),
             "launcher": one_of(LAUNCHERS), "accelerate_config": input_path(empty_ok=True),
             "num_processes": some, "merge_dtype": one_of(SAVE_DTYPES), "preview_samples": some,
-            "base_model": BASE_MODEL, "verdict_body": one_of(("generative", "verifier")),
+            "base_model": BASE_MODEL, "verdict_body": one_of(("generative", "probe", "verifier")),
+            "probe_layer": integer(1),
             "verifier_model": input_path(), "verifier_epochs": number(0, low_open=True),
             "verifier_learning_rate": number(0, low_open=True), "verifier_max_length": tokens,
+            "verdict_sources": text(empty_ok=True),
         },
         "critic_dpo": {
             "k_coarse": some, "k_fine": some, "max_train_samples": count, "max_pairs": count,

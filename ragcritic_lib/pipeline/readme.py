@@ -871,17 +871,19 @@ def render_critic_recipes(metrics: Mapping[str, Any]) -> str:
         return ("No recipe frontier recorded yet: `.venv/bin/python benchmarks/bench_critic_recipes.py` writes "
                 "one after stage `critic_data` has run.")
     sub = data.get("subset") or {}
-    intro = (f"Every recipe trained on the same {sub.get('train', '?')} training examples (a fixed random subset of "
-             f"{sub.get('full_train', '?')}) and was scored on the same {sub.get('dev', '?')} dev answers "
+    pools = "; ".join(f"{k}: {v}" for k, v in (sub.get("pools") or {}).items())
+    intro = (f"Every recipe trained on {sub.get('train', '?')} training examples, a fixed random subset of the samples "
+             f"of its sources ({pools}), and was scored on the same {sub.get('dev', '?')} dev answers "
              f"({sub.get('dev_wrong', '?')} wrong), on one {data.get('cpu_class', '?')} CPU (`{_RECIPES_FILE}`, "
              "`benchmarks/bench_critic_recipes.py`). Minutes on the subset include the frozen-layer cache; the "
              "projected stage minutes scale each recipe's measured seconds per example to the full training set "
              "(a verifier or probe adds the generative critic that writes the tags).")
-    rows = [[f"`{r['name']}`", r.get("body", "?"), str(r.get("train_layers", "?")), _f(r.get("passes"), 1),
+    rows = [[f"`{r['name']}`", r.get("body", "?"), "+".join(r["sources"]) if isinstance(r.get("sources"), list)
+             else str(r.get("sources", "all")), str(r.get("train_layers", "?")), _f(r.get("passes"), 1),
              _f(r["dev_auroc"]), f"{_f(r.get('ci_low'))}..{_f(r.get('ci_high'))}",
              _f(r["train_seconds"] / 60.0, 1), _f(r.get("projected_stage_minutes"), 1)]
             for r in data["recipes"]]
-    header = ["recipe", "body", "trained layers", "passes", "dev AUROC", "95% CI", "minutes on the subset",
+    header = ["recipe", "body", "sources", "trained layers", "passes", "dev AUROC", "95% CI", "minutes on the subset",
               "projected stage minutes"]
     choice = data.get("choice") or {}
     notes = [f"- Budget for training in a stage on this CPU: {_f(data.get('budget_minutes'), 0)} min. "

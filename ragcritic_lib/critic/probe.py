@@ -1,0 +1,144 @@
+"""A linear probe of the verdict on the frozen generator: the cheapest body a verdict can have.
+
+The generator's hidden states at the critic's verdict position (the last token of
+``{"Judgement": "``, after the critic's prompt) already separate right from wrong answers
+somewhat without any training. The probe reads two of them, the output of layer ``layer`` and
+the model's final (normed) state, standardizes them and fits a logistic regression (its inverse
+regularization C chosen by 5-fold cross-validated AUROC on the training samples). Its log-odds
+of "wrong" is the verdict score; the generative critic still writes the tags and the critique.
+
+Training and scoring compute the features with one function, :func:`verdict_features`, from the
+same chat messages, so what the probe was fitted on is what it reads later. It ships as JSON
+(the scaler, the weights, the layer) naming the frozen model by folder and content hash.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ragcritic_lib.critic.critics import CORRECT, VERDICT_PREFIX
+
+PROBE_FILE = "probe.json"
+
+
+def _verdict_ids(tok: Any, messages: Sequence[Mapping[str, str]]) -> list[int]:
+    """Token ids of the chat prompt and the verdict's opening, up to the token whose next-token
+    distribution is the verdict (as the trainer's ``Encoded.verdict_pos`` reads it)."""
+    from ragcritic_lib.critic.train import _verdict_tokens
+
+    prompt = tok.apply_chat_template([dict(m) for m in messages if m["role"] != "assistant"], tokenize=False,
+                                     add_generation_prompt=True)
+    offset, _, _ = _verdict_tokens(tok)
+    opening = tok(VERDICT_PREFIX + CORRECT, add_special_tokens=False)["input_ids"][:offset]
+    return tok(prompt, add_special_tokens=False)["input_ids"] + opening
+
+
+def verdict_features(model: Any, tok: Any, conversations: Sequence[Sequence[Mapping[str, str]]], *, layer: int,
+                     batch_size: int = 16) -> Any:
+    """``[n, 2 * hidden]`` float32 array: layer ``layer``'s output and the final normed state at
+    the verdict position of each conversation (its system and user turns; an assistant turn is
+    ignored). Right-padded batches, so the causal model's real positions are exact."""
+    import numpy as np
+    import torch
+
+    ids = [_verdict_ids(tok, c) for c in conversations]
+    out = np.zeros((len(ids), 2 * int(model.config.hidden_size)), dtype=np.float32)
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    with torch.no_grad():
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]
+            width = max(len(ids[i]) for i in idx)
+            batch = torch.full((len(idx), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(idx), width), dtype=torch.long)
+            for j, i in enumerate(idx):
+                batch[j, : len(ids[i])] = torch.tensor(ids[i])
+                mask[j, : len(ids[i])] = 1
+            hs = model(input_ids=batch, attention_mask=mask, output_hidden_states=True).hidden_states
+            for j, i in enumerate(idx):
+                pos = len(ids[i]) - 1
+                out[i] = torch.cat([hs[layer][j, pos], hs[-1][j, pos]]).float().numpy()
+    return out
+
+
+def load_frozen(model_dir: str | Path) -> tuple[Any, Any]:
+    """(the causal LM in float32, eval mode; its tokenizer) from a local model folder."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return (AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval(),
+            AutoTokenizer.from_pretrained(str(model_dir)))
+
+
+def fit_probe(features: Any, is_error: Sequence[bool], *, seed: int) -> dict[str, Any]:
+    """Standardize, then a logistic regression with C by 5-fold cross-validated AUROC; returns
+    the plain parameters (lists) that :func:`probe_scores` applies.
+
+    Raises:
+        ValueError: both classes are needed.
+    """
+    import numpy as np
+    from sklearn.linear_model import LogisticRegressionCV
+
+    y = np.asarray([int(v) for v in is_error])
+    if len(set(y.tolist())) < 2:
+        raise ValueError(f"verdict probe: {len(y)} training samples of one class; both right and wrong are needed")
+    x = np.asarray(features, dtype=np.float64)
+    mean, scale = x.mean(0), x.std(0)
+    scale[scale == 0] = 1.0
+    clf = LogisticRegressionCV(Cs=8, cv=5, scoring="roc_auc", max_iter=3000, random_state=seed)
+    clf.fit((x - mean) / scale, y)
+    return {"mean": mean.tolist(), "scale": scale.tolist(), "coef": clf.coef_[0].tolist(),
+            "intercept": float(clf.intercept_[0]), "C": float(clf.C_[0]), "n": int(len(y)),
+            "n_error": int(y.sum())}
+
+
+def probe_scores(probe: Mapping[str, Any], features: Any) -> list[float]:
+    """Log-odds of "wrong" per row of ``features``."""
+    import numpy as np
+
+    x = (np.asarray(features, dtype=np.float64) - np.asarray(probe["mean"])) / np.asarray(probe["scale"])
+    return [float(v) for v in x @ np.asarray(probe["coef"]) + float(probe["intercept"])]
+
+
+def save_probe(folder: str | Path, probe: Mapping[str, Any], *, model_dir: str | Path, layer: int,
+               base_key: str = "critic_sft.base_model") -> Path:
+    """Write ``probe.json``: the fitted parameters, the layer, and the frozen model by folder and hash."""
+    from ragcritic_lib.critic.forms import _repo_relative, base_sha256
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {"base": {"folder": _repo_relative(model_dir), "sha256": base_sha256(model_dir), "params_key": base_key},
+           "layer": int(layer), **probe}
+    (out / PROBE_FILE).write_text(json.dumps(doc) + "\n", encoding="utf-8")
+    return out
+
+
+class ProbeScorer:
+    """A shipped probe as a critic's verdict scorer: called with the critic's conversations
+    (system and user turns), it returns one log-odds of "wrong" each."""
+
+    def __init__(self, folder: str | Path, *, batch_size: int = 16) -> None:
+        from ragcritic_lib import paths
+        from ragcritic_lib.critic.forms import base_sha256
+
+        f = Path(folder) / PROBE_FILE
+        if not f.is_file():
+            raise FileNotFoundError(f"{f}: no verdict probe (run the critic SFT stage)")
+        try:
+            self.probe = json.loads(f.read_text(encoding="utf-8"))
+            base = paths.resolve(self.probe["base"]["folder"])
+            want, self.layer = self.probe["base"]["sha256"], int(self.probe["layer"])
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            raise ValueError(f"{f}: expected a probe with base.folder, base.sha256, layer, mean, scale, coef") from None
+        if base_sha256(base) != want:
+            raise ValueError(f"{f}: the model {base} is not the one the probe was fitted on; refit the probe")
+        self.model, self.tok = load_frozen(base)
+        self.batch_size = batch_size
+
+    def __call__(self, conversations: Sequence[Sequence[Mapping[str, str]]]) -> list[float]:
+        feats = verdict_features(self.model, self.tok, conversations, layer=self.layer, batch_size=self.batch_size)
+        return probe_scores(self.probe, feats)

@@ -1,0 +1,98 @@
+"""The verdict probe: its features are the states the trainer's verdict position reads, it fits and
+ships as JSON over a hashed model, and a critic scores its verdict with it."""
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("sklearn")
+
+from ragcritic_lib.critic import probe as P  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    from test_llm import _write_tiny_model
+
+    torch.set_num_threads(1)
+    return _write_tiny_model(tmp_path_factory.mktemp("probe") / "base")
+
+
+def _conv(q, a):
+    return [{"role": "system", "content": "Judge."},
+            {"role": "user", "content": f"Question: {q}\nPassages:\n[1] x\nAnswer to check: {a}"}]
+
+
+def _model(tiny_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return (AutoModelForCausalLM.from_pretrained(str(tiny_dir), dtype=torch.float32).eval(),
+            AutoTokenizer.from_pretrained(str(tiny_dir)))
+
+
+def test_features_are_the_states_at_the_trainers_verdict_position(tiny_dir) -> None:
+    from ragcritic_lib.critic.critics import VERDICT_PREFIX
+    from ragcritic_lib.critic.train import encode
+
+    model, tok = _model(tiny_dir)
+    convs = [_conv("where", "here"), _conv("when was it built, and by whom", "in 1990 by a long list of people")]
+    feats = P.verdict_features(model, tok, convs, layer=1, batch_size=2)
+    h = model.config.hidden_size
+    assert feats.shape == (2, 2 * h)
+    for conv, row in zip(convs, feats):
+        e = encode(tok, conv, VERDICT_PREFIX + 'Error"}', max_length=10_000)
+        ids = torch.tensor([e.ids[: e.verdict_pos + 1]])
+        with torch.no_grad():
+            out = model(input_ids=ids, output_hidden_states=True)
+        assert torch.allclose(torch.tensor(row[:h]), out.hidden_states[1][0, -1], atol=1e-4)
+        # the final state is the normed one: the LM head maps it to the model's logits
+        assert torch.allclose(model.lm_head(torch.tensor(row[h:])), out.logits[0, -1], atol=1e-3)
+    # batching and order change nothing
+    alone = P.verdict_features(model, tok, convs[1:], layer=1)
+    assert torch.allclose(torch.tensor(alone[0]), torch.tensor(feats[1]), atol=1e-4)
+
+
+def test_fit_save_and_score_round_trip_through_a_critic(tiny_dir, tmp_path) -> None:
+    from ragcritic_lib.critic.critics import LLMCritic
+    from ragcritic_lib.evaluation.stats import auroc
+
+    model, tok = _model(tiny_dir)
+    convs = [_conv(f"q{i}", "wrong thing" if i % 2 else "right") for i in range(20)]
+    labels = [bool(i % 2) for i in range(20)]
+    feats = P.verdict_features(model, tok, convs, layer=1)
+    fitted = P.fit_probe(feats, labels, seed=0)
+    assert fitted["n"] == 20 and fitted["n_error"] == 10
+    assert auroc(P.probe_scores(fitted, feats), labels) == 1.0
+    folder = P.save_probe(tmp_path / "probe", fitted, model_dir=tiny_dir, layer=1)
+    scorer = P.ProbeScorer(folder)
+    assert scorer(convs) == pytest.approx(P.probe_scores(fitted, feats), abs=1e-4)
+
+    class NoScore:  # the critic never asks its LLM for the margin when it has a scorer
+        model = "x"
+
+        def score(self, *a, **k):
+            raise AssertionError("margin read from the LLM")
+
+    critic = LLMCritic(NoScore(), taxonomy=None, verdict_scorer=lambda cs: [len(c) for c in cs])
+    records = [{"question": "q", "passages": ["p"], "prediction": "a"}]
+    critic.messages = lambda r: _conv(r["question"], r["prediction"])
+    assert critic.verdict_margins(records) == [2.0]
+
+
+def test_a_probe_refuses_one_class_another_model_and_a_bad_file(tiny_dir, tmp_path) -> None:
+    with pytest.raises(ValueError, match="of one class"):
+        P.fit_probe([[0.0, 1.0], [1.0, 0.0]], [True, True], seed=0)
+    with pytest.raises(FileNotFoundError, match="no verdict probe"):
+        P.ProbeScorer(tmp_path)
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / P.PROBE_FILE).write_text("{}")
+    with pytest.raises(ValueError, match="expected a probe with base.folder"):
+        P.ProbeScorer(tmp_path / "bad")
+    folder = P.save_probe(tmp_path / "p", {"mean": [0], "scale": [1], "coef": [1], "intercept": 0.0},
+                          model_dir=tiny_dir, layer=1)
+    doc = json.loads((folder / P.PROBE_FILE).read_text())
+    doc["base"]["sha256"] = "0" * 64
+    (folder / P.PROBE_FILE).write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="not the one the probe was fitted on"):
+        P.ProbeScorer(folder)
