@@ -30,18 +30,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from ragcritic_lib.critic.verdict import CORRECT, ERROR, VERDICT_PREFIX  # noqa: F401 - re-exported
 from ragcritic_lib.io import DataFormatError
 from ragcritic_lib.lenient_json import FULL, repair_json
 from ragcritic_lib.text import FEATURE_STOPWORDS, clean_text, clean_value
 
 Message = dict[str, str]
 
-CORRECT = "Correct"
-ERROR = "Error"
 TARGET_KEYS = ("Judgement", "tag1", "tag2", "tag3", "Error_analysis")
 VERDICT_MODES = ("generate", "calibrated")
-# Openings a calibrated critic is scored on and, for an Error verdict, continues from.
-VERDICT_PREFIX = '{"Judgement": "'
+# Openings a calibrated critic is scored on (VERDICT_PREFIX) and, for an Error verdict, continues from.
 # (cut where the tokenizer splits the trained target, so the continuation tokenizes as in training)
 ERROR_PREFILL = '{"Judgement": "Error", "tag1":'
 CORRECT_TEXT = '{"Judgement": "Correct"}'

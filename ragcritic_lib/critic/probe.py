@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ragcritic_lib.critic.critics import CORRECT, VERDICT_PREFIX
+from ragcritic_lib.critic.verdict import CORRECT, VERDICT_PREFIX, verdict_tokens
 
 PROBE_FILE = "probe.json"
 
@@ -27,11 +27,9 @@ PROBE_FILE = "probe.json"
 def _verdict_ids(tok: Any, messages: Sequence[Mapping[str, str]]) -> list[int]:
     """Token ids of the chat prompt and the verdict's opening, up to the token whose next-token
     distribution is the verdict (as the trainer's ``Encoded.verdict_pos`` reads it)."""
-    from ragcritic_lib.critic.train import _verdict_tokens
-
     prompt = tok.apply_chat_template([dict(m) for m in messages if m["role"] != "assistant"], tokenize=False,
                                      add_generation_prompt=True)
-    offset, _, _ = _verdict_tokens(tok)
+    offset, _, _ = verdict_tokens(tok)
     opening = tok(VERDICT_PREFIX + CORRECT, add_special_tokens=False)["input_ids"][:offset]
     return tok(prompt, add_special_tokens=False)["input_ids"] + opening
 

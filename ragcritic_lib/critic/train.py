@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ragcritic_lib.critic.critics import CORRECT, ERROR, VERDICT_PREFIX
+from ragcritic_lib.critic.verdict import CORRECT, ERROR, VERDICT_PREFIX, verdict_tokens
 from ragcritic_lib.critic.flags import learning_curve  # noqa: F401 - re-exported
 from ragcritic_lib.evaluation.stats import auroc, bootstrap_auroc_ci  # noqa: F401 - re-exported
 
@@ -104,11 +104,8 @@ class RunReport:
 # Tokens
 # --------------------------------------------------------------------------------------------
 def _verdict_tokens(tok: Any) -> tuple[int, int, int]:
-    """(offset of the verdict token inside the target, token id of Correct, of Error)."""
-    a = tok(VERDICT_PREFIX + CORRECT, add_special_tokens=False)["input_ids"]
-    b = tok(VERDICT_PREFIX + ERROR, add_special_tokens=False)["input_ids"]
-    i = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
-    return i, a[i], b[i]
+    """:func:`ragcritic_lib.critic.verdict.verdict_tokens`."""
+    return verdict_tokens(tok)
 
 
 def encode(tok: Any, prompt_messages: Sequence[Mapping[str, str]], completion: str, *, max_length: int

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ragcritic_lib.critic.critics import CORRECT, VERDICT_PREFIX
+from ragcritic_lib.critic.verdict import CORRECT, VERDICT_PREFIX
 
 QUESTION_MARK = "Question:"
 PASSAGES_MARK = "Passages:"
