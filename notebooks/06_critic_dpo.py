@@ -129,13 +129,14 @@ save_figure(fig, "06_critic_dpo", "critic_dpo_loss");
 # ## Verdict calibration on the dev answers
 # As for the SFT critic (notebook 05): the verdict threshold on the margin
 # log P("Error") - log P("Correct") with the best balanced accuracy on the dev answers. When the
-# SFT critic's verdict has its own body (an encoder verifier, `critic_sft.verdict_body`), DPO
-# aligns the critique and the verifier travels on with the aligned critic unchanged: its score is
-# the verdict, calibrated here again.
+# SFT critic's verdict has its own body (a probe or a verifier, `critic_sft.verdict_body`), DPO
+# aligns the critique and the body travels on with the aligned critic unchanged: its score is the
+# verdict, calibrated here again.
 
 # %%
-if (sft_dir / "verifier").is_dir():
-    shutil.copytree(sft_dir / "verifier", out_dir / "verifier", dirs_exist_ok=True)
+for body in ("probe", "verifier"):  # the verdict's own body, when the SFT critic has one
+    if (sft_dir / body).is_dir():
+        shutil.copytree(sft_dir / body, out_dir / body, dirs_exist_ok=True)
 critic = load_trained_critic(params, out_dir, taxonomy, verdict="generate", name="sft+dpo")  # shipped model + prompt settings
 calibration = calibrate_verdicts(critic, dev, desc="dev verdict margins")
 write_json(out_dir / "verdict_calibration.json", calibration)

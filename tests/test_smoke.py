@@ -56,6 +56,14 @@ def test_every_stage_ran_and_wrote_its_outputs(smoke_repo):
             assert isinstance(json.loads((root / rel).read_text()), dict)
 
 
+def test_the_verdict_body_travels_with_the_critic_to_every_stage_that_loads_it(smoke_repo):
+    root, _ = smoke_repo
+    body = json.loads((root / "reports/metrics/05_critic_sft.json").read_text()).get("verdict_body")
+    if body:  # critic_sft.verdict_body: probe or verifier
+        assert (root / "data/critic_sft" / body["body"]).is_dir()
+        assert (root / "data/critic_dpo" / body["body"]).is_dir(), "stage 06 left the verdict's body behind"
+
+
 def test_second_repro_is_a_no_op(smoke_repo):
     root, env = smoke_repo
     _, out = run_timed(["dvc", "repro"], root, env)
