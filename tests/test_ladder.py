@@ -37,6 +37,41 @@ def test_ladder_table_exact_values():
     assert table["mde_f1"] == 1.3207
 
 
+def test_ladder_table_counts_the_judges_verdicts_and_the_answers_each_row_changed():
+    def judged(rid, f1, prediction, correct):
+        return {**rec(rid, f1), "prediction": prediction, "correct": correct}
+
+    base = [judged("q1", 0.0, "1850", False), judged("q2", 1.0, "1887", True), judged("q3", 1.0, "Aldor", True),
+            judged("q4", 0.0, "x", False)]
+    row = [judged("q1", 1.0, "1887", True), judged("q2", 0.0, "unknown", False), judged("q3", 1.0, " Aldor ", True),
+           judged("q4", 0.5, "x y", False)]
+    table = ladder_table({"standard RAG": base, "row": row}, n_boot=1000, n_perm=1000)
+    out = table["all"]["row"]
+    # Judged right: 2 of 4 before, 2 of 4 after (q1 gained, q2 lost): no change, a CI around 0.
+    assert out["judge_acc"] == 0.5 and out["delta_judge_acc"] == 0.0
+    assert out["delta_judge_acc_ci_low"] < 0 < out["delta_judge_acc_ci_high"]
+    assert out["delta_judge_acc_p_value"] == 1.0
+    # q1, q2 and q4 changed (q3 only by whitespace); q2 of them was right before.
+    assert (out["corrected"], out["corrected_delta_f1"]) == (3, round((1.0 - 1.0 + 0.5) / 3, 4))
+    assert (out["corrected_right"], out["corrected_right_delta_f1"]) == (1, -1.0)
+    assert table["all"]["standard RAG"]["corrected"] == 0
+    assert table["all"]["standard RAG"]["corrected_delta_f1"] is None
+    # Records without the judge's verdict or the answer give the F1 columns only.
+    assert "delta_judge_acc" not in ladder_table({"standard RAG": [rec("q1", 0.0), rec("q2", 1.0)],
+                                                  "x": [rec("q1", 1.0), rec("q2", 1.0)]})["all"]["x"]
+
+
+def test_ladder_records_carry_the_judges_verdict():
+    run = [{"id": "q1", "golden_answers": ["1887"], "metadata": {"outdated_answers": ["1850"]},
+            "predictions": ["1850 or 1887", "It was completed in 1887.", "1887"], "steps": []}]
+    out = ladder_records({"RAG-Critic": run}, {"standard RAG": ("RAG-Critic", 0), "one": ("RAG-Critic", 1)},
+                         judge_metric="truth")
+    # The truth judge: asserting the superseded value beside the gold is wrong; the whole sentence is right.
+    assert [out["standard RAG"][0]["correct"], out["one"][0]["correct"]] == [False, True]
+    assert out["one"][0]["f1"] < 0.5  # an F1 judge would have called the right sentence wrong
+    assert "correct" not in ladder_records({"RAG-Critic": run}, {"one": ("RAG-Critic", 1)})["one"][0]
+
+
 def test_ladder_table_rejects_rows_on_other_questions():
     rows = {"standard RAG": [rec("q1", 0.0), rec("q2", 0.0)], "x": [rec("q2", 0.0), rec("q1", 0.0)]}
     with pytest.raises(ValueError, match="'x' does not cover the same questions"):

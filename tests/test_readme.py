@@ -24,6 +24,10 @@ def _row(n, em, f1, acc, delta, low, high, p):
     return {"n": n, "em": em, "f1": f1, "acc": acc, "delta_f1": delta, "ci_low": low, "ci_high": high, "p_value": p}
 
 
+JUDGED = {"judge_acc": 0.75, "delta_judge_acc": 0.25, "delta_judge_acc_ci_low": 0.0025, "delta_judge_acc_ci_high": 0.5,
+          "delta_judge_acc_p_value": 0.5}
+
+
 def ladder_metrics():
     return {"08_correction": {
         "environment": copy.deepcopy(ENV),
@@ -31,9 +35,18 @@ def ladder_metrics():
         "critic_verdict": {"dev_fit": {"n": 10, "threshold": None, "f1_before": 0.25}},
         "ladder": {
             "testbed": {
-                "oracle critique": _row(4, 0.5, 0.6, 0.75, 0.1, 0.0075, 0.2, 0.03),
-                "fixed action": _row(4, 0.25, 0.5, 0.5, -0.0004, -0.05, 0.04, 0.9),
-                "standard RAG": _row(4, 0.25, 0.5, 0.5, 0.0, 0.0, 0.0, 1.0),
+                "oracle critique": {**_row(4, 0.5, 0.6, 0.75, 0.1, 0.0075, 0.2, 0.03), **JUDGED,
+                                    "corrected": 2, "corrected_delta_f1": 0.2, "corrected_right": 0,
+                                    "corrected_right_delta_f1": None},
+                "fixed action": {**_row(4, 0.25, 0.5, 0.5, -0.0004, -0.05, 0.04, 0.9), "judge_acc": 0.5,
+                                 "delta_judge_acc": 0.0, "delta_judge_acc_ci_low": -0.25,
+                                 "delta_judge_acc_ci_high": 0.25, "delta_judge_acc_p_value": 1.0,
+                                 "corrected": 1, "corrected_delta_f1": -0.0016, "corrected_right": 1,
+                                 "corrected_right_delta_f1": -0.0016},
+                "standard RAG": {**_row(4, 0.25, 0.5, 0.5, 0.0, 0.0, 0.0, 1.0), "judge_acc": 0.5,
+                                 "delta_judge_acc": 0.0, "delta_judge_acc_ci_low": 0.0,
+                                 "delta_judge_acc_ci_high": 0.0, "delta_judge_acc_p_value": 1.0, "corrected": 0,
+                                 "corrected_delta_f1": None, "corrected_right": 0, "corrected_right_delta_f1": None},
             },
             "testbed_mde_f1": 0.3,
             "testbed_paired_mde_f1": {"fixed action": 0.12},
@@ -45,15 +58,18 @@ def ladder_metrics():
 LADDER = """\
 Every row answers the same 4 testbed test questions; ΔF1 is the change against standard RAG with a paired \
 bootstrap 95% CI and a paired permutation p; the paired MDE is the smallest change its paired differences \
-could detect (0 for a row that changed no answer).
+could detect (0 for a row that changed no answer). "right" is the share of answers the audited judge calls right, \
+with its paired change; "changed" counts the answers the row changed and "of them right before" those the judge \
+called right before the change, each with its mean F1 change.
 
-| row | n | EM | F1 | acc | ΔF1 (95% CI) | p | paired MDE |
-| --- | --- | --- | --- | --- | --- | --- | --- |
-| standard RAG | 4 | 0.250 | 0.500 | 0.500 | – | – | – |
-| fixed action | 4 | 0.250 | 0.500 | 0.500 | +0.000 (-0.050, +0.040) | 0.9000 | 0.120 |
-| oracle critique | 4 | 0.500 | 0.600 | 0.750 | +0.100 (+0.008, +0.200) | 0.0300 | – |
+| row | n | F1 | ΔF1 (95% CI) | p | paired MDE | right | Δ right (95% CI) | changed (ΔF1) | of them right before (ΔF1) |
+| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
+| standard RAG | 4 | 0.500 | – | – | – | 0.500 | – | – | – |
+| fixed action | 4 | 0.500 | +0.000 (-0.050, +0.040) | 0.9000 | 0.120 | 0.500 | +0.000 (-0.250, +0.250) | 1 (-0.002) | 1 (-0.002) |
+| oracle critique | 4 | 0.600 | +0.100 (+0.008, +0.200) | 0.0300 | – | 0.750 | +0.250 (+0.003, +0.500) | 2 (+0.200) | 0 |
 
 - 95% CI of ΔF1 wholly above 0: oracle critique; wholly below 0: none.
+- 95% CI of the change in the share judged right wholly above 0: oracle critique; wholly below 0: none.
 - Minimum detectable F1 change at n = 4 (80% power, conservative): 0.300.
 - RAG-Critic's acting threshold, fitted on 10 dev questions: none raised dev F1 above 0.250, so it corrects no \
 test answer.

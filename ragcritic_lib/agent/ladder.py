@@ -4,9 +4,15 @@ Rows, all on the same questions: standard RAG; a *fixed action* (one program app
 answer, no critic: does targeting matter?); RAG-Critic with its trained critic and planner after
 1 and 2 rounds; an *oracle verdict* (gold correctness, the trained critic's labels); an *oracle
 critique* (gold correctness and labels from the error's known causes, rule-based planner: the
-ceiling of the action layer). Each row reports EM / F1 / accuracy and its F1 difference to
-standard RAG with a paired bootstrap interval and a paired sign-flip permutation p-value
-(:mod:`ragcritic_lib.evaluation.stats`); the minimum detectable F1 effect says what the sample size can see.
+ceiling of the action layer). Two rows change one thing at a time between them: *RAG-Critic +
+rule planner* (the critic's verdict and labels, the oracle critique's planner) and *oracle verdict
++ rule planner* (gold correctness, the critic's labels, the rule planner), so the step from the
+critic to the ceiling splits into verdict, labels and planner. Each row reports EM / F1 /
+accuracy and its F1 difference to standard RAG with a paired bootstrap interval and a paired
+sign-flip permutation p-value (:mod:`ragcritic_lib.evaluation.stats`), the same for the share the
+judge calls right (``delta_judge_acc``), and how many answers it changed (``corrected``) and of
+those how many were right before (``corrected_right``); the minimum detectable F1 effect says
+what the sample size can see.
 
 The two oracles read gold answers and the testbed's construction metadata: they are labelled as
 oracles and exist only as ceilings; the actions they drive never see either.
@@ -27,9 +33,11 @@ from ragcritic_lib.agent.workflow import (
 )
 from ragcritic_lib.evaluation.scoring import score_prediction
 from ragcritic_lib.evaluation.stats import paired_comparison, paired_mde
+from ragcritic_lib.mining.sampling import is_correct
 
 LADDER_ROWS: tuple[str, ...] = (
-    "standard RAG", "fixed action", "RAG-Critic (1 iter)", "RAG-Critic (2 iter)", "oracle verdict", "oracle critique",
+    "standard RAG", "fixed action", "RAG-Critic (1 iter)", "RAG-Critic (2 iter)", "RAG-Critic + rule planner",
+    "oracle verdict", "oracle verdict + rule planner", "oracle critique",
 )
 DEGENERATE_PLAN_SHARE = 0.6
 """A planner whose most frequent plan exceeds this share of its plans is flagged degenerate."""
@@ -146,30 +154,57 @@ class KnownCauseCritic:
         return out
 
 
-def ladder_records(runs: Mapping[str, Sequence[Mapping[str, Any]]], rows: Mapping[str, tuple[str, int]]
-                   ) -> dict[str, list[dict[str, Any]]]:
+def ladder_records(runs: Mapping[str, Sequence[Mapping[str, Any]]], rows: Mapping[str, tuple[str, int]], *,
+                   judge_metric: str | None = None, judge_threshold: float = 0.5) -> dict[str, list[dict[str, Any]]]:
     """Scored records per ladder row: ``rows`` maps a row name to (method run name, round);
-    round 0 of any run is standard RAG."""
+    round 0 of any run is standard RAG. With ``judge_metric`` every record also carries
+    ``correct``, the judge's verdict on that row's answer (:func:`ragcritic_lib.mining.sampling.is_correct`,
+    the one judge of "right" every stage reads)."""
     out = {}
     for row, (method, iteration) in rows.items():
         if method not in runs:
             raise KeyError(f"ladder row {row!r}: no run named {method!r} (runs: {sorted(runs)})")
         out[row] = records_at_iteration(runs[method], iteration)
+        if judge_metric is not None:
+            for r in out[row]:
+                r["correct"] = is_correct(r, metric=judge_metric, threshold=judge_threshold)
     return out
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return round(sum(values) / len(values), 4) if values else None
 
 
 def _row(recs: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]], n_boot: int, n_perm: int,
          seed: int) -> dict[str, Any]:
     f1 = [float(r["f1"]) for r in recs]
-    cmp = paired_comparison(f1, [float(r["f1"]) for r in base], n_boot=n_boot, n_perm=n_perm, seed=seed)
+    base_f1 = [float(r["f1"]) for r in base]
+    cmp = paired_comparison(f1, base_f1, n_boot=n_boot, n_perm=n_perm, seed=seed)
     n = len(recs)
-    return {
+    row: dict[str, Any] = {
         "n": n,
         "em": round(sum(r["em"] for r in recs) / n, 4), "f1": round(sum(f1) / n, 4),
         "acc": round(sum(r["acc"] for r in recs) / n, 4),
         "delta_f1": round(cmp["delta"], 4), "ci_low": round(cmp["ci_low"], 4), "ci_high": round(cmp["ci_high"], 4),
         "p_value": round(cmp["p_value"], 4),
     }
+    if all("correct" in r for r in (*recs, *base)):
+        right = [float(bool(r["correct"])) for r in recs]
+        judged = paired_comparison(right, [float(bool(r["correct"])) for r in base], n_boot=n_boot, n_perm=n_perm,
+                                   seed=seed)
+        row.update(judge_acc=round(sum(right) / n, 4), delta_judge_acc=round(judged["delta"], 4),
+                   delta_judge_acc_ci_low=round(judged["ci_low"], 4),
+                   delta_judge_acc_ci_high=round(judged["ci_high"], 4),
+                   delta_judge_acc_p_value=round(judged["p_value"], 4))
+    if all("prediction" in r for r in (*recs, *base)):
+        changed = [i for i, (r, b) in enumerate(zip(recs, base))
+                   if str(r["prediction"]).strip() != str(b["prediction"]).strip()]
+        row.update(corrected=len(changed), corrected_delta_f1=_mean([f1[i] - base_f1[i] for i in changed]))
+        if all("correct" in b for b in base):
+            was_right = [i for i in changed if base[i]["correct"]]
+            row.update(corrected_right=len(was_right),
+                       corrected_right_delta_f1=_mean([f1[i] - base_f1[i] for i in was_right]))
+    return row
 
 
 def ladder_table(rows: Mapping[str, Sequence[Mapping[str, Any]]], *, baseline: str = "standard RAG",
@@ -181,7 +216,12 @@ def ladder_table(rows: Mapping[str, Sequence[Mapping[str, Any]]], *, baseline: s
             same questions in the same order (checked by ``id``).
 
     Returns:
-        {"all": {row: {n, em, f1, acc, delta_f1, ci_low, ci_high, p_value}},
+        {"all": {row: {n, em, f1, acc, delta_f1, ci_low, ci_high, p_value, and, when the records
+                 carry ``correct`` (the judge's verdict, :func:`ladder_records`): judge_acc,
+                 delta_judge_acc with its paired CI and p-value; when they carry ``prediction``:
+                 corrected (answers the row changed against the baseline), corrected_right (of
+                 those, answers the judge called right before) and the mean F1 change of each
+                 group}},
          "by_type": {type: {row: {...}}},
          "paired_mde_f1": {row: MDE of that row's paired differences at its n},
          "mde_f1": MDE at n from standard RAG's per-question F1 SD (pilot formula, conservative)}.

@@ -638,7 +638,7 @@ class BenchmarkMetrics(StageMetrics):
 # --------------------------------------------------------------------------------------------
 # 08: correction and its ladder
 # --------------------------------------------------------------------------------------------
-@ordered(("ci_low", "delta_f1", "ci_high"))
+@ordered(("ci_low", "delta_f1", "ci_high"), ("delta_judge_acc_ci_low", "delta_judge_acc", "delta_judge_acc_ci_high"))
 class LadderRow(TypedDict):
     """``ladder.<dataset>.<row>`` (``ragcritic_lib.agent.ladder.ladder_table``): F1 on a 0-1 scale,
     its paired change against standard RAG with a bootstrap interval and a permutation p-value."""
@@ -650,6 +650,18 @@ class LadderRow(TypedDict):
     ci_low: Delta
     ci_high: Delta
     p_value: Fraction
+    # the judge's verdicts (ladder_records with judge_metric): the share called right and its paired change
+    judge_acc: NotRequired[Fraction]
+    delta_judge_acc: NotRequired[Delta]
+    delta_judge_acc_ci_low: NotRequired[Delta]
+    delta_judge_acc_ci_high: NotRequired[Delta]
+    delta_judge_acc_p_value: NotRequired[Fraction]
+    # answers the row changed against standard RAG, those of them the judge called right before,
+    # and the mean F1 change of each group (None for an empty group)
+    corrected: NotRequired[Count]
+    corrected_delta_f1: NotRequired[Delta | None]
+    corrected_right: NotRequired[Count]
+    corrected_right_delta_f1: NotRequired[Delta | None]
 
 
 LADDER = by_suffix(dict[str, LadderRow],

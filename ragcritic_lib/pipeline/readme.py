@@ -205,27 +205,38 @@ def _flags(metrics: Mapping[str, Any], stem: str) -> list[str]:
     return [str(f) for f in flags]
 
 
-def _ci_sentence(metrics: Mapping[str, Any], stem: str, group: Sequence[str], names: Iterable[str]) -> str:
-    """Which rows' 95% CI of the F1 change lies wholly above 0 and which wholly below."""
+def _ci_sentence(metrics: Mapping[str, Any], stem: str, group: Sequence[str], names: Iterable[str], *,
+                 what: str = "ΔF1", ends: tuple[str, str] = ("ci_low", "ci_high")) -> str:
+    """Which rows' 95% CI of the F1 change (or of ``what`` read from ``ends``) lies wholly above 0
+    and which wholly below."""
     above, below = [], []
     for name in names:
         if name == BASELINE:
             continue
-        low, high = (_number(metrics, stem, *group, name, k) for k in ("ci_low", "ci_high"))
+        low, high = (_number(metrics, stem, *group, name, k) for k in ends)
         if low > 0:
             above.append(name)
         elif high < 0:
             below.append(name)
-    return (f"95% CI of ΔF1 wholly above 0: {', '.join(above) or 'none'}; "
+    return (f"95% CI of {what} wholly above 0: {', '.join(above) or 'none'}; "
             f"wholly below 0: {', '.join(below) or 'none'}.")
 
 
-def _change(metrics: Mapping[str, Any], stem: str, *keys: str) -> str:
-    d, lo, hi = (_number(metrics, stem, *keys, k) for k in ("delta_f1", "ci_low", "ci_high"))
+def _change(metrics: Mapping[str, Any], stem: str, *keys: str,
+            fields: tuple[str, str, str] = ("delta_f1", "ci_low", "ci_high")) -> str:
+    d, lo, hi = (_number(metrics, stem, *keys, k) for k in fields)
     return f"{_signed(d)} ({_signed(lo)}, {_signed(hi)})"
 
 
 # ------------------------------------------------------------------------------------- the blocks
+def _count_with_change(row: Mapping[str, Any], count: str, change: str) -> str:
+    """``12 (+0.050)``: a count of answers and their mean F1 change; a dash when not recorded."""
+    if not isinstance(row.get(count), int):
+        return _DASH
+    mean = row.get(change)
+    return f"{row[count]}" + (f" ({_signed(mean)})" if isinstance(mean, (int, float)) else "")
+
+
 def _ladder_rows(metrics: Mapping[str, Any], dataset: str) -> list[list[str]]:
     stem = "08_correction"
     rows = _get(metrics, stem, "ladder", dataset)
@@ -234,18 +245,26 @@ def _ladder_rows(metrics: Mapping[str, Any], dataset: str) -> list[list[str]]:
     for name in _ordered(rows):
         key = ("ladder", dataset, name)
         base = name == BASELINE
+        row = rows[name]
+        judged = "delta_judge_acc" in row
         out.append([
             name,
             str(int(_number(metrics, stem, *key, "n"))),
-            *(_f(_number(metrics, stem, *key, k)) for k in ("em", "f1", "acc")),
+            _f(_number(metrics, stem, *key, "f1")),
             _DASH if base else _change(metrics, stem, *key),
             _DASH if base else _f(_number(metrics, stem, *key, "p_value"), 4),
             _DASH if base or name not in mdes else _f(mdes[name]),
+            _f(_number(metrics, stem, *key, "judge_acc")) if judged else _DASH,
+            _DASH if base or not judged else _change(metrics, stem, *key, fields=(
+                "delta_judge_acc", "delta_judge_acc_ci_low", "delta_judge_acc_ci_high")),
+            _DASH if base else _count_with_change(row, "corrected", "corrected_delta_f1"),
+            _DASH if base else _count_with_change(row, "corrected_right", "corrected_right_delta_f1"),
         ])
     return out
 
 
-_LADDER_HEADER = ("row", "n", "EM", "F1", "acc", "ΔF1 (95% CI)", "p", "paired MDE")
+_LADDER_HEADER = ("row", "n", "F1", "ΔF1 (95% CI)", "p", "paired MDE", "right", "Δ right (95% CI)",
+                  "changed (ΔF1)", "of them right before (ΔF1)")
 
 
 def _compose(intro: str, header: Sequence[str], rows: Iterable[Sequence[str]], notes: Iterable[str]) -> str:
@@ -258,8 +277,11 @@ def render_ladder(metrics: Mapping[str, Any]) -> str:
     stem = "08_correction"
     rows = _get(metrics, stem, "ladder", "testbed")
     n = int(_number(metrics, stem, "ladder", "testbed", BASELINE, "n"))
+    judged = [name for name in rows if isinstance(rows[name], Mapping) and "delta_judge_acc" in rows[name]]
     notes = [
         _ci_sentence(metrics, stem, ("ladder", "testbed"), rows),
+        *([_ci_sentence(metrics, stem, ("ladder", "testbed"), judged, what="the change in the share judged right",
+                        ends=("delta_judge_acc_ci_low", "delta_judge_acc_ci_high"))] if judged else []),
         (f"Minimum detectable F1 change at n = {n} (80% power, conservative): "
          f"{_f(_number(metrics, stem, 'ladder', 'testbed_mde_f1'))}."),
     ]
@@ -306,7 +328,10 @@ def render_ladder(metrics: Mapping[str, Any]) -> str:
     notes += [_flags_line(_flags(metrics, stem)), environment_line(metrics, stem)]
     intro = (f"Every row answers the same {n} testbed test questions; ΔF1 is the change against standard RAG "
              "with a paired bootstrap 95% CI and a paired permutation p; the paired MDE is the smallest change "
-             "its paired differences could detect (0 for a row that changed no answer).")
+             "its paired differences could detect (0 for a row that changed no answer). \"right\" is the share "
+             "of answers the audited judge calls right, with its paired change; \"changed\" counts the answers "
+             "the row changed and \"of them right before\" those the judge called right before the change, each "
+             "with its mean F1 change.")
     return _compose(intro, _LADDER_HEADER, _ladder_rows(metrics, "testbed"), notes)
 
 
