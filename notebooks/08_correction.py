@@ -39,18 +39,11 @@ critic_max_new_tokens = 96
 critic_verdict = "dev_f1"
 dev_questions = 70
 verify_corrections = "dev_f1"
-planner_train_file = "data/taxonomy/build/error_qa.jsonl"
-planner_recipe = "configs/train/planner_sft.yaml"
-planner_max_steps = 24
-planner_max_examples = 160
-planner_prompt = "compact"
+planner_dir = "data/planner_data"
 planner_max_new_tokens = 160
 planner_decoding = "constrained"
-planner_candidates = "critique"
-planner_launcher = "inprocess"
-accelerate_config = "configs/accelerate/multi_gpu.yaml"
+planner_candidates = "table"
 zeroshot_planner_model = ""
-planner_base_model = ""
 action_topk = 3
 answer_mode = "free"
 deep_topk = 8
@@ -67,9 +60,7 @@ from ragcritic_lib.agent.ladder import (
     AlwaysErrorCritic, KnownCauseCritic, correction_metrics, fit_critic_act_threshold, ladder_records, ladder_table,
     plan_shares, verdict_quality, verdict_shares,
 )
-from ragcritic_lib.agent.planner import (
-    LLMPlanner, RuleBasedPlanner, load_error_actions, load_trained_planner, planner_sft_examples,
-)
+from ragcritic_lib.agent.planner import LLMPlanner, RuleBasedPlanner, load_error_actions, load_trained_planner
 from ragcritic_lib.agent.workflow import (
     OracleCritic, action_usage, comparison_rows, cost_rows, iteration_table,
     method_slug, pick_case_studies, rag_cost, rejection_counts, render_case_study, run_methods, status_counts,
@@ -78,7 +69,7 @@ from ragcritic_lib.agent.workflow import (
 from ragcritic_lib.critic.critics import load_trained_critic
 from ragcritic_lib.data.flashrag import dataset_paths, load_corpus_records
 from ragcritic_lib.mining.evidence import compute_evidence
-from ragcritic_lib.io import read_jsonl, write_json, write_jsonl
+from ragcritic_lib.io import read_json, read_jsonl, write_jsonl
 from ragcritic_lib.mining.sampling import passage_metadata
 from ragcritic_lib.pipeline.outputs import save_markdown, save_table
 from ragcritic_lib.pipeline.stage_models import setup_stage
@@ -86,11 +77,12 @@ from ragcritic_lib.retrieval.rag import answer_gen_params
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 from ragcritic_lib.retrieval import CrossEncoderReranker
 from ragcritic_lib.mining.taxonomy import load_known_causes, load_taxonomy
-from ragcritic_lib.critic.training import run_training, write_loss_curve
 
 setup = setup_stage("correction")  # params and data/correction; the generator and retrievers load on first use
 params, seed, datasets, out_dir = setup.params, setup.seed, setup.datasets, setup.out_dir
 rag_cfg = params["retrieval_rag"]  # the standard-RAG settings every answer is generated with
+judge = params["error_sampling"]  # the audited judge of "right": the oracles' verdicts and the ladder's right share
+gold = {"metric": judge["judge_metric"], "threshold": judge["judge_threshold"]}
 taxonomy = load_taxonomy()
 # Standard-RAG answers are read from notebook 01's outputs, never regenerated. The testbed's
 # first N test questions cycle through the question types (N = 280, the whole split: 40 per type);
@@ -114,48 +106,36 @@ pd.DataFrame(table.rows())
 print(rule_planner.program_for({"judgement": "Error", "tag1": ["Incomplete Information"]})[0])
 
 # %% [markdown]
-# ## Training the planner
+# ## The planner
 # The packaged 135M model does not write usable programs zero-shot, so the planner is that model
-# with a LoRA adapter fine-tuned on the rule-based programs of training-split error records
-# (never a test question). Examples are balanced over the plan they call for.
+# with a LoRA adapter fine-tuned by notebook `08_planner_data` on the programs that repaired wrong
+# answers to *train* questions when they were run (never a test question); its decoding chooses
+# among the error-action table's programs (`planner_candidates`).
 
 # %%
-test_questions = {r["question"] for recs in test_sets.values() for r in recs}
-train_records = [r for r in read_jsonl(paths.resolve(planner_train_file)) if r["question"] not in test_questions]
-# BEGIN SOLUTION hint: planner SFT examples from the rule-based plans of the train records
-sft_examples = planner_sft_examples(train_records, table, variant=planner_prompt, planner=rule_planner,
-                                    max_examples=planner_max_examples, seed=seed)
-# END SOLUTION
-write_jsonl(out_dir / "planner_sft.jsonl", sft_examples)
-print(f"{len(train_records)} training records -> {len(sft_examples)} SFT examples\n")
-print(sft_examples[0]["messages"][1]["content"][-600:], "\n---\n", sft_examples[0]["messages"][2]["content"])
-
-# %%
-# The local model folder trained from: planner_base_model, or the generator's model ("" and a local generator).
-planner_base = runtime.resolve_base_model(params, planner_base_model, key="correction.planner_base_model")
-trained = run_training("sft", sft_examples, planner_recipe, out_dir / "planner_adapter", base_model=planner_base,
-                       overrides={"max_steps": planner_max_steps, "seed": seed}, launcher=planner_launcher,
-                       accelerate_config=accelerate_config)
-write_loss_curve(trained.log_history, out_dir / "planner_loss.json")
-write_json(out_dir / "planner_train_result.json", trained.to_dict())  # records the base the adapter belongs on
-{k: v for k, v in trained.to_dict().items() if k in ("steps", "seconds", "seconds_per_step", "examples", "device")}
+planner_result = read_json(paths.resolve(planner_dir) / "planner_train_result.json")
+planner_data = read_json(paths.resolve(planner_dir) / "outcomes.json")  # what the executed programs did
+planner_prompt = params["planner_data"]["prompt"]  # the prompt the planner was trained with
+print(f"planner trained on {planner_result['examples']} examples ({planner_data['targets']} targets) from "
+      f"{planner_data['outcomes']['executed_records']} executed programs; {planner_result['steps']} steps")
+{k: v for k, v in planner_result.items() if k in ("steps", "seconds", "examples", "device", "base_model")}
 
 # %% [markdown]
 # ## Critics, planners and the methods compared
 # The ladder's rows: a *fixed action* (every answer judged wrong without a label, so the table's
 # default program runs on every answer: does targeting matter?), RAG-Critic (trained critic and
-# planner), the *oracle verdict* (gold correctness, the trained critic's labels, trained planner)
-# and the *oracle critique* (gold correctness, labels from the known causes of each error, rule
-# planner: the ceiling of the action layer). Two rows change one part at a time on the way up:
-# *RAG-Critic + rule planner* (the critic's verdicts and labels, the oracle critique's planner) and
-# *oracle verdict + rule planner* (gold verdicts, the critic's labels, the rule planner), so the
-# gap between RAG-Critic and the ceiling splits into planner, verdict and labels. Knowing which
-# questions are answerable, the oracle
-# critique never calls an answerable question's answer unsupported: that label's remedy is to
-# abstain, which can only lose there. Oracles read gold answers and the testbed's construction
-# metadata; the actions never do. The Table 4 ablations (zero-shot critic, tier-1-only
-# labels, rule or zero-shot planner, free decoding) are not run: their CPU time went to 280
-# questions. The trivia set runs only RAG-Critic and the oracle critique, small, beside its
+# planner), the *oracle verdict* (the audited judge's verdict, the trained critic's labels, trained
+# planner) and the *oracle critique* (the judge's verdict, labels from the known causes of each
+# error, rule planner: the ceiling of the action layer). Two rows change one part at a time on
+# the way up: *RAG-Critic + rule planner* (the critic's verdicts and labels, the oracle
+# critique's planner) and *oracle verdict + rule planner* (the judge's verdicts, the critic's
+# labels, the rule planner), so the gap between RAG-Critic and the ceiling splits into planner,
+# verdict and labels. Knowing which questions are answerable, the oracle critique never calls an
+# answerable question's answer unsupported: that label's remedy is to abstain, which can only
+# lose there. Oracles read gold answers and the testbed's construction metadata; the actions
+# never do. The Table 4 ablations (zero-shot critic, tier-1-only labels, zero-shot planner, free
+# decoding) are not run: their CPU time went to 280 questions. The trivia set runs only
+# RAG-Critic and the oracle critique, small, beside its
 # answer-recall ceiling: no effect is claimed from it.
 
 # %%
@@ -167,26 +147,29 @@ trained_critic = load_trained_critic(params, paths.resolve(critic_dir), taxonomy
                                      max_new_tokens=critic_max_new_tokens, name="trained")
 threshold = trained_critic.threshold
 verify = verify_corrections == "always"  # dev_f1: decided by the dev fit below, before any test question is run
-# A LoRA planner runs on its recorded base (planner_base), a fully fine-tuned one as it is.
-trained_planner = load_trained_planner(params, trained.adapter_dir, variant=planner_prompt,
+# A LoRA planner runs on its recorded base, a fully fine-tuned one as it is.
+trained_planner = load_trained_planner(params, paths.resolve(planner_result["adapter_dir"]), variant=planner_prompt,
                                        max_new_tokens=planner_max_new_tokens, name="trained",
                                        decoding=planner_decoding, candidates=rule_planner, scope=planner_candidates)
 known_causes = load_known_causes(taxonomy=taxonomy)
 
 
-def methods_for(ds: str) -> dict:
-    """The methods run on one dataset (the oracle critique diagnoses on that dataset's records).
-    The first dataset gets the whole ladder; the others RAG-Critic and the oracle critique."""
+def oracle_critique_for(ds: str) -> KnownCauseCritic:
+    """The oracle critique, diagnosing on that dataset's records and corpus."""
     corpus = load_corpus_records(dataset_paths(params["common"]["datasets"], ds)["corpus"])
-    oracle_critique = KnownCauseCritic(known_causes, source_records=test_sets[ds], passage_meta=passage_metadata(corpus))
+    return KnownCauseCritic(known_causes, source_records=test_sets[ds], passage_meta=passage_metadata(corpus), **gold)
+
+
+def methods_for(ds: str) -> dict:
+    """The methods run on one dataset: the whole ladder on the first, RAG-Critic and the oracle critique on the others."""
+    verifier, oracle = (trained_critic if verify else None), OracleCritic(tagger=trained_critic, **gold)
     methods = {"RAG-Critic": {"critic": trained_critic, "planner": trained_planner, "iterations": iterations,
-                              "verifier": trained_critic if verify else None},
+                              "verifier": verifier},
                "fixed action": {"critic": AlwaysErrorCritic(), "planner": rule_planner},
-               "RAG-Critic + rule planner": {"critic": trained_critic, "planner": rule_planner,
-                                             "verifier": trained_critic if verify else None},
-               "oracle verdict": {"critic": OracleCritic(tagger=trained_critic), "planner": trained_planner},
-               "oracle verdict + rule planner": {"critic": OracleCritic(tagger=trained_critic), "planner": rule_planner},
-               "oracle critique": {"critic": oracle_critique, "planner": rule_planner}}
+               "RAG-Critic + rule planner": {"critic": trained_critic, "planner": rule_planner, "verifier": verifier},
+               "oracle verdict": {"critic": oracle, "planner": trained_planner},
+               "oracle verdict + rule planner": {"critic": oracle, "planner": rule_planner},
+               "oracle critique": {"critic": oracle_critique_for(ds), "planner": rule_planner}}
     keep = list(methods) if ds == datasets[0] else ["RAG-Critic", "oracle critique"]
     return {k: methods[k] for k in keep}
 
@@ -287,10 +270,9 @@ if verify:
     if own is not None:
         ladder_rows["RAG-Critic (1 iter, unverified)"] = ("RAG-Critic unverified", 1)
     ladder_rows["RAG-Critic (1 iter, unverified, same threshold)"] = ("RAG-Critic unverified, same threshold", 1)
-judge = params["error_sampling"]  # the audited judge of "right" (stage error_sampling's)
 ladders = {ds: ladder_table(ladder_records(ladder_runs[ds], {row: run for row, run in ladder_rows.items()
                                                              if run[0] in ladder_runs[ds]},
-                                           judge_metric=judge["judge_metric"], judge_threshold=judge["judge_threshold"]),
+                                           judge_metric=gold["metric"], judge_threshold=gold["threshold"]),
                             seed=seed)
            for ds in datasets}
 answer_recall = {ds: round(sum(compute_evidence(r)["gold_in_passages"] for r in test_sets[ds]) / len(test_sets[ds]), 4)
@@ -395,7 +377,10 @@ print("\n---\n\n".join(cases))
 # Comparison, iterations, stable costs, statuses, the ladder and the flags, gathered in one dict.
 metrics = correction_metrics(test_sets=test_sets, runs=runs, costs=costs, methods=method_sets[datasets[0]],
                              ladders=ladders, answer_recall=answer_recall, shares=shares, verdicts=verdicts,
-                             degenerate=degenerate, planner_run=trained, planner_sft_examples=len(sft_examples),
+                             degenerate=degenerate, planner_run=planner_result,
+                             planner_sft_examples=int(planner_result["examples"]),
+                             executed_records=int(planner_data["outcomes"]["executed_records"]),
+                             planner_targets=planner_data["targets"],
                              critic_verdict=critic_verdict, threshold=threshold, act_fit=act_fit, verify=verify,
                              verify_mode=verify_corrections,
                              planner_decoding=planner_decoding, verdict_quality=test_verdicts)

@@ -48,7 +48,7 @@ def test_empty_override_takes_a_local_generator(tmp_path):
     gen = _model_folder(tmp_path / "generator")
     for backend in ("hf", "vllm"):
         got = runtime.resolve_base_model(_params(backend=backend, model=str(gen)), "",
-                                         key="correction.planner_base_model")
+                                         key="planner_data.base_model")
         assert got == str(gen)
 
 
@@ -107,20 +107,20 @@ def _with(params, **sections):
 
 def test_committed_params_name_every_base_model_key_empty(params):
     assert params["critic_sft"]["base_model"] == ""
-    assert params["correction"]["planner_base_model"] == ""
+    assert params["planner_data"]["base_model"] == ""
     assert params["repair"]["base_model"] == ""
     assert params["simrag"]["critic_base_model"] == ""
 
 
 def test_base_model_keys_must_be_local_folders_or_stage_outputs(params, tmp_path):
     bad = _with(params, critic_sft={"base_model": "data/nowhere/model"},
-                correction={"planner_base_model": 7})
+                planner_data={"base_model": 7})
     problems = params_problems(bad)
     assert "critic_sft.base_model: data/nowhere/model: no such file or folder, and no dvc.yaml stage produces it" \
         in problems
-    assert "correction.planner_base_model: expected str, got int (7)" in problems
+    assert "planner_data.base_model: expected str, got int (7)" in problems
     good = _with(params, critic_sft={"base_model": str(_model_folder(tmp_path / "m"))},
-                 correction={"planner_base_model": "data/critic_sft/model"},  # shipped by stage critic_sft
+                 planner_data={"base_model": "data/critic_sft/model"},  # shipped by stage critic_sft
                  repair={"base_model": str(tmp_path / "m")}, simrag={"critic_base_model": ""})
     assert params_problems(good) == []
 
@@ -129,20 +129,20 @@ def test_served_generator_needs_the_base_models_of_the_stages_that_train(params,
     served = copy.deepcopy(params)
     served["common"]["generator"] = {"backend": "openai", "model": "served-x", "urls": "http://127.0.0.1:9"}
     # RePAIR from an init checkpoint and SIM-RAG with the classifier critic train no LLM of their own
-    fewer = _with(served, repair={"init_adapter": "data/correction/planner_adapter"}, simrag={"critic": "classifier"})
+    fewer = _with(served, repair={"init_adapter": "data/planner_data/planner_adapter"}, simrag={"critic": "classifier"})
     assert params_problems(fewer) == [
         "critic_sft.base_model: required when common.generator.backend is 'openai' (a served model 'served-x' "
         "cannot be trained; set a local checkpoint folder)",
-        "correction.planner_base_model: required when common.generator.backend is 'openai' (a served model "
+        "planner_data.base_model: required when common.generator.backend is 'openai' (a served model "
         "'served-x' cannot be trained; set a local checkpoint folder)",
     ]
     # RePAIR without an init checkpoint and SIM-RAG with an LLM critic (the defaults) train from their bases
     more = _with(served, repair={"init_adapter": ""}, simrag={"critic": "llm"})
     assert {p.split(":")[0] for p in params_problems(more)} == {
-        "critic_sft.base_model", "correction.planner_base_model", "repair.base_model",
+        "critic_sft.base_model", "planner_data.base_model", "repair.base_model",
         "simrag.critic_base_model"}
     local = str(_model_folder(tmp_path / "m"))
-    fixed = _with(more, critic_sft={"base_model": local}, correction={"planner_base_model": local},
+    fixed = _with(more, critic_sft={"base_model": local}, planner_data={"base_model": local},
                   repair={"base_model": local}, simrag={"critic_base_model": local})
     assert params_problems(fixed) == []
 

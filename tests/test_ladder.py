@@ -461,7 +461,7 @@ def _correction_inputs():
     ladders = {"tb": ladder_table(ladder_records(runs["tb"], {"standard RAG": ("RAG-Critic", 0),
                                                               "RAG-Critic (1 iter)": ("RAG-Critic", 1)}),
                                   n_boot=100, n_perm=100)}
-    trained = TrainResult(adapter_dir="data/correction/planner_adapter", is_adapter=True, base_model="base", steps=24,
+    trained = TrainResult(adapter_dir="data/planner_data/planner_adapter", is_adapter=True, base_model="base", steps=24,
                           seconds=812.44, log_history=[{"loss": 1.0}], examples=160, recipe={"lr": 1e-4})
     costs = {"tb": {"RAG-Critic": {"critic": {"calls": 2.0, "wall_s": 1.5, "generated_calls": 2.0},
                                    "total": {"calls": 2.0, "wall_s_per_sample": 0.75, "generation_s": 0.2}}}}
@@ -510,7 +510,7 @@ def test_correction_metrics_gathers_the_stage_metrics_exactly():
         "RAG-Critic": {"Retrieval": 2, "RewriteQuery": 1, "DecomposeQuery": 0, "RefineDoc": 1},
         "fixed action": {"Retrieval": 0, "RewriteQuery": 0, "DecomposeQuery": 0, "RefineDoc": 0}}}
     # The training record without its log, recipe and per-step timing; the wall time to 0.1 s.
-    assert m["planner_training"] == {"adapter_dir": "data/correction/planner_adapter", "is_adapter": True,
+    assert m["planner_training"] == {"adapter_dir": "data/planner_data/planner_adapter", "is_adapter": True,
                                      "base_model": "base", "steps": 24, "examples": 160, "dropped_too_long": 0,
                                      "device": "cpu", "seconds": 812.4}
     assert m["planner_sft_examples"] == 160 and m["planner_decoding"] == "constrained"

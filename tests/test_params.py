@@ -86,7 +86,8 @@ REJECTED = [
     ("correction", {"critic_verdict": "vote"}, "correction.critic_verdict: must be one of generate | calibrated"),
     ("correction", {"verify_corrections": "sometimes"}, "correction.verify_corrections: must be one of never | always | dev_f1"),
     ("correction", {"planner_decoding": "beam"}, "correction.planner_decoding: must be one of free | constrained | scored"),
-    ("correction", {"planner_launcher": "mpi"}, "correction.planner_launcher: must be one of inprocess | accelerate"),
+    ("planner_data", {"launcher": "mpi"}, "planner_data.launcher: must be one of inprocess | accelerate"),
+    ("planner_data", {"targets": "luck"}, "planner_data.targets: must be one of outcomes | rule, got 'luck'"),
     ("correction", {"timeout_s": 0.0}, "correction.timeout_s: must be > 0, got 0.0"),
     ("comparison", {"ci_alpha": 1.0}, "comparison.ci_alpha: must be in (0, 1), got 1.0"),
     ("comparison", {"rag_critic_results": "data/correction/{ds}/x.jsonl"},
@@ -142,7 +143,7 @@ def test_backend_unsupported_key_is_reported(params):
     # as load_llm: a setting that changes outputs but that the backend cannot honour
     bad = _bad(params, "common.generator", {"backend": "openai", "no_repeat_ngram_size": 3, "urls": "http://x:1"})
     local = "data/assets/models/smollm2-135m-instruct"  # a served generator: trained models need a local base
-    bad["critic_sft"]["base_model"] = bad["correction"]["planner_base_model"] = local
+    bad["critic_sft"]["base_model"] = bad["planner_data"]["base_model"] = local
     bad["repair"]["base_model"] = bad["simrag"]["critic_base_model"] = local
     assert params_problems(bad) == ["common.generator.no_repeat_ngram_size: not supported by backend 'openai'"]
     bad["common"]["generator"]["no_repeat_ngram_size"] = 0  # off: harmless

@@ -516,3 +516,24 @@ def test_critic_data_reading_counts_sources_lengths_and_dev() -> None:
     assert "By the answer's length: 1-3 words 4 right and 1 wrong; 11+ words 1 right and 2 wrong." in text
     assert "Answer surface alone separates right from wrong training samples with AUROC 0.610 (0.5: not at all)." in text
     assert text[-1] == "The dev set holds the generator's 20 answers to the dev questions, 4 of them right by the judge."
+
+
+def test_planner_data_reading_says_what_the_executed_programs_did() -> None:
+    from ragcritic_lib.evaluation.readings import reading_planner_data
+
+    program = {"executed": 4, "made_right": 1, "helped": 2, "mean_delta_f1": 0.1, "targets": 1}
+    metrics = {"programs_per_record": 2, "targets": "outcomes", "train": {"steps": 3},
+               "outcomes": {"executed_records": 8, "records": 4, "made_right": 3, "helped": 5, "mean_delta_f1": 0.05,
+                            "own_program": {"executed": 4, "made_right": 1, "helped": 2, "mean_delta_f1": 0.1},
+                            "by_program": {"A": program, "B": {**program, "made_right": 2, "targets": 2}},
+                            "records_helped": 3, "examples": 3, "top_target_share": 0.6667},
+               "degenerate": ["planner_data: one program is the target of 67% of the examples (over 60%)"]}
+    text = reading_planner_data(metrics)
+    assert text[0].startswith("8 programs ran on 4 wrong answers to train questions (2 a record); 3 runs made the "
+                              "answer right by the judge and 5 helped")
+    assert text[1].startswith("Runs made right per program: B 2 of 4")  # the most repaired first
+    assert ("A program helped 3 of the 4 records; the planner trained on 3 of them, balanced over the programs (the "
+            "most frequent target 67% of the examples), for 3 steps.") in text
+    assert any("67% of the examples" in line for line in text)
+    rule = reading_planner_data({**metrics, "targets": "rule", "degenerate": []})
+    assert any("rule-planner programs (`targets: rule`)" in line for line in rule)

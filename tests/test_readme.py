@@ -307,7 +307,10 @@ def test_every_report_file_and_doc_named_in_the_readme_exists():
 
 def test_the_committed_metrics_render_without_a_missing_key():
     # Every block renders from the committed files (a schema change that drops a key fails here).
-    metrics = readme.load_metrics({s for stems in readme.BLOCK_SOURCES.values() for s in stems})
+    required = {s for name, stems in readme.BLOCK_SOURCES.items() if name not in readme.OPTIONAL_SOURCE_BLOCKS
+                for s in stems}
+    metrics = readme.load_metrics({s for stems in readme.BLOCK_SOURCES.values() for s in stems},
+                                  optional={s for stems in readme.BLOCK_SOURCES.values() for s in stems} - required)
     for name in readme.BLOCK_SOURCES:
         assert render_block(name, copy.deepcopy(metrics)).endswith("\n")
 
@@ -427,20 +430,39 @@ def test_the_environment_line_names_the_cpu_class_and_each_provenance_entry():
 
 def test_the_stage_time_table_is_per_cpu_class_and_says_what_is_not_recorded():
     stems = readme.BLOCK_SOURCES["stage_times"]
-    assert stems[0] == "00_assets" and stems[-1] == "15_analysis" and len(stems) == 18
+    assert stems[0] == "00_assets" and stems[-1] == "15_analysis" and len(stems) == 19
     gen = {"backend": "hf", "device": "cpu", "dtype": "float32"}
     metrics = {stem: {"environment": {"python": "3", "generator": gen, "cpu_class": "avx2", "wall_seconds": 90.0}}
                for stem in stems}
     text = readme.render_block("stage_times", metrics)
     assert "| stage | avx2 (float32) |" in text
-    assert "| `00_assets` | 1.5 min |" in text and "| all stages | 27.0 min |" in text
+    assert "| `00_assets` | 1.5 min |" in text and "| all stages | 28.5 min |" in text
+    not_run = {stem: m for stem, m in metrics.items() if stem != "08_planner_data"}  # a stage that has not run yet
+    text = readme.render_block("stage_times", not_run)
+    assert "| `08_planner_data` | not run yet |" in text and "| all stages | not recorded |" in text
     del metrics["05_critic_sft"]["environment"]["wall_seconds"]
     text = readme.render_block("stage_times", metrics)
     assert "| `05_critic_sft` | not recorded |" in text and "| all stages | not recorded |" in text
     for stem in stems:  # a run before cpu_class and wall_seconds were recorded
         metrics[stem]["environment"] = {"python": "3", "generator": gen}
     text = readme.render_block("stage_times", metrics)
-    assert "| stage | CPU class not recorded |" in text and text.count("not recorded |") == 20  # 18 stages, the total and the header
+    assert "| stage | CPU class not recorded |" in text and text.count("not recorded |") == 21  # 19 stages, the total and the header
+
+
+def test_a_stage_that_has_not_run_yet_is_listed_as_such_but_other_blocks_need_their_files(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("<!-- BEGIN generated: stage_times -->\n<!-- END generated: stage_times -->\n", encoding="utf-8")
+    metrics_dir = tmp_path / "metrics"
+    metrics_dir.mkdir()
+    for stem in readme.BLOCK_SOURCES["stage_times"][:-1]:  # no 15_analysis.json
+        write_json(metrics_dir / f"{stem}.json", {"environment": {"cpu_class": "avx2", "wall_seconds": 60.0}})
+    assert readme.check([page], metrics_dir, root=tmp_path, write=True) == [
+        "page.md: generated block 'stage_times' differs from what reports/metrics gives"]
+    assert "| `15_analysis` | not run yet |" in page.read_text(encoding="utf-8")
+    page.write_text("<!-- BEGIN generated: ladder -->\n<!-- END generated: ladder -->\n", encoding="utf-8")
+    (metrics_dir / "08_correction.json").unlink()
+    with pytest.raises(ReadmeDataError, match="08_correction.json: cannot be read"):
+        readme.check([page], metrics_dir, root=tmp_path)
 
 
 def test_reproduce_md_holds_the_generated_stage_times():

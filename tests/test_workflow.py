@@ -254,8 +254,11 @@ def test_oracle_critic_uses_gold_and_optional_tagger(table):
     assert plain[0].tag1 == [] and plain[0].analysis == "The answer does not match the gold answer."
     tagged = OracleCritic(tagger=ScriptedCritic(tags=["Overly Verbose Response"])).critique(states)
     assert tagged[0].tag1 == ["Overly Verbose Response"] and tagged[0].tag3 == ["missing date"]
-    with pytest.raises(ValueError):
-        OracleCritic(metric="f1")
+    with pytest.raises(ValueError, match="OracleCritic metric must be one of"):
+        OracleCritic(metric="bleu")
+    # The project's judge: S2's answer is right by it too; a judge at F1 >= 0.5 reads S1 as wrong.
+    judged = OracleCritic(metric="truth", threshold=0.5).critique(states)
+    assert [p.judgement for p in judged] == ["Error", "Correct"]
     out = run_correction([S1, S3], critic=OracleCritic(), planner=RuleBasedPlanner(table), actions=make_actions())
     assert [r["final_prediction"] for r in out] == ["1887", "1902"]  # default rule: rewrite + retrieve more
     assert iteration_table(out) == {"iter0": {"em": 0.0, "f1": 0.0, "acc": 0.0, "n": 2},

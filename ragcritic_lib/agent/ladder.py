@@ -33,7 +33,7 @@ from ragcritic_lib.agent.workflow import (
 )
 from ragcritic_lib.evaluation.scoring import score_prediction
 from ragcritic_lib.evaluation.stats import paired_comparison, paired_mde
-from ragcritic_lib.mining.sampling import is_correct
+from ragcritic_lib.mining.sampling import JUDGE_METRICS, is_correct
 
 LADDER_ROWS: tuple[str, ...] = (
     "standard RAG", "fixed action", "RAG-Critic (1 iter)", "RAG-Critic (2 iter)", "RAG-Critic + rule planner",
@@ -77,7 +77,7 @@ class KnownCauseCritic:
             answer match one of them is diagnosed on it (the workflow's state records carry
             passage texts only, and supporting-passage recall needs the ids).
         passage_meta: corpus metadata by passage id (distractor entities), optional.
-        metric: "acc" or "em" decides correctness, as :class:`OracleCritic`.
+        metric, threshold: the judge of correctness, as :class:`OracleCritic`.
         answerable_aware: leave out :data:`ORACLE_DROPPED_WHEN_ANSWERABLE` on answerable
             questions (default); False reports every cause (the dev pilot compares both).
     """
@@ -87,9 +87,10 @@ class KnownCauseCritic:
 
     def __init__(self, known_causes: Mapping[str, Mapping[str, Any]], source_records: Sequence[Mapping[str, Any]] = (),
                  passage_meta: Mapping[str, Mapping[str, Any]] | None = None, metric: str = "acc",
-                 answerable_aware: bool = True) -> None:
-        if metric not in ("acc", "em"):
-            raise ValueError(f"KnownCauseCritic metric must be 'acc' or 'em', got {metric!r}")
+                 answerable_aware: bool = True, threshold: float = 1.0) -> None:
+        if metric not in JUDGE_METRICS:
+            raise ValueError(f"KnownCauseCritic metric must be one of {JUDGE_METRICS}, got {metric!r}")
+        self.threshold = threshold
         self.known_causes = known_causes
         self.sources = {str(r.get("id")): r for r in source_records}
         self.passage_meta = passage_meta
@@ -144,7 +145,7 @@ class KnownCauseCritic:
 
         out = []
         for rec in records:
-            if score_prediction(str(rec.get("prediction") or ""), rec["golden_answers"])[self.metric] >= 1.0:
+            if is_correct(rec, metric=self.metric, threshold=self.threshold):
                 out.append(CriticParse(judgement=CORRECT, valid_json=True))
                 continue
             causes = self.causes(rec)
@@ -468,7 +469,8 @@ def correction_metrics(*, test_sets: Mapping[str, Sequence[Mapping[str, Any]]],
                        degenerate: Sequence[str], planner_run: Any, planner_sft_examples: int, critic_verdict: str,
                        threshold: float, act_fit: Mapping[str, Any] | None, planner_decoding: str,
                        verdict_quality: Mapping[str, Any] | None = None, verify: bool = False,
-                       verify_mode: str = "never") -> dict[str, Any]:
+                       verify_mode: str = "never", executed_records: int | None = None,
+                       planner_targets: str | None = None) -> dict[str, Any]:
     """The correction stage's metrics (``reports/metrics/08_correction.json``, schema
     ``CorrectionMetrics``) from what the stage computed.
 
@@ -484,7 +486,10 @@ def correction_metrics(*, test_sets: Mapping[str, Sequence[Mapping[str, Any]]],
             whose gold answer is in standard RAG's passages}.
         shares: {dataset: {method: :func:`plan_shares`}}; verdicts: {dataset:
             :func:`verdict_shares` of RAG-Critic}; degenerate: the flags.
-        planner_run: the planner's training result (``run_training``: ``to_dict()`` and ``seconds``).
+        planner_run: the planner's training result (``run_training``'s, or its ``to_dict()`` as the
+            planner stage wrote it); executed_records: how many executed (critique, program,
+            outcome) records the planner's data stage ran; planner_targets: what it was trained
+            on (``planner_data.targets``).
         planner_sft_examples: how many examples the planner was trained on.
         critic_verdict: the verdict mode (``correction.critic_verdict``); threshold: the critic's
             threshold as used on test (an infinite one is written as None); act_fit: the dev fit
@@ -496,6 +501,7 @@ def correction_metrics(*, test_sets: Mapping[str, Sequence[Mapping[str, Any]]],
     """
     datasets = list(test_sets)
     rows = {ds: comparison_rows(runs[ds]) for ds in datasets}
+    run = planner_run.to_dict() if hasattr(planner_run, "to_dict") else dict(planner_run)
     return {
         "n_questions": {ds: len(r) for ds, r in test_sets.items()},
         "comparison": {ds: {row["method"]: {k: row[k] for k in ("em", "f1", "acc", "n")}
@@ -511,9 +517,10 @@ def correction_metrics(*, test_sets: Mapping[str, Sequence[Mapping[str, Any]]],
         "program_calls": {ds: {name: count_action_calls(s.get("program") for x in r for s in x.get("steps", []))
                                for name, r in by_method.items()} for ds, by_method in runs.items()},
         # seconds: wall time of the planner's training run, the comparison's training cost (varies per run)
-        "planner_training": {**{k: v for k, v in planner_run.to_dict().items()
-                                if k not in ("log_history", "recipe") and "second" not in k},
-                             "seconds": round(planner_run.seconds, 1)},
+        "planner_training": {**{k: v for k, v in run.items() if k not in ("log_history", "recipe") and "second" not in k},
+                             "seconds": round(float(run["seconds"]), 1),
+                             **({"executed_records": int(executed_records)} if executed_records is not None else {}),
+                             **({"targets": planner_targets} if planner_targets else {})},
         "planner_sft_examples": planner_sft_examples,
         "critic_verdict": {"mode": critic_verdict, "threshold": round(threshold, 4) if abs(threshold) != float("inf") else None,
                            "verify": bool(verify), "verify_mode": verify_mode,

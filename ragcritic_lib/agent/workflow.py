@@ -48,7 +48,9 @@ class OracleCritic:
     """Gold correctness as the judgement: the ceiling of what a critic can add.
 
     Args:
-        metric: "acc" (gold answer contained in the prediction) or "em".
+        metric, threshold: the judge of correctness (:func:`ragcritic_lib.mining.sampling.is_correct`):
+            "acc" (gold answer contained in the prediction) or "em" at 1.0, or the project's
+            judge (``error_sampling.judge_metric`` and ``judge_threshold``, e.g. "truth").
         tagger: optional critic (e.g. ``HeuristicCritic``) whose tags and analysis are attached
             to the samples the oracle judges wrong; without it error critiques carry no labels
             and the rule-based planner uses the table's default.
@@ -56,18 +58,21 @@ class OracleCritic:
 
     name = "oracle"
 
-    def __init__(self, metric: str = "acc", tagger: Any | None = None) -> None:
-        if metric not in ("acc", "em"):
-            raise ValueError(f"OracleCritic metric must be 'acc' or 'em', got {metric!r}")
-        self.metric, self.tagger = metric, tagger
+    def __init__(self, metric: str = "acc", tagger: Any | None = None, threshold: float = 1.0) -> None:
+        from ragcritic_lib.mining.sampling import JUDGE_METRICS
+
+        if metric not in JUDGE_METRICS:
+            raise ValueError(f"OracleCritic metric must be one of {JUDGE_METRICS}, got {metric!r}")
+        self.metric, self.tagger, self.threshold = metric, tagger, threshold
         self.llm = getattr(tagger, "llm", None)  # the tagger's calls are this critic's cost
         self.last_generations: list[Any] = []
 
     def critique(self, records: Sequence[Mapping[str, Any]]) -> list[Any]:
         from ragcritic_lib.critic.critics import CORRECT, ERROR, CriticParse
 
-        wrong = [i for i, r in enumerate(records)
-                 if score_prediction(str(r.get("prediction") or ""), r["golden_answers"])[self.metric] < 1.0]
+        from ragcritic_lib.mining.sampling import is_correct
+
+        wrong = [i for i, r in enumerate(records) if not is_correct(r, metric=self.metric, threshold=self.threshold)]
         tags: dict[int, Any] = {}
         self.last_generations = []
         if self.tagger is not None and wrong:

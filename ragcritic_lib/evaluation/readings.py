@@ -564,6 +564,36 @@ def reading_benchmark(metrics: Mapping[str, Any]) -> list[str]:
     return text
 
 
+# ----------------------------------------------------------------------------------- 08 planner data
+@_with_provenance
+def reading_planner_data(metrics: Mapping[str, Any]) -> list[str]:
+    """08_planner_data: what the executed programs did to wrong train answers, per program, and
+    what the planner was trained on."""
+    out = metrics.get("outcomes") or {}
+    n, records = out.get("executed_records", 0), out.get("records", 0)
+    own = out.get("own_program") or {}
+    text = [f"{n} programs ran on {records} wrong answers to train questions "
+            f"({metrics.get('programs_per_record', 0)} a record); {out.get('made_right', 0)} runs made the answer "
+            f"right by the judge and {out.get('helped', 0)} helped (right, or a higher F1 on the same side of the "
+            f"judge); mean F1 change {_signed(out.get('mean_delta_f1'))}. The critique's own rule program made "
+            f"{own.get('made_right', 0)} of its {own.get('executed', 0)} runs right (mean F1 change "
+            f"{_signed(own.get('mean_delta_f1'))})."]
+    ranked = sorted((out.get("by_program") or {}).items(), key=lambda kv: -(kv[1].get("made_right") or 0))
+    if ranked:
+        text.append("Runs made right per program: " + "; ".join(
+            f"{label} {v.get('made_right', 0)} of {v.get('executed', 0)} (ΔF1 {_signed(v.get('mean_delta_f1'))}, "
+            f"{v.get('targets', 0)} targets)" for label, v in ranked) + ".")
+    train = metrics.get("train") or {}
+    if metrics.get("targets") == "outcomes":
+        text.append(f"A program helped {out.get('records_helped', 0)} of the {records} records; the planner trained on "
+                    f"{out.get('examples', 0)} of them, balanced over the programs (the most frequent target "
+                    f"{_pct(out.get('top_target_share'))} of the examples), for {train.get('steps', 0)} steps.")
+    else:
+        text.append(f"The planner trained on {out.get('examples', 0)} rule-planner programs (`targets: rule`), "
+                    f"for {train.get('steps', 0)} steps; the executed outcomes are reported, not learned from.")
+    return text + _flags(metrics.get("degenerate"))
+
+
 # ------------------------------------------------------------------------------------ 08 correction
 @_with_provenance
 def reading_correction(metrics: Mapping[str, Any], *, alpha: float = 0.05) -> list[str]:

@@ -684,7 +684,45 @@ class PlanShares(TypedDict, total=False):
 
 
 class PlannerTraining(TrainSummary, total=False):
-    """``planner_training``: the planner's SFT run, as the critic's."""
+    """``planner_training``: the planner's SFT run (stage planner_data), as the critic's, with the
+    executed (critique, program, outcome) records its data came from and what it trained on."""
+    executed_records: Count
+    targets: str
+
+
+class ProgramOutcomes(TypedDict):
+    executed: Count
+    made_right: Count
+    helped: Count
+    mean_delta_f1: Delta | None
+    targets: NotRequired[Count]
+
+
+class OutcomeSummary(TypedDict):
+    """``outcomes`` of ``08_planner_data.json`` (``ragcritic_lib.agent.outcomes.outcome_summary``)."""
+    executed_records: Count
+    records: Count
+    statuses: dict[str, Count]
+    made_right: Count
+    helped: Count
+    records_helped: Count
+    mean_delta_f1: Delta | None
+    own_program: ProgramOutcomes
+    by_program: dict[str, ProgramOutcomes]
+    examples: Count
+    top_target_share: Fraction | None
+
+
+class PlannerDataMetrics(StageMetrics):
+    """``08_planner_data.json``: the executed programs on wrong answers to train questions and the
+    planner trained on those that helped."""
+    records: dict[str, Count]
+    targets: Literal["outcomes", "rule"]
+    programs_per_record: Count
+    outcomes: OutcomeSummary
+    train: dict[str, Any]
+    questions: dict[str, Count]
+    degenerate: Reasons
 
 
 class VerdictQuality(TypedDict, total=False):
@@ -1008,6 +1046,7 @@ SCHEMAS: dict[str, type] = {
     "05_critic_sft": CriticSftMetrics,
     "06_critic_dpo": CriticDpoMetrics,
     "07_benchmark": BenchmarkMetrics,
+    "08_planner_data": PlannerDataMetrics,
     "08_correction": CorrectionMetrics,
     "09_self_refine": SelfRefineMetrics,
     "10_crag": CragMetrics,

@@ -337,7 +337,7 @@ def rules() -> dict[str, dict[str, Rule]]:
     from ragcritic_lib import llm, retrieval, testbed  # deps: check-only
     from ragcritic_lib.mining import sampling as mining, teachers  # deps: check-only
     from ragcritic_lib.retrieval import rag  # deps: check-only
-    from ragcritic_lib.agent import actions, planner  # deps: check-only
+    from ragcritic_lib.agent import actions, outcomes, planner  # deps: check-only
     from ragcritic_lib.agent.ladder import VERIFY_MODES  # deps: check-only
     from ragcritic_lib.critic.critics import VERDICT_MODES  # deps: check-only
     from ragcritic_lib.data.flashrag import SPLITS  # deps: check-only
@@ -463,15 +463,19 @@ def rules() -> dict[str, dict[str, Rule]]:
         "correction": {
             "n_questions": count, "trivia_questions": count, "iterations": count, "critic_dir": input_path(),
             "critic_max_new_tokens": tokens, "critic_verdict": one_of((*VERDICT_MODES, "dev_f1")), "dev_questions": count,
-            "verify_corrections": one_of(VERIFY_MODES),
-            "planner_train_file": input_path(), "planner_base_model": BASE_MODEL,
-            "planner_recipe": input_path(), "planner_max_steps": steps(), "planner_max_examples": count,
-            "planner_prompt": one_of(planner.PLANNER_VARIANTS), "planner_max_new_tokens": tokens,
-            "planner_decoding": one_of(planner.PLANNER_DECODINGS), "planner_launcher": one_of(LAUNCHERS),
+            "verify_corrections": one_of(VERIFY_MODES), "planner_dir": input_path(),
+            "planner_max_new_tokens": tokens,
+            "planner_decoding": one_of(planner.PLANNER_DECODINGS),
             "planner_candidates": one_of(planner.PLANNER_CANDIDATE_SCOPES),
-            "answer_mode": one_of(actions.ANSWER_MODES),
-            "accelerate_config": input_path(empty_ok=True), "action_topk": count, "deep_topk": count,
+            "answer_mode": one_of(actions.ANSWER_MODES), "action_topk": count, "deep_topk": count,
             "max_calls": count, "timeout_s": number(0, low_open=True), "case_studies": some,
+        },
+        "planner_data": {
+            "train_file": input_path(), "records": dataset_counts(), "programs_per_record": count,
+            "targets": one_of(outcomes.PLANNER_TARGETS), "max_examples": count,
+            "prompt": one_of(planner.PLANNER_VARIANTS), "recipe": input_path(), "max_steps": steps(),
+            "launcher": one_of(LAUNCHERS), "accelerate_config": input_path(empty_ok=True), "base_model": BASE_MODEL,
+            "min_examples": some,
         },
         "self_refine": {"rounds": count},
         "crag": {
@@ -558,7 +562,7 @@ CROSS_RULES: dict[str, list[CrossRule]] = {
     "critic_sft": [required_when("launcher", "accelerate", "accelerate_config")],
     "critic_dpo": [required_when("launcher", "accelerate", "accelerate_config")],
     "benchmark": [(("extra_critic_model", "extra_critic_backend", "extra_critic_urls"), _urls_for_openai_critic)],
-    "correction": [required_when("planner_launcher", "accelerate", "accelerate_config")],
+    "planner_data": [required_when("launcher", "accelerate", "accelerate_config")],
 }
 
 
@@ -683,7 +687,7 @@ def _teacher_config_problem(section: str, teacher_config: str) -> str | None:
 # from it at all; "" there means the generator's model, so a served generator needs them set.
 BASE_MODEL_KEYS: dict[tuple[str, str], tuple[str, Any] | None] = {
     ("critic_sft", "base_model"): None,
-    ("correction", "planner_base_model"): None,
+    ("planner_data", "base_model"): None,
     ("repair", "base_model"): ("init_adapter", ""),  # an init checkpoint brings its base
     ("simrag", "critic_base_model"): ("critic", "llm"),
 }

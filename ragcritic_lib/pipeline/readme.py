@@ -58,9 +58,21 @@ BLOCK_SOURCES: dict[str, tuple[str, ...]] = {
     "papers": ("01_retrieval_rag", "02_error_sampling", "03_tagging", "04_taxonomy", "05_critic_sft",
                "06_critic_dpo", "07_benchmark", "08_correction", "13_ragec", "14_comparison"),
 }
+def _pipeline_order() -> tuple[str, ...]:
+    """Every stage notebook's stem by its number, and within one number in dvc.yaml's order (two
+    stages may share a number, as 08_planner_data and 08_correction: their names would not order them)."""
+    notebooks = sorted(paths.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.py"))
+    dvc_text = (paths.ROOT / "dvc.yaml").read_text(encoding="utf-8") if (paths.ROOT / "dvc.yaml").exists() else ""
+    def position(nb: Path) -> tuple[str, int, int]:
+        at = dvc_text.find(f"notebooks/{nb.name}")
+        return (nb.name[:2], at if at >= 0 else len(dvc_text), notebooks.index(nb))
+    return tuple(nb.stem for nb in sorted(notebooks, key=position))
+
+
 # Every stage's metrics file, in pipeline order (the per-stage time table reads them all).
-_STAGE_STEMS = tuple(p.stem for p in sorted(paths.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.py")))
+_STAGE_STEMS = _pipeline_order()
 BLOCK_SOURCES["stage_times"] = _STAGE_STEMS
+OPTIONAL_SOURCE_BLOCKS = frozenset({"stage_times"})  # blocks that show a missing metrics file as "not run"
 BLOCK_SOURCES["ci_times"] = ()   # reads reports/benchmarks/ci_runs.json (check() loads it), no metrics file
 BLOCK_SOURCES["command_times"] = ()   # the same file
 BLOCK_SOURCES["smoke_times"] = ()     # the same file
@@ -78,21 +90,26 @@ def _file(stem: str) -> str:
 
 
 # ------------------------------------------------------------------------------ reading metrics
-def load_metrics(stems: Iterable[str], metrics_dir: str | Path = paths.METRICS_DIR) -> dict[str, Any]:
+def load_metrics(stems: Iterable[str], metrics_dir: str | Path = paths.METRICS_DIR, *,
+                 optional: Iterable[str] = ()) -> dict[str, Any]:
     """Read ``<metrics_dir>/<stem>.json`` for each stem.
 
     Args:
         stems: metrics file stems, e.g. ``"08_correction"``.
         metrics_dir: the folder holding them.
+        optional: stems whose file may be missing (a stage that has not run yet): left out.
 
     Returns:
         ``{stem: parsed JSON}``.
 
     Raises:
-        ReadmeDataError: a file is missing or not valid JSON (the message names it).
+        ReadmeDataError: a file is missing (and not optional) or not valid JSON (the message names it).
     """
     out: dict[str, Any] = {}
+    optional = set(optional)
     for stem in dict.fromkeys(stems):
+        if stem in optional and not (Path(metrics_dir) / f"{stem}.json").exists():
+            continue
         try:
             out[stem] = read_json(Path(metrics_dir) / f"{stem}.json")
         except (OSError, ValueError) as exc:
@@ -723,7 +740,8 @@ def render_stage_times(metrics: Mapping[str, Any]) -> str:
     """Each stage's wall time, one column per CPU class the metrics files record.
 
     Read from ``environment.wall_seconds`` and ``environment.cpu_class`` (the stage runner writes
-    them); a stage without them reads "not recorded", and so does the total while any stage does.
+    them); a stage without them reads "not recorded", a stage without a metrics file "not run yet",
+    and the total "not recorded" while any stage does either.
     """
     envs = {stem: (metrics.get(stem) or {}).get("environment") or {} for stem in _STAGE_STEMS}
     classes = sorted({env["cpu_class"] for env in envs.values() if isinstance(env.get("cpu_class"), str)})
@@ -738,6 +756,10 @@ def render_stage_times(metrics: Mapping[str, Any]) -> str:
 
     rows, totals = [], {cls: 0.0 for cls in columns}
     for stem, env in envs.items():
+        if stem not in metrics:
+            totals = {cls: None for cls in columns}
+            rows.append([f"`{stem}`"] + ["not run yet"] * len(columns))
+            continue
         cells = []
         for cls in columns:
             m = minutes(env, cls)
@@ -1021,9 +1043,11 @@ def check(files: Sequence[Path], metrics_dir: str | Path = paths.METRICS_DIR,
     """
     texts = {f: Path(f).read_text(encoding="utf-8") for f in files}
     shown = {f: (Path(f).relative_to(root).as_posix() if Path(f).is_relative_to(root) else str(f)) for f in files}
-    needed = [stem for f, text in texts.items() for name in block_names(text, shown[f])
-              for stem in BLOCK_SOURCES.get(name, ())]
-    metrics = load_metrics(needed, metrics_dir)
+    names = [name for f, text in texts.items() for name in block_names(text, shown[f])]
+    needed = [stem for name in names for stem in BLOCK_SOURCES.get(name, ())]
+    # The per-stage time table lists a stage that has not run yet as such; every other block needs its files.
+    required = {stem for name in names if name not in OPTIONAL_SOURCE_BLOCKS for stem in BLOCK_SOURCES.get(name, ())}
+    metrics = load_metrics(needed, metrics_dir, optional=set(needed) - required)
     if any({"ci_times", "command_times", "smoke_times"} & set(block_names(text, shown[f])) for f, text in texts.items()):
         from ragcritic_lib.pipeline.ci_budget import BudgetError, load_runs
 

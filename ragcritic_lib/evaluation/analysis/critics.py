@@ -270,7 +270,7 @@ def critic_training_table(inputs: Inputs) -> Table | None:
     frame = pd.DataFrame(rows)
     display = plain(frame)
     return Table(frame, display, ["Loss curves: data/critic_sft/loss.json, data/critic_dpo/loss.json, "
-                                  "data/correction/planner_loss.json (`dvc plots show`)."])
+                                  "data/planner_data/planner_loss.json (`dvc plots show`)."])
 
 
 def known_causes_table(inputs: Inputs, *, percent: bool = True, digits: int = 1) -> Table | None:

@@ -100,9 +100,11 @@ METHOD_NAMES: dict[str, str] = {
 EXPECTED_METHODS = ("standard RAG", "RAG-Critic", "Self-Refine", "CRAG", "SIM-RAG", "RePAIR")
 # Ablation rows of notebook 08 (RAG-Critic Table 4); reference = RAG-Critic after one round.
 # The correction ladder's rows (notebook 08): RAG-Critic with a fixed action instead of the planner,
-# with the oracle's verdict, with the oracle's critique, and the standard RAG floor.
+# with the rule planner instead of the trained one, with the oracle's verdict (and the trained or
+# the rule planner), with the oracle's critique, and the standard RAG floor.
 EXPECTED_ABLATIONS = ("fixed action", "oracle verdict", "oracle critique")
-ABLATION_ORDER = ("fixed action", "oracle verdict", "oracle critique", "standard RAG")
+ABLATION_ORDER = ("fixed action", "RAG-Critic + rule planner", "oracle verdict", "oracle verdict + rule planner",
+                  "oracle critique", "standard RAG")  # the "+ rule planner" rows are shown where the run has them
 
 
 def rel(path: str | os.PathLike[str]) -> str:
