@@ -314,10 +314,15 @@ class _RiverActions:
         return {"GenerateAnswer": lambda query, docs, **kw: {"q1": "Danube", "q2": "Seine"}[query]}
 
 
-def _river_records():
-    """q1's answer is wrong and its correction right; q2's answer is right and its correction wrong."""
-    return [{"id": "1", "question": "q1", "golden_answers": ["Danube"], "prediction": "Rhine", "passages": []},
-            {"id": "2", "question": "q2", "golden_answers": ["Loire"], "prediction": "Loire", "passages": []}]
+def _river_records(copies=1):
+    """q1's answer is wrong and its correction right; q2's answer is right and its correction wrong
+    (``copies`` of each pair, so that a dev difference can lie beyond its CI)."""
+    out = []
+    for c in range(copies):
+        tail = "" if c == 0 else f".{c}"
+        out += [{"id": f"1{tail}", "question": "q1", "golden_answers": ["Danube"], "prediction": "Rhine", "passages": []},
+                {"id": f"2{tail}", "question": "q2", "golden_answers": ["Loire"], "prediction": "Loire", "passages": []}]
+    return out
 
 
 def test_fit_critic_act_threshold_corrects_every_dev_answer_once_and_restores_the_critic():
@@ -342,11 +347,25 @@ def test_fit_critic_act_threshold_corrects_every_dev_answer_once_and_restores_th
                                          prefetch=False)
     assert critic.seen == [float("-inf")] and critic.threshold == 0.7  # every answer corrected; threshold restored
     assert [r["final_prediction"] for r in runs] == ["Danube", "Seine"]
-    assert fit["threshold"] == pytest.approx(0.6) and fit["acted"] == 1 and fit["f1_at_threshold"] == 1.0
+    # The best threshold (0.6) does no better than the calibrated one (0.7): the default stays.
+    assert fit["fitted_threshold"] == pytest.approx(0.6) and fit["f1_at_fitted"] == 1.0
+    assert fit["vs_default"] == {"delta": 0.0, "ci_low": 0.0, "ci_high": 0.0, "kept_default": True}
+    assert fit["threshold"] == 0.7 and fit["acted"] == 1 and fit["f1_at_threshold"] == 1.0 and fit["acts"] is True
     assert fit["calibrated_threshold"] == 0.7 and fit["f1_at_calibrated"] == 1.0 and fit["f1_before"] == 0.5
+    # q1's wrong answers lie below the calibrated threshold: on 20 dev answers acting on them wins beyond the CI.
+    critic = Margins({"q1": 0.5, "q2": -0.3})
+    fit, _ = fit_critic_act_threshold(_river_records(copies=10), critic=critic, planner=_AnswerAgain(),
+                                      actions=_RiverActions(), prefetch=False)
+    assert fit["threshold"] == pytest.approx(0.1) and fit["f1_at_threshold"] == 1.0 and fit["f1_at_calibrated"] == 0.5
+    assert fit["vs_default"]["delta"] == 0.5 and fit["vs_default"]["ci_low"] > 0
+    assert fit["vs_default"]["kept_default"] is False
+    # The same difference on 2 answers is inside its CI: the calibrated threshold stays.
+    small, _ = fit_critic_act_threshold(_river_records(), critic=critic, planner=_AnswerAgain(),
+                                        actions=_RiverActions(), prefetch=False)
+    assert small["vs_default"]["kept_default"] is True and small["threshold"] == 0.7 and small["acts"] is False
 
 
-def _verify_fit(verify, later):
+def _verify_fit(verify, later, copies=10):
     """Two dev answers: q1 (wrong) is fixed by its correction, q2 (right) is broken by it; the
     critic's margin for q2's new answer is ``later``."""
     from ragcritic_lib.agent.ladder import fit_critic_act_threshold
@@ -366,7 +385,7 @@ def _verify_fit(verify, later):
         def verdict_margins(self, records):
             return [margins[r["prediction"]] for r in records]
 
-    recs = _river_records()
+    recs = _river_records(copies)
     critic, planner, actions = Critic(), _AnswerAgain(), _RiverActions()
     _verify_fit.last = (critic, planner, actions, recs)
     return fit_critic_act_threshold(recs, critic=critic, planner=planner, actions=actions, prefetch=False,
@@ -377,15 +396,22 @@ def test_dev_fit_chooses_verification_only_when_it_wins_on_dev_f1():
     # the wrong answer q1 has the lower margin, so no threshold acts on it without also breaking q2:
     # unverified, correcting nothing is best (0.5); the critic prefers q2's old answer, so with
     # verification correcting both pays (1.0)
+    # (20 dev answers: every difference here lies beyond its CI)
     fit, runs = _verify_fit("dev_f1", later=1.9)
     assert fit["verify"] is True and fit["f1_at_threshold"] == 1.0 and fit["threshold"] == float("-inf")
     assert fit["fits"]["unverified"]["f1_at_threshold"] == 0.5 and fit["fits"]["unverified"]["acts"] is False
-    assert fit["fits"]["verified"]["f1_at_threshold"] == 1.0 and fit["fits"]["verified"]["acted"] == 2
+    assert fit["fits"]["verified"]["f1_at_threshold"] == 1.0 and fit["fits"]["verified"]["acted"] == 20
+    assert fit["verify_vs_default"]["delta"] == 0.5 and fit["verify_vs_default"]["ci_low"] > 0
     assert runs[1]["steps"][0]["verification"] == {"margin_before": 1.5, "margin_after": 1.9, "kept": False}
     assert runs[0]["steps"][0]["verification"]["kept"] is True
     # the critic prefers q2's broken answer: verification changes nothing, and a tie keeps Algorithm 1 as written
     tie, _ = _verify_fit("dev_f1", later=-3.0)
     assert tie["verify"] is False and tie["f1_at_threshold"] == tie["fits"]["verified"]["f1_at_threshold"] == 0.5
+    assert tie["verify_vs_default"] == {"delta": 0.0, "ci_low": 0.0, "ci_high": 0.0, "kept_default": True}
+    # on 2 dev answers neither the fitted thresholds nor verification beat their defaults beyond the CI
+    small, _ = _verify_fit("dev_f1", later=1.9, copies=1)
+    assert small["verify"] is False and small["verify_vs_default"]["kept_default"] is True
+    assert small["threshold"] == 0.7 and small["fits"]["unverified"]["vs_default"]["kept_default"] is True
 
 
 def test_the_verified_dev_fit_is_what_a_verified_run_gives_at_its_threshold():
@@ -403,18 +429,18 @@ def test_the_verified_dev_fit_is_what_a_verified_run_gives_at_its_threshold():
                          meter=meter)
     f1 = sum(score_prediction(r["final_prediction"], r["golden_answers"])["f1"] for r in out) / len(out)
     assert f1 == pytest.approx(fit["f1_at_threshold"]) == 1.0
-    assert [s["status"] for r in out for s in r["steps"]] == ["corrected", "not_verified"]
-    assert [r["final_prediction"] for r in unverified_round(out)] == ["Danube", "Seine"]
+    assert [s["status"] for r in out for s in r["steps"]] == ["corrected", "not_verified"] * 10
+    assert [r["final_prediction"] for r in unverified_round(out)] == ["Danube", "Seine"] * 10
     # read at the unverified fit's own threshold (+inf here: correcting nothing) instead
     own = fit["fits"]["unverified"]["threshold"]
-    assert [r["final_prediction"] for r in unverified_round(out, threshold=own)] == ["Rhine", "Loire"]
+    assert [r["final_prediction"] for r in unverified_round(out, threshold=own)] == ["Rhine", "Loire"] * 10
     # a threshold below the run's asks for corrections the run did not make
     critic.threshold = 1.0
     partial = run_correction(recs, critic=critic, planner=planner, actions=actions, verifier=critic, prefetch=False)
     with pytest.raises(ValueError, match="'1' has margin 0.4 above threshold 0.0 but the run did not correct it"):
         unverified_round(partial, threshold=0.0)
-    # one scoring call per correction: the old answer's margin is the critique's
-    assert meter.phases["critic"]["score_calls"] == 2
+    # one scoring call per correction (20): the old answer's margin is the critique's
+    assert meter.phases["critic"]["score_calls"] == 20
 
 
 def test_dev_fit_verify_modes():

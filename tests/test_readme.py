@@ -105,6 +105,22 @@ def test_a_fitted_threshold_is_reported():
             in render_block("ladder", metrics))
 
 
+def test_the_dev_fit_against_its_default_is_reported_with_its_ci():
+    metrics = ladder_metrics()
+    metrics["08_correction"]["critic_verdict"]["dev_fit"].update(
+        threshold=0.7, fitted_threshold=-0.25, f1_at_fitted=0.3, calibrated_threshold=0.7, f1_at_calibrated=0.26,
+        vs_default={"delta": 0.04, "ci_low": -0.01, "ci_high": 0.09, "kept_default": True})
+    assert ("- RAG-Critic's acting threshold on 10 dev questions: the best fit -0.250 (dev F1 0.300) against the "
+            "critic's calibrated 0.700 (0.260): a dev difference of +0.040 (95% CI -0.010, +0.090), so the calibrated "
+            "threshold stays; dev F1 uncorrected 0.250.\n") in render_block("ladder", metrics)
+    fit = metrics["08_correction"]["critic_verdict"]["dev_fit"]
+    fit.update(verify=False, fits={"verified": {"f1_at_threshold": 0.27, "threshold": 0.5},
+                                   "unverified": {"f1_at_threshold": 0.26, "threshold": 0.7}},
+               verify_vs_default={"delta": 0.01, "ci_low": -0.02, "ci_high": 0.04, "kept_default": True})
+    assert ("so RAG-Critic keeps every new answer, as Algorithm 1 reads (verified minus unverified: +0.010, 95% CI "
+            "-0.020, +0.040; verification must win beyond its CI).") in render_block("ladder", metrics)
+
+
 def test_the_verification_choice_is_reported_both_ways():
     metrics = ladder_metrics()
     fit = metrics["08_correction"]["critic_verdict"]["dev_fit"]

@@ -392,23 +392,31 @@ VERIFY_MODES = ("never", "always", "dev_f1")
 
 
 def fit_critic_act_threshold(records: Sequence[Mapping[str, Any]], *, critic: Any, planner: Any, actions: Any,
-                             verify: str = "never", **kwargs: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+                             verify: str = "never", n_boot: int = 1000, seed: int = 0,
+                             **kwargs: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Fit the trained critic's acting threshold on held-out (dev) answers: every answer is
     critiqued as an error (threshold -inf: the critic writes its labels), planned and corrected
     once, and :func:`fit_act_threshold` picks the margin above which correcting pays on F1. The
-    critic's own ``threshold`` is restored; the caller sets the fitted one.
+    critic's own ``threshold`` is restored; the caller sets the chosen one.
+
+    A fit chosen as the best of many thresholds on a few dev questions is partly luck, so the
+    default stays unless the fit beats it beyond its CI: the fitted threshold replaces the
+    critic's calibrated one (stage critic_dpo's) only when the paired bootstrap 95% CI of the
+    per-question dev F1 difference (fitted minus calibrated) lies above 0 (``vs_default``).
 
     ``verify`` decides whether the critic also verifies its corrections (``run_correction``'s
     ``verifier``: a new answer is kept only when the critic's margin for it, on the same question
     and passages, is below the old answer's): "never", "always", or "dev_f1" (fit both and keep
-    verification only when its best dev F1 is higher; a tie keeps Algorithm 1 as written). The
-    dev corrections are run once, unverified; the verified fit reads the same corrections with
-    the critic's margin for each new answer, which each step records as ``verification``.
+    verification only when the CI of its dev F1 difference against keeping every answer, as
+    Algorithm 1 does, lies above 0: ``verify_vs_default``). The dev corrections are run once,
+    unverified; the verified fit reads the same corrections with the critic's margin for each new
+    answer, which each step records as ``verification``.
 
     Returns:
-        (the chosen fit's report plus "calibrated_threshold", "f1_at_calibrated" and "verify"
-        (bool), and with verification considered "fits": {"unverified", "verified"}; the
-        correction results).
+        (the chosen fit's report plus "calibrated_threshold", "f1_at_calibrated", "fitted_threshold",
+        "f1_at_fitted", "vs_default" ({"delta", "ci_low", "ci_high", "kept_default"}) and "verify"
+        (bool), and with verification considered "fits": {"unverified", "verified"} and
+        "verify_vs_default"; the correction results).
     """
     from ragcritic_lib.agent.planner import passage_strings
     from ragcritic_lib.agent.workflow import run_correction, state_record, verification
@@ -432,13 +440,25 @@ def fit_critic_act_threshold(records: Sequence[Mapping[str, Any]], *, critic: An
         before.append(score_prediction(str(r["predictions"][0]), golds)["f1"])
         after.append(score_prediction(str(r["final_prediction"]), golds)["f1"])
 
-    def _fit(after_f1: list[float]) -> dict[str, Any]:
-        rep = fit_act_threshold(margins, before, after_f1)
-        at_cal = sum(ai if mi > calibrated else bi for mi, ai, bi in zip(margins, after_f1, before)) / len(margins)
-        rep.update(calibrated_threshold=calibrated, f1_at_calibrated=round(at_cal, 4))
-        return rep
+    def at(threshold: float, after_f1: list[float]) -> list[float]:
+        return [ai if mi > threshold else bi for mi, ai, bi in zip(margins, after_f1, before)]
 
-    plain = _fit(after)
+    def _fit(after_f1: list[float]) -> tuple[dict[str, Any], list[float]]:
+        rep = fit_act_threshold(margins, before, after_f1)
+        fitted, default = at(rep["threshold"], after_f1), at(calibrated, after_f1)
+        cmp = paired_comparison(fitted, default, n_boot=n_boot, n_perm=n_boot, seed=seed)
+        kept = not cmp["ci_low"] > 0  # the fitted threshold must beat the default beyond its CI
+        rep.update(calibrated_threshold=calibrated, f1_at_calibrated=round(sum(default) / len(default), 4),
+                   fitted_threshold=rep["threshold"], f1_at_fitted=rep["f1_at_threshold"],
+                   vs_default={"delta": round(cmp["delta"], 4), "ci_low": round(cmp["ci_low"], 4),
+                               "ci_high": round(cmp["ci_high"], 4), "kept_default": kept})
+        if kept:
+            rep.update(threshold=calibrated, f1_at_threshold=rep["f1_at_calibrated"],
+                       acted=sum(1 for m in margins if m > calibrated))
+            rep["acts"] = rep["acted"] > 0
+        return rep, (default if kept else fitted)
+
+    plain, plain_f1 = _fit(after)
     if verify == "never":
         return {**plain, "verify": False}, results
     changed = [i for i, r in enumerate(results) if str(r["final_prediction"]) != str(r["predictions"][0])]
@@ -449,9 +469,13 @@ def fit_critic_act_threshold(records: Sequence[Mapping[str, Any]], *, critic: An
         check = results[i]["steps"][0]["verification"] = verification(margins[i], m_new)
         if not check["kept"]:
             gated[i] = before[i]
-    verified = _fit(gated)
-    use = verify == "always" or verified["f1_at_threshold"] > plain["f1_at_threshold"]
-    report = {**(verified if use else plain), "verify": use, "fits": {"unverified": plain, "verified": verified}}
+    verified, verified_f1 = _fit(gated)
+    cmp = paired_comparison(verified_f1, plain_f1, n_boot=n_boot, n_perm=n_boot, seed=seed)
+    # Algorithm 1 keeps every new answer: verification is the change that must win beyond its CI.
+    use = verify == "always" or cmp["ci_low"] > 0
+    report = {**(verified if use else plain), "verify": use, "fits": {"unverified": plain, "verified": verified},
+              "verify_vs_default": {"delta": round(cmp["delta"], 4), "ci_low": round(cmp["ci_low"], 4),
+                                    "ci_high": round(cmp["ci_high"], 4), "kept_default": not cmp["ci_low"] > 0}}
     return report, results
 
 

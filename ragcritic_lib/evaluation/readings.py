@@ -619,6 +619,14 @@ def reading_correction(metrics: Mapping[str, Any], *, alpha: float = 0.05) -> li
     for ds, v in (metrics.get("verdict_shares") or {}).items():
         text.append(f"The critic judged {_pct(v.get('error_share'))} of the {ds} answers wrong.")
     fit = (metrics.get("critic_verdict") or {}).get("dev_fit")
+    vs = (fit or {}).get("vs_default") or {}
+    if vs:
+        text.append(f"The best dev threshold ({_signed(fit.get('fitted_threshold'))}, dev F1 "
+                    f"{_f(fit.get('f1_at_fitted'))}) against the critic's calibrated one "
+                    f"({_signed(fit.get('calibrated_threshold'))}, {_f(fit.get('f1_at_calibrated'))}): "
+                    f"{_signed(vs.get('delta'))} (95% CI {_signed(vs.get('ci_low'))}, {_signed(vs.get('ci_high'))}), so "
+                    + ("the calibrated threshold stays (a fit must win beyond its CI)." if vs.get("kept_default")
+                       else "the fitted one is used."))
     if fit:
         n, acted = fit.get("n", 0), fit.get("acted", 0)
         if fit.get("acts"):

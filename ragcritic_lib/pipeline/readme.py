@@ -304,7 +304,15 @@ def render_ladder(metrics: Mapping[str, Any]) -> str:
     ]
     fit = _get(metrics, stem).get("critic_verdict", {}).get("dev_fit")
     if isinstance(fit, Mapping) and {"n", "threshold", "f1_before"} <= fit.keys():
-        if fit["threshold"] is None:
+        vs = fit.get("vs_default")
+        if isinstance(vs, Mapping) and {"delta", "ci_low", "ci_high", "kept_default"} <= vs.keys():
+            chosen = ("so the calibrated threshold stays" if vs["kept_default"] else "so the fitted threshold replaces it")
+            notes.append(f"RAG-Critic's acting threshold on {fit['n']} dev questions: the best fit "
+                         f"{_f(fit.get('fitted_threshold'))} (dev F1 {_f(fit.get('f1_at_fitted'))}) against the "
+                         f"critic's calibrated {_f(fit.get('calibrated_threshold'))} ({_f(fit.get('f1_at_calibrated'))}): "
+                         f"a dev difference of {_signed(vs['delta'])} (95% CI {_signed(vs['ci_low'])}, "
+                         f"{_signed(vs['ci_high'])}), {chosen}; dev F1 uncorrected {_f(fit['f1_before'])}.")
+        elif fit["threshold"] is None:
             notes.append(f"RAG-Critic's acting threshold, fitted on {fit['n']} dev questions: none raised dev F1 "
                          f"above {_f(fit['f1_before'])}, so it corrects no test answer.")
         else:
@@ -328,6 +336,11 @@ def render_ladder(metrics: Mapping[str, Any]) -> str:
                 notes.append(f"Verifying corrections with the critic did not win on dev (dev F1 "
                              f"{_f(v.get('f1_at_threshold'))} verified, {_f(u.get('f1_at_threshold'))} unverified), "
                              "so RAG-Critic keeps every new answer, as Algorithm 1 reads.")
+            vv = fit.get("verify_vs_default")
+            if isinstance(vv, Mapping) and {"delta", "ci_low", "ci_high"} <= vv.keys():
+                notes[-1] = notes[-1][:-1] + (f" (verified minus unverified: {_signed(vv['delta'])}, 95% CI "
+                                              f"{_signed(vv['ci_low'])}, {_signed(vv['ci_high'])}; verification "
+                                              "must win beyond its CI).")
     q = _get(metrics, stem).get("critic_verdict", {}).get("test", {}).get("testbed")
     if isinstance(q, Mapping) and q.get("auroc_judge") is not None:
         notes.append(
