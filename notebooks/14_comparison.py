@@ -64,6 +64,9 @@ from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 
 setup = setup_stage("comparison")  # params and the seed; it loads no model: every answer is read back
 params, seed = setup.params, setup.seed
+# the audited judge of "right" (stage error_sampling's): the comparison reports its share beside F1
+judge = {"judge_metric": params["error_sampling"]["judge_metric"],
+         "judge_threshold": params["error_sampling"]["judge_threshold"]}
 test = shared_test_sets(params)  # reads datasets and test_questions from params, as every baseline stage does
 datasets = list(test)
 METHOD_STAGES = {"Self-Refine": ("09_self_refine", "self_refine"), "CRAG": ("10_crag", "crag"),
@@ -127,12 +130,12 @@ comparison, summaries, extra_rows = {}, {}, {}
 for ds in datasets:
     # BEGIN SOLUTION hint: comparison[ds]: method_comparison of records against standard RAG (costs[ds], n_boot, n_perm, ci_alpha, seed; it Holm-corrects p); summaries[ds]: comparison_summary
     comparison[ds] = method_comparison(records, baseline="standard RAG", dataset=ds, costs=costs[ds], n_boot=n_boot,
-                                       n_perm=n_perm, alpha=ci_alpha, seed=seed)
+                                       n_perm=n_perm, alpha=ci_alpha, seed=seed, **judge)
     summaries[ds] = comparison_summary(comparison[ds], alpha=ci_alpha)
     # END SOLUTION
     if extra:
-        rows = method_comparison({"standard RAG": records["standard RAG"], **extra}, baseline="standard RAG", dataset=ds, n_boot=n_boot, n_perm=n_perm,
-                                 alpha=ci_alpha, seed=seed)
+        rows = method_comparison({"standard RAG": records["standard RAG"], **extra}, baseline="standard RAG", dataset=ds,
+                                 n_boot=n_boot, n_perm=n_perm, alpha=ci_alpha, seed=seed, **judge)
         extra_rows[ds] = {k: {**v, "p_holm": None} for k, v in rows.items() if k != "standard RAG"}
     for name, row in comparison[ds].items():
         row["training_steps"] = steps.get(name, 0)

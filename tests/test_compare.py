@@ -203,3 +203,34 @@ def test_comparison_metrics_gather_the_blocks_flags_and_stage_seconds(results):
                              "degenerate_by_method", "rag_critic_training", "stage_seconds"]
     # The rows are copies: the metrics do not change with the notebook's table.
     assert metrics["rows"][0] is not rows[0]
+
+
+def test_method_comparison_reads_the_judges_verdicts_with_holm():
+    def recs(predictions):
+        return [{"id": f"q{i}", "dataset": "testbed", "prediction": p, "golden_answers": ["1887"],
+                 "metadata": {"outdated_answers": ["1850"]}, "em": 0.0, "f1": 0.0, "acc": 0.0}
+                for i, p in enumerate(predictions)]
+
+    n = 40
+    results = {"standard RAG": recs(["1850"] * n),
+               "Fixer": recs(["It was completed in 1887."] * (n - 4) + ["1850"] * 4),
+               "Hedger": recs(["1850 or 1887"] * n)}  # names the gold beside the superseded value: wrong
+    rows = method_comparison(results, n_boot=500, n_perm=2000, judge_metric="truth")
+    assert rows["standard RAG"]["judge_acc"] == 0.0 and rows["standard RAG"]["judge_p_holm"] == 1.0
+    fixer, hedger = rows["Fixer"], rows["Hedger"]
+    assert fixer["judge_acc"] == 0.9 and fixer["delta_judge_acc"] == pytest.approx(0.9)
+    assert 0 < fixer["judge_ci_low"] <= 0.9 <= fixer["judge_ci_high"] and fixer["judge_p"] < 0.01
+    assert fixer["judge_p_holm"] == pytest.approx(min(1.0, 2 * fixer["judge_p"]))  # two methods in the family
+    assert hedger["delta_judge_acc"] == 0.0 and hedger["judge_p"] == 1.0
+    assert "judge_acc" not in method_comparison(results, n_boot=100, n_perm=100)["Fixer"]
+
+
+def test_the_reading_gives_the_judged_change_beside_f1():
+    from ragcritic_lib.evaluation.readings import comparison_block
+
+    row = {"n": 10, "f1": 0.3, "delta_f1": 0.05, "ci_low": -0.01, "ci_high": 0.11, "p_holm": 0.2,
+           "judge_acc": 0.6, "delta_judge_acc": 0.3, "judge_ci_low": 0.1, "judge_ci_high": 0.5, "judge_p_holm": 0.02}
+    block = {"standard RAG": {"n": 10, "f1": 0.25}, "RAG-Critic": row}
+    text = comparison_block("testbed", block, {"mde_conservative": 0.2})
+    assert ("- **RAG-Critic**: F1 0.300, change +0.050 (95% CI -0.010..+0.110), not distinguishable from standard RAG "
+            "after Holm correction (p 0.2); judged right 0.600, change +0.300 (95% CI +0.100..+0.500, Holm p 0.02).") in text

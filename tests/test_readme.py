@@ -227,9 +227,15 @@ def comparison_metrics():
     return {"14_comparison": {
         "environment": copy.deepcopy(ENV),
         "comparison": {"testbed": {
-            "CRAG": method(10, 0.1, 0.2, -0.05, -0.09, -0.01, 0.02, 0.04, 1.0, (12, 0, 0.0)),
-            "RAG-Critic": method(10, 0.2, 0.3, 0.05, -0.01, 0.11, 0.2, 0.2, 2.5, (40, 6, 90.0)),
-            "standard RAG": method(10, 0.15, 0.25, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0),
+            "CRAG": {**method(10, 0.1, 0.2, -0.05, -0.09, -0.01, 0.02, 0.04, 1.0, (12, 0, 0.0)),
+                     "judge_acc": 0.2, "delta_judge_acc": -0.1, "judge_ci_low": -0.3, "judge_ci_high": 0.1,
+                     "judge_p": 0.5, "judge_p_holm": 0.5},
+            "RAG-Critic": {**method(10, 0.2, 0.3, 0.05, -0.01, 0.11, 0.2, 0.2, 2.5, (40, 6, 90.0)),
+                           "judge_acc": 0.6, "delta_judge_acc": 0.3, "judge_ci_low": 0.1, "judge_ci_high": 0.5,
+                           "judge_p": 0.01, "judge_p_holm": 0.02},
+            "standard RAG": {**method(10, 0.15, 0.25, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0), "judge_acc": 0.3,
+                             "delta_judge_acc": 0.0, "judge_ci_low": 0.0, "judge_ci_high": 0.0, "judge_p": 1.0,
+                             "judge_p_holm": 1.0},
         }},
         "oracle_and_ablation_rows": {"testbed": {
             "CRAG (oracle)": method(10, 0.3, 0.4, 0.15, 0.05, 0.25, 0.01, None, None)}},
@@ -243,13 +249,17 @@ def test_the_comparison_renders_exactly():
     lines = render_block("comparison", comparison_metrics()).splitlines()
     assert lines[0].startswith("Standard RAG and 2 methods on the ladder's 10 testbed test questions")
     assert lines[4:8] == [
-        "| standard RAG | 10 | 0.150 | 0.250 | – | – | – | 1.00 | – |  |",
-        "| RAG-Critic | 10 | 0.200 | 0.300 | +0.050 (-0.010, +0.110) | 0.2000 | 0.2000 | 2.50 | 40 calls, 6 steps, 1.5 min | yes |",
-        "| CRAG | 10 | 0.100 | 0.200 | -0.050 (-0.090, -0.010) | 0.0200 | 0.0400 | 1.00 | 12 calls, 0 steps, 0.0 min |  |",
-        "| *CRAG (oracle)* | 10 | 0.300 | 0.400 | +0.150 (+0.050, +0.250) | 0.0100 | – | – | – |  |",
+        "| standard RAG | 10 | 0.250 | – | – | 0.300 | – | – | 1.00 | – |  |",
+        "| RAG-Critic | 10 | 0.300 | +0.050 (-0.010, +0.110) | 0.2000 | 0.600 | +0.300 (+0.100, +0.500) | 0.0200 | 2.50 "
+        "| 40 calls, 6 steps, 1.5 min | yes |",
+        "| CRAG | 10 | 0.200 | -0.050 (-0.090, -0.010) | 0.0400 | 0.200 | -0.100 (-0.300, +0.100) | 0.5000 | 1.00 "
+        "| 12 calls, 0 steps, 0.0 min |  |",
+        "| *CRAG (oracle)* | 10 | 0.400 | +0.150 (+0.050, +0.250) | – | – | – | – | – | – |  |",
     ]
-    assert lines[9:13] == [
+    assert lines[9:14] == [
         "- Methods: 95% CI of ΔF1 wholly above 0: none; wholly below 0: CRAG. Significant after Holm: CRAG.",
+        "- Methods, judged right: 95% CI of the change in the share judged right wholly above 0: RAG-Critic; "
+        "wholly below 0: none. Significant after Holm: RAG-Critic.",
         "- Oracle and ablation rows: 95% CI of ΔF1 wholly above 0: CRAG (oracle); wholly below 0: none.",
         "- Minimum detectable F1 change at n = 10 (80% power, conservative): 0.200.",
         "- Flagged as degenerate (`degenerate`): `RAG-Critic: one verdict`.",

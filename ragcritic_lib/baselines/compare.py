@@ -61,6 +61,7 @@ def method_comparison(
     results: Mapping[str, Sequence[Mapping[str, Any]]], *, baseline: str = "standard RAG",
     dataset: str = "testbed", costs: Mapping[str, Mapping[str, Any]] | None = None,
     n_boot: int = 1000, n_perm: int = 10000, alpha: float = 0.05, seed: int = 0,
+    judge_metric: str | None = None, judge_threshold: float = 0.5,
 ) -> dict[str, dict[str, Any]]:
     """Each method against ``baseline`` on ``dataset``, one row per method (baseline first).
 
@@ -79,6 +80,12 @@ def method_comparison(
     - ``calls_per_question``: ``calls / n`` (None without a cost entry); ``training_calls``,
       ``training_seconds``: as given (None when absent).
 
+    - With ``judge_metric`` (the project's judge, e.g. ``truth``; read by
+      :func:`ragcritic_lib.mining.sampling.is_correct` from each record's ``prediction``, gold
+      answers and metadata): ``judge_acc``, the share judged right; ``delta_judge_acc`` with its
+      paired interval ``judge_ci_low``/``judge_ci_high``, its permutation p ``judge_p`` and
+      ``judge_p_holm``, Holm-corrected across the same methods.
+
     The baseline row has delta 0, CI 0..0, p and p_holm 1.
 
     Raises:
@@ -96,6 +103,13 @@ def method_comparison(
         raise ValueError(f"baseline {baseline!r} has no question on dataset {dataset!r}")
     ids = list(base)
     base_f1 = [float(base[i]["f1"]) for i in ids]
+
+    def judged(recs: Mapping[str, Mapping[str, Any]]) -> list[float]:
+        from ragcritic_lib.mining.sampling import is_correct
+
+        return [float(is_correct(recs[i], metric=str(judge_metric), threshold=judge_threshold)) for i in ids]
+
+    base_right = judged(base) if judge_metric else []
     rows: dict[str, dict[str, Any]] = {}
     for method in [baseline] + [m for m in results if m != baseline]:
         recs = _by_id(method, results[method], dataset)
@@ -117,6 +131,15 @@ def method_comparison(
             pc = paired_comparison(f1, base_f1, n_boot=n_boot, n_perm=n_perm, alpha=alpha, seed=seed)
             row.update(delta_f1=pc["delta"], ci_low=pc["ci_low"], ci_high=pc["ci_high"], p=pc["p_value"],
                        mde=pc["mde"])
+        if judge_metric:
+            right = judged(recs)
+            row["judge_acc"] = sum(right) / n
+            if method == baseline:
+                row.update(delta_judge_acc=0.0, judge_ci_low=0.0, judge_ci_high=0.0, judge_p=1.0, judge_p_holm=1.0)
+            else:
+                jc = paired_comparison(right, base_right, n_boot=n_boot, n_perm=n_perm, alpha=alpha, seed=seed)
+                row.update(delta_judge_acc=jc["delta"], judge_ci_low=jc["ci_low"], judge_ci_high=jc["ci_high"],
+                           judge_p=jc["p_value"])
         cost = (costs or {}).get(method) or {}
         calls = cost.get("calls")
         row["calls_per_question"] = None if calls is None else float(calls) / n
@@ -126,6 +149,9 @@ def method_comparison(
     adjusted = holm_adjust({m: r["p"] for m, r in rows.items() if m != baseline})
     for m, p in adjusted.items():
         rows[m]["p_holm"] = p
+    if judge_metric:
+        for m, p in holm_adjust({m: r["judge_p"] for m, r in rows.items() if m != baseline}).items():
+            rows[m]["judge_p_holm"] = p
     return rows
 
 

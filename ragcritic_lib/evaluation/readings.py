@@ -858,8 +858,14 @@ def comparison_block(dataset: str, block: Mapping[str, Mapping[str, Any]], summa
             verdict = f"not distinguishable from {baseline} after Holm correction" + (f" (p {p_holm:.3g})" if known else "")
         why = (flags or {}).get(name)
         flagged = f"; flagged degenerate: {'; '.join(why)}" if why else ""
+        judged = ""
+        if row.get("delta_judge_acc") is not None:
+            jp = row.get("judge_p_holm")
+            judged = (f"; judged right {row['judge_acc']:.3f}, change {row['delta_judge_acc']:+.3f} (95% CI "
+                      f"{row['judge_ci_low']:+.3f}..{row['judge_ci_high']:+.3f}"
+                      + (f", Holm p {jp:.3g})" if jp is not None and jp == jp else ")"))
         lines.append(f"- **{name}**: F1 {row['f1']:.3f}, change {row['delta_f1']:+.3f} "
-                     f"(95% CI {row['ci_low']:+.3f}..{row['ci_high']:+.3f}), {verdict}{flagged}.")
+                     f"(95% CI {row['ci_low']:+.3f}..{row['ci_high']:+.3f}), {verdict}{judged}{flagged}.")
     return "\n".join(lines)
 
 

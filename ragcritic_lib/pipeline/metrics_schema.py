@@ -938,7 +938,7 @@ class RagecMetrics(StageMetrics):
     seconds: NotRequired[dict[str, NonNegative]]
 
 
-@ordered(("ci_low", "delta_f1", "ci_high"))
+@ordered(("ci_low", "delta_f1", "ci_high"), ("judge_ci_low", "delta_judge_acc", "judge_ci_high"))
 class MethodComparison(TypedDict):
     """``comparison.<dataset>.<method>`` (``ragcritic_lib.baselines.compare.method_comparison``)."""
     n: Count
@@ -956,6 +956,13 @@ class MethodComparison(TypedDict):
     training_calls: NotRequired[NonNegative | None]
     training_seconds: NotRequired[NonNegative | None]
     training_steps: NotRequired[Count | None]
+    # the audited judge (method_comparison with judge_metric): the share judged right, its paired change
+    judge_acc: NotRequired[Fraction]
+    delta_judge_acc: NotRequired[Delta]
+    judge_ci_low: NotRequired[Delta]
+    judge_ci_high: NotRequired[Delta]
+    judge_p: NotRequired[Fraction]
+    judge_p_holm: NotRequired[Fraction | None]
 
 
 @ordered(("f1_low", "f1", "f1_high"), ("d_em_low", "d_em", "d_em_high"), ("d_f1_low", "d_f1", "d_f1_high"),

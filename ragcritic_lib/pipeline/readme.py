@@ -419,8 +419,8 @@ def _training_cost(row: Mapping[str, Any]) -> str:
     return f"{int(calls)} calls, {int(steps)} steps, {_f(seconds / 60, 1)} min"
 
 
-_COMPARISON_HEADER = ("method", "n", "EM", "F1", "ΔF1 (95% CI)", "p", "p (Holm)", "calls / question",
-                      "training: LLM calls, optimizer steps, time", "flagged")
+_COMPARISON_HEADER = ("method", "n", "F1", "ΔF1 (95% CI)", "p (Holm)", "right", "Δ right (95% CI)", "p (Holm)",
+                      "calls / question", "training: LLM calls, optimizer steps, time", "flagged")
 
 
 def _comparison_rows(metrics: Mapping[str, Any], methods: Sequence[str], extra: Sequence[str]) -> list[list[str]]:
@@ -432,13 +432,17 @@ def _comparison_rows(metrics: Mapping[str, Any], methods: Sequence[str], extra: 
         for name in names:
             key = (group, "testbed", name)
             base = name == BASELINE
+            judged = "delta_judge_acc" in _get(metrics, stem, *key)
             rows.append([
                 name if group == "comparison" else f"*{name}*",
                 str(int(_number(metrics, stem, *key, "n"))),
-                *(_f(_number(metrics, stem, *key, k)) for k in ("em", "f1")),
+                _f(_number(metrics, stem, *key, "f1")),
                 _DASH if base else _change(metrics, stem, *key),
-                _DASH if base else _f(_number(metrics, stem, *key, "p"), 4),
                 _DASH if base else _f(_number(metrics, stem, *key, "p_holm", nullable=True), 4),
+                _f(_number(metrics, stem, *key, "judge_acc")) if judged else _DASH,
+                _DASH if base or not judged else _change(metrics, stem, *key, fields=(
+                    "delta_judge_acc", "judge_ci_low", "judge_ci_high")),
+                _DASH if base or not judged else _f(_number(metrics, stem, *key, "judge_p_holm", nullable=True), 4),
                 _f(_number(metrics, stem, *key, "calls_per_question", nullable=True), 2),
                 _training_cost(_get(metrics, stem, *key)) if group == "comparison" else _DASH,
                 "yes" if by_method.get(name) else "",
@@ -457,9 +461,16 @@ def render_comparison(metrics: Mapping[str, Any]) -> str:
     significant = _get(metrics, stem, "summary", "testbed").get("significant_after_holm", [])
     n_family = len(methods) - (BASELINE in methods)
     n = int(_number(metrics, stem, "comparison", "testbed", BASELINE, "n"))
+    judged = [m for m in methods if "delta_judge_acc" in methods[m]]
     notes = [
         "Methods: " + _ci_sentence(metrics, stem, ("comparison", "testbed"), methods)
         + " Significant after Holm: " + (", ".join(significant) if significant else "none") + ".",
+        *(["Methods, judged right: " + _ci_sentence(metrics, stem, ("comparison", "testbed"), judged,
+                                                     what="the change in the share judged right",
+                                                     ends=("judge_ci_low", "judge_ci_high"))
+           + " Significant after Holm: " + (", ".join(
+               m for m in judged if m != BASELINE and isinstance(methods[m].get("judge_p_holm"), (int, float))
+               and methods[m]["judge_p_holm"] < 0.05) or "none") + "."] if judged else []),
         "Oracle and ablation rows: " + _ci_sentence(metrics, stem, ("oracle_and_ablation_rows", "testbed"), extra),
         (f"Minimum detectable F1 change at n = {n} (80% power, conservative): "
          f"{_f(_number(metrics, stem, 'summary', 'testbed', 'mde_conservative'))}."),
@@ -467,7 +478,8 @@ def render_comparison(metrics: Mapping[str, Any]) -> str:
         environment_line(metrics, stem),
     ]
     intro = (f"Standard RAG and {n_family} methods on the ladder's {n} testbed test questions, with the same "
-             f"generator, retriever and passages. p (Holm) is corrected across the {n_family} methods; the rows in "
+             f"generator, retriever and passages. \"right\" is the share of answers the audited judge calls right. "
+             f"Each p (Holm) is a paired permutation p corrected across the {n_family} methods; the rows in "
              "italics (oracle and ablation) are outside that family. Calls per question count every LLM call at "
              "test time; training counts what each method spent before it.")
     return _compose(intro, header, rows, notes)
@@ -482,12 +494,15 @@ def render_comparison_details(metrics: Mapping[str, Any]) -> str:
         for name in (_ordered(names) if group == "comparison" else names):
             key = (group, "testbed", name)
             rows.append([name if group == "comparison" else f"*{name}*", str(int(_number(metrics, stem, *key, "n"))),
-                         _f(_number(metrics, stem, *key, "acc")),
+                         *(_f(_number(metrics, stem, *key, k)) for k in ("em", "acc")),
                          _f(_number(metrics, stem, *key, "f1_sd", nullable=True)),
+                         _DASH if name == BASELINE else _f(_number(metrics, stem, *key, "p", nullable=True), 4),
                          _DASH if name == BASELINE else _f(_number(metrics, stem, *key, "mde", nullable=True))])
-    intro = ("The comparison's rows with their accuracy, the SD of per-question F1 and the paired minimum detectable "
-             "F1 change (80% power) from each row's paired differences with standard RAG.")
-    return _compose(intro, ["method", "n", "acc", "F1 SD", "paired MDE"], rows, [environment_line(metrics, stem)])
+    intro = ("The comparison's rows with their EM and accuracy, the SD of per-question F1, the F1 change's paired "
+             "permutation p before the Holm correction and the paired minimum detectable F1 change (80% power) "
+             "from each row's paired differences with standard RAG.")
+    return _compose(intro, ["method", "n", "EM", "acc", "F1 SD", "p", "paired MDE"], rows,
+                    [environment_line(metrics, stem)])
 
 
 def render_ladder_by_type(metrics: Mapping[str, Any]) -> str:
