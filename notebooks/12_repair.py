@@ -42,16 +42,20 @@
 # pairs or short of one epoch over its pairs, no executed test plan, or one plan above 60% of
 # executed plans are flagged as degenerate. `offpolicy_steps` / `onpolicy_steps` of -1 train each
 # phase for one epoch (the paper's setting); each state gives at most `max_pairs` pairs, its best
-# plan against its worst first.
+# plan against its worst first. One deviation from the paper, against a planner that writes one
+# plan for every answer: no plan is the chosen side of more than `max_chosen_share` of a phase's
+# pairs (the surplus is dropped at random), so what DPO learns depends on the state, not only on
+# which plan wins most often; 1.0 keeps every pair, as the paper does.
 
 # %% tags=["parameters"]
 train_questions = 125
 min_states = 100
-grammar_plans = 6
+grammar_plans = 8
 sampled_plans = 2
 temperature = 0.8
 margin = 0.0
 max_pairs = 2
+max_chosen_share = 0.4
 dpo_recipe = "configs/train/critic_dpo.yaml"
 dpo_beta = 0.1
 offpolicy_steps = -1
@@ -124,7 +128,9 @@ with stopwatch() as t_off:
 off_pairs, off_log = [p for ps, _ in off for p in ps], [c for _, cs in off for c in cs]
 off_states = len({(c["dataset"], c["qid"]) for c in off_log})
 # END SOLUTION
-{"states": off_states, "candidates": len(off_log), "pairs": len(off_pairs),
+unbalanced = len(off_pairs)
+off_pairs = repair.balance_chosen(off_pairs, max_share=max_chosen_share, seed=seed)  # no plan wins everywhere
+{"states": off_states, "candidates": len(off_log), "pairs": len(off_pairs), "pairs_before_balance": unbalanced,
  "mean_reward": round(sum(c["reward"] for c in off_log) / max(1, len(off_log)), 3)}
 
 # %% [markdown]
@@ -145,6 +151,7 @@ with stopwatch() as t_dpo:
                                                  n_grammar=0, n_sampled=sampled_plans, judged_correct=judge_flags(train[ds]),
                                                  seed=seed + 1, **pref_kw))
     on_pairs, on_log = [p for ps, _ in on for p in ps], [c for _, cs in on for c in cs]
+    on_pairs = repair.balance_chosen(on_pairs, max_share=max_chosen_share, seed=seed + 1)
     res_on = repair.train_planner(on_pairs, dpo_recipe, out_dir / "planner", **start_on,
                                   overrides={**dpo, **dpo_steps(onpolicy_steps)})
 final_start = dpo_start(res_on) if res_on else start_on

@@ -301,3 +301,28 @@ def test_plan_shares_of_the_executed_test_plans():
     empty = repair.plan_shares([])
     assert (empty["executed"], empty["distinct"], empty["plan_shares"]) == (0, 0, {})
     assert empty["top_share"] != empty["top_share"]   # nan: no plan ran
+
+
+def test_balance_chosen_caps_the_plan_that_wins_everywhere():
+    from ragcritic_lib.baselines.repair import balance_chosen
+
+    def pairs(counts):
+        return [{"chosen": plan, "rejected": "x", "qid": f"{plan}{i}"} for plan, n in counts.items() for i in range(n)]
+
+    many = pairs({"A": 10, "B": 4, "C": 3, "D": 2})
+    kept = balance_chosen(many, max_share=0.4, seed=0)
+    counts = {p: sum(1 for x in kept if x["chosen"] == p) for p in "ABCD"}
+    # cap c = 6: 6 <= 0.4 * (6 + 4 + 3 + 2) = 6; c = 7 would need 7 <= 6.4
+    assert counts == {"A": 6, "B": 4, "C": 3, "D": 2}
+    assert [x["qid"] for x in kept] == [x["qid"] for x in many if x in kept]  # input order kept
+    assert balance_chosen(many, max_share=0.4, seed=0) == kept  # seeded
+    assert balance_chosen(many, max_share=1.0) == many
+    # two winners cannot meet 40%: the top one is cut to the next one's count
+    two = balance_chosen(pairs({"A": 10, "B": 3}), max_share=0.4)
+    assert sorted(x["chosen"] for x in two) == ["A"] * 3 + ["B"] * 3
+    # whitespace does not make another plan
+    spaced = balance_chosen([{"chosen": "a  =  1", "rejected": "x"}, {"chosen": "a = 1", "rejected": "y"},
+                             {"chosen": "b = 2", "rejected": "x"}], max_share=0.5)
+    assert len(spaced) == 2
+    with pytest.raises(ValueError, match="max_share"):
+        balance_chosen(many, max_share=0.0)

@@ -38,6 +38,7 @@ this stage does not depend on RAG-Critic's run.
 from __future__ import annotations
 
 import logging
+import random
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -426,6 +427,35 @@ def collect_preferences(
                           "qid": str(rec.get("id")), "dataset": dataset_name(rec), "phase": phase,
                           "chosen_reward": cands[a]["reward"], "rejected_reward": cands[b]["reward"]})
     return pairs, log
+
+
+def balance_chosen(pairs: Sequence[Mapping[str, Any]], *, max_share: float = 1.0, seed: int = 0
+                   ) -> list[Mapping[str, Any]]:
+    """Pairs with no chosen plan above ``max_share`` of them (1.0: all kept), surplus dropped at random.
+
+    A plan that wins on most states teaches DPO to prefer it everywhere, and the planner then
+    writes it for every answer (one plan for 99% of the test answers in a November 2026 run). Capping
+    how often one plan is the chosen side keeps the pairs where the ranking depends on the state.
+    The cap is the largest count ``c`` with ``c <= max_share * sum(min(n_plan, c))``; when no cap
+    can meet the share (too few distinct winners) the most frequent winner is cut to the count of
+    the next one. Input order is kept.
+    """
+    if not 0 < max_share <= 1:
+        raise ValueError(f"max_share must be in (0, 1], got {max_share}")
+    by_plan: dict[str, list[int]] = {}
+    for i, p in enumerate(pairs):
+        by_plan.setdefault(_norm_plan(str(p["chosen"])), []).append(i)
+    counts = sorted((len(v) for v in by_plan.values()), reverse=True)
+    if max_share >= 1 or not counts:
+        return list(pairs)
+    feasible = [c for c in range(counts[0], 0, -1) if c <= max_share * sum(min(n, c) for n in counts) + 1e-9]
+    cap = feasible[0] if feasible else (counts[1] if len(counts) > 1 else counts[0])
+    rng = random.Random(seed)
+    keep: set[int] = set()
+    for key in sorted(by_plan):
+        idx = by_plan[key]
+        keep.update(idx if len(idx) <= cap else rng.sample(idx, cap))
+    return [p for i, p in enumerate(pairs) if i in keep]
 
 
 def dpo_rows(pairs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

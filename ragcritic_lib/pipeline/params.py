@@ -494,7 +494,8 @@ def rules() -> dict[str, dict[str, Rule]]:
         },
         "repair": {
             "train_questions": count, "min_states": some, "grammar_plans": count, "sampled_plans": some,
-            "temperature": number(0), "margin": number(0), "max_pairs": count, "dpo_recipe": input_path(),
+            "temperature": number(0), "margin": number(0), "max_pairs": count,
+            "max_chosen_share": number(0, 1, low_open=True), "dpo_recipe": input_path(),
             "dpo_beta": number(0, low_open=True), "offpolicy_steps": steps(), "onpolicy_steps": steps(),
             "init_adapter": input_path(empty_ok=True), "base_model": BASE_MODEL,
             "decoding": one_of(REPAIR_DECODINGS),
