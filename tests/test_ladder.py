@@ -10,6 +10,7 @@ from ragcritic_lib.agent.ladder import (
 from ragcritic_lib.agent.planner import RuleBasedPlanner, load_error_actions
 from ragcritic_lib.agent.workflow import critic_feedback
 from ragcritic_lib.mining.taxonomy import load_known_causes
+from word_retriever import WordOverlapRetriever
 
 PASSAGE = "Kestrel Bridge\nThe Kestrel Bridge crosses the Aldor river. It was completed in 1887."
 
@@ -170,24 +171,13 @@ def test_fixed_action_is_one_program_and_flagged_degenerate():
 
 
 def test_fixed_action_and_oracle_critique_through_the_workflow():
-    import re
-
     from ragcritic_lib.agent.actions import ActionSet
     from ragcritic_lib.agent.workflow import run_methods
     from ragcritic_lib.llm import CallableLLM, GenParams
-    from ragcritic_lib.retrieval import Hit
 
     corpus = {"d1": PASSAGE, "d2": "Aldor\nThe Aldor is a river in the northern lowlands.",
               "d3": "Velta\nThe Velta is a river that flows 640 km to the sea."}
 
-    class Tiny:
-        def search(self, queries, k):
-            out = []
-            for q in queries:
-                words = set(re.findall(r"[a-z0-9]+", q.lower()))
-                ranked = sorted(corpus.items(), key=lambda kv: -len(words & set(re.findall(r"[a-z0-9]+", kv[1].lower()))))
-                out.append([Hit(d, 0.0, t) for d, t in ranked[:k]])
-            return out
 
     def generator(prompt, params):
         text = prompt[-1]["content"]
@@ -206,8 +196,8 @@ def test_fixed_action_and_oracle_critique_through_the_workflow():
             record("q2", "How long is the Velta?", "640 km", "d3", "640 km", "numerical")]
     table = load_error_actions()
     rule = RuleBasedPlanner(table)
-    acts = ActionSet(CallableLLM(generator, name="gen"), Tiny(), gen_params=GenParams(max_new_tokens=16), topk=3,
-                     table=table)
+    acts = ActionSet(CallableLLM(generator, name="gen"), WordOverlapRetriever(corpus), gen_params=GenParams(max_new_tokens=16),
+                     topk=3, table=table)
     methods = {"fixed action": {"critic": AlwaysErrorCritic(), "planner": rule},
                "oracle critique": {"critic": KnownCauseCritic(load_known_causes(), source_records=recs), "planner": rule}}
     runs, _ = run_methods(recs, methods, actions=acts)

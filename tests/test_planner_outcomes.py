@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from ragcritic_lib.agent.outcomes import (
@@ -11,6 +9,7 @@ from ragcritic_lib.agent.outcomes import (
     outcome_targets,
 )
 from ragcritic_lib.agent.planner import RuleBasedPlanner, load_error_actions
+from word_retriever import WordOverlapRetriever
 
 CORPUS = {"d1": "Kestrel Bridge\nThe Kestrel Bridge crosses the Aldor river. It was completed in 1887.",
           "d2": "Aldor\nThe Aldor is a river in the northern lowlands.",
@@ -55,16 +54,7 @@ def test_given_programs_refuse_a_different_number_of_contexts():
 def test_execute_jobs_runs_each_program_and_scores_it_with_the_judge(rule):
     from ragcritic_lib.agent.actions import ActionSet
     from ragcritic_lib.llm import CallableLLM, GenParams
-    from ragcritic_lib.retrieval import Hit
 
-    class Tiny:
-        def search(self, queries, k):
-            out = []
-            for q in queries:
-                words = set(re.findall(r"[a-z0-9]+", q.lower()))
-                ranked = sorted(CORPUS.items(), key=lambda kv: -len(words & set(re.findall(r"[a-z0-9]+", kv[1].lower()))))
-                out.append([Hit(d, 0.0, t) for d, t in ranked[:k]])
-            return out
 
     def generator(prompt, params):
         text = prompt[-1]["content"]
@@ -75,8 +65,8 @@ def test_execute_jobs_runs_each_program_and_scores_it_with_the_judge(rule):
         return ""
 
     table = load_error_actions()
-    acts = ActionSet(CallableLLM(generator, name="gen"), Tiny(), gen_params=GenParams(max_new_tokens=16), topk=3,
-                     table=table)
+    acts = ActionSet(CallableLLM(generator, name="gen"), WordOverlapRetriever(CORPUS), gen_params=GenParams(max_new_tokens=16),
+                     topk=3, table=table)
     jobs = candidate_jobs([record("q1")], rule, per_record=len(rule.candidate_programs({}, scope="table")), seed=0)
     outcomes = execute_jobs(jobs, actions=acts, judge_metric="truth", judge_threshold=0.5, table=table)
     assert len(outcomes) == len(jobs) and [o["program"] for o in outcomes] == [j["program"] for j in jobs]
