@@ -535,5 +535,5 @@ def test_planner_data_reading_says_what_the_executed_programs_did() -> None:
     assert ("A program helped 3 of the 4 records; the planner trained on 3 of them, balanced over the programs (the "
             "most frequent target 67% of the examples), for 3 steps.") in text
     assert any("67% of the examples" in line for line in text)
-    rule = reading_planner_data({**metrics, "targets": "rule", "degenerate": []})
-    assert any("rule-planner programs (`targets: rule`)" in line for line in rule)
+    rule = reading_planner_data({**metrics, "targets": "rule", "degenerate": [], "train": {"steps": 3, "examples": 7}})
+    assert any("trained on 7 rule-planner programs (`targets: rule`)" in line for line in rule)

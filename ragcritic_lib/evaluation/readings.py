@@ -589,7 +589,7 @@ def reading_planner_data(metrics: Mapping[str, Any]) -> list[str]:
                     f"{out.get('examples', 0)} of them, balanced over the programs (the most frequent target "
                     f"{_pct(out.get('top_target_share'))} of the examples), for {train.get('steps', 0)} steps.")
     else:
-        text.append(f"The planner trained on {out.get('examples', 0)} rule-planner programs (`targets: rule`), "
+        text.append(f"The planner trained on {train.get('examples', 0)} rule-planner programs (`targets: rule`), "
                     f"for {train.get('steps', 0)} steps; the executed outcomes are reported, not learned from.")
     return text + _flags(metrics.get("degenerate"))
 
