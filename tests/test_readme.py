@@ -525,7 +525,7 @@ def test_the_judge_block_tables_every_judge_against_the_hand_audit():
     assert ("Best on the choosing rows: `truth`; this run judged with `truth`. Its lead on those rows, paired by row "
             "with bootstrap 95% CIs: LLM teacher +3.5 points (-0.7..+8.3); F1 +30.0 points (+10.0..+50.0); not "
             "separable from LLM teacher at this size.") in block
-    assert "Stages 06-15 last ran with the judge `f1 >= 0.5`" in block
+    assert "The correction ladder (08) last ran with the judge `f1 >= 0.5`" in block
     metrics["08_correction"]["critic_verdict"]["test"]["testbed"]["judge"] = "truth"
     assert "Stages 05-15" not in render_block("judge", metrics)
     # No audit: the block says so rather than printing an empty table.

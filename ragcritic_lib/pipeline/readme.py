@@ -594,8 +594,8 @@ def render_judge(metrics: Mapping[str, Any]) -> str:
                 + (f"; not separable from {', '.join(tied)} at this size." if tied else ".") if versus else "")]
     later = ((metrics.get("08_correction") or {}).get("critic_verdict") or {}).get("test", {}).get("testbed", {}).get("judge")
     if isinstance(later, str) and not later.startswith(metric):
-        notes.append(f"Stages 06-15 last ran with the judge `{later}`: the tables below come from it until they "
-                     "are re-run on this one.")
+        notes.append(f"The correction ladder (08) last ran with the judge `{later}`: its tables, and those of every "
+                     "stage marked not up to date, come from that run until they are re-run on this one.")
     notes.append(environment_line(metrics, stem))
     return _compose(intro, ["judge", "test rows", "choosing rows", "credits a wrong answer", "rejects a right one"],
                     rows, notes)
