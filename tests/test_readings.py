@@ -422,6 +422,13 @@ def test_reading_analysis_missing_inputs_and_headline():
     m["headline"]["tb"]["RAG-Critic"].update(d_f1_low=-0.01)
     assert "contains 0" in _text(R.reading_analysis(m))
     assert R.reading_analysis({}) == ["0 of 0 paper items were built into 0 files."]
+    alike = {"dataset": "testbed", "agree": True, "problems": [],
+             "quotes": {"01_retrieval_rag": {"f1": 0.2218, "n": 280}, "14_comparison": {"f1": 0.2218, "n": 280}}}
+    assert ("quoted alike by 01_retrieval_rag, 14_comparison (F1 0.222 on 280 questions)"
+            in _text(R.reading_analysis({"standard_rag_agreement": alike})))
+    apart = {"standard_rag_agreement": {**alike, "agree": False}, "degenerate": ["analysis: 14 quotes F1 0.3"]}
+    text = _text(R.reading_analysis(apart))
+    assert "quoted alike" not in text and "Flagged degenerate: analysis: 14 quotes F1 0.3." in text
 
 
 # ------------------------------------------------------------------------------------ committed metrics

@@ -906,4 +906,10 @@ def reading_analysis(metrics: Mapping[str, Any]) -> list[str]:
                "ci_high": rc.get("d_f1_high"), "p_holm": rc.get("p_holm")}
         text.append(f"Headline on {ds} (standard RAG F1 {_f(std.get('f1'))}):\n"
                     + change_sentence("RAG-Critic", row, p_key="p_holm", p_label="Holm p", baseline="Standard RAG"))
-    return text
+    agreement = metrics.get("standard_rag_agreement") or {}
+    quotes = agreement.get("quotes") or {}
+    if agreement.get("agree"):
+        q = next(iter(quotes.values()))
+        text.append(f"Standard RAG on the {agreement.get('dataset')} test questions is quoted alike by "
+                    f"{', '.join(quotes)} (F1 {_f(q.get('f1'))} on {q.get('n')} questions): one chain, one set of numbers.")
+    return text + _flags(metrics.get("degenerate"))
