@@ -29,9 +29,10 @@
 # labelled by whether the passage supports the question or contains a gold answer; the paper
 # fine-tunes T5-large for the same role.
 #
-# The thresholds are tuned on **dev** answer F1: each dev question is answered once with each
-# action's knowledge, and the (upper, lower) pair with the best mean dev F1 wins, so each action
-# is credited with what it achieves. An action the dev optimum never chooses is flagged as
+# The thresholds are tuned on **dev**: each dev question is answered once with each action's
+# knowledge, and the (upper, lower) pair whose answers the project's judge
+# (`error_sampling.judge_metric`) calls right most often wins (mean F1 breaks ties), so each
+# action is credited with what it achieves. An action the dev optimum never chooses is flagged as
 # degenerate. The test questions are those of every baseline (see notebook 09).
 
 # %% tags=["parameters"]
@@ -51,7 +52,7 @@ import pandas as pd
 from IPython.display import display
 
 from ragcritic_lib import runtime
-from ragcritic_lib.baselines import MeteredLLM, crag, dataset_name, jsonable, score_records, stopwatch
+from ragcritic_lib.baselines import MeteredLLM, crag, dataset_name, jsonable, judge_params, score_records, stopwatch
 from ragcritic_lib.baselines.harness import save_method_answers
 from ragcritic_lib.baselines.stage_setup import setup_method
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
@@ -85,10 +86,10 @@ with stopwatch() as t_tune:
         secondaries[ds] = setup.retriever(ds, kind=secondary, rerank=False)
         with tune_m.dataset(ds):
             best[ds] = crag.tune_on_dev(tune_m, dev, evaluator=evaluators[ds], ce_scorer=ce,
-                                        secondary=secondaries[ds], **crag_kw)
+                                        secondary=secondaries[ds], judge=judge_params(params), **crag_kw)
         info[ds] = {**{k: v for k, v in best[ds].items() if k != "action_f1_per_question"},
                     "train_pairs": evaluators[ds].train_size, "train_positive_rate": evaluators[ds].positive_rate}
-pd.DataFrame(info).T[["upper", "lower", "dev_f1", "action_f1", "actions", "degenerate"]]
+pd.DataFrame(info).T[["upper", "lower", "dev_judge_acc", "dev_f1", "action_judge_acc", "action_f1", "actions", "degenerate"]]
 
 # %% [markdown]
 # ## Test: one action per question

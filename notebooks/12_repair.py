@@ -19,10 +19,11 @@
 # answer is right. The reward of a plan is the token F1 of the answer it produces.
 #
 # Training follows the paper's two phases:
-# 1. **off-policy**: for each failed train answer, candidate plans (the first `grammar_plans` of a
-#    small action grammar, plus `sampled_plans` samples from the current planner under free
-#    decoding) are executed and rewarded; pairs of a better and a worse plan train the planner by
-#    DPO. The state carries the oracle correctness of the answer.
+# 1. **off-policy**: for each train answer the project's judge (`error_sampling.judge_metric`) calls
+#    wrong, candidate plans (the first `grammar_plans` of a small action grammar, plus
+#    `sampled_plans` samples from the current planner under free decoding) are executed and
+#    rewarded; pairs of a better and a worse plan train the planner by DPO. The state carries the
+#    oracle correctness of the answer.
 # 2. **on-policy**: the off-policy planner samples `sampled_plans` plans for every train answer with
 #    only a judge's estimate of correctness in the state (the grounded heuristic critic, which reads
 #    no gold answer); a second DPO round continues from the off-policy adapter.
@@ -69,8 +70,8 @@ import pandas as pd
 
 from ragcritic_lib import paths, runtime
 from ragcritic_lib.agent.actions import ActionSet, count_action_calls
-from ragcritic_lib.baselines import (MeteredLLM, add_costs, dataset_costs, epochs_trained, jsonable, per_dataset,
-                                     records_cost, repair, stopwatch)
+from ragcritic_lib.baselines import (MeteredLLM, add_costs, dataset_costs, epochs_trained, jsonable, judge_params,
+                                     mark_correct, per_dataset, records_cost, repair, stopwatch)
 from ragcritic_lib.baselines.harness import save_method_answers
 from ragcritic_lib.baselines.stage_setup import setup_method
 from ragcritic_lib.critic.critics import HeuristicCritic
@@ -119,8 +120,8 @@ train, off = {}, []
 with stopwatch() as t_off:
     for ds in datasets:
         with per_dataset(ds, gen_m, planner):
-            train[ds] = run_standard_rag(gen_m, runtime.load_split(params, ds, "train", limit=train_questions),
-                                         retriever=retrievers[ds], **rag_kw)
+            train[ds] = mark_correct(run_standard_rag(gen_m, runtime.load_split(params, ds, "train", limit=train_questions),
+                                                      retriever=retrievers[ds], **rag_kw), **judge_params(params))
             off.append(repair.collect_preferences(train[ds], actions[ds], phase="off", planner=planner,
                                                   n_grammar=grammar_plans, n_sampled=off_sampled, seed=seed,
                                                   **pref_kw))

@@ -53,7 +53,7 @@ voting = "constrained"
 import pandas as pd
 
 from ragcritic_lib import paths, runtime
-from ragcritic_lib.baselines import MeteredLLM, is_wrong, jsonable, load_method_results, ragec, stopwatch
+from ragcritic_lib.baselines import MeteredLLM, is_wrong, jsonable, judge_params, load_method_results, mark_correct, ragec, stopwatch
 from ragcritic_lib.baselines.stage_setup import setup_method
 from ragcritic_lib.io import write_jsonl
 from ragcritic_lib.pipeline.outputs import save_table
@@ -65,6 +65,7 @@ params, seed, rr, llm, test = setup.params, setup.seed, setup.rag, setup.llm, se
 rag_kw = dict(k=rr["top_k"], variant=rr["prompt_variant"], gen_params=setup.answer_gen, max_passage_words=rr["max_passage_words"])
 types = ragec.load_ragec_types()
 rerank_on = bool(runtime.retriever_config(params).get("rerank"))
+judge = judge_params(params)  # error_sampling.judge_metric / judge_threshold: which answers are wrong
 {ds: len(recs) for ds, recs in test.items()}
 
 # %% [markdown]
@@ -83,6 +84,7 @@ with stopwatch() as t:
                                               depth=first_stage_depth, **rag_kw)
             elif rerank_on:
                 recs = ragec.attach_first_stage(recs, first_stage, first_stage_depth)
+            recs = mark_correct(recs, **judge)  # the project's judge on the answers RAGEC diagnoses
             # BEGIN SOLUTION hint: chosen, dropped: ragec.select_errors(recs, max_errors, seed=seed); answered[ds]: answers, wrong (is_wrong), and diagnosed
             chosen, dropped = ragec.select_errors(recs, max_errors, seed=seed)
             answered[ds] = {"answers": len(recs), "wrong": sum(1 for r in recs if is_wrong(r)), "diagnosed": len(chosen)}

@@ -171,7 +171,8 @@ index = out.write_index(inputs)
 analysis.status_frame(index)
 
 # %%
-metrics = analysis.summary_metrics(index, inputs, main)
+agreement = analysis.standard_rag_agreement(inputs)  # one chain, one standard RAG: 01, 08 and 14 agree
+metrics = analysis.summary_metrics(index, inputs, main, agreement=agreement)
 write_stage_metrics("15_analysis", metrics)
 [f"{m['paper']}: {m['input']} {m['key'] or ''} ({m['reason']})" for m in metrics["missing"]]
 

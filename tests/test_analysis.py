@@ -540,3 +540,35 @@ def test_tables_from_the_real_stage_functions(tmp_path):
     assert list(it.f1) == [0.25, 0.75]
     ab = analysis.ablation_table(inputs).frame
     assert list(ab.method) == ["RAG-Critic", "standard RAG"] and ab.d_f1.iloc[1] == -0.5
+
+
+def _quote_files(root: Path, *, f1_01: float, f1_08: float, f1_14: float, n_14: int = 280) -> analysis.Inputs:
+    m = root / "reports" / "metrics"
+    m.mkdir(parents=True, exist_ok=True)
+    write_json(m / "01_retrieval_rag.json", {"rag": {"testbed": {"test": {"f1": f1_01, "n": 280, "em": 0.1}}}})
+    write_json(m / "08_correction.json", {"ladder": {"testbed": {"standard RAG": {"f1": f1_08, "n": 280}}}})
+    write_json(m / "14_comparison.json", {"rows": [
+        {"method": "standard RAG", "dataset": "testbed", "type": "all", "f1": f1_14, "n": n_14},
+        {"method": "standard RAG", "dataset": "testbed", "type": "factual", "f1": 0.9, "n": 40},
+        {"method": "standard RAG", "dataset": "trivia", "type": "all", "f1": 0.05, "n": 40}]})
+    return analysis.Inputs(m, root / "reports" / "tables", root=root)
+
+
+def test_standard_rag_agreement_catches_a_stage_from_another_run(tmp_path):
+    same = analysis.standard_rag_agreement(_quote_files(tmp_path / "a", f1_01=0.2218, f1_08=0.2218, f1_14=0.2218))
+    assert same["agree"] is True and same["problems"] == [] and same["max_gap"] == 0.0
+    assert list(same["quotes"]) == ["01_retrieval_rag", "08_correction", "14_comparison"]
+    stale = analysis.standard_rag_agreement(_quote_files(tmp_path / "b", f1_01=0.2218, f1_08=0.2287, f1_14=0.2218))
+    assert stale["agree"] is False and stale["max_gap"] == pytest.approx(0.0069)
+    assert stale["problems"] == ["standard RAG on testbed test: 08_correction quotes F1 0.2287 on 280 questions, "
+                                 "01_retrieval_rag 0.2218 on 280 (a stage from another run)"]
+    fewer = analysis.standard_rag_agreement(_quote_files(tmp_path / "c", f1_01=0.2218, f1_08=0.2218, f1_14=0.2218,
+                                                         n_14=250))
+    assert fewer["agree"] is False and "on 250 questions" in fewer["problems"][0]
+    metrics = analysis.summary_metrics({"items": []}, _quote_files(tmp_path / "d", f1_01=0.2, f1_08=0.2, f1_14=0.3),
+                                       agreement=analysis.standard_rag_agreement(
+                                           _quote_files(tmp_path / "d", f1_01=0.2, f1_08=0.2, f1_14=0.3)))
+    assert metrics["degenerate"] == ["analysis: standard RAG on testbed test: 14_comparison quotes F1 0.3000 on 280 "
+                                     "questions, 01_retrieval_rag 0.2000 on 280 (a stage from another run)"]
+    lone = analysis.standard_rag_agreement(analysis.Inputs(tmp_path / "none", tmp_path / "t", root=tmp_path))
+    assert lone["agree"] is None and lone["quotes"] == {}

@@ -52,7 +52,26 @@ def test_tune_thresholds_credits_each_action_with_its_measured_f1():
     assert best["degenerate"] == [] and best["n"] == 3
     assert best["action_f1"] == {"Correct": pytest.approx(1 / 3), "Ambiguous": pytest.approx(0.5),
                                  "Incorrect": pytest.approx(1 / 3)}
-    assert best["oracle_f1"] == 1.0 and best["all_actions"] == {"upper": 0.5, "lower": 0.0, "dev_f1": 1.0}
+    assert best["oracle_f1"] == 1.0 and best["all_actions"] == {"upper": 0.5, "lower": 0.0, "dev_f1": 1.0,
+                                                                "dev_judge_acc": None}
+    assert best["objective"] == "f1" and best["dev_judge_acc"] is None and best["oracle_judge_acc"] is None
+
+
+def test_tune_thresholds_follow_the_judge_before_f1():
+    # Two questions: by F1 Correct wins both (partial overlaps), but the judge calls only the
+    # Incorrect action's answer right on the second; the judge's choice routes it there.
+    scores = [[0.9], [-0.5]]
+    f1 = [_f1(1.0, 0.0, 0.0), _f1(0.8, 0.0, 0.4)]
+    right = [_f1(1.0, 0.0, 0.0), _f1(0.0, 0.0, 1.0)]
+    by_f1 = crag.tune_thresholds(scores, f1, grid=[-1.0, 0.0, 1.0])
+    by_judge = crag.tune_thresholds(scores, f1, action_right=right, grid=[-1.0, 0.0, 1.0])
+    assert by_f1["actions"]["Incorrect"] == 0 and by_f1["dev_f1"] == pytest.approx(0.9)
+    assert by_judge["objective"] == "judge_acc" and by_judge["dev_judge_acc"] == 1.0
+    assert by_judge["actions"] == {"Correct": 1, "Ambiguous": 0, "Incorrect": 1}
+    assert by_judge["dev_f1"] == pytest.approx(0.7) and by_judge["oracle_judge_acc"] == 1.0
+    assert by_judge["action_judge_acc"] == {"Correct": 0.5, "Ambiguous": 0.0, "Incorrect": 0.5}
+    with pytest.raises(ValueError, match=r"action_right\[1\] lacks the value of \['Incorrect'\]"):
+        crag.tune_thresholds(scores, f1, action_right=[right[0], {"Correct": 0.0, "Ambiguous": 0.0}])
 
 
 def test_tune_thresholds_reports_a_collapsed_action():
@@ -62,7 +81,7 @@ def test_tune_thresholds_reports_a_collapsed_action():
     f1 = [_f1(1.0, 0.5, 0.0), _f1(1.0, 0.5, 0.0), _f1(0.0, 0.5, 1.0)]
     best = crag.tune_thresholds(scores, f1, grid=[-1.0, 0.0, 1.0])
     assert best["dev_f1"] == 1.0 and best["actions"] == {"Correct": 2, "Ambiguous": 0, "Incorrect": 1}
-    assert best["degenerate"] == ["crag: Ambiguous never chosen on dev at the F1-best thresholds"]
+    assert best["degenerate"] == ["crag: Ambiguous never chosen on dev at the best thresholds (f1)"]
     assert best["all_actions"]["dev_f1"] == pytest.approx(2.5 / 3)
 
 
@@ -74,7 +93,7 @@ def test_tune_thresholds_ties_prefer_more_actions():
     assert -0.99 in crag.default_threshold_grid() and 0.59 in crag.default_threshold_grid()
     with pytest.raises(ValueError, match="differ in length"):
         crag.tune_thresholds([[0.1]], [])
-    with pytest.raises(ValueError, match=r"action_f1\[0\] lacks the F1 of \['Ambiguous'\]"):
+    with pytest.raises(ValueError, match=r"action_f1\[0\] lacks the value of \['Ambiguous'\]"):
         crag.tune_thresholds([[0.1]], [{"Correct": 1.0, "Incorrect": 0.0}])
 
 
@@ -187,6 +206,10 @@ def test_measure_action_f1_and_tune_on_dev_use_each_actions_knowledge():
     best = crag.tune_on_dev(CallableLLM(fn), recs, grid=[-1.0, 0.0, 1.0], **kw)
     assert best["actions"]["Correct"] == 1 and best["dev_f1"] == 1.0 and best["positive_rate"] == 1.0
     assert len(best["degenerate"]) == 2 and best["action_f1_per_question"] == m["action_f1"]
+    assert m["action_right"] is None and best["objective"] == "f1"
+    judged = crag.tune_on_dev(CallableLLM(fn), recs, grid=[-1.0, 0.0, 1.0], judge={"metric": "truth", "threshold": 0.5}, **kw)
+    assert judged["objective"] == "judge_acc" and judged["dev_judge_acc"] == 1.0
+    assert judged["action_judge_acc"] == {"Correct": 1.0, "Ambiguous": 0.0, "Incorrect": 0.0}
     assert crag.knowledge_of("Ambiguous", ["a"], ["b"]) == ["a", "b"]
     with pytest.raises(ValueError, match="unknown CRAG action"):
         crag.knowledge_of("Maybe", [], [])

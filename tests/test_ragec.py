@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ragcritic_lib.baselines import ragec
+from ragcritic_lib.baselines import mark_correct, ragec
 from ragcritic_lib.io import DataFormatError
 from ragcritic_lib.llm import CallableLLM
 
@@ -21,12 +21,12 @@ def passages(*ids):
     return [{"id": i, "contents": TEXT[i], "score": 1.0} for i in ids]
 
 
-def record(question, *, supporting=None, passed=(), retrieved=None, golds=("Danube",), em=0.0, **meta):
+def record(question, *, supporting=None, passed=(), retrieved=None, golds=("Danube",), correct=False, **meta):
     md = {"dataset": "testbed", "type": "factual", **meta}
     if supporting is not None:
         md["supporting_ids"] = list(supporting)
     r = {"id": "q", "question": question, "golden_answers": list(golds), "metadata": md,
-         "passages": passages(*passed), "prediction": "Rhine", "em": em}
+         "passages": passages(*passed), "prediction": "Rhine", "correct": correct}
     if retrieved is not None:
         r["retrieved"] = passages(*retrieved)
     return r
@@ -105,7 +105,7 @@ def test_stage_rules_every_branch(gold_fn):
     out = attr(record("What flows through Vienna?", supporting=["p1"], passed=["p3"]))
     assert (out["stage"], out["coverage"], out["reranker_dropped"]) == ("Retrieval", 1.0, False)
 
-    ok = attr(record(q, supporting=["p1"], em=1.0))
+    ok = attr(record(q, supporting=["p1"], correct=True))
     assert (ok["stage"], ok["reason"]) == (None, "not_an_error")
 
 
@@ -183,7 +183,7 @@ def test_run_ragec_and_reports(types, gold_fn):
         dict(record(q, supporting=["p1", "p2"], passed=["p1", "p2"]), id="a"),
         dict(record(q, supporting=["p1", "p2"], passed=["p1"], retrieved=["p1", "p2"]), id="b"),
         dict(record(q, supporting=["p2"], passed=["p3"]), id="c"),
-        dict(record(q, supporting=["p1"], em=1.0), id="d"),
+        dict(record(q, supporting=["p1"], correct=True), id="d"),
     ]
     answers = {"Generation": "E13", "Reranking": "E7", "Chunking": "E3"}
 
@@ -274,7 +274,11 @@ def test_reranked_records_make_the_reranking_stage_reachable(types, gold_fn):
     assert [p["id"] for p in new["passages"]] == ["p3", "p1"] and [p["id"] for p in new["retrieved"]] == [
         "p1", "p3", "p2", "p4"]
     assert (first.calls, reranked.calls) == ([4], [2])
-    (res,) = ragec.run_ragec(None, [new], types, chunk_gold_fn=gold_fn, k=0)
+    with pytest.raises(ValueError, match="record 'q' has no judged 'correct' flag"):
+        ragec.run_ragec(None, [new], types, chunk_gold_fn=gold_fn, k=0)  # the new answer is not judged yet
+    (judged,) = mark_correct([new], metric="truth", threshold=0.5)
+    assert judged["correct"] is False  # "Rhine" where the gold is "Danube"
+    (res,) = ragec.run_ragec(None, [judged], types, chunk_gold_fn=gold_fn, k=0)
     assert (res["stage"], res["mode"]) == ("Reranking", "E7")  # p2 was retrieved, then dropped
     assert ragec.same_answer_keys([old], [new]) == set()
     assert ragec.same_answer_keys([old], [dict(new, prediction="the Danube.")]) == {("testbed", "q")}

@@ -300,10 +300,15 @@ def test_reading_crag_routing_against_the_best_single_action():
          "action_f1": {"Ambiguous": 0.2535, "Correct": 0.2187, "Incorrect": 0.2053}, "oracle_f1": 0.2557,
          "test_actions": {"Ambiguous": 94, "Correct": 44}}
     text = _text(R.reading_crag({"crag": {"tb": c}, "scores": {"tb": {"f1": 0.219}}}, standard_f1={"tb": 0.236}))
-    assert "+0.000 over always taking Ambiguous: the routing adds nothing on dev" in text
+    assert "+0.000 F1 over always taking Ambiguous: the routing adds nothing on dev" in text
     assert "Ambiguous 94, Correct 44" in text and "(-0.017)" in text
     gain = _text(R.reading_crag({"crag": {"tb": {**c, "dev_f1": 0.3035}}}))
-    assert "+0.050 over always taking Ambiguous" in gain and "adds nothing" not in gain
+    assert "+0.050 F1 over always taking Ambiguous" in gain and "adds nothing" not in gain
+    judged = _text(R.reading_crag({"crag": {"tb": {**c, "objective": "judge_acc", "dev_judge_acc": 0.3,
+                                                   "action_judge_acc": {"Ambiguous": 0.25, "Correct": 0.2, "Incorrect": 0.1},
+                                                   "oracle_judge_acc": 0.4}}}))
+    assert "give dev judge accuracy 30% (F1 0.254)" in judged and "+0.050 judge accuracy over always taking Ambiguous" in judged
+    assert "(best action per question: 40%)" in judged
     assert R.reading_crag({}) == []
     typed = {**c, "test_actions_by_type": {"comparison": {"Correct": 1, "Ambiguous": 3, "Incorrect": 0},
                                            "temporal": {"Correct": 2, "Ambiguous": 0, "Incorrect": 0}}}
@@ -417,6 +422,13 @@ def test_reading_analysis_missing_inputs_and_headline():
     m["headline"]["tb"]["RAG-Critic"].update(d_f1_low=-0.01)
     assert "contains 0" in _text(R.reading_analysis(m))
     assert R.reading_analysis({}) == ["0 of 0 paper items were built into 0 files."]
+    alike = {"dataset": "testbed", "agree": True, "problems": [],
+             "quotes": {"01_retrieval_rag": {"f1": 0.2218, "n": 280}, "14_comparison": {"f1": 0.2218, "n": 280}}}
+    assert ("quoted alike by 01_retrieval_rag, 14_comparison (F1 0.222 on 280 questions)"
+            in _text(R.reading_analysis({"standard_rag_agreement": alike})))
+    apart = {"standard_rag_agreement": {**alike, "agree": False}, "degenerate": ["analysis: 14 quotes F1 0.3"]}
+    text = _text(R.reading_analysis(apart))
+    assert "quoted alike" not in text and "Flagged degenerate: analysis: 14 quotes F1 0.3." in text
 
 
 # ------------------------------------------------------------------------------------ committed metrics

@@ -18,7 +18,8 @@ from ragcritic_lib.retrieval import Hit
 REC = {"id": "q1", "question": "Which river flows through Vienna?", "golden_answers": ["Danube"],
        "metadata": {"dataset": "testbed"},
        "passages": [{"id": "p", "contents": "Paris\nParis lies on the Seine.", "score": 1.0}],
-       "prediction": "Rhine", "raw_output": "I think Rhine.\nSo the final answer is: Rhine", "em": 0.0}
+       "prediction": "Rhine", "raw_output": "I think Rhine.\nSo the final answer is: Rhine", "em": 0.0,
+       "correct": False}
 GOOD_PLAN = "found = Retrieval(query=question, topk=1)\nfinal_answer = GenerateAnswer(query=question, docs=found)"
 
 
@@ -86,7 +87,7 @@ def test_execute_plans_and_rewards(actions):
 
 
 def test_off_policy_preferences(actions, llm):
-    correct = dict(REC, id="q2", em=1.0, prediction="Danube")
+    correct = dict(REC, id="q2", em=1.0, correct=True, prediction="Danube")
     pairs, log = repair.collect_preferences([REC, correct], actions, phase="off", n_grammar=2, planner=llm,
                                             n_sampled=1, temperature=0.7)
     # Only the failed record is a training state; the sampled plan equals no grammar plan.

@@ -33,7 +33,7 @@ from ragcritic_lib.agent.workflow import (
 )
 from ragcritic_lib.evaluation.scoring import score_prediction
 from ragcritic_lib.evaluation.stats import paired_comparison, paired_mde
-from ragcritic_lib.mining.sampling import JUDGE_METRICS, is_correct
+from ragcritic_lib.mining.sampling import JUDGE_METRICS, is_correct, judge_answer
 
 LADDER_ROWS: tuple[str, ...] = (
     "standard RAG", "fixed action", "RAG-Critic (1 iter)", "RAG-Critic (2 iter)", "RAG-Critic + rule planner",
@@ -306,7 +306,6 @@ def verdict_quality(results: Sequence[Mapping[str, Any]], *, judge_metric: str, 
         answers right / wrong by accuracy)}.
     """
     from ragcritic_lib.evaluation.stats import auroc, bootstrap_auroc_ci
-    from ragcritic_lib.evaluation.truth import truth_score
     from ragcritic_lib.mining.evidence import is_abstention
 
     margins, wrong_judge, wrong_acc = [], [], []
@@ -320,8 +319,7 @@ def verdict_quality(results: Sequence[Mapping[str, Any]], *, judge_metric: str, 
         golds = list(r.get("golden_answers") or [])
         before = str(step.get("answer_before") if step.get("answer_before") is not None else r.get("prediction") or "")
         s0 = score_prediction(before, golds)
-        right_judge = (truth_score(before, golds, r.get("metadata")) if judge_metric == "truth"
-                       else s0[judge_metric]) >= judge_threshold
+        right_judge = judge_answer(r, before, metric=judge_metric, threshold=judge_threshold)
         right_acc = s0["acc"] > 0
         margins.append(float(margin))
         wrong_judge.append(not right_judge)

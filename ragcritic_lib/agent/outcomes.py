@@ -32,7 +32,7 @@ from ragcritic_lib.agent.planner import (
     ErrorActionTable, Plan, PlannerContext, RuleBasedPlanner, build_planner_messages, critic_feedback,
 )
 from ragcritic_lib.evaluation.scoring import token_f1
-from ragcritic_lib.mining.sampling import is_correct
+from ragcritic_lib.mining.sampling import judge_answer
 
 PLANNER_TARGETS: tuple[str, ...] = ("outcomes", "rule")
 """What the planner is trained on: the executed programs that helped, or the rule planner's programs."""
@@ -123,8 +123,7 @@ def execute_jobs(jobs: Sequence[Mapping[str, Any]], *, actions: Any, judge_metri
         rec, step = job["record"], (res["steps"] or [{}])[0]
         golds = [str(g) for g in rec.get("golden_answers") or []]
         before, after = str(res["predictions"][0]), str(res["predictions"][-1])
-        right = [is_correct({**rec, "prediction": p}, metric=judge_metric, threshold=judge_threshold)
-                 for p in (before, after)]
+        right = [judge_answer(rec, p, metric=judge_metric, threshold=judge_threshold) for p in (before, after)]
         f1 = [round(token_f1(p, golds), 4) for p in (before, after)]
         row = {"id": rec.get("id"), "dataset": rec.get("dataset"), "question": rec.get("question"),
                "tag1": job["critique"]["tag1"], "tag2": job["critique"]["tag2"], "program": job["program"],

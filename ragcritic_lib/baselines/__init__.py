@@ -79,12 +79,44 @@ def contains_answer(text: str, golds: Sequence[str]) -> bool:
     return _contains(text, list(golds))
 
 
-def is_wrong(record: Mapping[str, Any], *, metric: str = "em", threshold: float = 1.0) -> bool:
-    """Whether a scored answer counts as an error: the judged ``correct`` flag when present,
-    else ``record[metric] < threshold``."""
-    if "correct" in record and record["correct"] is not None:
-        return not bool(record["correct"])
-    return float(record.get(metric, 0.0)) < threshold
+def is_wrong(record: Mapping[str, Any]) -> bool:
+    """Whether an answer counts as an error: the negation of its judged ``correct`` flag.
+
+    No baseline decides right and wrong for itself: the flag comes from the project's one judge
+    (:func:`mark_correct`, i.e. :func:`ragcritic_lib.mining.sampling.is_correct` at
+    ``error_sampling.judge_metric`` / ``judge_threshold``). A record without the flag is an error
+    of the caller, named with the record's id.
+    """
+    if record.get("correct") is None:
+        raise ValueError(
+            f"record {record.get('id')!r} has no judged 'correct' flag: judge the records first with "
+            "baselines.mark_correct(records, metric=error_sampling.judge_metric, threshold=error_sampling.judge_threshold)")
+    return not bool(record["correct"])
+
+
+def mark_correct(records: Iterable[Mapping[str, Any]], *, metric: str, threshold: float) -> list[dict[str, Any]]:
+    """Copies of ``records`` with ``correct`` set by the project's judge
+    (:func:`ragcritic_lib.mining.sampling.is_correct`; pass ``error_sampling.judge_metric`` and
+    ``judge_threshold`` from params). Every baseline that needs to know which answers are wrong
+    reads this flag through :func:`is_wrong`."""
+    from ragcritic_lib.mining.sampling import is_correct
+
+    out = []
+    for rec in records:
+        row = dict(rec)
+        row["correct"] = is_correct(row, metric=metric, threshold=threshold)
+        out.append(row)
+    return out
+
+
+def judge_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"metric", "threshold"}`` of the project's judge from a params mapping
+    (``error_sampling.judge_metric`` / ``judge_threshold``), named in the error when absent."""
+    section = params.get("error_sampling") or {}
+    missing = [k for k in ("judge_metric", "judge_threshold") if k not in section]
+    if missing:
+        raise KeyError(f"params.yaml: error_sampling.{missing[0]} is missing (the project's judge of a right answer)")
+    return {"metric": str(section["judge_metric"]), "threshold": float(section["judge_threshold"])}
 
 
 def score_records(records: Iterable[Mapping[str, Any]], *, pred_key: str = "prediction") -> list[dict]:
@@ -456,7 +488,7 @@ def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], *,
 
 __all__ = [
     "STOPWORDS", "tokens", "content_words", "overlap_fraction", "split_sentences", "split_title",
-    "contains_answer", "is_wrong", "score_records", "question_type", "dataset_name", "MeteredLLM", "add_costs",
+    "contains_answer", "is_wrong", "mark_correct", "judge_params", "score_records", "question_type", "dataset_name", "MeteredLLM", "add_costs",
     "per_dataset", "dataset_costs", "records_cost", "records_cost_by_dataset", "stopwatch", "epochs_trained",
     "load_method_results",
     "jsonable", "cost_from_per_sample", "comparison_table", "markdown_table", "METRICS",

@@ -9,10 +9,10 @@ Reproduces Corrective RAG (Yan et al.) in our harness:
   contains a gold answer (trivia). Scores are mapped to [-1, 1] (``2 p - 1``), the scale on which
   the paper reports its thresholds (PopQA: upper 0.59, lower -0.99).
 - **Action trigger.** Any passage scoring >= upper -> Correct; else any >= lower -> Ambiguous;
-  else Incorrect. Both thresholds are tuned on dev answer F1: every dev question is answered
-  three times, once with the knowledge of each action, and the grid search picks the
-  (upper, lower) pair whose actions give the highest mean F1. Each action is thus credited with
-  the F1 it really achieves (Ambiguous: refined internal strips plus the second retrieval), not
+  else Incorrect. Both thresholds are tuned on dev: every dev question is answered three times,
+  once with the knowledge of each action, and the grid search picks the (upper, lower) pair
+  whose actions the project's judge (``error_sampling.judge_metric``) calls right most often,
+  mean F1 breaking ties. Each action is thus credited with what it really achieves (Ambiguous: refined internal strips plus the second retrieval), not
   with a fixed share; when the optimum never uses an action, the tuning says so (``degenerate``).
 - **Correct -> knowledge refinement** (decompose-then-recompose): split the passages into
   sentence strips, score each strip with the same evaluator, keep the top strips, recompose
@@ -205,14 +205,18 @@ def tune_thresholds(
     scores: Sequence[Sequence[float]],
     action_f1: Sequence[Mapping[str, float]],
     *,
+    action_right: Sequence[Mapping[str, float]] | None = None,
     grid: Sequence[float] | None = None,
 ) -> dict[str, Any]:
-    """Grid search of (upper, lower), lower <= upper, maximising mean dev F1 of the chosen actions.
+    """Grid search of (upper, lower), lower <= upper, maximising the dev score of the chosen actions.
 
     Args:
         scores: per dev question, the evaluator scores of its retrieved passages.
         action_f1: per dev question, {"Correct", "Ambiguous", "Incorrect"} -> the F1 of the answer
             generated with that action's knowledge (:func:`measure_action_f1`).
+        action_right: per dev question, {action: 1.0 when the project's judge calls that answer
+            right, else 0.0}. When given, the search maximises the share of right dev answers
+            first and mean F1 second; without it, mean F1 alone.
         grid: candidate thresholds; default :func:`default_threshold_grid`. The questions' best
             passage scores are always added, so every split of the questions by score is tried.
 
@@ -220,23 +224,44 @@ def tune_thresholds(
     pair in grid order (upper ascending, then lower ascending).
 
     Returns:
-        {"upper", "lower", "dev_f1", "actions": {action: count}, "n", "degenerate": [one line per
-        action the optimum never chooses], "action_f1": {action: mean F1 when always taken},
-        "oracle_f1": mean of the best action per question, "all_actions": the best pair that
-        chooses every action at least once ({"upper", "lower", "dev_f1"}, None when no pair does)}.
+        {"upper", "lower", "dev_f1", "dev_judge_acc" (None without ``action_right``), "objective"
+        ("judge_acc" or "f1"), "actions": {action: count}, "n", "degenerate": [one line per action
+        the optimum never chooses], "action_f1" / "action_judge_acc": {action: mean when always
+        taken}, "oracle_f1" / "oracle_judge_acc": mean of the best action per question,
+        "all_actions": the best pair that chooses every action at least once ({"upper", "lower",
+        "dev_f1", "dev_judge_acc"}, None when no pair does)}.
 
     Raises:
-        ValueError: when the lists differ in length or an action's F1 is missing.
+        ValueError: when the lists differ in length or an action's F1 or judgement is missing.
     """
-    if len(scores) != len(action_f1):
-        raise ValueError(f"scores ({len(scores)}) and action_f1 ({len(action_f1)}) differ in length")
-    for i, row in enumerate(action_f1):
-        missing = [a for a in ACTIONS if a not in row]
-        if missing:
-            raise ValueError(f"action_f1[{i}] lacks the F1 of {missing}")
+    rows = {"action_f1": action_f1, **({"action_right": action_right} if action_right is not None else {})}
+    for name, table in rows.items():
+        if len(scores) != len(table):
+            raise ValueError(f"scores ({len(scores)}) and {name} ({len(table)}) differ in length")
+        for i, row in enumerate(table):
+            missing = [a for a in ACTIONS if a not in row]
+            if missing:
+                raise ValueError(f"{name}[{i}] lacks the value of {missing}")
     observed = {m for m in (_max_score(s) for s in scores) if m is not None}
     grid = sorted(set(grid if grid is not None else default_threshold_grid()) | observed)
     n = len(scores)
+
+    def mean_of(table: Sequence[Mapping[str, float]] | None, acts: Sequence[str]) -> float | None:
+        if table is None:
+            return None
+        return sum(float(row[a]) for a, row in zip(acts, table)) / max(1, n)
+
+    def key(cand: Mapping[str, Any]) -> tuple[float, float]:
+        return (cand["dev_judge_acc"] if action_right is not None else 0.0, cand["dev_f1"])
+
+    def better(a: tuple[float, float], b: tuple[float, float]) -> int:
+        for x, y in zip(a, b):
+            if x > y + 1e-12:
+                return 1
+            if x < y - 1e-12:
+                return -1
+        return 0
+
     best: dict[str, Any] | None = None
     full: dict[str, Any] | None = None
     for upper in grid:
@@ -244,24 +269,28 @@ def tune_thresholds(
             if lower > upper:
                 break
             acts = [retrieval_action(s, upper, lower) for s in scores]
-            f1 = sum(float(row[a]) for a, row in zip(acts, action_f1)) / max(1, n)
+            cand = {"upper": upper, "lower": lower, "dev_f1": mean_of(action_f1, acts),
+                    "dev_judge_acc": mean_of(action_right, acts)}
             used = len(set(acts))
-            if best is None or f1 > best["dev_f1"] + 1e-12 or (
-                    abs(f1 - best["dev_f1"]) <= 1e-12 and used > len([a for a in ACTIONS if best["actions"][a]])):
-                best = {"upper": upper, "lower": lower, "dev_f1": f1,
-                        "actions": {a: acts.count(a) for a in ACTIONS}, "n": n}
-            if used == len(ACTIONS) and (full is None or f1 > full["dev_f1"] + 1e-12):
-                full = {"upper": upper, "lower": lower, "dev_f1": f1}
+            order = 1 if best is None else better(key(cand), key(best))
+            if order > 0 or (order == 0 and used > len([a for a in ACTIONS if best["actions"][a]])):
+                best = {**cand, "actions": {a: acts.count(a) for a in ACTIONS}, "n": n}
+            if used == len(ACTIONS) and (full is None or better(key(cand), key(full)) > 0):
+                full = dict(cand)
     assert best is not None
-    best["degenerate"] = [f"crag: {a} never chosen on dev at the F1-best thresholds"
+    objective = "judge_acc" if action_right is not None else "f1"
+    best["objective"] = objective
+    best["degenerate"] = [f"crag: {a} never chosen on dev at the best thresholds ({objective})"
                           for a in ACTIONS if n and best["actions"][a] == 0]
-    best["action_f1"] = {a: sum(float(row[a]) for row in action_f1) / n if n else float("nan") for a in ACTIONS}
-    best["oracle_f1"] = sum(max(float(row[a]) for a in ACTIONS) for row in action_f1) / n if n else float("nan")
+    for name, table in (("f1", action_f1), ("judge_acc", action_right)):
+        best[f"action_{name}"] = ({a: sum(float(row[a]) for row in table) / n if n else float("nan") for a in ACTIONS}
+                                  if table is not None else None)
+        best[f"oracle_{name}"] = ((sum(max(float(row[a]) for a in ACTIONS) for row in table) / n if n else float("nan"))
+                                  if table is not None else None)
     best["all_actions"] = full
     return best
 
 
-# --------------------------------------------------------------- decompose / recompose
 def split_strips(contents: str, *, min_words: int = 8) -> list[str]:
     """Decompose one passage into knowledge strips: its sentences, a short sentence (< min_words
     words) merged into the next one (the last into the previous) so no strip is a fragment."""
@@ -475,14 +504,18 @@ def measure_action_f1(
     refine_external: bool = True,
     rag_variant: str = "default",
     max_passage_words: int = 80,
+    judge: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Answer every (dev) question once per action and score each answer against the golds.
 
     The knowledge of each action is built exactly as :func:`run_crag` builds it, so the F1 an
-    action gets here is the F1 it would get at test time on the same question.
+    action gets here is the F1 it would get at test time on the same question. ``judge``
+    (``{"metric", "threshold"}``, :func:`ragcritic_lib.baselines.judge_params`) also has the
+    project's judge say which answers are right.
 
     Returns:
         {"scores": evaluator scores per question, "action_f1": per question {action: token F1},
+        "action_right": per question {action: 1.0 / 0.0 by the judge} (None without ``judge``),
         "predictions": per question {action: answer}}.
     """
     from ragcritic_lib.evaluation.scoring import token_f1
@@ -504,7 +537,15 @@ def measure_action_f1(
         row = answers[i * len(ACTIONS):(i + 1) * len(ACTIONS)]
         preds.append({a: ans for a, (_, ans, _) in zip(ACTIONS, row)})
         f1s.append({a: float(token_f1(ans, golds)) for a, (_, ans, _) in zip(ACTIONS, row)})
-    return {"scores": evaluator_scores(records, evaluator, ce_scorer), "action_f1": f1s, "predictions": preds}
+    right = None
+    if judge is not None:
+        from ragcritic_lib.mining.sampling import judge_answer
+
+        right = [{a: float(judge_answer(rec, by_action[a], metric=str(judge["metric"]),
+                                        threshold=float(judge["threshold"]))) for a in ACTIONS}
+                 for rec, by_action in zip(records, preds)]
+    return {"scores": evaluator_scores(records, evaluator, ce_scorer), "action_f1": f1s, "action_right": right,
+            "predictions": preds}
 
 
 def tune_on_dev(
@@ -516,9 +557,11 @@ def tune_on_dev(
     secondary: Any,
     gen_params: Any,
     grid: Sequence[float] | None = None,
+    judge: Mapping[str, Any] | None = None,
     **knowledge_kw: Any,
 ) -> dict[str, Any]:
-    """:func:`measure_action_f1` on dev records, then :func:`tune_thresholds` on those F1s.
+    """:func:`measure_action_f1` on dev records, then :func:`tune_thresholds` on the project's
+    judge (``judge``: ``{"metric", "threshold"}``; F1 breaks ties) or, without it, on F1.
 
     ``knowledge_kw`` are :func:`run_crag`'s knowledge and prompt options (k_secondary,
     top_strips, min_strip_score, rewriter, refine_external, rag_variant, max_passage_words).
@@ -528,8 +571,8 @@ def tune_on_dev(
         retrieved passage) and "action_f1_per_question".
     """
     measured = measure_action_f1(llm, records, evaluator=evaluator, ce_scorer=ce_scorer, secondary=secondary,
-                                 gen_params=gen_params, **knowledge_kw)
-    best = tune_thresholds(measured["scores"], measured["action_f1"], grid=grid)
+                                 gen_params=gen_params, judge=judge, **knowledge_kw)
+    best = tune_thresholds(measured["scores"], measured["action_f1"], action_right=measured["action_right"], grid=grid)
     _, labels = featurize_records(records, ce_scorer)
     best["positive_rate"] = sum(any(ys) for ys in labels) / max(1, len(labels))
     best["action_f1_per_question"] = measured["action_f1"]

@@ -4,7 +4,8 @@ Reproduces Leung et al. (RAGEC), section 5 and appendix B, on our four-stage pip
 chunking (corpus preparation), first-stage retrieval, cross-encoder reranking, generation.
 
 Which answers are wrong: the paper asks GPT-4o to compare answer and ground truth; we use the
-record's judged ``correct`` flag when present, else exact match (``baselines.is_wrong``).
+record's ``correct`` flag from the project's judge (``baselines.mark_correct``, read by
+``baselines.is_wrong``), the same judge every other label uses.
 
 Stage attribution (rules, no LLM; run only on wrong answers), checked in this order:
 

@@ -571,11 +571,6 @@ def repair_summary(
     }
 
 
-def oracle_correct_flags(records: Sequence[Mapping[str, Any]]) -> list[bool]:
-    """Gold correctness of each record's current answer (for ablations only)."""
-    return [not is_wrong(r) for r in records]
-
-
 JudgeFn = Callable[[Sequence[Mapping[str, Any]]], list[bool]]
 
 

@@ -696,16 +696,21 @@ def reading_crag(metrics: Mapping[str, Any], *, standard_f1: Mapping[str, float]
     """
     text: list[str] = []
     for ds, c in (metrics.get("crag") or {}).items():
-        action_f1 = {a: v for a, v in (c.get("action_f1") or {}).items() if _known(v)}
+        by_judge = c.get("objective") == "judge_acc" and _known(c.get("dev_judge_acc"))
+        key, score = ("judge_acc", "dev_judge_acc") if by_judge else ("f1", "dev_f1")
+        per_action = {a: v for a, v in (c.get(f"action_{key}") or {}).items() if _known(v)}
+        got = (f"dev judge accuracy {_pct(c.get('dev_judge_acc'))} (F1 {_f(c.get('dev_f1'))})" if by_judge
+               else f"dev F1 {_f(c.get('dev_f1'))}")
         line = (f"On {ds} the evaluator was fit on {c.get('train_pairs', 0)} passage pairs "
                 f"({_pct(c.get('train_positive_rate'))} relevant); the thresholds (upper {_f(c.get('upper'))}, lower "
-                f"{_f(c.get('lower'))}) give dev F1 {_f(c.get('dev_f1'))} on the {c.get('n', 0)} dev questions they were tuned on")
-        if action_f1 and _known(c.get("dev_f1")):
-            single = max(action_f1, key=action_f1.get)
-            gain = c["dev_f1"] - action_f1[single]
-            line += (f", {_signed(gain)} over always taking {single}"
+                f"{_f(c.get('lower'))}) give {got} on the {c.get('n', 0)} dev questions they were tuned on")
+        if per_action and _known(c.get(score)):
+            single = max(per_action, key=per_action.get)
+            gain = c[score] - per_action[single]
+            line += (f", {_signed(gain)} {'judge accuracy' if by_judge else 'F1'} over always taking {single}"
                      + (": the routing adds nothing on dev" if gain <= 1e-9 else ""))
-        text.append(line + f" (best action per question: {_f(c.get('oracle_f1'))}).")
+        line += f" (best action per question: {_pct(c.get('oracle_judge_acc')) if by_judge else _f(c.get('oracle_f1'))})"
+        text.append(line + ".")
         if c.get("test_actions"):
             text.append(f"Test actions on {ds}: {_counts(c['test_actions'])}.")
         by_type = c.get("test_actions_by_type") or {}
@@ -901,4 +906,10 @@ def reading_analysis(metrics: Mapping[str, Any]) -> list[str]:
                "ci_high": rc.get("d_f1_high"), "p_holm": rc.get("p_holm")}
         text.append(f"Headline on {ds} (standard RAG F1 {_f(std.get('f1'))}):\n"
                     + change_sentence("RAG-Critic", row, p_key="p_holm", p_label="Holm p", baseline="Standard RAG"))
-    return text
+    agreement = metrics.get("standard_rag_agreement") or {}
+    quotes = agreement.get("quotes") or {}
+    if agreement.get("agree"):
+        q = next(iter(quotes.values()))
+        text.append(f"Standard RAG on the {agreement.get('dataset')} test questions is quoted alike by "
+                    f"{', '.join(quotes)} (F1 {_f(q.get('f1'))} on {q.get('n')} questions): one chain, one set of numbers.")
+    return text + _flags(metrics.get("degenerate"))

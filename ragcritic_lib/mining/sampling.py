@@ -543,6 +543,14 @@ def is_correct(record: Mapping[str, Any], *, metric: str = "f1", threshold: floa
     return float(record[metric]) >= threshold
 
 
+def judge_answer(record: Mapping[str, Any], prediction: str, *, metric: str, threshold: float) -> bool:
+    """:func:`is_correct` of another answer to ``record``'s question: the record's gold answers and
+    metadata with ``prediction``, never the scores the record carries for its own answer."""
+    fresh = {"prediction": str(prediction or ""), "golden_answers": list(record.get("golden_answers") or []),
+             "metadata": record.get("metadata") or {}}
+    return is_correct(fresh, metric=metric, threshold=threshold)
+
+
 def judge_records(
     records: Sequence[Mapping[str, Any]],
     *,

@@ -1040,6 +1040,8 @@ class AnalysisMetrics(StageMetrics):
     files: Count
     missing: list[MissingInput]
     headline: NotRequired[dict[str, dict[str, Headline]]]
+    standard_rag_agreement: NotRequired[dict[str, Any]]  # analysis.standard_rag_agreement
+    degenerate: NotRequired[list[str]]
 
 
 SCHEMAS: dict[str, type] = {

@@ -86,6 +86,7 @@ from ragcritic_lib.evaluation.analysis.baselines import (  # noqa: F401 (the pac
 from ragcritic_lib.evaluation.analysis.writing import (  # noqa: F401 (the package's interface)
     Outputs,
     _round,
+    standard_rag_agreement,
     status_frame,
     summary_metrics,
 )

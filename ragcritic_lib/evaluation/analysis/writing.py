@@ -10,6 +10,7 @@ from typing import Any
 from ragcritic_lib import paths
 from ragcritic_lib.evaluation.analysis.items import (
     ITEMS,
+    STAGE_FILES,
     Inputs,
     Table,
     _isnum,
@@ -103,8 +104,50 @@ class Outputs:
         return index
 
 
-def summary_metrics(index: Mapping[str, Any], inputs: Inputs, main: Table | None = None) -> dict[str, Any]:
-    """The stage's metrics JSON: what was built, what is missing, and the headline F1 numbers."""
+AGREEMENT_ITEM = "standard_rag_agreement"
+
+
+def standard_rag_agreement(inputs: Inputs, *, dataset: str = "testbed", tol: float = 5e-4) -> dict[str, Any]:
+    """Whether every table that quotes standard RAG on ``dataset``'s test questions quotes the same
+    answers: stage 01's test score, the correction ladder's "standard RAG" row (08) and the
+    comparison's (14) must agree on the number of questions and on F1 (within ``tol``, the rounding
+    of the metrics files). One chain gives one set of numbers; a stage left from another run
+    shows here.
+
+    Returns:
+        {"dataset", "quotes": {stage file: {"f1", "n"}} for each stage that quotes it, "agree":
+        True / False (None with fewer than two quotes), "max_gap": the largest F1 difference,
+        "problems": one line per disagreement}.
+    """
+    quotes: dict[str, dict[str, Any]] = {}
+
+    def add(stage: str, row: Any) -> None:
+        if isinstance(row, Mapping) and _isnum(row.get("f1")):
+            quotes[STAGE_FILES[stage]] = {"f1": float(row["f1"]), "n": int(row.get("n") or 0)}
+
+    add("retrieval_rag", inputs.metric("retrieval_rag", "rag", dataset, "test", item=AGREEMENT_ITEM))
+    ladder = inputs.metric("correction", "ladder", dataset, item=AGREEMENT_ITEM)
+    add("correction", (ladder or {}).get("standard RAG") if isinstance(ladder, Mapping) else None)
+    rows = inputs.metric("comparison", "rows", item=AGREEMENT_ITEM)
+    add("comparison", next((r for r in rows or [] if isinstance(r, Mapping) and r.get("method") == "standard RAG"
+                            and r.get("dataset") == dataset and r.get("type", "all") == "all"), None))
+    problems: list[str] = []
+    if len(quotes) >= 2:
+        (first, ref), *rest = quotes.items()
+        for name, q in rest:
+            if q["n"] != ref["n"] or abs(q["f1"] - ref["f1"]) > tol:
+                problems.append(f"standard RAG on {dataset} test: {name} quotes F1 {q['f1']:.4f} on {q['n']} questions, "
+                                f"{first} {ref['f1']:.4f} on {ref['n']} (a stage from another run)")
+    f1s = [q["f1"] for q in quotes.values()]
+    return {"dataset": dataset, "quotes": quotes, "agree": (not problems) if len(quotes) >= 2 else None,
+            "max_gap": round(max(f1s) - min(f1s), 4) if f1s else None, "problems": problems}
+
+
+def summary_metrics(index: Mapping[str, Any], inputs: Inputs, main: Table | None = None,
+                    agreement: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The stage's metrics JSON: what was built, what is missing, the headline F1 numbers and
+    whether the stages quote standard RAG alike (``agreement``, :func:`standard_rag_agreement`;
+    a disagreement is listed in ``degenerate``)."""
     items = index["items"]
     out: dict[str, Any] = {
         "items": len(items),
@@ -124,6 +167,9 @@ def summary_metrics(index: Mapping[str, Any], inputs: Inputs, main: Table | None
                                  d_f1_high=_round(row["d_f1_high"]), p_holm=_round(row["p_holm"]))
                 head.setdefault(row["dataset"], {})[row["method"]] = entry
         out["headline"] = head
+    if agreement is not None:
+        out[AGREEMENT_ITEM] = dict(agreement)
+        out["degenerate"] = [f"analysis: {p}" for p in agreement.get("problems") or []]
     return out
 
 
