@@ -105,6 +105,7 @@ with stopwatch() as t:
             # END SOLUTION
         info[ds]["test_actions"] = dict(Counter(r["crag_action"] for r in out_ds))
         info[ds]["test_actions_by_type"] = crag.actions_by_type(out_ds)  # metadata read for the report only
+        info[ds]["action_usage"] = crag.action_usage(info[ds]["test_actions"], best[ds])  # < 10% of test: why
         out += out_ds
 display(pd.DataFrame({ds: v["test_actions"] for ds, v in info.items()}).fillna(0).astype(int))
 pd.concat({ds: pd.DataFrame(v["test_actions_by_type"]).T for ds, v in info.items()}).rename_axis(["dataset", "question type"])

@@ -238,3 +238,14 @@ def test_actions_by_type_lists_every_action():
     assert crag.actions_by_type(recs) == {"comparison": {"Correct": 1, "Ambiguous": 0, "Incorrect": 0},
                                           "temporal": {"Correct": 0, "Ambiguous": 2, "Incorrect": 0}}
     assert crag.actions_by_type([]) == {}
+
+
+def test_action_usage_says_why_an_action_is_rare():
+    tuned = crag.tune_thresholds([[0.9], [0.2], [-0.5]], [_f1(1.0, 0.5, 0.0), _f1(1.0, 0.5, 0.0), _f1(0.0, 0.5, 1.0)],
+                                 grid=[-1.0, 0.0, 1.0])
+    usage = crag.action_usage({"Correct": 190, "Incorrect": 85, "Ambiguous": 5}, tuned)
+    assert usage["shares"]["Ambiguous"] == pytest.approx(5 / 280) and usage["below_min"] == ["Ambiguous"]
+    assert usage["why"]["Ambiguous"] == ("the dev-tuned thresholds sent 0 of 3 dev questions there; always taking it "
+                                         "scores 0.500 dev f1 against the routing's 1.000")
+    assert crag.action_usage({"Correct": 10}, None)["below_min"] == ["Ambiguous", "Incorrect"]
+    assert crag.action_usage({}, None)["why"]["Correct"] == "no dev tuning recorded"

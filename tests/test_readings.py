@@ -309,6 +309,11 @@ def test_reading_crag_routing_against_the_best_single_action():
                                                    "oracle_judge_acc": 0.4}}}))
     assert "give dev judge accuracy 30% (F1 0.254)" in judged and "+0.050 judge accuracy over always taking Ambiguous" in judged
     assert "(best action per question: 40%)" in judged
+    rare = _text(R.reading_crag({"crag": {"tb": {**c, "action_usage": {
+        "shares": {"Correct": 0.6, "Ambiguous": 0.35, "Incorrect": 0.05}, "min_share": 0.1, "below_min": ["Incorrect"],
+        "why": {"Incorrect": "the dev-tuned thresholds sent 1 of 40 dev questions there"}}}}}))
+    assert ("Incorrect was taken on 5% of the tb test questions (under 10%): the dev-tuned thresholds sent 1 of 40 "
+            "dev questions there.") in rare
     assert R.reading_crag({}) == []
     typed = {**c, "test_actions_by_type": {"comparison": {"Correct": 1, "Ambiguous": 3, "Incorrect": 0},
                                            "temporal": {"Correct": 2, "Ambiguous": 0, "Incorrect": 0}}}

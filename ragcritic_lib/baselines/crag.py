@@ -657,3 +657,35 @@ def actions_by_type(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str,
         row[str(r.get("crag_action"))] = row.get(str(r.get("crag_action")), 0) + 1
     return {t: out[t] for t in sorted(out)}
 
+
+def action_usage(test_actions: Mapping[str, int], tuned: Mapping[str, Any] | None = None, *,
+                 min_share: float = 0.10) -> dict[str, Any]:
+    """Each action's share of the test questions, and for every action taken on fewer than
+    ``min_share`` of them the reason the dev tuning gives: how many dev questions the tuned
+    thresholds sent there, and what always taking it scored on dev against the routing.
+
+    Args:
+        test_actions: {action: test questions} (actions absent count 0).
+        tuned: :func:`tune_thresholds`' result for the same dataset (its ``actions``, ``n``,
+            ``objective`` and per-action scores), or None.
+
+    Returns:
+        {"shares": {action: share}, "min_share", "below_min": [actions], "why": {action: one line}}.
+    """
+    n = sum(int(v) for v in test_actions.values())
+    shares = {a: (int(test_actions.get(a, 0)) / n if n else 0.0) for a in ACTIONS}
+    below = [a for a in ACTIONS if shares[a] < min_share]
+    why: dict[str, str] = {}
+    for a in below:
+        if not tuned:
+            why[a] = "no dev tuning recorded"
+            continue
+        key = "judge_acc" if tuned.get("objective") == "judge_acc" else "f1"
+        alone = (tuned.get(f"action_{key}") or {}).get(a)
+        routed = tuned.get("dev_judge_acc" if key == "judge_acc" else "dev_f1")
+        line = f"the dev-tuned thresholds sent {int((tuned.get('actions') or {}).get(a, 0))} of {int(tuned.get('n') or 0)} dev questions there"
+        if alone is not None and routed is not None:
+            line += f"; always taking it scores {float(alone):.3f} dev {key} against the routing's {float(routed):.3f}"
+        why[a] = line
+    return {"shares": shares, "min_share": min_share, "below_min": below, "why": why}
+

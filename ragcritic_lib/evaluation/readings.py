@@ -713,6 +713,10 @@ def reading_crag(metrics: Mapping[str, Any], *, standard_f1: Mapping[str, float]
         text.append(line + ".")
         if c.get("test_actions"):
             text.append(f"Test actions on {ds}: {_counts(c['test_actions'])}.")
+        usage = c.get("action_usage") or {}
+        for a in usage.get("below_min") or []:
+            text.append(f"{a} was taken on {_pct((usage.get('shares') or {}).get(a))} of the {ds} test questions "
+                        f"(under {_pct(usage.get('min_share'))}): {(usage.get('why') or {}).get(a, 'no reason recorded')}.")
         by_type = c.get("test_actions_by_type") or {}
         if by_type:
             parts = []
