@@ -19,10 +19,14 @@ Reproduces Yang et al. (SIM-RAG, SIGIR 2025) in our harness:
   prompt (:func:`build_rationale_messages`) and is free text; the paper's reasoner writes
   rationale and answer in one output, here the rationale explains the answer just given.
 - **Critic training.** Examples are split by question id; on the training side the labels are
-  balanced by repeating the rarer label's examples (or, optionally, by downsampling the other). The default critic is a small classifier (TF-IDF of question / context / answer /
-  rationale plus a few grounded features -> logistic regression); the paper fine-tunes Flan-T5,
-  and :func:`train_llm_critic` fine-tunes the packaged model with LoRA through
-  ``ragcritic_lib.critic.training.train_sft`` instead. The critic never sees the turn index (nor the
+  balanced by repeating the rarer label's examples (or, optionally, by downsampling the other).
+  The paper fine-tunes Flan-T5. Here three critics can take that role (notebook 11's ``critic``):
+  :func:`train_llm_critic` fine-tunes the packaged model with LoRA through
+  ``ragcritic_lib.critic.training.train_sft``; :class:`ProbeSufficiencyCritic` reads the frozen
+  model's hidden states with a logistic probe (one forward pass per example); and
+  :class:`ClassifierCritic` is a TF-IDF logistic regression (question / context / answer /
+  rationale plus a few grounded features). ``benchmarks/bench_simrag_critic.py`` measures all
+  three on the same self-practice data. The critic never sees the turn index (nor the
   number of searches, which equals it): later turns are right more often, and a critic that
   learns "accept at turn t" judges the turn, not the information.
   :func:`practice_summary` counts the self-practice examples per label and turn and flags a
@@ -145,6 +149,29 @@ def make_match_fn(metric: str = "em", threshold: float = 1.0) -> Callable[..., b
         return is_correct(record, metric=metric, threshold=threshold)
 
     return match
+
+
+def stage_match_fn(params: Mapping[str, Any], match: str, threshold: float) -> Callable[..., bool]:
+    """The SIM-RAG stage's label: ``match: judge`` is the project's one judge of correct
+    (``error_sampling.judge_metric`` at ``judge_threshold``); a metric name (em | f1 | acc |
+    truth) uses that metric at ``threshold`` instead."""
+    if match == "judge":
+        judge = params["error_sampling"]
+        return make_match_fn(judge["judge_metric"], judge["judge_threshold"])
+    return make_match_fn(match, threshold)
+
+
+def loop_settings(setup: Any, *, max_turns: int, docs_per_turn: int, initial_docs: int) -> dict[str, Any]:
+    """The keyword arguments :func:`self_practice` and :func:`simrag_infer` share in the SIM-RAG
+    stage (and its benchmark), from a method stage's setup (``setup_method("simrag")``): answers
+    as standard RAG writes them (its answer setting, prompt variant and passage length), the
+    default variant's setting for rationales and a one-line setting for search queries."""
+    import dataclasses
+
+    return dict(max_turns=max_turns, gen_params=setup.gen,
+                query_params=dataclasses.replace(setup.gen, max_new_tokens=24, stop=("\n",)),
+                docs_per_turn=docs_per_turn, initial_docs=initial_docs, answer_params=setup.answer_gen,
+                rag_variant=setup.variant, max_passage_words=setup.rag["max_passage_words"])
 
 
 # --------------------------------------------------------------------- turn machinery
@@ -546,6 +573,14 @@ class ClassifierCritic:
             return [self.constant] * len(examples)
         return [bool(p) for p in self.model.predict(self._matrix(examples))]
 
+    def scores(self, examples: Sequence[Mapping[str, Any]]) -> list[float]:
+        """Log-odds of Reject per example (higher: more likely Reject; below 0 it accepts)."""
+        if not examples:
+            return []
+        if self.model is None:
+            return [-1.0 if self.constant else 1.0 for _ in self.accept(examples)]
+        return [-float(v) for v in self.model.decision_function(self._matrix(examples))]
+
 
 def build_critic_messages(ex: Mapping[str, Any], *, max_chars: int = 700) -> list[dict[str, str]]:
     """Prompt of the LLM sufficiency critic (the gold answer is never shown)."""
@@ -596,6 +631,71 @@ class LLMSufficiencyCritic:
         verdicts = [parse_verdict(g.text) for g in gens]
         self.invalid += sum(v is None for v in verdicts)
         return [v == "Accept" for v in verdicts]
+
+
+class ProbeSufficiencyCritic:
+    """The generator itself, frozen, read by a linear probe: the critic's prompt
+    (:func:`build_critic_messages`) goes through the model once, and a logistic regression on two
+    of its hidden states at the position where the reply would begin (layer ``layer``'s output
+    and the final state; :func:`ragcritic_lib.critic.probe.hidden_features`) says Reject or
+    Accept. Fitting costs one forward pass per training example, against a LoRA critic's forward
+    and backward passes; the classes are weighed equally, and an answer is accepted where the
+    log-odds of Reject are below 0. ``scores`` gives those log-odds (higher: more likely Reject).
+    When the training examples hold one label only, the critic predicts that label.
+    """
+
+    name = "probe"
+
+    def __init__(self, model_dir: Any, *, layer: int = 24, seed: int = 0, batch_size: int = 16) -> None:
+        from ragcritic_lib.critic.probe import load_frozen
+
+        self.model_dir, self.layer, self.seed, self.batch_size = model_dir, int(layer), seed, batch_size
+        self.model, self.tok = load_frozen(model_dir)
+        depth = int(self.model.config.num_hidden_layers)
+        if not 0 < self.layer <= depth:
+            raise ValueError(f"simrag.probe_layer: must lie in 1..{depth} (the model's layers), got {layer}")
+        self.probe: dict[str, Any] | None = None
+        self.constant: bool | None = None
+
+    def features(self, examples: Sequence[Mapping[str, Any]]) -> Any:
+        from ragcritic_lib.critic.probe import hidden_features, prompt_ids
+
+        ids = [prompt_ids(self.tok, build_critic_messages(e)) for e in examples]
+        return hidden_features(self.model, self.tok, ids, layer=self.layer, batch_size=self.batch_size)
+
+    def fit(self, examples: Sequence[Mapping[str, Any]]) -> "ProbeSufficiencyCritic":
+        from ragcritic_lib.critic.probe import fit_probe
+
+        labels = [str(e["label"]) for e in examples]
+        if len(set(labels)) < 2:
+            self.constant = bool(labels) and labels[0] == "Accept"
+            return self
+        self.probe = fit_probe(self.features(examples), [x == "Reject" for x in labels], seed=self.seed,
+                               class_weight="balanced")
+        return self
+
+    def scores(self, examples: Sequence[Mapping[str, Any]]) -> list[float]:
+        from ragcritic_lib.critic.probe import probe_scores
+
+        if not examples:
+            return []
+        if self.probe is None:
+            if self.constant is None:
+                raise RuntimeError("ProbeSufficiencyCritic.scores called before fit")
+            return [-1.0 if self.constant else 1.0] * len(examples)
+        return probe_scores(self.probe, self.features(examples))
+
+    def accept(self, examples: Sequence[Mapping[str, Any]]) -> list[bool]:
+        return [s < 0 for s in self.scores(examples)]
+
+    def save(self, folder: Any) -> Any:
+        """The fitted probe as ``probe.json`` (:func:`ragcritic_lib.critic.probe.save_probe`)."""
+        from ragcritic_lib.critic.probe import save_probe
+
+        if self.probe is None:
+            raise RuntimeError("ProbeSufficiencyCritic.save: nothing fitted (one label only, or fit not called)")
+        return save_probe(folder, self.probe, model_dir=self.model_dir, layer=self.layer,
+                          base_key="simrag.critic_base_model")
 
 
 def confusion_matrix(labels: Sequence[str], accepted: Sequence[bool]) -> dict[str, Any]:
@@ -748,20 +848,20 @@ def simrag_training(training: Mapping[str, Any], *, practice_meter: Any, practic
         practice_meter: the ``MeteredLLM`` self-practice ran through.
         practice_seconds, critic_seconds: wall time of self-practice and of the critics' training
             (with the held-out check); their sum is rounded to 0.1 s.
-        critic: the critic the test run uses, "llm" or "classifier".
+        critic: the critic the test run uses, "llm", "probe" or "classifier".
         critic_result: the LLM critic's ``TrainResult`` (read when ``critic`` is "llm").
 
     Returns:
         {"calls" (self-practice plus the LLM critic's held-out calls), "seconds", "by_dataset":
         {dataset: {"calls"}} of self-practice, "what", "optimizer_seconds" (the LLM critic's
-        training, rounded to 0.1 s, or the classifier's fit), then ``training``'s keys}.
+        training, rounded to 0.1 s, or the probe's or the classifier's fit), then ``training``'s keys}.
     """
     return {"calls": practice_meter.cost()["calls"] + training.get("llm_critic", {}).get("heldout_calls", 0),
             "seconds": round(practice_seconds + critic_seconds, 1),
             "by_dataset": {ds: {"calls": c["calls"]} for ds, c in practice_meter.cost_by_dataset().items()},
             "what": "self-practice answers and queries, critic fine-tuning and its held-out check",
             "optimizer_seconds": round(critic_result.seconds, 1) if critic == "llm"
-            else training["classifier_critic"]["seconds"],
+            else training[f"{critic}_critic"]["seconds"],
             **training}
 
 
