@@ -43,6 +43,8 @@ def main() -> None:
     ap.add_argument("--questions", type=int, default=None,
                     help="train questions of self-practice per dataset (default: simrag.train_questions)")
     ap.add_argument("--out", default=str(paths.ROOT / "reports" / "benchmarks" / "simrag_critic.json"))
+    ap.add_argument("--append", action="store_true",
+                    help="keep the file's other rows (same CPU class and the same self-practice examples)")
     args = ap.parse_args()
     wanted = [c.strip() for c in args.critics.split(",") if c.strip()]
     bad = [c for c in wanted if c not in CRITICS and not (c.startswith("lora-top") and c[8:].isdigit())]
@@ -79,7 +81,22 @@ def main() -> None:
           f"{len(balanced)} balanced; held-out {len(held)} ({labels.count('Accept')} Accept)")
     base = runtime.resolve_base_model(params, sp["critic_base_model"], key="simrag.critic_base_model")
 
+    out = Path(args.out)
+    doc = {"cpu_class": klass, "questions": questions, "seed": seed, "practice_examples": len(practice),
+           "practice_seconds": round(practice_s, 1), "train_distinct": len(train_ex), "train_balanced": len(balanced),
+           "heldout": len(held), "heldout_accept": labels.count("Accept"), "critics": [],
+           "note": ("train_seconds: the critic's fit on this CPU (the LoRA critics' held-out generation excluded); "
+                    "auroc: of the Reject score against the Reject label on held-out questions")}
     rows = []
+    if args.append and out.exists():
+        old = json.loads(out.read_text(encoding="utf-8"))
+        same = ("cpu_class", "questions", "seed", "practice_examples", "heldout", "heldout_accept")
+        if any(old.get(k) != doc[k] for k in same):
+            raise SystemExit(f"{out}: made from other self-practice data or another CPU class "
+                             f"({ {k: old.get(k) for k in same} }); not appended")
+        doc["practice_seconds"] = old.get("practice_seconds", doc["practice_seconds"])  # the cold one
+        rows = [r for r in old["critics"] if r["name"] not in wanted]
+    out.parent.mkdir(parents=True, exist_ok=True)
     for name in wanted:
         t0 = time.time()
         extra = {}
@@ -117,15 +134,7 @@ def main() -> None:
                "auroc_ci": [lo, hi], **extra}
         rows.append(row)
         print(json.dumps(row), f"({time.time() - t0:.0f} s with the held-out check)")
-
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"cpu_class": klass, "questions": questions, "seed": seed, "practice_examples": len(practice),
-           "practice_seconds": round(practice_s, 1), "train_distinct": len(train_ex), "train_balanced": len(balanced),
-           "heldout": len(held), "heldout_accept": labels.count("Accept"), "critics": rows,
-           "note": ("train_seconds: the critic's fit on this CPU (the LoRA critics' held-out generation excluded); "
-                    "auroc: of the Reject score against the Reject label on held-out questions")}
-    out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        out.write_text(json.dumps({**doc, "critics": rows}, indent=1) + "\n", encoding="utf-8")  # after every row
     print(f"wrote {out}")
 
 
