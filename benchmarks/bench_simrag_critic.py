@@ -52,7 +52,7 @@ def main() -> None:
         raise SystemExit(f"--critics: unknown {', '.join(bad)} (choose from {', '.join(CRITICS)} or lora-top<N>)")
 
     from ragcritic_lib import runtime
-    from ragcritic_lib.baselines import simrag
+    from ragcritic_lib.baselines import MeteredLLM, simrag
     from ragcritic_lib.baselines.stage_setup import setup_method
     from ragcritic_lib.evaluation.stats import auroc, bootstrap_auroc_ci
     from ragcritic_lib.pipeline.stage_metrics import cpu_class
@@ -66,11 +66,12 @@ def main() -> None:
                                   initial_docs=sp["initial_docs"])
     match_fn = simrag.stage_match_fn(params, sp["match"], sp["match_threshold"])
     t0 = time.time()
-    practice = []
+    practice, meter = [], MeteredLLM(setup.llm)
     for ds in setup.datasets:
-        practice += simrag.self_practice(setup.llm, retrievers[ds], runtime.load_split(params, ds, "train", limit=questions),
+        practice += simrag.self_practice(meter, retrievers[ds], runtime.load_split(params, ds, "train", limit=questions),
                                          match_fn=match_fn, **sim_kw)
     practice_s = time.time() - t0
+    practice_cost = meter.cost()
     train_ex, held = simrag.split_by_question(practice, heldout_frac=sp["heldout_frac"], seed=seed)
     balanced = simrag.balance_labels(train_ex, seed=seed, mode=sp["balance"])
     labels = [e["label"] for e in held]
@@ -83,7 +84,8 @@ def main() -> None:
 
     out = Path(args.out)
     doc = {"cpu_class": klass, "questions": questions, "seed": seed, "practice_examples": len(practice),
-           "practice_seconds": round(practice_s, 1), "train_distinct": len(train_ex), "train_balanced": len(balanced),
+           "practice_seconds": round(practice_s, 1), "practice_cost": practice_cost,
+           "train_distinct": len(train_ex), "train_balanced": len(balanced),
            "heldout": len(held), "heldout_accept": labels.count("Accept"), "critics": [],
            "note": ("train_seconds: the critic's fit on this CPU (the LoRA critics' held-out generation excluded); "
                     "auroc: of the Reject score against the Reject label on held-out questions")}
@@ -94,7 +96,8 @@ def main() -> None:
         if any(old.get(k) != doc[k] for k in same):
             raise SystemExit(f"{out}: made from other self-practice data or another CPU class "
                              f"({ {k: old.get(k) for k in same} }); not appended")
-        doc["practice_seconds"] = old.get("practice_seconds", doc["practice_seconds"])  # the cold one
+        for key in ("practice_seconds", "practice_cost"):  # the cold run's, not this one's cache hits
+            doc[key] = old.get(key, doc[key])
         rows = [r for r in old["critics"] if r["name"] not in wanted]
     out.parent.mkdir(parents=True, exist_ok=True)
     for name in wanted:
