@@ -30,8 +30,12 @@
 # instead), so the critic learns from every distinct example.
 #
 # In the paper the critic is Flan-T5 fine-tuned on those examples. Here the same role is played
-# by the packaged LLM fine-tuned with LoRA (`critic: llm`); the light TF-IDF logistic regression
-# is kept as an ablation (`classifier_ablation`). Neither critic sees the turn index. The oracle
+# by the packaged LLM, either fine-tuned with LoRA (`critic: llm`, recipe `critic_recipe`) or
+# frozen and read by a logistic probe on its hidden states where the reply would begin
+# (`critic: probe`, layer `probe_layer` and the last; one forward pass per example, the classes
+# weighed equally); `benchmarks/bench_simrag_critic.py` measures both, with their training time,
+# on the same self-practice data. The light TF-IDF logistic regression is kept as an ablation
+# (`classifier_ablation`). No critic sees the turn index. The oracle
 # critic (Accept exactly when the answer is right; it reads the gold answers) gives the ceiling of
 # the loop and is labelled as an oracle. A balanced training set smaller than `min_examples`, a
 # missing label, held-out examples without a correct answer, or a critic that accepts every answer
@@ -54,6 +58,7 @@ match = "judge"
 match_threshold = 0.5
 balance = "oversample"
 critic = "llm"
+probe_layer = 24
 critic_recipe = "configs/train/critic_sft.yaml"
 critic_steps = -1
 critic_base_model = ""
@@ -62,8 +67,6 @@ classifier_ablation = True
 oracle_ceiling = True
 
 # %%
-import dataclasses
-
 import pandas as pd
 
 from ragcritic_lib import runtime
@@ -74,15 +77,11 @@ from ragcritic_lib.baselines.stage_setup import setup_method
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 
 setup = setup_method("simrag")  # params, standard RAG's settings, the answer setting, generator, questions
-params, seed, rr, gen, llm, test = setup.params, setup.seed, setup.rag, setup.gen, setup.llm, setup.test
-short = dataclasses.replace(gen, max_new_tokens=24, stop=("\n",))  # search queries
+params, seed, llm, test = setup.params, setup.seed, setup.llm, setup.test
 datasets, retrievers, out_dir = setup.datasets, setup.load_retrievers(), setup.out_dir
-sim_kw = dict(max_turns=max_turns, gen_params=gen, query_params=short, docs_per_turn=docs_per_turn,
-              initial_docs=initial_docs, answer_params=setup.answer_gen, rag_variant=setup.variant,
-              max_passage_words=rr["max_passage_words"])  # answers as standard RAG writes them; gen: rationales
-if match == "judge":  # the project's one judge of correct
-    match, match_threshold = params["error_sampling"]["judge_metric"], params["error_sampling"]["judge_threshold"]
-match_fn = simrag.make_match_fn(match, match_threshold)
+# answers as standard RAG writes them; rationales and search queries in SIM-RAG's own prompts
+sim_kw = simrag.loop_settings(setup, max_turns=max_turns, docs_per_turn=docs_per_turn, initial_docs=initial_docs)
+match_fn = simrag.stage_match_fn(params, match, match_threshold)  # judge: the project's one judge of correct
 {ds: len(recs) for ds, recs in test.items()}
 
 # %% [markdown]
@@ -134,6 +133,14 @@ with stopwatch() as t_critic:
         training["llm_critic"] = {"steps": res.steps, "seconds_per_step": round(res.seconds_per_step, 2),
                                   "epochs": epochs_trained(res), "rows": res.examples,
                                   "heldout_calls": held_m.cost()["calls"]}
+    if critic == "probe":
+        base = runtime.resolve_base_model(params, critic_base_model, key="simrag.critic_base_model")
+        with stopwatch() as t_fit:  # one forward pass per distinct training example; the classes weigh equally
+            critics["probe"] = simrag.ProbeSufficiencyCritic(base, layer=probe_layer, seed=seed).fit(train_ex)
+        if critics["probe"].probe is not None:
+            critics["probe"].save(out_dir / "critic")
+        training["probe_critic"] = {"seconds": round(t_fit["seconds"], 1), "rows": len(train_ex), "layer": probe_layer}
+        held["probe"] = heldout_verdicts(critics["probe"])
     if critic == "classifier" or classifier_ablation:
         with stopwatch() as t_fit:
             critics["classifier"] = simrag.ClassifierCritic(seed=seed).fit(balanced)
@@ -161,7 +168,7 @@ def infer(critic_obj, critic_meter=None):
 
 main_out, main_cost, main_by_ds, t_main = infer(critics[critic], meters.get(critic))
 runs, seconds = {}, {"practice": t_practice["seconds"], "critic": t_critic["seconds"], "test": t_main}
-if critic == "llm" and classifier_ablation:
+if critic != "classifier" and classifier_ablation:
     runs["classifier_critic"] = ("SIM-RAG (classifier critic, ablation)", infer(critics["classifier"])[0])
 if oracle_ceiling:
     runs["oracle_critic"] = ("SIM-RAG (oracle critic)", infer(simrag.OracleCritic(match_fn))[0])

@@ -35,6 +35,12 @@
 # on-policy draws from the planner's own distribution over them. Which plan runs is still the
 # trained policy's choice; no error label enters.
 #
+# **Dev score.** The next `dev_questions` train questions are held out of both phases: every
+# grammar plan is executed once on each of their failed answers, and after each phase the planner
+# picks one plan per state from the prompt it sees at test time. The mean reward of its picks,
+# beside the best single plan's and the per-state best (`dev` in the metrics), is the method's own
+# score on data it never trained on: what a recipe or a setting costs is read there, never on test.
+#
 # The planner starts **taxonomy-free**: from the base model (`init_adapter: ""`), not from
 # notebook 08's planner, which was fine-tuned on plans chosen from RAG-Critic's error labels.
 # Setting `init_adapter` to that adapter reproduces the earlier, taxonomy-informed variant. At
@@ -50,6 +56,7 @@
 
 # %% tags=["parameters"]
 train_questions = 125
+dev_questions = 30
 min_states = 100
 grammar_plans = 8
 sampled_plans = 2
@@ -135,6 +142,41 @@ off_pairs = repair.balance_chosen(off_pairs, max_share=max_chosen_share, seed=se
  "mean_reward": round(sum(c["reward"] for c in off_log) / max(1, len(off_log)), 3)}
 
 # %% [markdown]
+# ## Held-out dev states
+# The failed answers of the `dev_questions` train questions after the training ones, with every
+# grammar plan executed once; no pair from them is trained on. `dev_score` reads the planner's pick
+# on each against those rewards.
+
+# %%
+dev_recs, dev_log = {}, []
+with stopwatch() as t_dev:
+    for ds in datasets:
+        with per_dataset(ds, gen_m):
+            held = runtime.load_split(params, ds, "train", limit=train_questions + dev_questions)[train_questions:]
+            dev_recs[ds] = mark_correct(run_standard_rag(gen_m, held, retriever=retrievers[ds], **rag_kw),
+                                        **judge_params(params))
+            dev_log += repair.collect_preferences(dev_recs[ds], actions[ds], phase="off", n_grammar=grammar_plans,
+                                                  n_sampled=0, seed=seed, **pref_kw)[1]
+dev_all = [r for recs in dev_recs.values() for r in recs]
+dev_flags = judge_flags(dev_all)
+
+
+dev_m = []  # the dev scores' planner calls, metered apart from training and test
+
+
+def dev_score(model):
+    """The planner's picks on the held-out dev states, scored by their executed rewards (None under free decoding)."""
+    if decoding != "constrained" or not dev_log:
+        return None
+    dev_m.append(MeteredLLM(model.llm if isinstance(model, MeteredLLM) else model))
+    return repair.dev_choice(dev_m[-1], dev_all, dev_log, judged_correct=dev_flags, programs=programs)
+
+
+dev = {"start": dev_score(planner)}
+{k: dev["start"][k] for k in ("states", "chosen_reward", "best_single", "best_single_reward",
+                              "per_state_best_reward", "top_share")} if dev["start"] else "no dev states"
+
+# %% [markdown]
 # ## DPO off-policy, then on-policy candidates and a second DPO round
 
 # %%
@@ -156,6 +198,7 @@ with stopwatch() as t_dpo:
     res_on = repair.train_planner(on_pairs, dpo_recipe, out_dir / "planner", **start_on,
                                   overrides={**dpo, **dpo_steps(onpolicy_steps)})
 final_start = dpo_start(res_on) if res_on else start_on
+dev["offpolicy"] = dev_score(planner_off) if res_off else dev["start"]
 on_states = len({(c["dataset"], c["qid"]) for c in on_log})
 training_cost = add_costs(gen_m.cost(), planner.cost(), planner_off.cost() if planner_off is not planner else {})
 pd.DataFrame([{"phase": phase, "states": states, "candidates": len(log), "pairs": len(pairs),
@@ -165,12 +208,22 @@ pd.DataFrame([{"phase": phase, "states": states, "candidates": len(log), "pairs"
                                                      ("on-policy", on_states, on_log, on_pairs, res_on)]])
 
 # %% [markdown]
-# ## Test: one plan per answer
+# ## The dev score after each phase
+# Mean reward of the planner's picks on the held-out dev states (`chosen_reward`), the share of
+# them given its most frequent pick, the best single plan's reward and the per-state best (the
+# ceiling of any choice among these plans).
 
 # %%
 final_planner = MeteredLLM(runtime.load_start_model(params, final_start))
-gen_test = MeteredLLM(llm)
-out = []
+dev["final"] = dev_score(final_planner)
+pd.DataFrame({phase: {k: d[k] for k in ("chosen_reward", "top_share", "best_single_reward", "per_state_best_reward")}
+              for phase, d in dev.items() if d}).T
+
+# %% [markdown]
+# ## Test: one plan per answer
+
+# %%
+gen_test, out = MeteredLLM(llm), []
 with stopwatch() as t:
     for ds in datasets:
         test_actions = ActionSet(gen_test, retrievers[ds], **act_kw)
@@ -218,9 +271,11 @@ metrics = save_method_answers(  # the scored answers under data/repair, and the 
                                     offpolicy_result=res_off, onpolicy_result=res_on,
                                     offpolicy_candidates=off_log, onpolicy_candidates=on_log,
                                     offpolicy_pairs=off_pairs, onpolicy_pairs=on_pairs),
-    degenerate=degenerate, seconds={"offpolicy": t_off["seconds"], "dpo_and_onpolicy": t_dpo["seconds"], "test": t["seconds"]},
+    degenerate=degenerate, seconds={"offpolicy": t_off["seconds"], "dev": t_dev["seconds"],
+                                    "dpo_and_onpolicy": t_dpo["seconds"], "test": t["seconds"]},
     info=repair.repair_info(info, offpolicy_pairs=off_pairs, onpolicy_pairs=on_pairs, planner_start=start,
-                            action_calls=action_calls, test_plans=test_plans),
+                            action_calls=action_calls, test_plans=test_plans,
+                            dev=dev, dev_questions=dev_questions, dev_meters=dev_m),
 )
 write_stage_metrics("12_repair", jsonable(metrics))
 metrics["scores"]

@@ -371,6 +371,20 @@ def test_reading_repair_counts_changed_answers_against_standard_rag():
                     "0 of 0 plans executed (0 distinct, the most common n/a of them) and 0 of 0 answers changed."]
 
 
+def test_reading_repair_gives_the_dev_score_after_each_phase():
+    dev = {"start": {"states": 24, "chosen_reward": 0.1, "top_share": 1.0, "best_single_reward": 0.15,
+                     "per_state_best_reward": 0.3},
+           "offpolicy": None,
+           "final": {"states": 24, "chosen_reward": 0.125, "top_share": 0.5, "best_single_reward": 0.15,
+                     "per_state_best_reward": 0.3},
+           "questions": 30, "calls": 48}
+    text = R.reading_repair({"repair": {}, "dev": dev}, [], {})
+    assert text[-1] == ("On 24 held-out dev states the planner's picks earned a mean reward of 0.100 before training, "
+                        "0.125 after both (the best single plan 0.150, the per-state best 0.300; its most frequent "
+                        "pick took 50% of the states).")
+    assert len(R.reading_repair({"repair": {}, "dev": {"start": None, "final": None}}, [], {})) == 1
+
+
 def test_reading_ragec_top_stage_agreement_and_fallbacks():
     m = {"errors": 40, "votes": 400, "invalid_vote_rate": 0.0, "grounded_fallbacks": 0,
          "stages": {"Chunking": 1, "Generation": 33, "Reranking": 5, "Retrieval": 1},

@@ -246,7 +246,8 @@ def test_repair_training_sums_both_dpo_rounds():
                                    offpolicy_pairs=[{"dataset": "t", "qid": "a"}, {"dataset": "t", "qid": "a"}],
                                    onpolicy_pairs=[])
     assert block == {"calls": 569, "seconds": 570.1, "dpo_steps": [17, 6],
-                     "what": "train answers, executed candidate plans and two DPO rounds", "optimizer_seconds": 333.8,
+                     "what": "train answers, executed candidate plans (the held-out dev states' included) and two DPO rounds",
+                     "optimizer_seconds": 333.8,
                      "offpolicy_states": 3, "onpolicy_states": 4, "offpolicy_states_with_pair": 1,
                      "onpolicy_states_with_pair": 0}
 
@@ -295,6 +296,18 @@ def test_repair_info_adds_pair_counts_and_planner_start_after_the_summary():
     assert adapter == {"repair": {"offpolicy_pairs": 0, "onpolicy_pairs": 0, "planner_start": "adapter"},
                        "action_calls": {}, "test": {"executed": 0}}
 
+    class Meter:
+        def __init__(self, calls):
+            self.calls = calls
+
+        def cost(self):
+            return {"calls": self.calls}
+
+    dev = {"start": {"chosen_reward": 0.1}, "offpolicy": None, "final": {"chosen_reward": 0.2}}
+    with_dev = repair.repair_info({}, offpolicy_pairs=[], onpolicy_pairs=[], planner_start={"init_adapter": None},
+                                  action_calls={}, dev=dev, dev_questions=30, dev_meters=[Meter(24), Meter(24)])
+    assert with_dev["dev"] == {**dev, "questions": 30, "calls": 48}
+
 
 def test_plan_shares_of_the_executed_test_plans():
     out = repair.plan_shares(["a =  1", "a = 1", "b = 2", "a = 1"])
@@ -327,3 +340,30 @@ def test_balance_chosen_caps_the_plan_that_wins_everywhere():
     assert len(spaced) == 2
     with pytest.raises(ValueError, match="max_share"):
         balance_chosen(many, max_share=0.0)
+
+
+def test_dev_choice_scores_the_planners_picks_by_the_rewards_already_executed(actions):
+    programs = repair.grammar_programs(3, topk=1)
+    rec2 = {**REC, "id": "q2"}
+    _, log = repair.collect_preferences([REC, rec2], actions, phase="off", n_grammar=3, n_sampled=0, topk=1)
+    by_state = {(c["qid"], c["plan"]): c["reward"] for c in log}
+    assert len(log) == 6 and by_state[("q1", programs[1])] == 1.0  # retrieve_deeper finds the Danube passage
+    seen = []
+
+    def pick_second(prompt, params):  # greedy choice reads the option nearest to what the model writes
+        seen.append(prompt)
+        return programs[1]
+
+    planner = CallableLLM(pick_second)
+    # a record with no executed candidates (answered right, so not a failed state) is passed over
+    right = {**REC, "id": "q3", "correct": True, "prediction": "Danube"}
+    dev = repair.dev_choice(planner, [REC, rec2, right], log, judged_correct=[False, False, True], programs=programs)
+    assert (dev["states"], dev["chosen_reward"], dev["top_share"]) == (2, 1.0, 1.0)
+    assert dev["picks"] == {"grammar:retrieve_deeper": 2}
+    assert dev["best_single"] == "grammar:retrieve_deeper" and dev["per_state_best_reward"] == 1.0
+    assert seen and all(not any(m["role"] == "assistant" for m in p) for p in seen)  # one prompt: the same state twice
+    test_time = repair.build_planner_messages(REC, correct=False, example=False)
+    assert seen[0] == test_time  # the prompt repair_infer gives the planner: no reasoning, no oracle wording
+    assert repair.dev_choice(planner, [REC], [], judged_correct=[False], programs=programs) is None
+    with pytest.raises(ValueError, match="1 judge flags for 2 records"):
+        repair.dev_choice(planner, [REC, rec2], log, judged_correct=[False], programs=programs)

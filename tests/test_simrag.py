@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ragcritic_lib.baselines import simrag
@@ -404,3 +406,59 @@ def test_simrag_info_labels_the_practice_confusions_and_turn_tables():
     with pytest.raises(KeyError):
         simrag.simrag_info(critic="classifier", practice=[], practice_info={}, balanced=[], confusions={"llm": llm_c},
                            report=report)
+
+
+def test_classifier_scores_are_reject_log_odds_that_agree_with_its_verdicts():
+    train = []
+    for i in range(6):
+        train.append(_labelled("Danube", "The Danube flows through Vienna.", "Accept", f"a{i}"))
+        train.append(_labelled(f"Guess{i}", "", "Reject", f"r{i}"))
+    critic = simrag.ClassifierCritic().fit(train)
+    scores = critic.scores(train)
+    assert [s < 0 for s in scores] == critic.accept(train) == [x["label"] == "Accept" for x in train]
+    assert simrag.ClassifierCritic().fit(train[1:2]).scores(train[:2]) == [1.0, 1.0]  # Reject only
+
+
+def test_probe_critic_fits_on_frozen_states_and_accepts_where_reject_log_odds_are_negative(tmp_path):
+    torch = pytest.importorskip("torch")
+    from test_llm import _write_tiny_model
+
+    torch.set_num_threads(1)
+    base = _write_tiny_model(tmp_path / "base")
+    train = []
+    for i in range(10):
+        train.append(_labelled("Danube", f"The Danube flows through Vienna, page {i}.", "Accept", f"a{i}"))
+        train.append(_labelled(f"Guess number {i} about rivers", "", "Reject", f"r{i}"))
+    critic = simrag.ProbeSufficiencyCritic(base, layer=1, seed=0).fit(train)
+    assert critic.probe["n"] == 20 and critic.probe["n_error"] == 10
+    scores = critic.scores(train)
+    assert [s < 0 for s in scores] == critic.accept(train)
+    # the same example reads the same states alone as in a batch of any length
+    assert critic.scores(train[:1]) == pytest.approx(scores[:1], abs=1e-4)
+    folder = critic.save(tmp_path / "critic")
+    doc = json.loads((folder / "probe.json").read_text())
+    assert doc["layer"] == 1 and doc["base"]["params_key"] == "simrag.critic_base_model"
+    one_label = simrag.ProbeSufficiencyCritic(base, layer=1).fit(train[1:2])
+    assert one_label.accept(train[:3]) == [False] * 3
+    with pytest.raises(RuntimeError, match="nothing fitted"):
+        one_label.save(tmp_path / "x")
+    with pytest.raises(ValueError, match="simrag.probe_layer: must lie in 1..2"):
+        simrag.ProbeSufficiencyCritic(base, layer=3)
+
+
+def test_stage_match_and_loop_settings_follow_the_params():
+    params = {"error_sampling": {"judge_metric": "f1", "judge_threshold": 0.5}}
+    judge = simrag.stage_match_fn(params, "judge", 1.0)
+    assert judge("the Danube river", ["Danube"]) and not simrag.stage_match_fn(params, "em", 1.0)("the Danube river", ["Danube"])
+
+    class Setup:
+        gen = GEN
+        answer_gen = answer_gen_params("prefill", 32)
+        variant = "prefill"
+        rag = {"max_passage_words": 60}
+
+    kw = simrag.loop_settings(Setup(), max_turns=3, docs_per_turn=2, initial_docs=0)
+    assert kw["query_params"].max_new_tokens == 24 and kw["query_params"].stop == ("\n",)
+    assert (kw["gen_params"], kw["answer_params"], kw["rag_variant"], kw["max_passage_words"]) == (
+        GEN, Setup.answer_gen, "prefill", 60)
+    assert (kw["max_turns"], kw["docs_per_turn"], kw["initial_docs"]) == (3, 2, 0)

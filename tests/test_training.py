@@ -248,6 +248,37 @@ def test_sft_then_dpo_one_step_each_and_merge(tiny_model: Path, taxonomy, tmp_pa
     assert not any("lora" in n for n, _ in merged.named_parameters())
 
 
+def test_lora_top_layers_adapts_only_the_top_layers_and_trains(tiny_model: Path, taxonomy, tmp_path: Path) -> None:
+    from ragcritic_lib.critic.training import lora_layers, model_depth
+
+    assert model_depth(tiny_model) == 2
+    _, lora, resolved = build_configs(load_recipe({"lora_top_layers": 8, "max_steps": 1}, "sft"), "sft", tmp_path,
+                                      depth=30)
+    assert lora.layers_to_transform == list(range(22, 30)) and resolved["lora_top_layers"] == 8
+    assert build_configs(load_recipe({"max_steps": 1}, "sft"), "sft", tmp_path)[1].layers_to_transform is None
+    assert lora_layers(0, None) is None
+    with pytest.raises(ValueError, match="'lora_top_layers' \\(3\\) needs the base model's depth"):
+        build_configs(load_recipe({"lora_top_layers": 3}, "sft"), "sft", tmp_path)
+    with pytest.raises(ValueError, match="'lora_top_layers' \\(3\\) exceeds the model's 2 layers"):
+        lora_layers(3, 2)
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="recipe key 'lora_top_layers' must be a whole number"):
+            load_recipe({"lora_top_layers": bad}, "sft")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "config.json").write_text('{"hidden_size": 4}')
+    with pytest.raises(ValueError, match="broken/config.json: no positive integer num_hidden_layers"):
+        model_depth(tmp_path / "broken")
+
+    examples = sft_examples(_samples(taxonomy), taxonomy, top_k=1, passage_words=10)
+    result = train_sft(examples, paths.CONFIGS_DIR / "train" / "critic_sft.yaml", tmp_path / "top1",
+                       base_model=str(tiny_model), overrides={**TINY_SFT, "lora_top_layers": 1})
+    from safetensors.torch import load_file
+
+    names = list(load_file(str(tmp_path / "top1" / "adapter_model.safetensors")))
+    assert names and all(".layers.1." in n for n in names), names
+    assert result.steps == 1 and math.isfinite([r["loss"] for r in result.log_history if "loss" in r][0])
+
+
 def test_sft_drops_examples_longer_than_max_length(tiny_model: Path, taxonomy, tmp_path: Path) -> None:
     examples = sft_examples(_samples(taxonomy), taxonomy, top_k=1, passage_words=10)
     with pytest.raises(ValueError, match="no SFT example fits max_length=8"):

@@ -608,6 +608,48 @@ def plan_rewards(candidates: Sequence[Mapping[str, Any]]) -> dict[str, Any] | No
             "tied_states": sum(max(r) == min(r) for r in rewards)}
 
 
+def dev_choice(planner: Any, records: Sequence[Mapping[str, Any]], candidates: Sequence[Mapping[str, Any]], *,
+               judged_correct: Sequence[bool], programs: Sequence[str]) -> dict[str, Any] | None:
+    """RePAIR's own dev score: on held-out train questions whose answers failed, the reward of the
+    plan the planner picks, read from every grammar plan's executed reward on that state
+    (``candidates``: :func:`collect_preferences`' second value on those questions), so nothing is
+    executed again. The planner sees the prompt it sees at test time (the judge's estimate, no
+    reasoning) and picks one of ``programs`` greedily, as :func:`repair_infer` does.
+
+    Returns:
+        None without scored candidates; else {"states", "chosen_reward" (mean reward of the
+        planner's picks), "top_share" (share of the states given its most frequent pick), "picks":
+        {grammar source: states}, then :func:`plan_rewards` of the candidates: "by_plan",
+        "best_single", "best_single_reward", "per_state_best_reward", "tied_states"}.
+
+    Raises:
+        ValueError: ``judged_correct`` is not one flag per record.
+    """
+    if len(judged_correct) != len(records):
+        raise ValueError(f"{len(judged_correct)} judge flags for {len(records)} records")
+    rewards = plan_rewards(candidates)
+    if rewards is None:
+        return None
+    table: dict[tuple[str, str], dict[str, tuple[str, float]]] = {}
+    for c in candidates:
+        if c.get("reward") is not None and "source" in c:
+            table.setdefault((str(c.get("dataset")), str(c.get("qid"))), {})[_norm_plan(str(c["plan"]))] = (
+                str(c["source"]), float(c["reward"]))
+    states = [(i, (dataset_name(r), str(r.get("id")))) for i, r in enumerate(records)
+              if (dataset_name(r), str(r.get("id"))) in table]
+    prompts = [build_planner_messages(records[i], correct=bool(judged_correct[i]), example=False) for i, _ in states]
+    picks = planner.choose(prompts, [list(programs)] * len(prompts), desc="repair dev plans") if prompts else []
+    got, sources = [], Counter()
+    for (_, key), pick in zip(states, picks):
+        source, reward = table[key].get(_norm_plan(pick.text), ("unexecuted", 0.0))
+        got.append(reward)
+        sources[source] += 1
+    n = len(got)
+    return {"states": n, "chosen_reward": round(sum(got) / n, 4) if n else None,
+            "top_share": round(max(sources.values()) / n, 4) if n else None, "picks": dict(sources.most_common()),
+            **{k: v for k, v in rewards.items() if k != "states"}}
+
+
 def repair_training(training_cost: Mapping[str, Any], *, offpolicy_seconds: float, dpo_seconds: float,
                     offpolicy_result: Any, onpolicy_result: Any,
                     offpolicy_candidates: Sequence[Mapping[str, Any]] = (),
@@ -638,7 +680,7 @@ def repair_training(training_cost: Mapping[str, Any], *, offpolicy_seconds: floa
     results = (offpolicy_result, onpolicy_result)
     return {"calls": training_cost["calls"], "seconds": round(offpolicy_seconds + dpo_seconds, 1),
             "dpo_steps": [r.steps if r else 0 for r in results],
-            "what": "train answers, executed candidate plans and two DPO rounds",
+            "what": "train answers, executed candidate plans (the held-out dev states' included) and two DPO rounds",
             "optimizer_seconds": round(sum(r.seconds for r in results if r), 1),
             "offpolicy_states": _states(offpolicy_candidates), "onpolicy_states": _states(onpolicy_candidates),
             "offpolicy_states_with_pair": _states(offpolicy_pairs),
@@ -658,7 +700,8 @@ def plan_shares(programs: Sequence[str]) -> dict[str, Any]:
 
 def repair_info(summary: Mapping[str, Any], *, offpolicy_pairs: Sequence[Any], onpolicy_pairs: Sequence[Any],
                 planner_start: Mapping[str, Any], action_calls: Mapping[str, int],
-                test_plans: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                test_plans: Mapping[str, Any] | None = None, dev: Mapping[str, Any] | None = None,
+                dev_questions: int = 0, dev_meters: Sequence[Any] = ()) -> dict[str, Any]:
     """The RePAIR stage's own metrics blocks (``reports/metrics/12_repair.json``), given to
     ``save_method_answers`` as ``info``.
 
@@ -669,14 +712,19 @@ def repair_info(summary: Mapping[str, Any], *, offpolicy_pairs: Sequence[Any], o
         planner_start: where the planner started ({"base_model", "init_adapter"}).
         action_calls: :func:`ragcritic_lib.agent.actions.count_action_calls` of the executed test
             plans (RePAIR's column of its Table 3).
+        dev: {phase: :func:`dev_choice` or None}, the dev score after each phase; it is written with
+            ``dev_questions`` and the LLM calls of ``dev_meters`` (the ``MeteredLLM`` each score ran through).
 
     Returns:
         {"repair": {**summary, "offpolicy_pairs", "onpolicy_pairs", "planner_start": "adapter" or
-        "base model"}, "action_calls": action_calls}, with "test" when ``test_plans`` is given.
+        "base model"}, "action_calls": action_calls}, with "test" when ``test_plans`` is given and
+        "dev" when ``dev`` is.
     """
     out = {"repair": {**summary, "offpolicy_pairs": len(offpolicy_pairs), "onpolicy_pairs": len(onpolicy_pairs),
                       "planner_start": "adapter" if planner_start["init_adapter"] else "base model"},
            "action_calls": dict(action_calls)}
     if test_plans is not None:  # :func:`plan_shares` of the executed test plans
         out["test"] = dict(test_plans)
+    if dev is not None:
+        out["dev"] = {**dev, "questions": int(dev_questions), "calls": sum(m.cost()["calls"] for m in dev_meters)}
     return out

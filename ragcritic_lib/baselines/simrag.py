@@ -19,10 +19,14 @@ Reproduces Yang et al. (SIM-RAG, SIGIR 2025) in our harness:
   prompt (:func:`build_rationale_messages`) and is free text; the paper's reasoner writes
   rationale and answer in one output, here the rationale explains the answer just given.
 - **Critic training.** Examples are split by question id; on the training side the labels are
-  balanced by repeating the rarer label's examples (or, optionally, by downsampling the other). The default critic is a small classifier (TF-IDF of question / context / answer /
-  rationale plus a few grounded features -> logistic regression); the paper fine-tunes Flan-T5,
-  and :func:`train_llm_critic` fine-tunes the packaged model with LoRA through
-  ``ragcritic_lib.critic.training.train_sft`` instead. The critic never sees the turn index (nor the
+  balanced by repeating the rarer label's examples (or, optionally, by downsampling the other).
+  The paper fine-tunes Flan-T5. Here three critics can take that role (notebook 11's ``critic``):
+  :func:`train_llm_critic` fine-tunes the packaged model with LoRA through
+  ``ragcritic_lib.critic.training.train_sft``; :class:`ProbeSufficiencyCritic` reads the frozen
+  model's hidden states with a logistic probe (one forward pass per example); and
+  :class:`ClassifierCritic` is a TF-IDF logistic regression (question / context / answer /
+  rationale plus a few grounded features). ``benchmarks/bench_simrag_critic.py`` measures all
+  three on the same self-practice data. The critic never sees the turn index (nor the
   number of searches, which equals it): later turns are right more often, and a critic that
   learns "accept at turn t" judges the turn, not the information.
   :func:`practice_summary` counts the self-practice examples per label and turn and flags a
@@ -45,24 +49,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ragcritic_lib.baselines import contains_answer, dataset_name, overlap_fraction, tokens
+from ragcritic_lib.baselines import dataset_name, tokens
+from ragcritic_lib.baselines.simrag_critics import (  # noqa: F401 - re-exported: the critics belong to the method
+    DENSE_FEATURES, ClassifierCritic, LLMSufficiencyCritic, OracleCritic, ProbeSufficiencyCritic, build_critic_messages,
+    critic_sft_examples, critic_text, dense_features, make_match_fn, parse_verdict, render_context, train_llm_critic,
+)
 from ragcritic_lib.evaluation.stats import wilson_interval
 
 LABELS = ("Accept", "Reject")
 
 
 # --------------------------------------------------------------------------- prompts
-def _render_context(context: Sequence[Mapping[str, str]], max_chars: int) -> str:
-    if not context:
-        return "Nothing has been searched yet."
-    lines = []
-    for i, c in enumerate(context, 1):
-        doc = " ".join(str(c.get("doc", "")).split())
-        doc = doc if len(doc) <= max_chars else doc[: max_chars - 3] + "..."
-        lines.append(f"Search {i}: {c.get('query', '')}\nFound: {doc}")
-    return "\n".join(lines)
-
-
 def context_passages(context: Sequence[Mapping[str, Any]]) -> list[str]:
     """The passages gathered so far, in the order they were found (each search's ``docs``; a
     context entry without them counts its ``doc`` text as one passage)."""
@@ -90,7 +87,7 @@ def build_rationale_messages(question: str, context: Sequence[Mapping[str, str]]
     """SIM-RAG's reasoning prompt: explain the turn's answer from what has been found."""
     return [
         {"role": "system", "content": "You explain answers to questions using what has been found by searching."},
-        {"role": "user", "content": f"{_render_context(context, max_chars)}\n\nQuestion: {question}\n"
+        {"role": "user", "content": f"{render_context(context, max_chars)}\n\nQuestion: {question}\n"
                                     f"Proposed answer: {answer or '(empty)'}\n\n"
                                     "In one or two sentences, explain what the information above says about "
                                     "this answer."},
@@ -101,7 +98,7 @@ def build_query_messages(question: str, context: Sequence[Mapping[str, str]], *,
     """Reasoner prompt for the next search query (what is still missing)."""
     return [
         {"role": "system", "content": "You decide what to search for next."},
-        {"role": "user", "content": f"{_render_context(context, max_chars)}\n\nQuestion: {question}\n\n"
+        {"role": "user", "content": f"{render_context(context, max_chars)}\n\nQuestion: {question}\n\n"
                                     "The information above is not enough to answer. Write one short search query "
                                     "for what is missing. Output only the query."},
     ]
@@ -125,26 +122,27 @@ def parse_query(text: str, question: str) -> str:
     return question
 
 
-# ------------------------------------------------------------------------ correctness
-def make_match_fn(metric: str = "em", threshold: float = 1.0) -> Callable[..., bool]:
-    """``fn(answer, golds, metadata=None) -> bool``: the project's judge
-    (:func:`ragcritic_lib.mining.sampling.is_correct`) with ``metric`` (em / f1 / acc of
-    ragcritic_lib.evaluation.scoring, or ``truth``, which reads the question's ``metadata``) at
-    ``threshold``; an abstention is right where every gold answer is one, as the judge has it."""
-    from ragcritic_lib.evaluation.scoring import score_prediction
-    from ragcritic_lib.mining.sampling import JUDGE_METRICS, is_correct
+def stage_match_fn(params: Mapping[str, Any], match: str, threshold: float) -> Callable[..., bool]:
+    """The SIM-RAG stage's label: ``match: judge`` is the project's one judge of correct
+    (``error_sampling.judge_metric`` at ``judge_threshold``); a metric name (em | f1 | acc |
+    truth) uses that metric at ``threshold`` instead."""
+    if match == "judge":
+        judge = params["error_sampling"]
+        return make_match_fn(judge["judge_metric"], judge["judge_threshold"])
+    return make_match_fn(match, threshold)
 
-    if metric not in JUDGE_METRICS:
-        raise ValueError(f"simrag match metric must be one of {sorted(JUDGE_METRICS)}, got {metric!r}")
 
-    def match(answer: str, golds: Sequence[str], metadata: Mapping[str, Any] | None = None) -> bool:
-        golds = [str(g) for g in golds or []]
-        record = {"prediction": str(answer or ""), "golden_answers": golds, "metadata": dict(metadata or {})}
-        if metric != "truth":
-            record.update(score_prediction(record["prediction"], golds))
-        return is_correct(record, metric=metric, threshold=threshold)
+def loop_settings(setup: Any, *, max_turns: int, docs_per_turn: int, initial_docs: int) -> dict[str, Any]:
+    """The keyword arguments :func:`self_practice` and :func:`simrag_infer` share in the SIM-RAG
+    stage (and its benchmark), from a method stage's setup (``setup_method("simrag")``): answers
+    as standard RAG writes them (its answer setting, prompt variant and passage length), the
+    default variant's setting for rationales and a one-line setting for search queries."""
+    import dataclasses
 
-    return match
+    return dict(max_turns=max_turns, gen_params=setup.gen,
+                query_params=dataclasses.replace(setup.gen, max_new_tokens=24, stop=("\n",)),
+                docs_per_turn=docs_per_turn, initial_docs=initial_docs, answer_params=setup.answer_gen,
+                rag_variant=setup.variant, max_passage_words=setup.rag["max_passage_words"])
 
 
 # --------------------------------------------------------------------- turn machinery
@@ -456,148 +454,6 @@ def practice_summary(
     return out
 
 
-# ----------------------------------------------------------------------------- critics
-def critic_text(ex: Mapping[str, Any]) -> str:
-    """The flat text a classifier critic reads."""
-    ctx = " ".join(f"{c.get('query', '')} {c.get('doc', '')}" for c in ex.get("context") or [])
-    return f"question: {ex['question']} context: {ctx} answer: {ex.get('answer', '')} rationale: {ex.get('rationale', '')}"
-
-
-DENSE_FEATURES = ("answer_in_context", "answer_empty", "abstained", "answer_tokens",
-                  "question_context_overlap", "answer_question_overlap", "answer_in_rationale")
-
-
-def dense_features(ex: Mapping[str, Any]) -> list[float]:
-    """Grounded features of one example (order = :data:`DENSE_FEATURES`).
-
-    Deliberately without the turn index or the number of searches (the same number when the
-    context starts empty): the critic must judge the information, not how late the turn is.
-    """
-    from ragcritic_lib.mining.evidence import is_abstention
-
-    answer = str(ex.get("answer") or "")
-    ctx = " ".join(str(c.get("doc", "")) for c in ex.get("context") or [])
-    return [
-        float(bool(answer.strip()) and contains_answer(ctx, [answer])),
-        float(not answer.strip()),
-        float(is_abstention(answer)),
-        min(len(tokens(answer)), 30) / 30.0,
-        overlap_fraction(str(ex["question"]), ctx),
-        overlap_fraction(answer, str(ex["question"])),
-        float(bool(answer.strip()) and contains_answer(str(ex.get("rationale") or ""), [answer])),
-    ]
-
-
-class OracleCritic:
-    """Accepts exactly the answers that match a gold answer (the paper's ceiling)."""
-
-    name = "oracle"
-
-    def __init__(self, match_fn: Callable[..., bool] | None = None) -> None:
-        self.match = match_fn or make_match_fn("em")
-
-    def accept(self, examples: Sequence[Mapping[str, Any]]) -> list[bool]:
-        return [bool(self.match(str(e.get("answer") or ""), e.get("golden_answers") or [], e.get("metadata")))
-                for e in examples]
-
-
-class ClassifierCritic:
-    """TF-IDF (uni+bigrams) of :func:`critic_text` + :func:`dense_features` -> logistic regression.
-
-    When the training data hold one label only, the critic predicts that label.
-    """
-
-    name = "classifier"
-
-    def __init__(self, *, c: float = 1.0, max_features: int = 5000, seed: int = 0) -> None:
-        self.c, self.max_features, self.seed = c, max_features, seed
-        self.vectorizer: Any = None
-        self.model: Any = None
-        self.constant: bool | None = None
-
-    def _matrix(self, examples: Sequence[Mapping[str, Any]]):
-        import numpy as np
-        from scipy.sparse import csr_matrix, hstack
-
-        text = self.vectorizer.transform([critic_text(e) for e in examples])
-        dense = csr_matrix(np.asarray([dense_features(e) for e in examples], dtype=float))
-        return hstack([text, dense]).tocsr()
-
-    def fit(self, examples: Sequence[Mapping[str, Any]]) -> "ClassifierCritic":
-        from sklearn.feature_extraction.text import TfidfVectorizer
-        from sklearn.linear_model import LogisticRegression
-
-        labels = [str(e["label"]) for e in examples]
-        if len(set(labels)) < 2:
-            self.constant = bool(labels) and labels[0] == "Accept"
-            return self
-        self.vectorizer = TfidfVectorizer(ngram_range=(1, 2), max_features=self.max_features, sublinear_tf=True)
-        self.vectorizer.fit([critic_text(e) for e in examples])
-        self.model = LogisticRegression(C=self.c, class_weight="balanced", max_iter=2000, random_state=self.seed)
-        self.model.fit(self._matrix(examples), [int(x == "Accept") for x in labels])
-        return self
-
-    def accept(self, examples: Sequence[Mapping[str, Any]]) -> list[bool]:
-        if not examples:
-            return []
-        if self.model is None:
-            if self.constant is None:
-                raise RuntimeError("ClassifierCritic.accept called before fit")
-            return [self.constant] * len(examples)
-        return [bool(p) for p in self.model.predict(self._matrix(examples))]
-
-
-def build_critic_messages(ex: Mapping[str, Any], *, max_chars: int = 700) -> list[dict[str, str]]:
-    """Prompt of the LLM sufficiency critic (the gold answer is never shown)."""
-    return [
-        {"role": "system", "content": "You check whether an answer is supported by the information found so far."},
-        {"role": "user", "content": f"{_render_context(ex.get('context') or [], max_chars)}\n\n"
-                                    f"Question: {ex['question']}\nProposed answer: {ex.get('answer', '')}\n"
-                                    f"Reasoning: {ex.get('rationale', '')}\n\n"
-                                    "Is the information enough to trust this answer? Reply Accept or Reject."},
-    ]
-
-
-def parse_verdict(text: str) -> str | None:
-    """First "accept"/"reject" word in the critic output (any case), None when neither occurs."""
-    m = re.search(r"\b(accept|reject)", text or "", flags=re.I)
-    return m.group(1).capitalize() if m else None
-
-
-def critic_sft_examples(examples: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """SFT examples {"messages": prompt + assistant verdict} for :func:`train_llm_critic`."""
-    return [{"messages": build_critic_messages(e) + [{"role": "assistant", "content": str(e["label"])}]} for e in examples]
-
-
-def train_llm_critic(examples: Sequence[Mapping[str, Any]], recipe: Any, output_dir: Any, *, base_model: str,
-                     overrides: Mapping[str, Any] | None = None) -> Any:
-    """LoRA-tune the packaged model as the critic (``ragcritic_lib.critic.training.train_sft``)."""
-    from ragcritic_lib.critic.training import train_sft
-
-    return train_sft(critic_sft_examples(examples), recipe, output_dir, base_model=base_model, overrides=overrides)
-
-
-class LLMSufficiencyCritic:
-    """A (fine-tuned) LLM answering Accept/Reject; unparseable outputs count as Reject."""
-
-    name = "llm"
-
-    def __init__(self, llm: Any, *, max_new_tokens: int = 4) -> None:
-        self.llm, self.max_new_tokens = llm, max_new_tokens
-        self.invalid = 0
-
-    def accept(self, examples: Sequence[Mapping[str, Any]]) -> list[bool]:
-        from ragcritic_lib.llm import GenParams
-
-        if not examples:
-            return []
-        gens = self.llm.generate([build_critic_messages(e) for e in examples],
-                                 GenParams(max_new_tokens=self.max_new_tokens), desc="simrag critic")
-        verdicts = [parse_verdict(g.text) for g in gens]
-        self.invalid += sum(v is None for v in verdicts)
-        return [v == "Accept" for v in verdicts]
-
-
 def confusion_matrix(labels: Sequence[str], accepted: Sequence[bool]) -> dict[str, Any]:
     """Critic confusion on held-out examples, as in the paper's Fig. 3.
 
@@ -748,20 +604,20 @@ def simrag_training(training: Mapping[str, Any], *, practice_meter: Any, practic
         practice_meter: the ``MeteredLLM`` self-practice ran through.
         practice_seconds, critic_seconds: wall time of self-practice and of the critics' training
             (with the held-out check); their sum is rounded to 0.1 s.
-        critic: the critic the test run uses, "llm" or "classifier".
+        critic: the critic the test run uses, "llm", "probe" or "classifier".
         critic_result: the LLM critic's ``TrainResult`` (read when ``critic`` is "llm").
 
     Returns:
         {"calls" (self-practice plus the LLM critic's held-out calls), "seconds", "by_dataset":
         {dataset: {"calls"}} of self-practice, "what", "optimizer_seconds" (the LLM critic's
-        training, rounded to 0.1 s, or the classifier's fit), then ``training``'s keys}.
+        training, rounded to 0.1 s, or the probe's or the classifier's fit), then ``training``'s keys}.
     """
     return {"calls": practice_meter.cost()["calls"] + training.get("llm_critic", {}).get("heldout_calls", 0),
             "seconds": round(practice_seconds + critic_seconds, 1),
             "by_dataset": {ds: {"calls": c["calls"]} for ds, c in practice_meter.cost_by_dataset().items()},
             "what": "self-practice answers and queries, critic fine-tuning and its held-out check",
             "optimizer_seconds": round(critic_result.seconds, 1) if critic == "llm"
-            else training["classifier_critic"]["seconds"],
+            else training[f"{critic}_critic"]["seconds"],
             **training}
 
 

@@ -24,25 +24,29 @@ from ragcritic_lib.critic.verdict import CORRECT, VERDICT_PREFIX, verdict_tokens
 PROBE_FILE = "probe.json"
 
 
+def prompt_ids(tok: Any, messages: Sequence[Mapping[str, str]], opening: Sequence[int] = ()) -> list[int]:
+    """Token ids of the chat prompt (its system and user turns, with the generation prompt; an
+    assistant turn is ignored), then ``opening``: the position whose next-token distribution
+    follows is the last one."""
+    prompt = tok.apply_chat_template([dict(m) for m in messages if m["role"] != "assistant"], tokenize=False,
+                                     add_generation_prompt=True)
+    return tok(prompt, add_special_tokens=False)["input_ids"] + list(opening)
+
+
 def _verdict_ids(tok: Any, messages: Sequence[Mapping[str, str]]) -> list[int]:
     """Token ids of the chat prompt and the verdict's opening, up to the token whose next-token
     distribution is the verdict (as the trainer's ``Encoded.verdict_pos`` reads it)."""
-    prompt = tok.apply_chat_template([dict(m) for m in messages if m["role"] != "assistant"], tokenize=False,
-                                     add_generation_prompt=True)
     offset, _, _ = verdict_tokens(tok)
-    opening = tok(VERDICT_PREFIX + CORRECT, add_special_tokens=False)["input_ids"][:offset]
-    return tok(prompt, add_special_tokens=False)["input_ids"] + opening
+    return prompt_ids(tok, messages, tok(VERDICT_PREFIX + CORRECT, add_special_tokens=False)["input_ids"][:offset])
 
 
-def verdict_features(model: Any, tok: Any, conversations: Sequence[Sequence[Mapping[str, str]]], *, layer: int,
-                     batch_size: int = 16) -> Any:
+def hidden_features(model: Any, tok: Any, ids: Sequence[Sequence[int]], *, layer: int, batch_size: int = 16) -> Any:
     """``[n, 2 * hidden]`` float32 array: layer ``layer``'s output and the final normed state at
-    the verdict position of each conversation (its system and user turns; an assistant turn is
-    ignored). Right-padded batches, so the causal model's real positions are exact."""
+    the last position of each token sequence. Right-padded batches of similar length, so the
+    causal model's real positions are exact."""
     import numpy as np
     import torch
 
-    ids = [_verdict_ids(tok, c) for c in conversations]
     out = np.zeros((len(ids), 2 * int(model.config.hidden_size)), dtype=np.float32)
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
@@ -53,13 +57,21 @@ def verdict_features(model: Any, tok: Any, conversations: Sequence[Sequence[Mapp
             batch = torch.full((len(idx), width), pad, dtype=torch.long)
             mask = torch.zeros((len(idx), width), dtype=torch.long)
             for j, i in enumerate(idx):
-                batch[j, : len(ids[i])] = torch.tensor(ids[i])
+                batch[j, : len(ids[i])] = torch.tensor(list(ids[i]))
                 mask[j, : len(ids[i])] = 1
             hs = model(input_ids=batch, attention_mask=mask, output_hidden_states=True).hidden_states
             for j, i in enumerate(idx):
                 pos = len(ids[i]) - 1
                 out[i] = torch.cat([hs[layer][j, pos], hs[-1][j, pos]]).float().numpy()
     return out
+
+
+def verdict_features(model: Any, tok: Any, conversations: Sequence[Sequence[Mapping[str, str]]], *, layer: int,
+                     batch_size: int = 16) -> Any:
+    """:func:`hidden_features` at the verdict position of each conversation (its system and user
+    turns; an assistant turn is ignored)."""
+    return hidden_features(model, tok, [_verdict_ids(tok, c) for c in conversations], layer=layer,
+                           batch_size=batch_size)
 
 
 def load_frozen(model_dir: str | Path) -> tuple[Any, Any]:
@@ -71,9 +83,11 @@ def load_frozen(model_dir: str | Path) -> tuple[Any, Any]:
             AutoTokenizer.from_pretrained(str(model_dir)))
 
 
-def fit_probe(features: Any, is_error: Sequence[bool], *, seed: int) -> dict[str, Any]:
+def fit_probe(features: Any, is_error: Sequence[bool], *, seed: int, class_weight: str | None = None) -> dict[str, Any]:
     """Standardize, then a logistic regression with C by 5-fold cross-validated AUROC; returns
-    the plain parameters (lists) that :func:`probe_scores` applies.
+    the plain parameters (lists) that :func:`probe_scores` applies. ``class_weight="balanced"``
+    weighs the two classes equally, so a log-odds of 0 splits them where the rarer class is
+    not simply outvoted.
 
     Raises:
         ValueError: both classes are needed.
@@ -87,7 +101,8 @@ def fit_probe(features: Any, is_error: Sequence[bool], *, seed: int) -> dict[str
     x = np.asarray(features, dtype=np.float64)
     mean, scale = x.mean(0), x.std(0)
     scale[scale == 0] = 1.0
-    clf = LogisticRegressionCV(Cs=8, cv=5, scoring="roc_auc", max_iter=3000, random_state=seed)
+    clf = LogisticRegressionCV(Cs=8, cv=5, scoring="roc_auc", max_iter=3000, random_state=seed,
+                               class_weight=class_weight)
     clf.fit((x - mean) / scale, y)
     return {"mean": mean.tolist(), "scale": scale.tolist(), "coef": clf.coef_[0].tolist(),
             "intercept": float(clf.intercept_[0]), "C": float(clf.C_[0]), "n": int(len(y)),

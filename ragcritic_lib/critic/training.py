@@ -6,6 +6,9 @@ this module adds:
 
     peft (bool, default true)    LoRA through peft; false = full fine-tuning
     lora_r, lora_alpha, lora_dropout, lora_target_modules   -> peft.LoraConfig
+    lora_top_layers (int, default 0)  LoRA on the top N decoder layers only (0 = every layer): the
+                                 backward pass then stops at the lowest adapted layer, so a step
+                                 costs the forward pass plus N layers' backward
     model_dtype ("float32" | "bfloat16" | "auto")           -> dtype the model is loaded in
     cpu_bf16 ("auto" | true | false, default "auto")        -> bf16 autocast on a CPU (below)
 
@@ -65,6 +68,7 @@ OUR_KEYS = {
     "lora_alpha": 32,
     "lora_dropout": 0.05,
     "lora_target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
+    "lora_top_layers": 0,
     "model_dtype": "float32",
     "cpu_bf16": "auto",
 }
@@ -218,6 +222,9 @@ def _value_problem(key: str, value: Any, default: Any) -> str | None:
     numbers, switches and lists that a recipe sets, and the dtypes we load models in."""
     if key == "model_dtype":
         return None if value in ("float32", "bfloat16", "auto") else 'must be "float32", "bfloat16" or "auto"'
+    if key == "lora_top_layers":
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        return None if ok else "must be a whole number >= 0 (0 = every layer)"
     if key == "lora_target_modules":
         ok = value == "all-linear" or (isinstance(value, list) and value and all(isinstance(v, str) for v in value))
         return None if ok else 'must be a list of module names (or "all-linear")'
@@ -303,8 +310,43 @@ def cpu_bf16_enabled(setting: Any) -> bool:
     return _resolve_dtype("auto", "cpu") == "bfloat16"
 
 
-def build_configs(recipe: Mapping[str, Any], kind: str, output_dir: str | os.PathLike[str]) -> tuple[Any, Any, dict]:
-    """(TRL config, LoraConfig or None, resolved recipe) with the device rules applied."""
+def model_depth(model_dir: str | os.PathLike[str]) -> int:
+    """The number of decoder layers of a local model folder (``num_hidden_layers`` of its config.json).
+
+    Raises:
+        ValueError: naming the file when it has no such number.
+    """
+    cfg_file = Path(model_dir) / "config.json"
+    try:
+        cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{cfg_file}: cannot read the model's config ({exc})") from None
+    depth = cfg.get("num_hidden_layers") if isinstance(cfg, dict) else None
+    if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
+        raise ValueError(f"{cfg_file}: no positive integer num_hidden_layers (got {depth!r})")
+    return depth
+
+
+def lora_layers(top: int, depth: int | None) -> list[int] | None:
+    """The decoder layers ``lora_top_layers: top`` adapts (None = every layer).
+
+    Raises:
+        ValueError: ``top`` > 0 without the model's depth, or deeper than the model.
+    """
+    if not top:
+        return None
+    if depth is None:
+        raise ValueError(f"recipe key 'lora_top_layers' ({top}) needs the base model's depth; pass depth=")
+    if top > depth:
+        raise ValueError(f"recipe key 'lora_top_layers' ({top}) exceeds the model's {depth} layers")
+    return list(range(depth - top, depth))
+
+
+def build_configs(recipe: Mapping[str, Any], kind: str, output_dir: str | os.PathLike[str], *,
+                  depth: int | None = None) -> tuple[Any, Any, dict]:
+    """(TRL config, LoraConfig or None, resolved recipe) with the device rules applied.
+
+    ``depth``: the base model's number of decoder layers, needed when the recipe sets ``lora_top_layers``."""
     resolved = {**OUR_KEYS, **dict(recipe)}
     trl_kwargs = {k: v for k, v in resolved.items() if k not in OUR_KEYS}
     trl_kwargs.setdefault("report_to", "none")
@@ -327,14 +369,21 @@ def build_configs(recipe: Mapping[str, Any], kind: str, output_dir: str | os.Pat
     if resolved.get("peft", True):
         from peft import LoraConfig
 
+        layers = lora_layers(int(resolved.get("lora_top_layers") or 0), depth)
         lora = LoraConfig(
             r=int(resolved["lora_r"]), lora_alpha=int(resolved["lora_alpha"]),
             lora_dropout=float(resolved["lora_dropout"]),
             target_modules=(resolved["lora_target_modules"] if isinstance(resolved["lora_target_modules"], str)
                             else list(resolved["lora_target_modules"])), task_type="CAUSAL_LM",
+            **({"layers_to_transform": layers, "layers_pattern": "layers"} if layers else {}),
         )
     resolved.update({k: v for k, v in trl_kwargs.items() if k != "model_init_kwargs"})
     return cfg, lora, resolved
+
+
+def _recipe_depth(recipe: Mapping[str, Any], base_model: str | os.PathLike[str]) -> int | None:
+    """The base model's depth when the recipe adapts only its top layers (else None: not read)."""
+    return model_depth(base_model) if recipe.get("lora_top_layers") else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -450,7 +499,7 @@ def train_sft(
         raise ValueError("train_sft: no training examples")
     recipe_d = load_recipe(recipe, "sft", _seeded(overrides, seed))
     output_dir = Path(output_dir)
-    cfg, lora, resolved = build_configs(recipe_d, "sft", output_dir)
+    cfg, lora, resolved = build_configs(recipe_d, "sft", output_dir, depth=_recipe_depth(recipe_d, base_model))
     tok = _load_tokenizer(base_model)
     rows, dropped = _fit(to_prompt_completion(examples), tok, cfg.max_length, ["completion"])
     if not rows:
@@ -491,7 +540,7 @@ def train_dpo(
         raise ValueError("train_dpo: no preference pairs")
     recipe_d = load_recipe(recipe, "dpo", _seeded(overrides, seed))
     output_dir = Path(output_dir)
-    cfg, lora, resolved = build_configs(recipe_d, "dpo", output_dir)
+    cfg, lora, resolved = build_configs(recipe_d, "dpo", output_dir, depth=_recipe_depth(recipe_d, base_model))
     tok = _load_tokenizer(base_model)
     rows, dropped = _fit(to_dpo_rows(pairs), tok, cfg.max_length, ["chosen", "rejected"])
     if not rows:

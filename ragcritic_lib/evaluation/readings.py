@@ -806,6 +806,17 @@ def reading_repair(metrics: Mapping[str, Any], records: Sequence[Mapping[str, An
         text.append("Test plans by share: " + "; ".join(f"`{plan}` {_pct(share)}" for plan, share in
                                                         list(shares.items())[:4])
                     + (f"; {len(shares) - 4} more." if len(shares) > 4 else "."))
+    dev = metrics.get("dev") or {}
+    scored = {phase: dev[phase] for phase in ("start", "offpolicy", "final") if isinstance(dev.get(phase), Mapping)}
+    if scored:
+        last = scored.get("final") or list(scored.values())[-1]
+        text.append(f"On {last['states']} held-out dev states the planner's picks earned a mean reward of "
+                    + ", ".join(f"{_f(d['chosen_reward'])} {name}" for name, d in (
+                        ("before training", scored.get("start")), ("after the off-policy phase", scored.get("offpolicy")),
+                        ("after both", scored.get("final"))) if d)
+                    + f" (the best single plan {_f(last['best_single_reward'])}, the per-state best "
+                    f"{_f(last['per_state_best_reward'])}; its most frequent pick took {_pct(last['top_share'])} "
+                    "of the states).")
     return text + _flags(metrics.get("degenerate"))
 
 

@@ -901,6 +901,7 @@ class RepairMetrics(MethodRunMetrics):
     action_calls: dict[str, Count]   # calls written in the executed test plans (RePAIR Table 3's column)
     repair: NotRequired[dict[str, Any]]
     test: NotRequired[RepairTestPlans]
+    dev: NotRequired[dict[str, Any]]  # the planner's picks on held-out dev states after each phase (repair.dev_choice)
 
 
 # --------------------------------------------------------------------------------------------

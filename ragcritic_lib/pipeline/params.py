@@ -318,7 +318,7 @@ LOAD_DTYPES = ("auto", *SAVE_DTYPES)
 LAUNCHERS = ("inprocess", "accelerate")  # ragcritic_lib.critic.training.run_training
 CRITIC_PROMPTS = ("trained", "zeroshot")  # ragcritic_lib.critic.critics.LLMCritic
 CRAG_REWRITERS = ("keywords", "llm")  # ragcritic_lib.baselines.crag
-SIMRAG_CRITICS = ("classifier", "llm")  # notebook 11: a feature classifier or a LoRA-tuned LLM
+SIMRAG_CRITICS = ("classifier", "llm", "probe")  # notebook 11: a feature classifier, a LoRA-tuned LLM or a probe of the frozen LLM
 REPAIR_DECODINGS = ("constrained", "free")  # ragcritic_lib.baselines.repair.DECODINGS
 RAGEC_VOTINGS = ("constrained", "free")  # ragcritic_lib.baselines.ragec.VOTINGS
 SIMRAG_BALANCE = ("oversample", "downsample")  # notebook 11: how the critic's labels are balanced
@@ -490,10 +490,10 @@ def rules() -> dict[str, dict[str, Rule]]:
             "min_minority": some, "balance": one_of(SIMRAG_BALANCE), "critic": one_of(SIMRAG_CRITICS),
             "critic_recipe": input_path(), "critic_steps": steps(), "critic_base_model": BASE_MODEL,
             "heldout_frac": number(0, 1, low_open=True, high_open=True), "classifier_ablation": boolean(),
-            "oracle_ceiling": boolean(),
+            "oracle_ceiling": boolean(), "probe_layer": integer(1),
         },
         "repair": {
-            "train_questions": count, "min_states": some, "grammar_plans": count, "sampled_plans": some,
+            "train_questions": count, "dev_questions": some, "min_states": some, "grammar_plans": count, "sampled_plans": some,
             "temperature": number(0), "margin": number(0), "max_pairs": count,
             "max_chosen_share": number(0, 1, low_open=True), "dpo_recipe": input_path(),
             "dpo_beta": number(0, low_open=True), "offpolicy_steps": steps(), "onpolicy_steps": steps(),
@@ -684,13 +684,13 @@ def _teacher_config_problem(section: str, teacher_config: str) -> str | None:
     return None
 
 
-# Keys naming the base model a stage trains from, with the (key, value) under which it trains
+# Keys naming the base model a stage trains from, with the (key, values) under which it trains
 # from it at all; "" there means the generator's model, so a served generator needs them set.
-BASE_MODEL_KEYS: dict[tuple[str, str], tuple[str, Any] | None] = {
+BASE_MODEL_KEYS: dict[tuple[str, str], tuple[str, tuple[Any, ...]] | None] = {
     ("critic_sft", "base_model"): None,
     ("planner_data", "base_model"): None,
-    ("repair", "base_model"): ("init_adapter", ""),  # an init checkpoint brings its base
-    ("simrag", "critic_base_model"): ("critic", "llm"),
+    ("repair", "base_model"): ("init_adapter", ("",)),  # an init checkpoint brings its base
+    ("simrag", "critic_base_model"): ("critic", ("llm", "probe")),
 }
 
 
@@ -705,7 +705,7 @@ def _served_base_problems(params: Mapping[str, Any]) -> list[str]:
         values = params.get(section)
         if not isinstance(values, Mapping) or values.get(key) != "":
             continue
-        if when is not None and values.get(when[0]) != when[1]:
+        if when is not None and values.get(when[0]) not in when[1]:
             continue
         out.append(f"{section}.{key}: required when common.generator.backend is 'openai' (a served model "
                    f"{gen.get('model')!r} cannot be trained; set a local checkpoint folder)")
