@@ -191,7 +191,7 @@ def test_the_checks_catch_what_drifted():
     assert path_exists("ship_manifest.json", page)                    # a name the library writes
     assert not path_exists("never_written_anywhere.json", page)
     assert module_exists("ragcritic_lib.pipeline.readme")
-    assert module_exists("ragcritic_lib.baselines.simrag.make_match_fn")
+    assert module_exists("ragcritic_lib.baselines.simrag.stage_match_fn")
     assert not module_exists("ragcritic_lib.critic_data")
     assert not module_exists("ragcritic_lib.baselines.simrag.no_such_function")
     assert param_exists("critic_sft", "epochs", None)
