@@ -177,11 +177,29 @@ def test_method_notebooks_open_with_setup_method(stem):
         assert hand_built not in source, (stem, hand_built)
 
 
-@pytest.mark.parametrize("stem", ["09_self_refine", "11_simrag"])
-def test_self_refine_and_simrag_answer_with_standard_rags_variant(stem):
-    # Their final answers use standard RAG's prompt variant and its answer setting.
-    source = (NOTEBOOKS / f"{stem}.py").read_text(encoding="utf-8")
+def test_self_refine_answers_with_standard_rags_variant():
+    # Its final answers use standard RAG's prompt variant and its answer setting.
+    source = (NOTEBOOKS / "09_self_refine.py").read_text(encoding="utf-8")
     assert "setup.answer_gen" in source and "setup.variant" in source
+
+
+def test_simrag_answers_with_standard_rags_variant():
+    # The SIM-RAG notebook takes its loop settings from simrag.loop_settings(setup, ...), which
+    # passes standard RAG's answer setting, prompt variant and passage length on.
+    import types
+
+    from ragcritic_lib.baselines import simrag
+    from ragcritic_lib.llm.base import GenParams
+
+    source = (NOTEBOOKS / "11_simrag.py").read_text(encoding="utf-8")
+    assert "simrag.loop_settings(setup," in source
+    answer_gen = GenParams(max_new_tokens=17)
+    setup = types.SimpleNamespace(gen=GenParams(max_new_tokens=99), answer_gen=answer_gen,
+                                  variant="short", rag={"max_passage_words": 33})
+    kw = simrag.loop_settings(setup, max_turns=2, docs_per_turn=1, initial_docs=3)
+    assert kw["answer_params"] is answer_gen and kw["rag_variant"] == "short"
+    assert kw["max_passage_words"] == 33 and kw["gen_params"].max_new_tokens == 99
+    assert kw["query_params"].max_new_tokens == 24 and kw["query_params"].stop == ("\n",)
 
 
 def _action_set_answer_settings(source: str) -> list[str]:
