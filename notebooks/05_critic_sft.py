@@ -27,13 +27,14 @@ lora_ranks = "32,64"
 compare_examples = 1000
 train_layers = 6
 epochs = 1.0
-learning_rate = 0.0001
+learning_rate = 0.0003
 lora_learning_rate = 0.0003
 batch_size = 16
 eval_every = 400
 patience = 3
 max_length = 384
-verdict_weight = 10.0
+verdict_weight = 0.0
+select = "dev_loss"
 recipe = "configs/train/critic_sft.yaml"
 max_steps = -1
 launcher = "inprocess"
@@ -42,6 +43,7 @@ num_processes = 0
 merge_dtype = "bfloat16"
 ship_max_mb = 24.0
 preview_samples = 4
+tag_check = 40
 base_model = ""
 verdict_body = "probe"
 verifier_model = "data/assets/models/all-minilm-l6-v2"
@@ -52,6 +54,7 @@ verdict_sources = "generator,pool"
 probe_layer = 24
 
 # %%
+import json
 import random
 import time
 
@@ -59,6 +62,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from ragcritic_lib import paths, runtime
+from ragcritic_lib.critic.benchmark import tag_quality
 from ragcritic_lib.critic.critics import calibrate_verdicts, load_trained_critic
 from ragcritic_lib.critic.data import critic_sft_metrics
 from ragcritic_lib.critic.flags import learning_curve
@@ -102,10 +106,10 @@ pd.DataFrame(report["data"]["sources"]).T
 # TRL recipe instead (GPUs, DeepSpeed ZeRO-3 via `launcher = "accelerate"`).
 
 # %%
-# BEGIN SOLUTION hint: TrainSettings from this notebook's parameters (method, train_layers, epochs, learning_rate, batch_size, eval_every, patience, max_length, verdict_weight) and the seed
+# BEGIN SOLUTION hint: TrainSettings from this notebook's parameters (method, train_layers, epochs, learning_rate, batch_size, eval_every, patience, max_length, verdict_weight, select) and the seed
 settings = TrainSettings(method=method, train_layers=train_layers, epochs=epochs, learning_rate=learning_rate,
                          batch_size=batch_size, eval_every=eval_every, patience=patience, max_length=max_length,
-                         verdict_weight=verdict_weight, seed=seed)
+                         verdict_weight=verdict_weight, select=select, seed=seed)
 # END SOLUTION
 ranks = [int(r) for r in lora_ranks.split(",")]
 if trainer == "cached":
@@ -213,11 +217,25 @@ calibration = calibrate_verdicts(critic, dev, desc="dev verdict margins")
 write_json(out_dir / "verdict_calibration.json", calibration)
 pd.Series(calibration)
 
+# %% [markdown]
+# ## Does the critic name the error?
+# Whatever body scores the verdict, the critic writes the tags and the critique that the planner
+# of stage 08 acts on. On the first `tag_check` wrong dev answers it continues a prefilled Error
+# verdict (as a calibrated critic does), and its tier-1 and tier-2 labels are scored against the
+# labels of the answers' known causes: micro precision, recall and F1, and the share of critiques
+# that name any label of the tier. Critiques that name no gold tier-1 label are flagged.
+
+# %%
+tag_dev = [s for s in dev if json.loads(s["target"])["Judgement"] == "Error"][:tag_check]
+dev_tags = tag_quality(critic.critique_errors(tag_dev, desc="dev error critiques"), [s["target"] for s in tag_dev],
+                       taxonomy) if tag_dev else None
+pd.DataFrame({t: dev_tags[t] for t in ("tag1", "tag2")}).T if dev_tags else "no wrong dev answer to tag"
+
 # %%
 data = report["data"]
 metrics = critic_sft_metrics(data=data, evidence=data["evidence"], style_shortcut_auroc=data["style_shortcut_auroc"],
                              dev=report["dev"], fit=fit, preview=parses, calibration=calibration,
-                             questions=report["questions"], verdict_body=body_fit)
+                             questions=report["questions"], verdict_body=body_fit, dev_tags=dev_tags)
 write_stage_metrics("05_critic_sft", metrics)
 
 # %% [markdown]

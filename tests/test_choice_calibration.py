@@ -128,6 +128,38 @@ def test_hf_choose_always_returns_one_option_and_follows_greedy_trie(tiny):
     assert [c.index for c in choices] == [tiny.choose([p], [o])[0].index for p, o in zip(prompts, options)]
 
 
+def _greedy_trie_reference(llm, prompt, options):
+    """Token-by-token greedy decoding over the options' trie, each step a full forward pass
+    without a cache: what the choice must equal."""
+    import torch
+
+    end = int(llm.tokenizer.eos_token_id)
+    seqs = {tuple(llm._option_ids(o)) + (end,): k for k, o in reversed(list(enumerate(options)))}
+    ids, path = llm.encode(llm.render(prompt)), []
+    while not path or path[-1] != end:
+        allowed = sorted({s[len(path)] for s in seqs if s[: len(path)] == tuple(path)})
+        with torch.no_grad():
+            logits = llm.hf_model(torch.tensor([ids + path])).logits[0, -1]
+        path.append(max(allowed, key=lambda t: (float(logits[t]), -t)))
+    return seqs[tuple(path)]
+
+
+def test_hf_choose_takes_the_greedy_path_through_branches_and_forced_runs(tiny):
+    # Options that share long prefixes, branch late, end inside one another and differ in
+    # length, in batches of two rows whose forced runs differ: the jumps over forced runs must
+    # land where a token-by-token greedy decode lands.
+    table = ["new_docs = Retrieval(query=question, topk=3)\nanswer = GenerateAnswer(question, new_docs)",
+             "new_docs = Retrieval(query=question, topk=5)\nanswer = GenerateAnswer(question, new_docs)",
+             "new_docs = Retrieval(query=question, topk=5)",
+             "answer = GenerateAnswer(question, docs)",
+             "answer = GenerateAnswer(question, RefineDoc(question, docs))"]
+    prompts = ["Plan a fix for the answer.", [{"role": "user", "content": "The answer misses a date."}],
+               "Which program?", "Retrieval", "x"]
+    options = [table, table[::-1], table[:3], table[2:], [table[0], table[3]]]
+    got = [c.index for c in tiny.choose(prompts, options)]
+    assert got == [_greedy_trie_reference(tiny, p, o) for p, o in zip(prompts, options)]
+
+
 # ---------------------------------------------------------------------------------------------
 # Calibrated critic verdicts
 # ---------------------------------------------------------------------------------------------

@@ -83,3 +83,35 @@ def test_the_benchmark_metrics_flag_trained_critics_only():
                           style_baseline={"verdict_auroc": 0.6}, degenerate=["too few right answers"])
     assert m["degenerate"][0] == "too few right answers"
     assert [f.split(":")[0] for f in m["degenerate"][1:]] == ["SFT critic"] * 3
+
+
+def _tags(tier1_f1, named=0.0, n=40):
+    tier = {"precision": tier1_f1, "recall": tier1_f1, "f1": tier1_f1, "named_share": named}
+    return {"n": n, "tag1": tier, "tag2": dict(tier)}
+
+
+def test_critiques_that_name_no_gold_tier1_label_are_flagged_and_nothing_else():
+    found = flags.sft_degenerate(RISING, GOOD_CAL, tags=_tags(0.0, named=0.25))
+    assert found == ["critic_sft: its critiques of 40 wrong dev answers name no gold tier-1 label "
+                     "(tier-1 F1 0; 25% name any tier-1 label)"]
+    assert flags.sft_degenerate(RISING, GOOD_CAL, tags=_tags(0.31, named=0.9)) == []
+    assert flags.sft_degenerate(RISING, GOOD_CAL, tags=_tags(0.0, n=0)) == []  # nothing was tagged
+    assert flags.sft_degenerate(RISING, GOOD_CAL, tags=None) == []
+
+
+def test_tag_quality_scores_each_tier_and_counts_critiques_naming_a_label():
+    from ragcritic_lib.critic.benchmark import tag_quality
+    from ragcritic_lib.critic.critics import CriticParse
+    from ragcritic_lib.mining.taxonomy import load_taxonomy
+
+    tax = load_taxonomy()
+    a, b = tax.tier1[0], tax.tier1[1]
+    gold = [{"Judgement": "Error", "tag1": [a], "tag2": [tax.tier2[0]]},
+            {"Judgement": "Error", "tag1": [b], "tag2": []}]
+    preds = [CriticParse(judgement="Error", tag1=[a], tag2=[]), CriticParse(judgement="Error", tag1=[], tag2=[])]
+    got = tag_quality(preds, gold, tax)
+    assert got["n"] == 2
+    assert got["tag1"] == {"precision": 1.0, "recall": 0.5, "f1": 0.6667, "named_share": 0.5}
+    assert got["tag2"]["f1"] == 0.0 and got["tag2"]["named_share"] == 0.0
+    with pytest.raises(ValueError, match="1 critiques for 2"):
+        tag_quality(preds[:1], gold, tax)

@@ -9,8 +9,8 @@ transformers = pytest.importorskip("transformers")
 
 from ragcritic_lib.critic.critics import VERDICT_PREFIX  # noqa: E402
 from ragcritic_lib.critic.train import (  # noqa: E402
-    Encoded, SplitModel, TrainSettings, auroc, bootstrap_auroc_ci, cache_lower, learning_curve, merge_lora,
-    train_dpo, train_sft, verdict_margins,
+    Encoded, SplitModel, TrainSettings, auroc, bootstrap_auroc_ci, cache_lower, critique_loss, learning_curve,
+    merge_lora, train_dpo, train_sft, verdict_margins,
 )
 
 
@@ -95,6 +95,28 @@ def test_training_learns_a_verdict_and_keeps_the_best_dev_weights(method) -> Non
             got = split.model(input_ids=ids).logits
         assert not any("lora" in n for n, _ in split.model.named_parameters())
         assert torch.allclose(got, want, atol=1e-4)
+
+
+def test_select_dev_loss_keeps_the_weights_of_the_lowest_dev_critique_loss() -> None:
+    # A critic whose verdict comes from another body is kept for what it writes after the verdict.
+    tok = CharTok()
+    train, dev = toy(96, seed=4), toy(24, seed=5)
+    split = SplitModel(tiny(layers=3), train_layers=2)
+    tc = cache_lower(split, train, batch_size=16, dtype="float32")
+    dc = cache_lower(split, dev, batch_size=16, dtype="float32")
+    before = critique_loss(split, dc, dev, batch_size=8, dtype="float32")
+    settings = TrainSettings(method="full", train_layers=2, epochs=6, learning_rate=3e-3, batch_size=16,
+                             eval_every=96, patience=20, seed=0, dtype="float32", verdict_weight=0.0,
+                             select="dev_loss")
+    rep = train_sft(split, tok, train, tc, dev, dc, settings)
+    losses = [row["dev_loss"] for row in rep.curve]
+    assert len(losses) == 6 and all("dev_auroc" in row for row in rep.curve)
+    assert rep.select == "dev_loss" and rep.best_dev_loss == min(losses)
+    assert rep.best_at_examples == rep.curve[losses.index(min(losses))]["examples_seen"]
+    after = critique_loss(split, dc, dev, batch_size=8, dtype="float32")
+    assert after == pytest.approx(rep.best_dev_loss, abs=1e-3) and after < before
+    with pytest.raises(ValueError, match="select 'tokens'"):
+        TrainSettings(select="tokens")
 
 
 def test_dpo_prefers_the_chosen_completion() -> None:

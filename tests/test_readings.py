@@ -193,6 +193,19 @@ def test_reading_critic_sft_says_when_the_loss_rose():
     assert "optimistic" in text and "moves their accuracy by 14%" in text
 
 
+def test_reading_critic_sft_names_the_kept_weights_and_the_dev_tags():
+    m = _sft(2.0, 1.0)
+    assert "0.700 at 1000, is the saved critic" in _text(R.reading_critic_sft(m))
+    m["train"].update(select="dev_loss", best_dev_loss=0.4321, best_at_examples=2000)
+    m["dev_tags"] = {"n": 40, "tag1": {"precision": 0.5, "recall": 0.25, "f1": 0.3333, "named_share": 0.9},
+                     "tag2": {"precision": 0.2, "recall": 0.1, "f1": 0.1333, "named_share": 0.8}}
+    text = _text(R.reading_critic_sft(m))
+    assert "had the lowest loss, 0.432 at 2000 examples" in text and "is the saved critic" not in text
+    assert ("On 40 wrong dev answers, continuing an Error verdict, the critic names a tier-1 label in 90% of its "
+            "critiques; against the labels of the answers' known causes its tier-1 F1 is 0.333 (precision 0.500, "
+            "recall 0.250) and its tier-2 F1 0.133.") in text
+
+
 def test_reading_critic_calibration_edge_cases():
     unfitted = {**_sft(1, 0.5), "verdict_calibration": {**_CAL, "fitted": False}}
     assert "No threshold was fitted" in _text(R.reading_critic_sft(unfitted))

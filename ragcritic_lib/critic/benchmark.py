@@ -153,6 +153,23 @@ def tier_scores(
     }
 
 
+def tag_quality(preds: Sequence[CriticParse], golds: Sequence[str | Mapping[str, Any]],
+                taxonomy: TaxonomyLike) -> dict[str, Any]:
+    """How well Error critiques of wrong answers name the error, per tier: micro precision, recall
+    and F1 against the gold critiques' labels (:func:`tier_scores`), and ``named_share``, the
+    share of critiques that name any label of the tier at all (0: the critic writes no label)."""
+    if len(preds) != len(golds):
+        raise ValueError(f"{len(preds)} critiques for {len(golds)} gold critiques")
+    out: dict[str, Any] = {"n": len(preds)}
+    for tier, labels in (("tag1", taxonomy.tier1), ("tag2", taxonomy.tier2)):
+        pred = [set(getattr(p, tier)) for p in preds]
+        gold = [set(_gold(g).get(tier) or []) for g in golds]
+        named = sum(bool(x & set(labels)) for x in pred)
+        out[tier] = {**tier_scores(pred, gold, labels)["micro"],
+                     "named_share": round(named / len(pred), 4) if pred else 0.0}
+    return out
+
+
 def score_critic(
     preds: Sequence[CriticParse | Mapping[str, Any]],
     golds: Sequence[str | Mapping[str, Any]],

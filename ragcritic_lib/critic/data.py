@@ -324,7 +324,8 @@ def critic_data_metrics(*, data: Mapping[str, Any], evidence: Mapping[str, Any],
 def critic_sft_metrics(*, data: Mapping[str, Any], evidence: Mapping[str, Any], style_shortcut_auroc: float | None,
                        dev: Mapping[str, Any], fit: Mapping[str, Any], preview: Sequence[Any],
                        calibration: Mapping[str, Any], questions: Mapping[str, int],
-                       verdict_body: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                       verdict_body: Mapping[str, Any] | None = None,
+                       dev_tags: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The critic SFT stage's metrics (``reports/metrics/05_critic_sft.json``, schema
     ``CriticSftMetrics``) from what the stage computed.
 
@@ -345,6 +346,8 @@ def critic_sft_metrics(*, data: Mapping[str, Any], evidence: Mapping[str, Any], 
             report: ``body``, ``examples``, ``curve`` of ``{examples_seen, dev_auroc}`` and what
             fitted it): ``learning_curve`` and the degeneracy flags then read its curve, the
             generative critic's moves to ``critique_learning_curve``.
+        dev_tags: :func:`ragcritic_lib.critic.benchmark.tag_quality` of the critic's Error
+            critiques of wrong dev answers (flagged when they name no gold tier-1 label).
     """
     from ragcritic_lib.critic.flags import learning_curve, sft_degenerate
 
@@ -365,7 +368,8 @@ def critic_sft_metrics(*, data: Mapping[str, Any], evidence: Mapping[str, Any], 
                   "lora_r": fit.get("lora_r"), "train_layers": run["train_layers"], "epochs": fit["settings"]["epochs"],
                   "tokens_per_example": fit["tokens_per_example"], "cache_seconds": fit["cache_seconds"],
                   "stopped_early": run["stopped_early"], "best_at_examples": run["best_at_examples"],
-                  "best_dev_auroc": run["best_dev_auroc"],
+                  "best_dev_auroc": run["best_dev_auroc"], "select": run.get("select", "dev_auroc"),
+                  **({"best_dev_loss": run["best_dev_loss"]} if run.get("best_dev_loss") is not None else {}),
                   "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None},
         "untrained_dev_auroc": fit.get("untrained_dev_auroc"),
         "method_comparison": dict(fit.get("comparison") or {}),
@@ -378,7 +382,8 @@ def critic_sft_metrics(*, data: Mapping[str, Any], evidence: Mapping[str, Any], 
             if k in verdict_body}} if verdict_body else {}),
         "preview_parse_failures": sum(not p.ok for p in preview),
         "verdict_calibration": _rounded_calibration(calibration),
-        "degenerate": sft_degenerate(verdict_curve, calibration),
+        **({"dev_tags": dict(dev_tags)} if dev_tags else {}),
+        "degenerate": sft_degenerate(verdict_curve, calibration, tags=dev_tags),
     }
 
 

@@ -39,11 +39,22 @@ def one_verdict(calibration: Mapping[str, Any], who: str) -> list[str]:
     return []
 
 
+def tags_degenerate(tags: Mapping[str, Any] | None, who: str) -> list[str]:
+    """Error critiques of wrong dev answers that name no gold tier-1 label (``tags``:
+    :func:`ragcritic_lib.critic.benchmark.tag_quality`; nothing to say without critiques)."""
+    tier1 = (tags or {}).get("tag1") or {}
+    if not (tags or {}).get("n") or _number(tier1.get("f1")) is None or tier1["f1"] > 0:
+        return []
+    return [f"{who}: its critiques of {tags['n']} wrong dev answers name no gold tier-1 label "
+            f"(tier-1 F1 0; {100 * float(tier1.get('named_share') or 0):.0f}% name any tier-1 label)"]
+
+
 def sft_degenerate(curve: Sequence[Mapping[str, Any]], calibration: Mapping[str, Any],
-                   min_rise: float = CURVE_MIN_RISE) -> list[str]:
-    """Stage 05: one verdict on dev, or a learning curve whose best dev AUROC is not ``min_rise``
-    above its first point (needs two points with an AUROC)."""
-    flags = one_verdict(calibration, "critic_sft")
+                   min_rise: float = CURVE_MIN_RISE, tags: Mapping[str, Any] | None = None) -> list[str]:
+    """Stage 05: one verdict on dev, a learning curve whose best dev AUROC is not ``min_rise``
+    above its first point (needs two points with an AUROC), or critiques that name no gold
+    tier-1 label on dev (:func:`tags_degenerate`)."""
+    flags = one_verdict(calibration, "critic_sft") + tags_degenerate(tags, "critic_sft")
     points = [(p.get("examples_seen", p.get("examples")), v) for p in curve if (v := _number(p.get("dev_auroc"))) is not None]
     if len(points) >= 2:
         first, best = points[0][1], max(v for _, v in points[1:])

@@ -43,6 +43,7 @@ from ragcritic_lib.critic.flags import learning_curve  # noqa: F401 - re-exporte
 from ragcritic_lib.evaluation.stats import auroc, bootstrap_auroc_ci  # noqa: F401 - re-exported
 
 METHODS = ("full", "lora")
+SELECT_BY = ("dev_auroc", "dev_loss")
 
 
 @dataclass
@@ -64,10 +65,13 @@ class TrainSettings:
     verdict_weight: float = 1.0    # SFT loss: mean CE of the verdict tokens x this + mean CE of the other tokens (0: plain mean)
     seed: int = 13
     dtype: str = "auto"            # autocast dtype: auto (bf16 where supported) | bfloat16 | float32
+    select: str = "dev_auroc"      # weights kept: dev_auroc (the critic's own verdict margin) | dev_loss (its dev critiques' tokens)
 
     def __post_init__(self) -> None:
         if self.method not in (*METHODS, "best"):
             raise ValueError(f"critic training method {self.method!r}: choose one of {(*METHODS, 'best')}")
+        if self.select not in SELECT_BY:
+            raise ValueError(f"critic training select {self.select!r}: choose one of {SELECT_BY}")
         if self.train_layers < 1:
             raise ValueError(f"train_layers must be >= 1, got {self.train_layers}")
 
@@ -94,7 +98,9 @@ class RunReport:
     best_dev_auroc: float | None = None
     best_at_examples: int = 0
     stopped_early: bool = False
-    curve: list[dict[str, Any]] = field(default_factory=list)   # {examples_seen, loss, dev_auroc}
+    curve: list[dict[str, Any]] = field(default_factory=list)   # {examples_seen, loss, dev_auroc[, dev_loss]}
+    select: str = "dev_auroc"
+    best_dev_loss: float | None = None   # select dev_loss: the kept weights' dev critique loss
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -304,14 +310,43 @@ def _batches(encoded: Sequence[Encoded], size: int, rng: random.Random) -> list[
     return out
 
 
+def critique_loss(split: SplitModel, cache: Sequence[Any], encoded: Sequence[Encoded], *, batch_size: int,
+                  dtype: str) -> float:
+    """Mean cross-entropy of the completion tokens after the verdict token (tags, critique and
+    the end of turn) over ``encoded``: how well the critic writes what follows its verdict."""
+    import torch
+
+    total, count = 0.0, 0
+    with torch.no_grad(), _autocast(torch, dtype):
+        for start in range(0, len(encoded), batch_size):
+            idx = list(range(start, min(len(encoded), start + batch_size)))
+            rows, cols, targets, _ = _completion_positions(encoded, idx)
+            keep = [k for k, (j, c) in enumerate(zip(rows, cols)) if c > encoded[idx[j]].verdict_pos]
+            if not keep:
+                continue
+            h = _pad([cache[i] for i in idx], torch)
+            logits = split.upper_logits(h, torch.tensor([rows[k] for k in keep]), torch.tensor([cols[k] for k in keep]))
+            ce = torch.nn.functional.cross_entropy(logits.float(), torch.tensor([targets[k] for k in keep]),
+                                                   reduction="sum")
+            total, count = total + float(ce), count + len(keep)
+    return total / count if count else float("nan")
+
+
 class _BestOnDev:
-    """Dev-AUROC bookkeeping shared by SFT and DPO: the curve, the best weights, patience."""
+    """Dev bookkeeping shared by SFT and DPO: the curve, the best weights, patience.
+
+    Every evaluation scores the critic's own verdict margin on dev (``dev_auroc``); with
+    ``select: dev_loss`` it also scores the dev critiques' tokens after the verdict
+    (:func:`critique_loss`), and the weights of the lowest such loss are kept instead: the right
+    choice when the verdict comes from another body and the critic is there for its tags and
+    critique."""
 
     def __init__(self, split: SplitModel, tok: Any, dev: Sequence[Encoded], dev_cache: Sequence[Any],
                  settings: TrainSettings, report: RunReport, progress: Any) -> None:
         self.split, self.tok, self.dev, self.dev_cache = split, tok, dev, dev_cache
         self.settings, self.report, self.progress = settings, report, progress
-        self.best, self.bad, self.state = -1.0, 0, None
+        self.best, self.bad, self.state = -math.inf, 0, None
+        report.select = settings.select
 
     def evaluate(self, seen: int, **row: Any) -> bool:
         """Score dev, log a curve row; True when patience has run out."""
@@ -319,15 +354,21 @@ class _BestOnDev:
         self.split.model.eval()
         a = auroc(verdict_margins(self.split, self.dev_cache, self.dev, self.tok, batch_size=32,
                                   dtype=self.settings.dtype), [d.is_error for d in self.dev])
-        self.split.model.train(was_training)
         entry = {"examples_seen": seen, **row, "dev_auroc": None if a is None else round(a, 4)}
+        score = a
+        if self.settings.select == "dev_loss":
+            loss = critique_loss(self.split, self.dev_cache, self.dev, batch_size=32, dtype=self.settings.dtype)
+            entry["dev_loss"] = round(loss, 4)
+            score = None if math.isnan(loss) else -loss
+        self.split.model.train(was_training)
         self.report.curve.append(entry)
         if self.progress:
             self.progress(entry)
-        if a is not None and a > self.best + 1e-4:
-            self.best, self.bad = a, 0
+        if score is not None and score > self.best + 1e-4:
+            self.best, self.bad = score, 0
             self.state = {k: v.detach().clone() for k, v in self.split.model.named_parameters() if v.requires_grad}
-            self.report.best_dev_auroc, self.report.best_at_examples = round(a, 4), seen
+            self.report.best_dev_auroc, self.report.best_at_examples = entry["dev_auroc"], seen
+            self.report.best_dev_loss = entry.get("dev_loss")
             return False
         self.bad += 1
         return self.bad >= self.settings.patience

@@ -431,10 +431,13 @@ def reading_critic_sft(metrics: Mapping[str, Any]) -> list[str]:
     curve = [r for r in metrics.get("learning_curve") or [] if _known(r.get("dev_auroc"))]
     if curve:
         pts = ", ".join(f"{_f(r['dev_auroc'])} at {r['examples_seen']}" for r in curve)
+        saved = (f"The saved critic is the one whose dev critiques (the tokens after the verdict) had the lowest "
+                 f"loss, {_f(train.get('best_dev_loss'))} at {train.get('best_at_examples', 0)} examples"
+                 if train.get("select") == "dev_loss" else
+                 f"The best, {_f(train.get('best_dev_auroc'))} at {train.get('best_at_examples', 0)}, is the saved critic")
         text.append(f"Dev verdict AUROC against training examples seen ({dev.get('n', 0)} dev answers, "
-                    f"{dev.get('correct', 0)} right; untrained {_f(metrics.get('untrained_dev_auroc'))}): {pts}. The best, "
-                    f"{_f(train.get('best_dev_auroc'))} at {train.get('best_at_examples', 0)}, is the saved critic"
-                    + (" (training stopped early)." if train.get("stopped_early") else "."))
+                    f"{dev.get('correct', 0)} right; untrained {_f(metrics.get('untrained_dev_auroc'))}): {pts}. "
+                    + saved + (" (training stopped early)." if train.get("stopped_early") else "."))
     body = metrics.get("verdict_body") or {}
     if body:
         what = (f"a logistic probe on the frozen generator's states at the verdict position (layer {body.get('layer')} "
@@ -449,6 +452,13 @@ def reading_critic_sft(metrics: Mapping[str, Any]) -> list[str]:
                     f"writes the tier tags and the critique (its own best dev AUROC {_f(train.get('best_dev_auroc'))}).")
     text.append(_loss_sentence("SFT", train))
     text += _calibration_sentence(metrics.get("verdict_calibration") or {})
+    tags = metrics.get("dev_tags") or {}
+    if tags.get("n"):
+        t1, t2 = tags["tag1"], tags["tag2"]
+        text.append(f"On {tags['n']} wrong dev answers, continuing an Error verdict, the critic names a tier-1 label in "
+                    f"{100 * t1['named_share']:.0f}% of its critiques; against the labels of the answers' known causes "
+                    f"its tier-1 F1 is {_f(t1['f1'])} (precision {_f(t1['precision'])}, recall {_f(t1['recall'])}) "
+                    f"and its tier-2 F1 {_f(t2['f1'])}.")
     if metrics.get("preview_parse_failures"):
         text.append(f"{metrics['preview_parse_failures']} of the preview critiques did not parse.")
     text += _ship_sentence(metrics.get("ship") or {})

@@ -531,6 +531,20 @@ class VerdictBodySummary(TypedDict, total=False):
     sources: list[str] | str   # the training samples' sources ("all": every source)
 
 
+class TierTags(TypedDict):
+    precision: Fraction
+    recall: Fraction
+    f1: Fraction
+    named_share: Fraction   # critiques naming any label of the tier
+
+
+class TagQuality(TypedDict):
+    """The critic's Error critiques of wrong dev answers against the gold labels, per tier."""
+    n: Count
+    tag1: TierTags
+    tag2: TierTags
+
+
 class CriticSftMetrics(StageMetrics):
     """``05_critic_sft.json``."""
     train: TrainSummary
@@ -545,6 +559,7 @@ class CriticSftMetrics(StageMetrics):
     degenerate: NotRequired[Reasons]
     verdict_body: NotRequired[VerdictBodySummary]
     critique_learning_curve: NotRequired[list[LearningPoint]]
+    dev_tags: NotRequired[TagQuality]
 
 
 class DpoTrainSummary(TrainSummary, total=False):
