@@ -54,7 +54,6 @@ verdict_sources = "generator,pool"
 probe_layer = 24
 
 # %%
-import json
 import random
 import time
 
@@ -62,7 +61,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from ragcritic_lib import paths, runtime
-from ragcritic_lib.critic.benchmark import tag_quality
+from ragcritic_lib.critic.benchmark import dev_tag_check
 from ragcritic_lib.critic.critics import calibrate_verdicts, load_trained_critic
 from ragcritic_lib.critic.data import critic_sft_metrics
 from ragcritic_lib.critic.flags import learning_curve
@@ -226,9 +225,7 @@ pd.Series(calibration)
 # that name any label of the tier. Critiques that name no gold tier-1 label are flagged.
 
 # %%
-tag_dev = [s for s in dev if json.loads(s["target"])["Judgement"] == "Error"][:tag_check]
-dev_tags = tag_quality(critic.critique_errors(tag_dev, desc="dev error critiques"), [s["target"] for s in tag_dev],
-                       taxonomy) if tag_dev else None
+dev_tags = dev_tag_check(critic, dev, taxonomy, tag_check)
 pd.DataFrame({t: dev_tags[t] for t in ("tag1", "tag2")}).T if dev_tags else "no wrong dev answer to tag"
 
 # %%

@@ -31,6 +31,9 @@ learning_rate = 2e-05
 batch_size = 8
 eval_every = 150
 patience = 3
+select = "dev_pairs"
+max_dev_pairs = 200
+tag_check = 40
 recipe = "configs/train/critic_dpo.yaml"
 max_steps = -1
 launcher = "inprocess"
@@ -46,6 +49,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from ragcritic_lib import paths
+from ragcritic_lib.critic.benchmark import dev_tag_check
 from ragcritic_lib.critic.critics import calibrate_verdicts, load_trained_critic
 from ragcritic_lib.critic.data import balance_correct, critic_dpo_metrics, dpo_pairs, sft_examples
 from ragcritic_lib.critic.train import TrainSettings, run_cached_dpo, run_trl_dpo
@@ -79,6 +83,17 @@ pairs, counts = dpo_pairs(samples, taxonomy, k_coarse=k_coarse, k_fine=k_fine, s
 write_jsonl(out_dir / "pairs.jsonl", pairs)
 pd.Series(counts, name="pairs").to_frame()
 
+# %% [markdown]
+# Held-out pairs are built the same way from the dev samples (dev questions, never a training
+# one), at most `max_dev_pairs`: with `select = "dev_pairs"` DPO keeps the weights whose DPO loss
+# on them, against the same SFT reference, is lowest (log 2 while the policy is the reference).
+
+# %%
+dev_pairs = []
+if select == "dev_pairs":
+    dev_pairs, _ = dpo_pairs(dev, taxonomy, k_coarse=k_coarse, k_fine=k_fine, seed=seed, max_pairs=max_dev_pairs, **view)
+print(f"{len(dev_pairs)} held-out dev pairs")
+
 # %%
 for p in [next((p for p in pairs if p["kind"] == kind), None) for kind in ("coarse", "fine")]:
     print(f"[{p['kind']}]\n  chosen:   {p['chosen']}\n  rejected: {p['rejected']}\n" if p else "(no pair of this kind)")
@@ -102,12 +117,13 @@ else:
     settings = TrainSettings(method=sft_fit["method"], train_layers=train_layers or sft_fit["settings"]["train_layers"],
                              epochs=epochs,
                              learning_rate=learning_rate, batch_size=batch_size, eval_every=eval_every,
-                             patience=patience, max_length=sft_fit["settings"]["max_length"], seed=seed)
+                             patience=patience, max_length=sft_fit["settings"]["max_length"], select=select, seed=seed)
     fit = run_cached_dpo(pairs, dev_examples, sft_dir / "model", out_dir, settings=settings, beta=beta,
-                         ship_max_mb=ship_max_mb, merge_dtype=merge_dtype, progress=print)
+                         ship_max_mb=ship_max_mb, merge_dtype=merge_dtype, progress=print, dev_pairs=dev_pairs)
 write_json(out_dir / "train_result.json", fit)
 write_json(out_dir / "loss.json", fit["run"]["curve"])
-{k: fit[k] for k in ("pairs_used", "seconds", "dev_auroc_before", "dev_auroc_after", "kept_start", "ship")}
+{k: fit[k] for k in ("pairs_used", "seconds", "dev_auroc_before", "dev_auroc_after", "dev_pair_loss_before",
+                     "dev_pair_loss_after", "kept_start", "ship") if k in fit}
 
 # %%
 curve = pd.DataFrame(fit["run"]["curve"])
@@ -142,8 +158,18 @@ calibration = calibrate_verdicts(critic, dev, desc="dev verdict margins")
 write_json(out_dir / "verdict_calibration.json", calibration)
 pd.Series(calibration)
 
+# %% [markdown]
+# ## Does the aligned critic name the error?
+# As after SFT (notebook 05): on the first `tag_check` wrong dev answers the critic continues a
+# prefilled Error verdict, and its labels are scored against those of the answers' known causes.
+
 # %%
-metrics = critic_dpo_metrics(pair_counts=counts, balance=balance, beta=beta, fit=fit, calibration=calibration)
+dev_tags = dev_tag_check(critic, dev, taxonomy, tag_check)
+pd.DataFrame({t: dev_tags[t] for t in ("tag1", "tag2")}).T if dev_tags else "no wrong dev answer to tag"
+
+# %%
+metrics = critic_dpo_metrics(pair_counts=counts, balance=balance, beta=beta, fit=fit, calibration=calibration,
+                             dev_tags=dev_tags)
 write_stage_metrics("06_critic_dpo", metrics)
 
 # %% [markdown]

@@ -115,3 +115,17 @@ def test_tag_quality_scores_each_tier_and_counts_critiques_naming_a_label():
     assert got["tag2"]["f1"] == 0.0 and got["tag2"]["named_share"] == 0.0
     with pytest.raises(ValueError, match="1 critiques for 2"):
         tag_quality(preds[:1], gold, tax)
+
+
+def test_dpo_selected_on_held_out_pairs_is_flagged_by_their_loss_not_the_auroc():
+    same_auroc = {"before": 0.48, "after": 0.48}
+    learned = {"n": 200, "loss_before": 0.6931, "loss_after": 0.61}
+    assert flags.dpo_degenerate(same_auroc, {"last_reward_accuracy": 0.7}, GOOD_CAL, dev_pairs=learned) == []
+    stuck = {"n": 200, "loss_before": 0.6931, "loss_after": 0.6931}
+    assert flags.dpo_degenerate(same_auroc, {"last_reward_accuracy": 0.7}, GOOD_CAL, dev_pairs=stuck) == [
+        "critic_dpo: no preference learned on held-out pairs (dev pair loss 0.6931 -> 0.6931)"]
+    found = flags.dpo_degenerate(same_auroc, {"last_reward_accuracy": 0.7}, GOOD_CAL)
+    assert found == ["critic_dpo: DPO moved nothing (dev AUROC 0.4800 -> 0.4800)"]
+    tagless = flags.dpo_degenerate(same_auroc, {"last_reward_accuracy": 0.7}, GOOD_CAL, dev_pairs=learned,
+                                   tags=_tags(0.0))
+    assert len(tagless) == 1 and tagless[0].startswith("critic_dpo: its critiques of 40 wrong dev answers")

@@ -119,15 +119,20 @@ def test_select_dev_loss_keeps_the_weights_of_the_lowest_dev_critique_loss() -> 
         TrainSettings(select="tokens")
 
 
-def test_dpo_prefers_the_chosen_completion() -> None:
-    tok = CharTok()
-    base = toy(48, seed=4)
+def _toy_pairs(n, seed, tok=CharTok()):
+    """(chosen, rejected): each toy example against the same prompt with the other verdict."""
     flip = {True: "Correct", False: "Error"}
     chosen, rejected = [], []
-    for e in base:
+    for e in toy(n, seed=seed):
         chosen.append(e)
         wrong = e.ids[: e.n_prompt] + tok(VERDICT_PREFIX + flip[e.is_error])["input_ids"]
         rejected.append(Encoded(ids=wrong, n_prompt=e.n_prompt, verdict_pos=e.verdict_pos, is_error=not e.is_error))
+    return chosen, rejected
+
+
+def test_dpo_prefers_the_chosen_completion() -> None:
+    tok = CharTok()
+    chosen, rejected = _toy_pairs(48, seed=4)
     dev = toy(24, seed=5)
     split = SplitModel(tiny(), train_layers=2)
     cc, rc = cache_lower(split, chosen, batch_size=16, dtype="float32"), cache_lower(split, rejected, batch_size=16, dtype="float32")
@@ -138,6 +143,28 @@ def test_dpo_prefers_the_chosen_completion() -> None:
     assert rep.curve[0]["examples_seen"] == 0 and "loss" not in rep.curve[0]  # the SFT start, evaluated first
     assert rep.curve[-1]["reward_accuracy"] > 0.8
     assert rep.curve[-1]["loss"] < 0.6931
+
+
+def test_dpo_selected_on_held_out_pairs_keeps_their_lowest_loss() -> None:
+    import math
+
+    tok = CharTok()
+    chosen, rejected = _toy_pairs(48, seed=4)
+    d_chosen, d_rejected = _toy_pairs(16, seed=6)
+    dev = toy(24, seed=5)
+    split = SplitModel(tiny(), train_layers=2)
+    lower = lambda enc: cache_lower(split, enc, batch_size=16, dtype="float32")  # noqa: E731
+    settings = TrainSettings(method="full", train_layers=2, epochs=4, learning_rate=3e-3, batch_size=8, eval_every=48,
+                             patience=20, seed=0, dtype="float32", select="dev_pairs")
+    with pytest.raises(ValueError, match="needs held-out preference pairs"):
+        train_dpo(split, chosen, rejected, lower(chosen), lower(rejected), dev, lower(dev), tok, settings, beta=0.3)
+    rep = train_dpo(split, chosen, rejected, lower(chosen), lower(rejected), dev, lower(dev), tok, settings, beta=0.3,
+                    dev_pairs=(d_chosen, d_rejected, lower(d_chosen), lower(d_rejected)))
+    losses = [row["dev_loss"] for row in rep.curve]
+    assert losses[0] == pytest.approx(math.log(2), abs=1e-4) and rep.curve[0]["dev_pair_accuracy"] == 0.0
+    assert rep.best_dev_loss == min(losses) < math.log(2)  # held-out pairs ranked better than the reference did
+    kept = rep.curve[losses.index(min(losses))]
+    assert rep.best_at_examples == kept["examples_seen"] and kept["dev_pair_accuracy"] > 0.5
 
 
 def test_settings_reject_unknown_methods() -> None:

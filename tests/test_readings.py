@@ -230,6 +230,22 @@ def test_reading_critic_dpo_loss_and_reward_margin():
     assert "reward margin" not in _text(R.reading_critic_dpo({"train": {}}))
 
 
+def test_reading_critic_dpo_held_out_pairs_and_tags():
+    base = {"pairs": {"total": 6}, "train": {"beta": 0.3, "pairs_used": 6}, "verdict_calibration": _CAL,
+            "dev_auroc": {"before": 0.48, "after": 0.49, "kept_sft_weights": False},
+            "dev_pairs": {"n": 200, "loss_before": 0.6931, "loss_after": 0.6012, "accuracy_after": 0.71}}
+    text = _text(R.reading_critic_dpo(base))
+    assert ("On 200 held-out pairs from the dev samples the DPO loss is 0.6931 for the SFT critic and 0.6012 for "
+            "the saved one (71% of the pairs ranked right).") in text
+    assert "own dev verdict AUROC: 0.480 before DPO, 0.490 after" in text
+    kept = {**base, "dev_auroc": {**base["dev_auroc"], "kept_sft_weights": True},
+            "dev_pairs": {**base["dev_pairs"], "loss_after": 0.6931}}
+    assert "DPO did not lower it, so the saved critic keeps the SFT weights." in _text(R.reading_critic_dpo(kept))
+    tags = {"n": 40, "tag1": {"precision": 0.5, "recall": 0.5, "f1": 0.5, "named_share": 1.0},
+            "tag2": {"precision": 0.2, "recall": 0.2, "f1": 0.2, "named_share": 1.0}}
+    assert "its tier-1 F1 is 0.500" in _text(R.reading_critic_dpo({**base, "dev_tags": tags}))
+
+
 # ------------------------------------------------------------------------------------ 07
 def _critic(acc_avg, correct, said, tag1=0.0):
     return {"n": 28, "identification": {"acc_avg": acc_avg, "acc_correct": correct, "acc_error": 2 * acc_avg - correct},

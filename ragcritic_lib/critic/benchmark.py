@@ -170,6 +170,18 @@ def tag_quality(preds: Sequence[CriticParse], golds: Sequence[str | Mapping[str,
     return out
 
 
+def dev_tag_check(critic: Any, samples: Sequence[Mapping[str, Any]], taxonomy: TaxonomyLike,
+                  n: int) -> dict[str, Any] | None:
+    """:func:`tag_quality` of ``critic``'s Error critiques (``critique_errors``: it continues a
+    prefilled Error verdict) of the first ``n`` wrong samples (gold ``target`` judged Error);
+    None when there is none."""
+    wrong = [s for s in samples if _gold(s["target"])["Judgement"] == ERROR][:max(0, n)]
+    if not wrong:
+        return None
+    return tag_quality(critic.critique_errors(wrong, desc="dev error critiques"), [s["target"] for s in wrong],
+                       taxonomy)
+
+
 def score_critic(
     preds: Sequence[CriticParse | Mapping[str, Any]],
     golds: Sequence[str | Mapping[str, Any]],

@@ -388,7 +388,8 @@ def critic_sft_metrics(*, data: Mapping[str, Any], evidence: Mapping[str, Any], 
 
 
 def critic_dpo_metrics(*, pair_counts: Mapping[str, Any], balance: Mapping[str, Any], beta: float,
-                       fit: Mapping[str, Any], calibration: Mapping[str, Any]) -> dict[str, Any]:
+                       fit: Mapping[str, Any], calibration: Mapping[str, Any],
+                       dev_tags: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The critic DPO stage's metrics (``reports/metrics/06_critic_dpo.json``, schema
     ``CriticDpoMetrics``) from what the stage computed.
 
@@ -398,12 +399,17 @@ def critic_dpo_metrics(*, pair_counts: Mapping[str, Any], balance: Mapping[str, 
         fit: :func:`ragcritic_lib.critic.train.run_cached_dpo`'s report; the first and last
             loss and the last reward margin and accuracy come from its curve.
         calibration: ``calibrate_verdicts``' report on dev; floats rounded to 4 digits.
+        dev_tags: :func:`ragcritic_lib.critic.benchmark.tag_quality` of the aligned critic's
+            Error critiques of wrong dev answers.
     """
     from ragcritic_lib.critic.flags import dpo_degenerate
 
     run = fit["run"]
     rows = [r for r in run.get("curve", []) if r.get("loss") is not None]
     before, after = fit.get("dev_auroc_before"), fit.get("dev_auroc_after")
+    held_out = ({"n": fit["dev_pairs"], "loss_before": fit.get("dev_pair_loss_before"),
+                 "loss_after": fit.get("dev_pair_loss_after"), "accuracy_after": fit.get("dev_pair_accuracy_after")}
+                if fit.get("dev_pairs") else None)
     return {
         "pairs": dict(pair_counts),
         "balance": dict(balance),
@@ -420,7 +426,9 @@ def critic_dpo_metrics(*, pair_counts: Mapping[str, Any], balance: Mapping[str, 
         "curve": list(run.get("curve", [])),
         **({"ship": dict(fit["ship"])} if fit.get("ship") else {}),
         "verdict_calibration": _rounded_calibration(calibration),
+        **({"dev_pairs": held_out} if held_out else {}),
+        **({"dev_tags": dict(dev_tags)} if dev_tags else {}),
         "degenerate": dpo_degenerate({"before": before, "after": after},
                                      {"last_reward_accuracy": rows[-1].get("reward_accuracy") if rows else None},
-                                     calibration),
+                                     calibration, dev_pairs=held_out, tags=dev_tags),
     }

@@ -17,7 +17,7 @@ __all__ = ["CURVE_MIN_RISE", "DPO_MIN_MOVE", "one_verdict", "sft_degenerate", "d
            "benchmark_critic_degenerate"]
 
 CURVE_MIN_RISE = 0.02   # dev AUROC a learning curve must gain over its first point to count as rising
-DPO_MIN_MOVE = 0.005    # dev AUROC change below which DPO moved nothing
+DPO_MIN_MOVE = 0.005    # dev AUROC change (or dev pair loss drop) below which DPO moved nothing
 
 
 def _number(value: Any) -> float | None:
@@ -65,13 +65,23 @@ def sft_degenerate(curve: Sequence[Mapping[str, Any]], calibration: Mapping[str,
 
 
 def dpo_degenerate(dev_auroc: Mapping[str, Any], train: Mapping[str, Any], calibration: Mapping[str, Any],
-                   min_move: float = DPO_MIN_MOVE) -> list[str]:
-    """Stage 06: one verdict on dev; DPO that moved the dev AUROC by less than ``min_move``; or a
-    policy that ended preferring the chosen answer no more often than chance (reward accuracy <= 0.5)."""
-    flags = one_verdict(calibration, "critic_dpo")
-    before, after = _number(dev_auroc.get("before")), _number(dev_auroc.get("after"))
-    if before is not None and after is not None and abs(after - before) < min_move:
-        flags.append(f"critic_dpo: DPO moved nothing (dev AUROC {before:.4f} -> {after:.4f})")
+                   min_move: float = DPO_MIN_MOVE, dev_pairs: Mapping[str, Any] | None = None,
+                   tags: Mapping[str, Any] | None = None) -> list[str]:
+    """Stage 06: one verdict on dev; DPO that moved nothing on what it was selected by (with
+    held-out ``dev_pairs``, ``{"loss_before", "loss_after"}``: a dev pair loss lowered by less
+    than ``min_move``; else a dev AUROC moved by less than ``min_move``); a policy that ended
+    preferring the chosen answer no more often than chance (reward accuracy <= 0.5); or
+    critiques that name no gold tier-1 label on dev (:func:`tags_degenerate`)."""
+    flags = one_verdict(calibration, "critic_dpo") + tags_degenerate(tags, "critic_dpo")
+    if dev_pairs:
+        before, after = _number(dev_pairs.get("loss_before")), _number(dev_pairs.get("loss_after"))
+        if before is not None and after is not None and before - after < min_move:
+            flags.append(f"critic_dpo: no preference learned on held-out pairs (dev pair loss {before:.4f} -> "
+                         f"{after:.4f})")
+    else:
+        before, after = _number(dev_auroc.get("before")), _number(dev_auroc.get("after"))
+        if before is not None and after is not None and abs(after - before) < min_move:
+            flags.append(f"critic_dpo: DPO moved nothing (dev AUROC {before:.4f} -> {after:.4f})")
     accuracy = _number(train.get("last_reward_accuracy"))
     if accuracy is not None and accuracy <= 0.5:
         flags.append(f"critic_dpo: no preference learned (final reward accuracy {accuracy:.3f})")

@@ -29,11 +29,12 @@ state before DPO, and reference log-probabilities are computed once.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,7 @@ from ragcritic_lib.critic.flags import learning_curve  # noqa: F401 - re-exporte
 from ragcritic_lib.evaluation.stats import auroc, bootstrap_auroc_ci  # noqa: F401 - re-exported
 
 METHODS = ("full", "lora")
-SELECT_BY = ("dev_auroc", "dev_loss")
+SELECT_BY = ("dev_auroc", "dev_loss", "dev_pairs")
 
 
 @dataclass
@@ -65,7 +66,7 @@ class TrainSettings:
     verdict_weight: float = 1.0    # SFT loss: mean CE of the verdict tokens x this + mean CE of the other tokens (0: plain mean)
     seed: int = 13
     dtype: str = "auto"            # autocast dtype: auto (bf16 where supported) | bfloat16 | float32
-    select: str = "dev_auroc"      # weights kept: dev_auroc (the critic's own verdict margin) | dev_loss (its dev critiques' tokens)
+    select: str = "dev_auroc"      # weights kept: dev_auroc (the critic's own verdict margin) | dev_loss (its dev critiques' tokens) | dev_pairs (DPO: held-out pairs' loss)
 
     def __post_init__(self) -> None:
         if self.method not in (*METHODS, "best"):
@@ -100,7 +101,7 @@ class RunReport:
     stopped_early: bool = False
     curve: list[dict[str, Any]] = field(default_factory=list)   # {examples_seen, loss, dev_auroc[, dev_loss]}
     select: str = "dev_auroc"
-    best_dev_loss: float | None = None   # select dev_loss: the kept weights' dev critique loss
+    best_dev_loss: float | None = None   # select dev_loss: the kept weights' dev critique loss; dev_pairs: their dev pair loss
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -339,12 +340,17 @@ class _BestOnDev:
     ``select: dev_loss`` it also scores the dev critiques' tokens after the verdict
     (:func:`critique_loss`), and the weights of the lowest such loss are kept instead: the right
     choice when the verdict comes from another body and the critic is there for its tags and
-    critique."""
+    critique. With ``select: dev_pairs`` (DPO) ``pair_loss`` scores held-out preference pairs,
+    ``(loss, accuracy)``, and the weights of the lowest dev pair loss are kept."""
 
     def __init__(self, split: SplitModel, tok: Any, dev: Sequence[Encoded], dev_cache: Sequence[Any],
-                 settings: TrainSettings, report: RunReport, progress: Any) -> None:
+                 settings: TrainSettings, report: RunReport, progress: Any,
+                 pair_loss: Callable[[], tuple[float, float]] | None = None) -> None:
+        if settings.select == "dev_pairs" and pair_loss is None:
+            raise ValueError("select: dev_pairs needs held-out preference pairs (DPO with dev pairs)")
         self.split, self.tok, self.dev, self.dev_cache = split, tok, dev, dev_cache
         self.settings, self.report, self.progress = settings, report, progress
+        self.pair_loss = pair_loss
         self.best, self.bad, self.state = -math.inf, 0, None
         report.select = settings.select
 
@@ -360,6 +366,11 @@ class _BestOnDev:
             loss = critique_loss(self.split, self.dev_cache, self.dev, batch_size=32, dtype=self.settings.dtype)
             entry["dev_loss"] = round(loss, 4)
             score = None if math.isnan(loss) else -loss
+        elif self.settings.select == "dev_pairs":
+            assert self.pair_loss is not None
+            loss, accuracy = self.pair_loss()
+            entry.update(dev_loss=round(loss, 4), dev_pair_accuracy=round(accuracy, 4))
+            score = -loss
         self.split.model.train(was_training)
         self.report.curve.append(entry)
         if self.progress:
@@ -538,25 +549,46 @@ def _completion_logps(split: SplitModel, cache: Sequence[Any], enc: Sequence[Enc
         return torch.zeros(len(idx)).index_add(0, torch.tensor(owner), lp)
 
 
+def _pair_logps(split: SplitModel, cache: Sequence[Any], enc: Sequence[Encoded], dtype: str) -> Any:
+    """Summed completion log-probabilities of every example (no gradient), in order."""
+    import torch
+
+    n = len(enc)
+    return torch.cat([_completion_logps(split, cache, enc, list(range(i, min(n, i + 32))), dtype, False)
+                      for i in range(0, n, 32)])
+
+
 def train_dpo(split: SplitModel, chosen: Sequence[Encoded], rejected: Sequence[Encoded], c_cache: Sequence[Any],
               r_cache: Sequence[Any], dev: Sequence[Encoded], dev_cache: Sequence[Any], tok: Any,
-              settings: TrainSettings, *, beta: float, progress: Any = None) -> RunReport:
+              settings: TrainSettings, *, beta: float, progress: Any = None,
+              dev_pairs: tuple[Sequence[Encoded], Sequence[Encoded], Sequence[Any], Sequence[Any]] | None = None
+              ) -> RunReport:
     """Sigmoid DPO of the upper layers against their own state before training (the reference).
 
     The curve rows carry ``loss``, ``reward_accuracy`` (share of pairs whose chosen reward is
     above the rejected one), ``reward_margin`` and ``dev_auroc``. The best dev AUROC's weights
     are kept, including the starting point (evaluated first), so DPO never leaves the critic
-    worse on dev than SFT left it; whether it helped is in the report.
+    worse on dev than SFT left it; whether it helped is in the report. ``dev_pairs`` (chosen,
+    rejected, their caches) are held-out pairs: with ``select: dev_pairs`` the weights of their
+    lowest DPO loss against the same reference are kept (log 2 at the start).
     """
     import torch
 
     rng = random.Random(settings.seed)
     torch.manual_seed(settings.seed)
     n = len(chosen)
-    ref_c = torch.cat([_completion_logps(split, c_cache, chosen, list(range(i, min(n, i + 32))), settings.dtype, False)
-                       for i in range(0, n, 32)])
-    ref_r = torch.cat([_completion_logps(split, r_cache, rejected, list(range(i, min(n, i + 32))), settings.dtype, False)
-                       for i in range(0, n, 32)])
+    ref_c = _pair_logps(split, c_cache, chosen, settings.dtype)
+    ref_r = _pair_logps(split, r_cache, rejected, settings.dtype)
+    pair_loss = None
+    if dev_pairs is not None:
+        d_chosen, d_rejected, dc_cache, dr_cache = dev_pairs
+        ref_dc = _pair_logps(split, dc_cache, d_chosen, settings.dtype)
+        ref_dr = _pair_logps(split, dr_cache, d_rejected, settings.dtype)
+
+        def pair_loss() -> tuple[float, float]:
+            margin = beta * ((_pair_logps(split, dc_cache, d_chosen, settings.dtype) - ref_dc)
+                             - (_pair_logps(split, dr_cache, d_rejected, settings.dtype) - ref_dr))
+            return float(-torch.nn.functional.logsigmoid(margin).mean()), float((margin > 0).float().mean())
     params = _trainable(split, settings)
     for p in params:
         p.data = p.data.float()
@@ -570,7 +602,7 @@ def train_dpo(split: SplitModel, chosen: Sequence[Encoded], rejected: Sequence[E
         plan += [idx[i:i + settings.batch_size] for i in range(0, n, settings.batch_size)]
     plan = plan[: max(1, round(len(plan) * settings.epochs / epochs))]
     stats: list[tuple[float, float, float]] = []
-    stopper = _BestOnDev(split, tok, dev, dev_cache, settings, report, progress)
+    stopper = _BestOnDev(split, tok, dev, dev_cache, settings, report, progress, pair_loss=pair_loss)
     seen, next_eval = 0, settings.eval_every
     t0 = time.time()
     stopper.evaluate(0)  # the SFT starting point
@@ -763,13 +795,16 @@ def run_cached_sft(examples: Sequence[Mapping[str, Any]], dev_examples: Sequence
 def run_cached_dpo(pairs: Sequence[Mapping[str, Any]], dev_examples: Sequence[Mapping[str, Any]],
                    start_model: str | Path, out_dir: str | Path, *, settings: TrainSettings, beta: float,
                    ship_max_mb: float = 24.0, base_key: str = "critic_sft.base_model",
-                   merge_dtype: str = "bfloat16", progress: Any = None) -> dict[str, Any]:
+                   merge_dtype: str = "bfloat16", progress: Any = None,
+                   dev_pairs: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """Coarse-to-fine DPO of the SFT critic with the cached trainer (notebook 06).
 
-    ``pairs``: ``{"prompt": [system, user], "chosen": str, "rejected": str}``. ``start_model`` is
-    the SFT critic's shipped form (an adapter continues as the policy; a full form is rebuilt).
-    The best dev-AUROC weights (the SFT start included) ship to ``out_dir/model`` against the
-    SFT critic's own base; the report has the dev AUROC before and after and ``ship``.
+    ``pairs`` and ``dev_pairs`` (held-out, from dev samples): ``{"prompt": [system, user],
+    "chosen": str, "rejected": str}``. ``start_model`` is the SFT critic's shipped form (an
+    adapter continues as the policy; a full form is rebuilt). The best weights by
+    ``settings.select`` (the SFT start included) ship to ``out_dir/model`` against the SFT
+    critic's own base; the report has the dev AUROC before and after, with ``select: dev_pairs``
+    the dev pair loss and accuracy before and after, and ``ship``.
     """
     t0 = time.time()
     split, tok = load_split_model(start_model, settings.train_layers)
@@ -779,30 +814,43 @@ def run_cached_dpo(pairs: Sequence[Mapping[str, Any]], dev_examples: Sequence[Ma
     if split.lora_config is None and settings.method == "lora" and ship_base(start_model) != Path(start_model):
         raise ValueError(f"{start_model}: the SFT critic is a full fine-tune shipped against its base; a new LoRA "
                          "on it could not ship as an adapter of that base: use method 'full'")
-    chosen, rejected, dropped = [], [], 0
-    for p in pairs:
-        c = encode(tok, p["prompt"], p["chosen"], max_length=settings.max_length)
-        r = encode(tok, p["prompt"], p["rejected"], max_length=settings.max_length)
-        if c is None or r is None:
-            dropped += 1
-            continue
-        chosen.append(c)
-        rejected.append(r)
+    def encode_pairs(rows: Sequence[Mapping[str, Any]]) -> tuple[list[Encoded], list[Encoded], int]:
+        chosen, rejected, dropped = [], [], 0
+        for p in rows:
+            c = encode(tok, p["prompt"], p["chosen"], max_length=settings.max_length)
+            r = encode(tok, p["prompt"], p["rejected"], max_length=settings.max_length)
+            if c is None or r is None:
+                dropped += 1
+                continue
+            chosen.append(c)
+            rejected.append(r)
+        return chosen, rejected, dropped
+
+    chosen, rejected, dropped = encode_pairs(pairs)
+    d_chosen, d_rejected, _ = encode_pairs(dev_pairs)
     dev, _ = encode_examples(tok, dev_examples, max_length=settings.max_length)
     if not chosen or not dev:
         raise ValueError(f"critic DPO: {len(chosen)} pairs and {len(dev)} dev examples fit max_length "
                          f"{settings.max_length}")
-    cc = cache_lower(split, chosen, batch_size=32, dtype=settings.dtype)
-    rc = cache_lower(split, rejected, batch_size=32, dtype=settings.dtype)
-    dc = cache_lower(split, dev, batch_size=32, dtype=settings.dtype)
+    if settings.select == "dev_pairs" and not d_chosen:
+        raise ValueError(f"critic DPO select dev_pairs: none of {len(dev_pairs)} dev pairs fits max_length "
+                         f"{settings.max_length}")
+    lower = functools.partial(cache_lower, split, batch_size=32, dtype=settings.dtype)
+    cc, rc, dc = lower(chosen), lower(rejected), lower(dev)
+    held_out = (d_chosen, d_rejected, lower(d_chosen), lower(d_rejected)) if settings.select == "dev_pairs" else None
     cache_seconds = round(time.time() - t0, 1)
-    run = train_dpo(split, chosen, rejected, cc, rc, dev, dc, tok, settings, beta=beta, progress=progress)
+    run = train_dpo(split, chosen, rejected, cc, rc, dev, dc, tok, settings, beta=beta, progress=progress,
+                    dev_pairs=held_out)
     save_checkpoint(split, Path(out_dir) / "model", method=settings.method, base_model=ship_base(start_model),
                     base_key=base_key, ship_max_mb=ship_max_mb, dtype=merge_dtype)
     ship = shipped_fidelity(split, tok, dev, Path(out_dir) / "model", settings)
-    before = run.curve[0]["dev_auroc"] if run.curve else None
+    start = run.curve[0] if run.curve else {}
+    kept = next((r for r in run.curve if r["examples_seen"] == run.best_at_examples), {})
+    pairs_dev = ({"dev_pairs": len(d_chosen), "dev_pair_loss_before": start.get("dev_loss"),
+                  "dev_pair_loss_after": kept.get("dev_loss"), "dev_pair_accuracy_after": kept.get("dev_pair_accuracy")}
+                 if held_out else {})
     return {"pairs_used": len(chosen), "dropped_too_long": dropped, "cache_seconds": cache_seconds,
-            "dev_auroc_before": before, "dev_auroc_after": run.best_dev_auroc,
+            "dev_auroc_before": start.get("dev_auroc"), "dev_auroc_after": run.best_dev_auroc, **pairs_dev,
             "kept_start": run.best_at_examples == 0, "settings": asdict(settings), "run": run.to_dict(),
             "ship": ship, "seconds": round(time.time() - t0, 1)}
 

@@ -452,17 +452,22 @@ def reading_critic_sft(metrics: Mapping[str, Any]) -> list[str]:
                     f"writes the tier tags and the critique (its own best dev AUROC {_f(train.get('best_dev_auroc'))}).")
     text.append(_loss_sentence("SFT", train))
     text += _calibration_sentence(metrics.get("verdict_calibration") or {})
-    tags = metrics.get("dev_tags") or {}
-    if tags.get("n"):
-        t1, t2 = tags["tag1"], tags["tag2"]
-        text.append(f"On {tags['n']} wrong dev answers, continuing an Error verdict, the critic names a tier-1 label in "
-                    f"{100 * t1['named_share']:.0f}% of its critiques; against the labels of the answers' known causes "
-                    f"its tier-1 F1 is {_f(t1['f1'])} (precision {_f(t1['precision'])}, recall {_f(t1['recall'])}) "
-                    f"and its tier-2 F1 {_f(t2['f1'])}.")
+    text += _tags_sentence(metrics.get("dev_tags") or {})
     if metrics.get("preview_parse_failures"):
         text.append(f"{metrics['preview_parse_failures']} of the preview critiques did not parse.")
     text += _ship_sentence(metrics.get("ship") or {})
     return text
+
+
+def _tags_sentence(tags: Mapping[str, Any]) -> list[str]:
+    """How well the critic's Error critiques of wrong dev answers name the error (``dev_tags``)."""
+    if not tags.get("n"):
+        return []
+    t1, t2 = tags["tag1"], tags["tag2"]
+    return [f"On {tags['n']} wrong dev answers, continuing an Error verdict, the critic names a tier-1 label in "
+            f"{100 * t1['named_share']:.0f}% of its critiques; against the labels of the answers' known causes "
+            f"its tier-1 F1 is {_f(t1['f1'])} (precision {_f(t1['precision'])}, recall {_f(t1['recall'])}) "
+            f"and its tier-2 F1 {_f(t2['f1'])}."]
 
 
 def _ship_sentence(ship: Mapping[str, Any]) -> list[str]:
@@ -492,14 +497,25 @@ def reading_critic_dpo(metrics: Mapping[str, Any]) -> list[str]:
                     f"({_DPO_START_LOSS:.4f}, the loss while the policy equals its SFT reference) and the reward margin is "
                     f"{_signed(margin, 4)}: relative to the reference the policy favours {side}"
                     + (f" ({_pct(acc)} of pairs ranked right)" if _known(acc) else "") + ".")
-    dev = metrics.get("dev_auroc") or {}
-    if _known(dev.get("before")) and _known(dev.get("after")):
+    dev, held = metrics.get("dev_auroc") or {}, metrics.get("dev_pairs") or {}
+    if held.get("n") and _known(held.get("loss_before")) and _known(held.get("loss_after")):
+        acc = held.get("accuracy_after")
+        text.append(f"On {held['n']} held-out pairs from the dev samples the DPO loss is {_f(held['loss_before'], 4)} "
+                    f"for the SFT critic and {_f(held['loss_after'], 4)} for the saved one"
+                    + (f" ({_pct(acc)} of the pairs ranked right)" if _known(acc) and not dev.get("kept_sft_weights") else "")
+                    + (": DPO did not lower it, so the saved critic keeps the SFT weights." if dev.get("kept_sft_weights")
+                       else "."))
+        if _known(dev.get("before")) and _known(dev.get("after")):
+            text.append(f"The generative critic's own dev verdict AUROC: {_f(dev['before'])} before DPO, "
+                        f"{_f(dev['after'])} after.")
+    elif _known(dev.get("before")) and _known(dev.get("after")):
         if dev.get("kept_sft_weights"):
             text.append(f"DPO did not raise dev verdict AUROC above the SFT critic's {_f(dev['before'])}: the saved critic "
                         "keeps the SFT weights.")
         else:
             text.append(f"Dev verdict AUROC {_f(dev['before'])} before DPO, {_f(dev['after'])} after.")
     text += _calibration_sentence(metrics.get("verdict_calibration") or {})
+    text += _tags_sentence(metrics.get("dev_tags") or {})
     text += _ship_sentence(metrics.get("ship") or {})
     return text
 

@@ -576,6 +576,15 @@ class DevAurocChange(TypedDict, total=False):
     kept_sft_weights: bool
 
 
+class DevPairs(TypedDict):
+    """Held-out preference pairs from dev samples: the DPO loss against the SFT reference before
+    (log 2) and at the kept weights, and the share ranked right there."""
+    n: Count
+    loss_before: NonNegative | None
+    loss_after: NonNegative | None
+    accuracy_after: Fraction | None
+
+
 class CriticDpoMetrics(StageMetrics):
     """``06_critic_dpo.json``."""
     train: DpoTrainSummary
@@ -583,6 +592,8 @@ class CriticDpoMetrics(StageMetrics):
     verdict_calibration: VerdictCalibration
     balance: NotRequired[dict[str, Count]]
     dev_auroc: NotRequired[DevAurocChange]
+    dev_pairs: NotRequired[DevPairs]
+    dev_tags: NotRequired[TagQuality]
     ship: NotRequired[ShipCheck]
     degenerate: NotRequired[Reasons]
 

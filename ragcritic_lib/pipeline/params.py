@@ -435,7 +435,7 @@ def rules() -> dict[str, dict[str, Rule]]:
             "epochs": number(0, low_open=True),
             "learning_rate": number(0, low_open=True), "lora_learning_rate": number(0, low_open=True), "batch_size": count,
             "eval_every": count, "patience": count, "max_length": tokens, "verdict_weight": number(0),
-            "select": one_of(("dev_auroc", "dev_loss")),
+            "select": one_of(("dev_auroc", "dev_loss")),  # dev_pairs is DPO's (critic_dpo.select)
             "recipe": input_path(), "max_steps": steps(),
             "launcher": one_of(LAUNCHERS), "accelerate_config": input_path(empty_ok=True),
             "num_processes": some, "merge_dtype": one_of(SAVE_DTYPES), "preview_samples": some, "tag_check": some,
@@ -450,6 +450,7 @@ def rules() -> dict[str, dict[str, Rule]]:
             "beta": number(0, low_open=True), "epochs": number(0, low_open=True), "train_layers": some,
             "learning_rate": number(0, low_open=True), "batch_size": count,
             "eval_every": count, "patience": count,
+            "select": one_of(("dev_auroc", "dev_loss", "dev_pairs")), "max_dev_pairs": count, "tag_check": some,
             "recipe": input_path(), "max_steps": steps(), "launcher": one_of(LAUNCHERS),
             "accelerate_config": input_path(empty_ok=True), "num_processes": some,
             "merge_dtype": one_of(SAVE_DTYPES), "ship_max_mb": number(0, low_open=True),
