@@ -180,7 +180,7 @@ def test_critic_sft_metrics_from_what_the_stage_computed(tx) -> None:
     assert metrics["train"] == {"steps": 3, "seconds": 12.3, "examples": 4, "dropped_too_long": 1, "device": "cpu",
                                 "method": "full", "lora_r": None, "train_layers": 4, "epochs": 2.0,
                                 "tokens_per_example": 100.0, "cache_seconds": 1.0, "stopped_early": False,
-                                "best_at_examples": 4, "best_dev_auroc": 0.6, "first_loss": 2.5, "last_loss": 1.0}
+                                "best_at_examples": 4, "best_dev_auroc": 0.6, "select": "dev_auroc", "first_loss": 2.5, "last_loss": 1.0}
     # within the first epoch a point has seen as many distinct examples; later ones all of them
     assert metrics["learning_curve"] == [{"examples": 2, "examples_seen": 2, "dev_auroc": 0.5},
                                          {"examples": 4, "examples_seen": 4, "dev_auroc": 0.6},

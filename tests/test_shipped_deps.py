@@ -31,10 +31,15 @@ def _awaiting_rerun(name: str, lock: dict) -> bool:
         if path in outs:
             if outs[path] != md5:
                 return True
-        elif any(path.startswith(out.rstrip("/") + "/") for out in outs):  # a file inside an upstream output folder
-            file = paths.ROOT / path
-            if not md5.endswith(".dir") and file.is_file() and hashlib.md5(file.read_bytes()).hexdigest() != md5:
-                return True
+        else:  # a file inside an upstream output folder: its md5 in that folder's listing in dvc-store
+            for out, out_md5 in outs.items():
+                if path.startswith(out.rstrip("/") + "/") and str(out_md5).endswith(".dir") and not md5.endswith(".dir"):
+                    listing = paths.ROOT / "dvc-store" / "files" / "md5" / out_md5[:2] / out_md5[2:]
+                    if listing.is_file():
+                        now = {e["relpath"]: e["md5"] for e in json.loads(listing.read_text(encoding="utf-8"))}
+                        rel = path[len(out.rstrip("/")) + 1:]
+                        if rel in now and now[rel] != md5:
+                            return True
     return False
 
 
