@@ -404,11 +404,14 @@ def render_benchmark(metrics: Mapping[str, Any]) -> str:
         notes.append(_flags_line(_flags(metrics, stem)))
     notes.append(environment_line(metrics, stem))
     intro = (f"{n_err + n_ok} benchmark samples: real answers to {n_q} test questions (no training question), "
-             f"{n_err} wrong and {n_ok} right. Verdict AUROC ranks answers by the critic's \"wrong\" score (its "
-             "log-probability margin; a verdict alone for the heuristic critic), with a bootstrap 95% CI. "
+             f"{n_err} wrong and {n_ok} right. Verdict AUROC ranks answers by the critic's \"wrong\" score (the "
+             "trained critics' verdict body, the log-probability margin of a zero-shot model, a verdict alone "
+             "for the heuristic critic), with a bootstrap 95% CI. "
              "Identification is the mean of the accuracies on right and on wrong answers; tier-1 and tier-2 F1 are "
              "micro F1 of the error labels (from each wrong answer's observed cause) on the wrong answers; in %. "
-             "The trained critics read their verdict off the threshold fitted on dev, as RAG-Critic uses them.")
+             "The trained critics read their verdict off the threshold fitted on dev, as RAG-Critic uses them, and "
+             "write labels only for the answers that verdict calls wrong, so a missed wrong answer counts "
+             "against their tier F1.")
     return _compose(intro, header, rows, notes)
 
 
