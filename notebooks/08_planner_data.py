@@ -28,7 +28,7 @@
 
 # %% tags=["parameters"]
 train_file = "data/taxonomy/build/error_qa.jsonl"
-records = "testbed=220,trivia=80"
+records = "testbed=250"
 programs_per_record = 4
 targets = "outcomes"
 max_examples = 96
