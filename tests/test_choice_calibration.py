@@ -160,6 +160,28 @@ def test_hf_choose_takes_the_greedy_path_through_branches_and_forced_runs(tiny):
     assert got == [_greedy_trie_reference(tiny, p, o) for p, o in zip(prompts, options)]
 
 
+def test_hf_choice_prefill_computes_next_token_logits_at_the_last_position_only(tiny):
+    # The prompt's other positions need no logits: the head runs over one position per row in the
+    # prefill, and the choice is the one a full-width prefill gives.
+    forward, widths = tiny.hf_model.forward, []
+
+    def spy(*args, **kwargs):
+        out = forward(*args, **kwargs)
+        widths.append((kwargs["input_ids"].shape[1], out.logits.shape[1]))
+        return out
+
+    options = [["Paris.", "yes, no.", "The capital"]] * 2
+    prompts = ["Name the largest city of Italy:", "Pick the reply that fits best:"]  # asked nowhere else: no cache hit
+    tiny.hf_model.forward = spy
+    try:
+        got = [c.index for c in tiny.choose(prompts, options)]
+    finally:
+        tiny.hf_model.forward = forward
+    prompt_width, logit_width = widths[0]
+    assert prompt_width > 1 and logit_width == 1
+    assert got == [_greedy_trie_reference(tiny, p, o) for p, o in zip(prompts, options)]
+
+
 # ---------------------------------------------------------------------------------------------
 # Calibrated critic verdicts
 # ---------------------------------------------------------------------------------------------

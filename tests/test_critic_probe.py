@@ -67,6 +67,13 @@ def test_fit_save_and_score_round_trip_through_a_critic(tiny_dir, tmp_path) -> N
     folder = P.save_probe(tmp_path / "probe", fitted, model_dir=tiny_dir, layer=1)
     scorer = P.ProbeScorer(folder)
     assert scorer(convs) == pytest.approx(P.probe_scores(fitted, feats), abs=1e-4)
+    assert scorer.forward_rows == 20
+    # a conversation read before, or twice in one call, costs no forward pass and scores the same
+    again = scorer([convs[3], convs[3], convs[0], _conv("new question", "right")])
+    assert scorer.forward_rows == 21
+    assert again[:3] == [scorer(convs)[3]] * 2 + [scorer(convs)[0]]
+    assert again[3] == pytest.approx(P.probe_scores(fitted, P.verdict_features(model, tok, [_conv("new question", "right")],
+                                                                            layer=1))[0], abs=1e-4)
 
     class NoScore:  # the critic never asks its LLM for the margin when it has a scorer
         model = "x"

@@ -43,13 +43,15 @@ def _verdict_ids(tok: Any, messages: Sequence[Mapping[str, str]]) -> list[int]:
 def hidden_features(model: Any, tok: Any, ids: Sequence[Sequence[int]], *, layer: int, batch_size: int = 16) -> Any:
     """``[n, 2 * hidden]`` float32 array: layer ``layer``'s output and the final normed state at
     the last position of each token sequence. Right-padded batches of similar length, so the
-    causal model's real positions are exact."""
+    causal model's real positions are exact. Only the transformer body runs (``base_model``):
+    the language-model head, a fifth of a small model's work at every position, is never needed."""
     import numpy as np
     import torch
 
     out = np.zeros((len(ids), 2 * int(model.config.hidden_size)), dtype=np.float32)
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    body = getattr(model, "base_model", model)  # the causal LM's hidden states without its head
     with torch.no_grad():
         for start in range(0, len(order), batch_size):
             idx = order[start:start + batch_size]
@@ -59,7 +61,7 @@ def hidden_features(model: Any, tok: Any, ids: Sequence[Sequence[int]], *, layer
             for j, i in enumerate(idx):
                 batch[j, : len(ids[i])] = torch.tensor(list(ids[i]))
                 mask[j, : len(ids[i])] = 1
-            hs = model(input_ids=batch, attention_mask=mask, output_hidden_states=True).hidden_states
+            hs = body(input_ids=batch, attention_mask=mask, output_hidden_states=True).hidden_states
             for j, i in enumerate(idx):
                 pos = len(ids[i]) - 1
                 out[i] = torch.cat([hs[layer][j, pos], hs[-1][j, pos]]).float().numpy()
@@ -132,7 +134,12 @@ def save_probe(folder: str | Path, probe: Mapping[str, Any], *, model_dir: str |
 
 class ProbeScorer:
     """A shipped probe as a critic's verdict scorer: called with the critic's conversations
-    (system and user turns), it returns one log-odds of "wrong" each."""
+    (system and user turns), it returns one log-odds of "wrong" each.
+
+    A scorer remembers the score of every token sequence it has read, so a conversation scored
+    again (the same answer judged by two methods of one run, a correction's verification reading
+    the old answer) costs no second forward pass; the memory is the scorer's own, never on disk.
+    """
 
     def __init__(self, folder: str | Path, *, batch_size: int = 16) -> None:
         from ragcritic_lib import paths
@@ -151,7 +158,14 @@ class ProbeScorer:
             raise ValueError(f"{f}: the model {base} is not the one the probe was fitted on; refit the probe")
         self.model, self.tok = load_frozen(base)
         self.batch_size = batch_size
+        self.scored: dict[tuple[int, ...], float] = {}
+        self.forward_rows = 0  # sequences this scorer has run the model on
 
     def __call__(self, conversations: Sequence[Sequence[Mapping[str, str]]]) -> list[float]:
-        feats = verdict_features(self.model, self.tok, conversations, layer=self.layer, batch_size=self.batch_size)
-        return probe_scores(self.probe, feats)
+        ids = [tuple(_verdict_ids(self.tok, c)) for c in conversations]
+        todo = list(dict.fromkeys(k for k in ids if k not in self.scored))
+        if todo:
+            feats = hidden_features(self.model, self.tok, todo, layer=self.layer, batch_size=self.batch_size)
+            self.scored.update(zip(todo, probe_scores(self.probe, feats)))
+            self.forward_rows += len(todo)
+        return [self.scored[k] for k in ids]
