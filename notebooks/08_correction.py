@@ -42,7 +42,7 @@ verify_corrections = "dev_f1"
 planner_dir = "data/planner_data"
 planner_max_new_tokens = 160
 planner_decoding = "constrained"
-planner_candidates = "table"
+planner_candidates = "critique"
 zeroshot_planner_model = ""
 action_topk = 3
 answer_mode = "free"
@@ -110,7 +110,8 @@ print(rule_planner.program_for({"judgement": "Error", "tag1": ["Incomplete Infor
 # The packaged 135M model does not write usable programs zero-shot, so the planner is that model
 # with a LoRA adapter fine-tuned by notebook `08_planner_data` on the programs that repaired wrong
 # answers to *train* questions when they were run (never a test question); its decoding chooses
-# among the error-action table's programs (`planner_candidates`).
+# among the error-action table's programs for the labels the critique names
+# (`planner_candidates: critique`; `table` offers every program of the table).
 
 # %%
 planner_result = read_json(paths.resolve(planner_dir) / "planner_train_result.json")
