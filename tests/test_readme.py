@@ -110,7 +110,7 @@ def test_the_dev_fit_against_its_default_is_reported_with_its_ci():
     metrics["08_correction"]["critic_verdict"]["dev_fit"].update(
         threshold=0.7, fitted_threshold=-0.25, f1_at_fitted=0.3, calibrated_threshold=0.7, f1_at_calibrated=0.26,
         vs_default={"delta": 0.04, "ci_low": -0.01, "ci_high": 0.09, "kept_default": True})
-    assert ("- RAG-Critic's acting threshold on 10 dev questions: the best fit -0.250 (dev F1 0.300) against the "
+    assert ("- RAG-Critic's acting threshold on 10 dev questions: the best fit, -0.250 (dev F1 0.300), against the "
             "critic's calibrated 0.700 (0.260): a dev difference of +0.040 (95% CI -0.010, +0.090), so the calibrated "
             "threshold stays; dev F1 uncorrected 0.250.\n") in render_block("ladder", metrics)
     fit = metrics["08_correction"]["critic_verdict"]["dev_fit"]
@@ -119,6 +119,28 @@ def test_the_dev_fit_against_its_default_is_reported_with_its_ci():
                verify_vs_default={"delta": 0.01, "ci_low": -0.02, "ci_high": 0.04, "kept_default": True})
     assert ("so RAG-Critic keeps every new answer, as Algorithm 1 reads (verified minus unverified: +0.010, 95% CI "
             "-0.020, +0.040; verification must win beyond its CI).") in render_block("ladder", metrics)
+
+
+def test_a_dev_fit_that_acts_on_no_answer_says_so():
+    metrics = ladder_metrics()
+    metrics["08_correction"]["critic_verdict"]["dev_fit"].update(
+        fitted_threshold=None, f1_at_fitted=0.25, calibrated_threshold=2.4, f1_at_calibrated=0.2,
+        vs_default={"delta": 0.05, "ci_low": 0.01, "ci_high": 0.09, "kept_default": False})
+    assert ("- RAG-Critic's acting threshold on 10 dev questions: the best fit, acting on no answer (dev F1 0.250), "
+            "against the critic's calibrated 2.400 (0.200): a dev difference of +0.050 (95% CI +0.010, +0.090), so "
+            "RAG-Critic corrects no test answer; dev F1 uncorrected 0.250.\n") in render_block("ladder", metrics)
+
+
+def test_a_critic_that_corrected_nothing_is_reported_in_words():
+    metrics = ladder_metrics()
+    metrics["08_correction"]["critic_verdict"]["test"] = {"testbed": {
+        "n": 10, "judge": "truth >= 0.5", "auroc_judge": 0.75, "auroc_judge_ci": [0.6, 0.9], "auroc_acc": 0.8,
+        "auroc_acc_ci": [0.7, 0.9], "wrong_judge": 8, "wrong_acc": 7, "acted": 0, "acted_right_judge": 0,
+        "acted_right_acc": 0, "abstained_after": 0, "delta_f1_acted_right_acc": None,
+        "delta_f1_acted_wrong_acc": None}}
+    text = render_block("ladder", metrics)
+    assert "against accuracy (7 wrong). It corrected no answer.\n" in text
+    assert "right by accuracy" not in text
 
 
 def test_the_verification_choice_is_reported_both_ways():

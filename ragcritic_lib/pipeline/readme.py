@@ -306,9 +306,12 @@ def render_ladder(metrics: Mapping[str, Any]) -> str:
     if isinstance(fit, Mapping) and {"n", "threshold", "f1_before"} <= fit.keys():
         vs = fit.get("vs_default")
         if isinstance(vs, Mapping) and {"delta", "ci_low", "ci_high", "kept_default"} <= vs.keys():
-            chosen = ("so the calibrated threshold stays" if vs["kept_default"] else "so the fitted threshold replaces it")
-            notes.append(f"RAG-Critic's acting threshold on {fit['n']} dev questions: the best fit "
-                         f"{_f(fit.get('fitted_threshold'))} (dev F1 {_f(fit.get('f1_at_fitted'))}) against the "
+            none = fit.get("fitted_threshold") is None
+            chosen = ("so the calibrated threshold stays" if vs["kept_default"]
+                      else "so RAG-Critic corrects no test answer" if none else "so the fitted threshold replaces it")
+            best = "acting on no answer" if none else _f(fit.get("fitted_threshold"))
+            notes.append(f"RAG-Critic's acting threshold on {fit['n']} dev questions: the best fit, "
+                         f"{best} (dev F1 {_f(fit.get('f1_at_fitted'))}), against the "
                          f"critic's calibrated {_f(fit.get('calibrated_threshold'))} ({_f(fit.get('f1_at_calibrated'))}): "
                          f"a dev difference of {_signed(vs['delta'])} (95% CI {_signed(vs['ci_low'])}, "
                          f"{_signed(vs['ci_high'])}), {chosen}; dev F1 uncorrected {_f(fit['f1_before'])}.")
@@ -348,11 +351,12 @@ def render_ladder(metrics: Mapping[str, Any]) -> str:
             f"run): margin AUROC {_f(q['auroc_judge'])} (CI {_f(q['auroc_judge_ci'][0])}..{_f(q['auroc_judge_ci'][1])}) "
             f"against the judge's label it was trained on ({q['judge']}; {q['wrong_judge']} of {q['n']} wrong), "
             f"{_f(q['auroc_acc'])} ({_f(q['auroc_acc_ci'][0])}..{_f(q['auroc_acc_ci'][1])}) against accuracy "
-            f"({q['wrong_acc']} wrong). It corrected {q['acted']} answers: {q['acted_right_judge']} right by the judge, "
-            f"{q['acted_right_acc']} right by accuracy (mean F1 change {_signed(q['delta_f1_acted_right_acc'])}), "
-            f"{q['acted'] - q['acted_right_acc']} wrong by accuracy "
-            f"({_signed(q['delta_f1_acted_wrong_acc'])}); {q['abstained_after']} corrections turned an answer into "
-            "an abstention."
+            f"({q['wrong_acc']} wrong). "
+            + (f"It corrected {q['acted']} answers: {q['acted_right_judge']} right by the judge, "
+               f"{q['acted_right_acc']} right by accuracy (mean F1 change {_signed(q['delta_f1_acted_right_acc'])}), "
+               f"{q['acted'] - q['acted_right_acc']} wrong by accuracy "
+               f"({_signed(q['delta_f1_acted_wrong_acc'])}); {q['abstained_after']} corrections turned an answer "
+               "into an abstention." if q["acted"] else "It corrected no answer.")
             + (f" The critic refused {q['not_verified']} further corrections (their old answers stay)."
                if q.get("not_verified") else ""))
     notes += [_flags_line(_flags(metrics, stem)), environment_line(metrics, stem)]
