@@ -301,6 +301,14 @@ def test_reading_correction_ladder_per_dataset():
     idle = {**fit, "acts": False, "acted": 0, "threshold": None}
     text = _text(R.reading_correction({**m, "critic_verdict": {"mode": "dev_f1", "dev_fit": idle}}))
     assert "the trained critic corrects nothing" in text
+    vs = {"delta": 0.045, "ci_low": 0.009, "ci_high": 0.097, "kept_default": False}
+    none = {**idle, "fitted_threshold": None, "f1_at_fitted": 0.25, "calibrated_threshold": 2.369,
+            "f1_at_calibrated": 0.205, "vs_default": vs}
+    text = _text(R.reading_correction({**m, "critic_verdict": {"mode": "dev_f1", "dev_fit": none}}))
+    assert ("Acting on no dev answer (dev F1 0.250) against the critic's calibrated threshold (+2.369, 0.205): "
+            "+0.045 (95% CI +0.009, +0.097), so the critic acts on no test answer.") in text
+    text = _text(R.reading_correction({**m, "critic_verdict": {"dev_fit": {**none, "fitted_threshold": 0.5}}}))
+    assert "The best dev threshold (+0.500, dev F1 0.250)" in text and "so the fitted one is used." in text
 
 
 # ------------------------------------------------------------------------------------ 09 / 10

@@ -647,12 +647,14 @@ def reading_correction(metrics: Mapping[str, Any], *, alpha: float = 0.05) -> li
     fit = (metrics.get("critic_verdict") or {}).get("dev_fit")
     vs = (fit or {}).get("vs_default") or {}
     if vs:
-        text.append(f"The best dev threshold ({_signed(fit.get('fitted_threshold'))}, dev F1 "
-                    f"{_f(fit.get('f1_at_fitted'))}) against the critic's calibrated one "
+        none = fit.get("fitted_threshold") is None
+        best = ("Acting on no dev answer (dev F1 " if none
+                else f"The best dev threshold ({_signed(fit.get('fitted_threshold'))}, dev F1 ")
+        text.append(f"{best}{_f(fit.get('f1_at_fitted'))}) against the critic's calibrated threshold "
                     f"({_signed(fit.get('calibrated_threshold'))}, {_f(fit.get('f1_at_calibrated'))}): "
                     f"{_signed(vs.get('delta'))} (95% CI {_signed(vs.get('ci_low'))}, {_signed(vs.get('ci_high'))}), so "
                     + ("the calibrated threshold stays (a fit must win beyond its CI)." if vs.get("kept_default")
-                       else "the fitted one is used."))
+                       else "the critic acts on no test answer." if none else "the fitted one is used."))
     if fit:
         n, acted = fit.get("n", 0), fit.get("acted", 0)
         if fit.get("acts"):
