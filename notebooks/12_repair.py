@@ -53,6 +53,12 @@
 # plan for every answer: no plan is the chosen side of more than `max_chosen_share` of a phase's
 # pairs (the surplus is dropped at random), so what DPO learns depends on the state, not only on
 # which plan wins most often; 1.0 keeps every pair, as the paper does.
+#
+# **Cost.** The planner reads the compact prompt (`prompt: compact`: the five functions on one line,
+# about 120 tokens shorter than their typed signatures) and DPO adapts the top 8 layers
+# (`configs/train/repair_dpo.yaml`); `prompt: full` and a recipe without `lora_top_layers` are the
+# slower forms (`benchmarks/bench_repair_dpo.py` measures a step of each). The executed states and
+# plans are written to `data/repair`, so a recipe can be compared on the same dev states later.
 
 # %% tags=["parameters"]
 train_questions = 125
@@ -64,21 +70,23 @@ temperature = 0.8
 margin = 0.0
 max_pairs = 2
 max_chosen_share = 0.4
-dpo_recipe = "configs/train/critic_dpo.yaml"
+dpo_recipe = "configs/train/repair_dpo.yaml"
 dpo_beta = 0.1
 offpolicy_steps = -1
 onpolicy_steps = -1
 init_adapter = ""
 base_model = ""
 decoding = "constrained"
+prompt = "compact"
 
 # %%
 import pandas as pd
 
 from ragcritic_lib import paths, runtime
 from ragcritic_lib.agent.actions import ActionSet, count_action_calls
-from ragcritic_lib.baselines import (MeteredLLM, add_costs, dataset_costs, epochs_trained, jsonable, judge_params,
-                                     mark_correct, per_dataset, records_cost, repair, stopwatch)
+from ragcritic_lib.baselines import (MeteredLLM, add_costs, dataset_costs, epochs_trained, is_wrong, jsonable,
+                                     judge_params, mark_correct, per_dataset, records_cost, repair, stopwatch)
+from ragcritic_lib.io import write_jsonl
 from ragcritic_lib.baselines.harness import save_method_answers
 from ragcritic_lib.baselines.stage_setup import setup_method
 from ragcritic_lib.critic.critics import HeuristicCritic
@@ -97,7 +105,7 @@ rag_kw = dict(k=rr["top_k"], variant=rr["prompt_variant"], gen_params=setup.answ
 # The candidate plans constrained decoding chooses among: the same texts the off-policy phase executes.
 programs = repair.grammar_programs(grammar_plans, topk=rr["top_k"])
 pref_kw = dict(temperature=temperature, margin=margin, max_pairs=max_pairs, topk=rr["top_k"], decoding=decoding,
-               programs=programs)
+               programs=programs, prompt=prompt)
 # Off-policy, constrained draws could only repeat the grammar plans every state already runs.
 off_sampled = 0 if decoding == "constrained" else sampled_plans
 {ds: len(recs) for ds, recs in test.items()}
@@ -169,7 +177,7 @@ def dev_score(model):
     if decoding != "constrained" or not dev_log:
         return None
     dev_m.append(MeteredLLM(model.llm if isinstance(model, MeteredLLM) else model))
-    return repair.dev_choice(dev_m[-1], dev_all, dev_log, judged_correct=dev_flags, programs=programs)
+    return repair.dev_choice(dev_m[-1], dev_all, dev_log, judged_correct=dev_flags, programs=programs, prompt=prompt)
 
 
 dev = {"start": dev_score(planner)}
@@ -229,7 +237,7 @@ with stopwatch() as t:
         test_actions = ActionSet(gen_test, retrievers[ds], **act_kw)
         with per_dataset(ds, final_planner, gen_test):
             out += repair.repair_infer(final_planner, test[ds], test_actions, judged_correct=judge_flags(test[ds]),
-                                       decoding=decoding, programs=programs)
+                                       decoding=decoding, programs=programs, prompt=prompt)
 info = repair.repair_summary(off_pairs, on_pairs, out)
 # BEGIN SOLUTION hint: executed: repair_plan of the records with repair_ok; test_plans: repair.plan_shares of them; top_share: its top_share
 executed = [r["repair_plan"] for r in out if r["repair_ok"]]
@@ -278,6 +286,12 @@ metrics = save_method_answers(  # the scored answers under data/repair, and the 
                             dev=dev, dev_questions=dev_questions, dev_meters=dev_m),
 )
 write_stage_metrics("12_repair", jsonable(metrics))
+# The executed states and plans, for training and scoring another recipe without executing a plan again.
+off_states_recs = [r for recs in train.values() for r in recs if is_wrong(r)]
+for name, rows in (("offpolicy_states", off_states_recs), ("offpolicy_candidates", off_log),
+                   ("dev_states", [dict(r, judged_correct=f) for r, f in zip(dev_all, dev_flags)]),
+                   ("dev_candidates", dev_log)):
+    write_jsonl(out_dir / f"{name}.jsonl", jsonable(rows))
 metrics["scores"]
 
 # %% [markdown]

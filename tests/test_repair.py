@@ -210,6 +210,43 @@ def test_params_and_library_name_the_same_decodings():
     assert set(REPAIR_DECODINGS) == set(repair.DECODINGS)
 
 
+def test_params_and_library_name_the_same_prompt_forms():
+    from ragcritic_lib.pipeline.params import REPAIR_PROMPTS
+
+    assert set(REPAIR_PROMPTS) == set(repair.PROMPTS)
+
+
+def test_compact_prompt_keeps_the_state_and_lists_every_function_on_one_line():
+    full = repair.build_planner_messages(REC, correct=False, reasoning="because", oracle=True, example=False)
+    compact = repair.build_planner_messages(REC, correct=False, reasoning="because", oracle=True, example=False,
+                                            prompt="compact")
+    assert compact[-1] == full[-1]  # the state (question, passages, answer, check, reasoning) is the same
+    assert len(compact[0]["content"]) < len(full[0]["content"]) - 200
+    for fn in ("Retrieval(", "RewriteQuery(", "DecomposeQuery(", "RefineDoc(", "GenerateAnswer("):
+        assert fn in compact[0]["content"]
+    with pytest.raises(ValueError, match="repair.prompt"):
+        repair.build_planner_messages(REC, correct=False, prompt="tiny")
+
+
+def test_every_planner_prompt_of_a_run_takes_its_form(actions):
+    class Planner:
+        def __init__(self):
+            self.seen = []
+
+        def choose(self, prompts, options, desc=""):
+            self.seen += prompts
+            return [type("C", (), {"text": o[0]})() for o in options]
+
+    planner, programs = Planner(), repair.grammar_programs(2)
+    pairs, _ = repair.collect_preferences([REC], actions, phase="off", n_grammar=2, decoding="constrained",
+                                          programs=programs, prompt="compact")
+    repair.repair_infer(planner, [REC], actions, judged_correct=[False], decoding="constrained",
+                        programs=programs, prompt="compact")
+    compact = repair.build_planner_messages(REC, correct=False, example=False, prompt="compact")[0]
+    assert pairs and all(p["prompt"][0] == compact for p in pairs)
+    assert planner.seen and all(m[0] == compact for m in planner.seen)
+
+
 def test_constrained_prompts_carry_no_worked_example(actions):
     programs = repair.grammar_programs(3, topk=1)
     with_example = repair.build_planner_messages(REC, correct=False)

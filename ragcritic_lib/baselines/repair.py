@@ -122,11 +122,16 @@ def build_planner_messages(
     doc_words: int = 15,
     reasoning_chars: int = 200,
     example: bool = True,
+    prompt: str = "full",
 ) -> list[dict[str, str]]:
-    """Planner prompt for one state (about 600 tokens with five passages shown by their first
-    ``doc_words`` words, so a prompt plus a plan fits a 768-token DPO budget).
+    """Planner prompt for one state (about 430 tokens in the "full" form with five passages shown by
+    their first ``doc_words`` words and no example, about 310 in the "compact" form).
 
     Args:
+        prompt: "full" lists the five functions with their typed signatures and comments (about 200
+            tokens of system prompt); "compact" lists them on one line
+            (:data:`ragcritic_lib.agent.actions.COMPACT_SIGNATURES`), which shortens every DPO
+            sequence and every planner call by about 120 tokens.
         example: open with a worked example (a question and its plan). Free decoding needs it to
             learn the program format; constrained decoding leaves it out: its choices are the
             grammar's programs already, and an example equal to one of them only pulls the choice
@@ -136,8 +141,9 @@ def build_planner_messages(
         reasoning: the failed reasoning r0 (off-policy only).
         oracle: word the correctness as an oracle check rather than a judge's estimate.
     """
-    from ragcritic_lib.agent.actions import FUNCTION_SIGNATURES
+    from ragcritic_lib.agent.actions import COMPACT_SIGNATURES, FUNCTION_SIGNATURES
 
+    signatures = {"full": FUNCTION_SIGNATURES, "compact": COMPACT_SIGNATURES}.get(check_prompt(prompt))
     v = planner_variables(record, max_docs=max_docs, doc_words=10_000)
     lines = [f"question = {v['question']!r}", f"docs = {_doc_preview(v['docs'], doc_words)}",
              f"prediction = {v['prediction']!r}"]
@@ -149,7 +155,7 @@ def build_planner_messages(
         lines.append("Reasoning behind the previous answer: " + " ".join(str(reasoning).split())[:reasoning_chars])
     shots = [{"role": "user", "content": _EXAMPLE_USER}, {"role": "assistant", "content": _EXAMPLE_PLAN}]
     return [
-        {"role": "system", "content": _SYSTEM.format(signatures=FUNCTION_SIGNATURES)},
+        {"role": "system", "content": _SYSTEM.format(signatures=signatures)},
         *(shots if example else []),
         {"role": "user", "content": "\n".join(lines)},
     ]
@@ -247,6 +253,13 @@ def build_preference_pairs(
 
 
 DECODINGS = ("free", "constrained")
+PROMPTS = ("full", "compact")
+
+
+def check_prompt(prompt: str) -> str:
+    if prompt not in PROMPTS:
+        raise ValueError(f"repair.prompt must be one of {', '.join(PROMPTS)}; got {prompt!r}")
+    return prompt
 
 
 def check_decoding(decoding: str) -> str:
@@ -351,6 +364,7 @@ def collect_preferences(
     timeout_s: float = 60.0,
     decoding: str = "free",
     programs: Sequence[str] | None = None,
+    prompt: str = "full",
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Candidate plans, rewards and DPO pairs for one training phase.
 
@@ -362,6 +376,7 @@ def collect_preferences(
         decoding: "free" samples any text from the planner; "constrained" draws the sampled plans
             from the planner's distribution over ``programs`` (:func:`sample_grammar_plans`).
         programs: the candidate programs of constrained decoding (needed with it).
+        prompt: the planner prompt's form (:func:`build_planner_messages`).
 
     Returns:
         (pairs for ``train_dpo``: {"prompt", "chosen", "rejected", "qid", "dataset", "phase",
@@ -383,9 +398,10 @@ def collect_preferences(
         rec = records[i]
         if phase == "off":
             msgs = build_planner_messages(rec, correct=False, reasoning=str(rec.get("raw_output") or ""), oracle=True,
-                                          example=decoding == "free")
+                                          example=decoding == "free", prompt=prompt)
         else:
-            msgs = build_planner_messages(rec, correct=bool(judged_correct[i]), example=decoding == "free")
+            msgs = build_planner_messages(rec, correct=bool(judged_correct[i]), example=decoding == "free",
+                                          prompt=prompt)
         states.append((rec, msgs))
     grammar = plan_grammar(topk=topk)[:n_grammar]
     sampled: list[list[str]] = [[] for _ in states]
@@ -505,11 +521,13 @@ def repair_infer(
     timeout_s: float = 60.0,
     decoding: str = "free",
     programs: Sequence[str] | None = None,
+    prompt: str = "full",
 ) -> list[dict[str, Any]]:
     """Plan (greedy) and execute one correction per record; failures keep the previous answer.
 
     ``decoding`` "constrained" picks one of ``programs`` by greedy decoding inside their token
-    trie (``planner.choose``); "free" lets the planner write any text.
+    trie (``planner.choose``); "free" lets the planner write any text. ``prompt`` is the planner
+    prompt's form, the one the planner was trained on (:func:`build_planner_messages`).
 
     Returns:
         copies of the records with prediction, repair_plan, repair_ok, repair_error,
@@ -521,8 +539,8 @@ def repair_infer(
     if decoding == "constrained" and not programs:
         raise ValueError("constrained decoding needs the candidate programs")
     todo = [i for i in range(len(records)) if not (skip_judged_correct and judged_correct[i])]
-    prompts = [build_planner_messages(records[i], correct=bool(judged_correct[i]), example=decoding == "free")
-               for i in todo]
+    prompts = [build_planner_messages(records[i], correct=bool(judged_correct[i]), example=decoding == "free",
+                                      prompt=prompt) for i in todo]
     if decoding == "constrained":
         picks = planner.choose(prompts, [list(programs or [])] * len(prompts), desc="repair plans") if prompts else []
         plans = [[c.text] for c in picks]
@@ -609,12 +627,13 @@ def plan_rewards(candidates: Sequence[Mapping[str, Any]]) -> dict[str, Any] | No
 
 
 def dev_choice(planner: Any, records: Sequence[Mapping[str, Any]], candidates: Sequence[Mapping[str, Any]], *,
-               judged_correct: Sequence[bool], programs: Sequence[str]) -> dict[str, Any] | None:
+               judged_correct: Sequence[bool], programs: Sequence[str], prompt: str = "full") -> dict[str, Any] | None:
     """RePAIR's own dev score: on held-out train questions whose answers failed, the reward of the
     plan the planner picks, read from every grammar plan's executed reward on that state
     (``candidates``: :func:`collect_preferences`' second value on those questions), so nothing is
     executed again. The planner sees the prompt it sees at test time (the judge's estimate, no
-    reasoning) and picks one of ``programs`` greedily, as :func:`repair_infer` does.
+    reasoning, in the ``prompt`` form it was trained on) and picks one of ``programs`` greedily, as
+    :func:`repair_infer` does.
 
     Returns:
         None without scored candidates; else {"states", "chosen_reward" (mean reward of the
@@ -637,7 +656,8 @@ def dev_choice(planner: Any, records: Sequence[Mapping[str, Any]], candidates: S
                 str(c["source"]), float(c["reward"]))
     states = [(i, (dataset_name(r), str(r.get("id")))) for i, r in enumerate(records)
               if (dataset_name(r), str(r.get("id"))) in table]
-    prompts = [build_planner_messages(records[i], correct=bool(judged_correct[i]), example=False) for i, _ in states]
+    prompts = [build_planner_messages(records[i], correct=bool(judged_correct[i]), example=False, prompt=prompt)
+               for i, _ in states]
     picks = planner.choose(prompts, [list(programs)] * len(prompts), desc="repair dev plans") if prompts else []
     got, sources = [], Counter()
     for (_, key), pick in zip(states, picks):
