@@ -404,3 +404,18 @@ def test_dev_choice_scores_the_planners_picks_by_the_rewards_already_executed(ac
     assert repair.dev_choice(planner, [REC], [], judged_correct=[False], programs=programs) is None
     with pytest.raises(ValueError, match="1 judge flags for 2 records"):
         repair.dev_choice(planner, [REC, rec2], log, judged_correct=[False], programs=programs)
+
+
+def test_the_replay_benchmark_rebuilds_the_stage_s_offpolicy_pairs(actions):
+    from script_modules import load_script
+
+    bench = load_script("benchmarks/bench_repair_replay.py")
+    other = dict(REC, id="q2", question="Which river flows through Budapest?", golden_answers=["Danube"])
+    programs = repair.grammar_programs(8)
+    pairs, log = repair.collect_preferences([REC, other], actions, phase="off", n_grammar=8, decoding="constrained",
+                                            programs=programs, prompt="compact", max_pairs=2)
+    balanced = repair.balance_chosen(pairs, max_share=0.6, seed=3)
+    replayed = bench.offpolicy_pairs([REC, other], log, prompt="compact", margin=0.0, max_pairs=2, max_share=0.6,
+                                     seed=3)
+    assert balanced and [(p["prompt"], p["chosen"], p["rejected"]) for p in balanced] == \
+        [(p["prompt"], p["chosen"], p["rejected"]) for p in replayed]
