@@ -60,6 +60,14 @@ def test_numbers_are_compared_as_numbers(answer, gold, right):
     assert truth_correct(answer, gold) is right
 
 
+def test_digits_glued_to_letters_inside_a_word_are_a_word_not_a_crash():
+    # a timestamp's "02T00" and a superscript once raised ValueError and stopped a whole stage
+    assert truth_correct("The meeting was on 2024-01-02T00:00.", ["2024"])
+    assert not truth_correct("At 02T00 it closed", ["2"])
+    assert not truth_correct("An area of 5 km²", ["52"])
+    assert truth_correct("1e5 people", ["100,000"])                # as before: a float's spelling
+
+
 def test_superseded_value_beside_the_current_one():
     gold, meta = ["4,300"], {"outdated_answers": ["3,900"]}
     assert accuracy("4,300 or 3,900", gold) == 1.0 and not truth_correct("4,300 or 3,900", gold, meta)

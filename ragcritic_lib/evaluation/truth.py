@@ -60,6 +60,15 @@ def _number(text: str) -> float | None:
     return None  # "1,2" or "1.2.3": not one number
 
 
+def _number_parts(tok: str) -> list[Token]:
+    """The numbers of a token that is not one number ("1,2" -> 1.0, 2.0); a token with letters
+    inside ("02t00" of a timestamp, a superscript "²") stays one word."""
+    try:
+        return [float(p) for p in re.split(r"[.,]", tok) if p]
+    except ValueError:
+        return [tok]
+
+
 def _tokens(text: str) -> list[Token]:
     """Lowercased words and numbers (as floats, scale words folded in), articles dropped.
 
@@ -71,7 +80,7 @@ def _tokens(text: str) -> list[Token]:
             continue
         if tok[0].isdigit() and not tok[-1].isalpha():
             value = _number(tok)
-            out.extend([value] if value is not None else [float(p) for p in re.split(r"[.,]", tok) if p])
+            out.extend([value] if value is not None else _number_parts(tok))
         elif tok in _SCALES and out and isinstance(out[-1], float):
             out[-1] = out[-1] * _SCALES[tok]
         else:
