@@ -401,6 +401,16 @@ Retrieval 20, Reranking 30, Generation 211 |
 - Generator: backend `hf`, device `cpu`, dtype `float32`, CPU class `avx2`; torch 2.0 (`reports/metrics/12_repair.json`).
 """
     m = baselines_metrics()
+    sim = m["11_simrag"]
+    sim["critic"]["name"] = "probe"
+    sim["critic"]["heldout"].update(accept_rate_wrong=0.13, accept_rate_wrong_ci=[0.07, 0.22])
+    sim["heldout_confusion_by_critic"] = {
+        "probe": sim["critic"]["heldout"],
+        "classifier": {"accept_rate_correct": 0.385, "accept_rate_correct_ci": [0.177, 0.645],
+                       "accept_rate_wrong": 0.052, "accept_rate_wrong_ci": [0.02, 0.126]}}
+    assert ("| held out, the probe critic accepts 14.3% (2.6..51.3%) of 7 right and 13.0% (7.0..22.0%) of 83 wrong "
+            "answers (intervals overlap); the classifier critic 38.5% (17.7..64.5%) and 5.2% (2.0..12.6%) "
+            "(intervals apart) |") in render_block("baselines", m)
     m["13_ragec"]["undiagnosed"] = {"over max_errors (40)": 222}
     m["13_ragec"]["errors"] = 40
     assert "40 of 262 wrong answers diagnosed; undiagnosed: over max_errors (40) 222;" in render_block("baselines", m)

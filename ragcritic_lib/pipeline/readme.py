@@ -618,6 +618,32 @@ def _rate_ci(metrics: Mapping[str, Any], stem: str, *keys: str) -> str:
     return f"{_pct(rate)}%" + (f" ({_pct(ci[0])}..{_pct(ci[1])}%)" if ci else "")
 
 
+def _separation(block: Mapping[str, Any]) -> str:
+    """Whether the accept rates on right and on wrong answers have Wilson intervals apart."""
+    right, wrong = block.get("accept_rate_correct_ci"), block.get("accept_rate_wrong_ci")
+    if not right or not wrong:
+        return ""
+    if right[0] > wrong[1]:
+        return " (intervals apart)"
+    return " (intervals overlap)" if right[1] >= wrong[0] else " (wrong answers accepted more)"
+
+
+def _simrag_heldout(metrics: Mapping[str, Any], sr: str) -> str:
+    """SIM-RAG's held-out accept rates: the test run's critic, then every other critic checked."""
+    held = ("critic", "heldout")
+    name = _get(metrics, sr, "critic").get("name")
+    out = (f"held out, {f'the {name} critic ' if name else ''}accepts "
+           f"{_rate_ci(metrics, sr, *held, 'accept_rate_correct')} of {int(_number(metrics, sr, *held, 'n_correct'))} "
+           f"right and {_rate_ci(metrics, sr, *held, 'accept_rate_wrong')} of "
+           f"{int(_number(metrics, sr, *held, 'n_wrong'))} wrong answers{_separation(_get(metrics, sr, *held))}")
+    others = _get(metrics, sr).get("heldout_confusion_by_critic") or {}
+    for other in sorted(k for k in others if k != name):
+        keys = ("heldout_confusion_by_critic", other)
+        out += (f"; the {other} critic {_rate_ci(metrics, sr, *keys, 'accept_rate_correct')} and "
+                f"{_rate_ci(metrics, sr, *keys, 'accept_rate_wrong')}{_separation(others[other])}")
+    return out
+
+
 def _baseline_rows(metrics: Mapping[str, Any]) -> list[list[str]]:
     """One row a baseline: name, what it learned from, its own diagnostics (``09``-``13`` metrics)."""
     def count(stem: str, *keys: str) -> int:
@@ -626,7 +652,6 @@ def _baseline_rows(metrics: Mapping[str, Any]) -> list[list[str]]:
     rp, sr, rg = "12_repair", "11_simrag", "13_ragec"
     plans = _get(metrics, rp, "test")
     top = max(plans["plan_shares"].items(), key=lambda kv: kv[1], default=None)  # JSON keys come sorted
-    held = ("critic", "heldout")
     answers = _get(metrics, rg, "answers")
     wrong = sum(int(v["wrong"]) for v in answers.values())
     undiagnosed = _get(metrics, rg).get("undiagnosed") or {}
@@ -653,9 +678,7 @@ def _baseline_rows(metrics: Mapping[str, Any]) -> list[list[str]]:
         ["SIM-RAG",
          f"{count(sr, 'critic', 'balanced_train')} balanced examples ({count(sr, 'critic', 'distinct_train')} distinct, "
          f"{count(sr, 'critic', 'train_accept')} right answers)",
-         f"held out, accepts {_rate_ci(metrics, sr, *held, 'accept_rate_correct')} of "
-         f"{count(sr, *held, 'n_correct')} right and {_rate_ci(metrics, sr, *held, 'accept_rate_wrong')} of "
-         f"{count(sr, *held, 'n_wrong')} wrong answers"],
+         _simrag_heldout(metrics, sr)],
         ["RAGEC", "no training (K votes per error)",
          f"{int(_number(metrics, rg, 'errors'))} of {wrong} wrong answers diagnosed"
          + ("; undiagnosed: " + ", ".join(f"{k} {v}" for k, v in undiagnosed.items()) if undiagnosed else "")
