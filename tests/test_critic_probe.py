@@ -103,3 +103,12 @@ def test_a_probe_refuses_one_class_another_model_and_a_bad_file(tiny_dir, tmp_pa
     (folder / P.PROBE_FILE).write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="not the one the probe was fitted on"):
         P.ProbeScorer(folder)
+
+
+def test_a_probe_fits_the_few_samples_of_a_smoke_run() -> None:
+    """Four samples, two a class, once stopped SIM-RAG's smoke run: 5 folds cannot split them."""
+    feats = [[0.0, 1.0], [0.1, 0.9], [1.0, 0.0], [0.9, 0.2]]
+    two_each = P.fit_probe(feats, [False, False, True, True], seed=0)
+    assert two_each["n"] == 4 and P.probe_scores(two_each, feats)[2] > P.probe_scores(two_each, feats)[0]
+    one_wrong = P.fit_probe(feats[:3], [False, False, True], seed=0)
+    assert one_wrong["C"] == 1.0 and P.probe_scores(one_wrong, feats)[2] > P.probe_scores(one_wrong, feats)[0]

@@ -86,7 +86,8 @@ def load_frozen(model_dir: str | Path) -> tuple[Any, Any]:
 
 
 def fit_probe(features: Any, is_error: Sequence[bool], *, seed: int, class_weight: str | None = None) -> dict[str, Any]:
-    """Standardize, then a logistic regression with C by 5-fold cross-validated AUROC; returns
+    """Standardize, then a logistic regression with C by 5-fold cross-validated AUROC (fewer folds
+    when the rarer class has under 5 samples, sklearn's C=1 when it has one); returns
     the plain parameters (lists) that :func:`probe_scores` applies. ``class_weight="balanced"``
     weighs the two classes equally, so a log-odds of 0 splits them where the rarer class is
     not simply outvoted.
@@ -95,7 +96,7 @@ def fit_probe(features: Any, is_error: Sequence[bool], *, seed: int, class_weigh
         ValueError: both classes are needed.
     """
     import numpy as np
-    from sklearn.linear_model import LogisticRegressionCV
+    from sklearn.linear_model import LogisticRegression, LogisticRegressionCV
 
     y = np.asarray([int(v) for v in is_error])
     if len(set(y.tolist())) < 2:
@@ -103,12 +104,18 @@ def fit_probe(features: Any, is_error: Sequence[bool], *, seed: int, class_weigh
     x = np.asarray(features, dtype=np.float64)
     mean, scale = x.mean(0), x.std(0)
     scale[scale == 0] = 1.0
-    clf = LogisticRegressionCV(Cs=8, cv=5, scoring="roc_auc", max_iter=3000, random_state=seed,
-                               class_weight=class_weight)
-    clf.fit((x - mean) / scale, y)
+    folds = min(5, int(np.bincount(y).min()))  # every fold must hold both classes for its AUROC
+    if folds >= 2:
+        clf = LogisticRegressionCV(Cs=8, cv=folds, scoring="roc_auc", max_iter=3000, random_state=seed,
+                                   class_weight=class_weight)
+        clf.fit((x - mean) / scale, y)
+        c = float(clf.C_[0])
+    else:  # a class of one sample cannot be cross-validated: sklearn's default C
+        clf = LogisticRegression(C=1.0, max_iter=3000, random_state=seed, class_weight=class_weight)
+        clf.fit((x - mean) / scale, y)
+        c = 1.0
     return {"mean": mean.tolist(), "scale": scale.tolist(), "coef": clf.coef_[0].tolist(),
-            "intercept": float(clf.intercept_[0]), "C": float(clf.C_[0]), "n": int(len(y)),
-            "n_error": int(y.sum())}
+            "intercept": float(clf.intercept_[0]), "C": c, "n": int(len(y)), "n_error": int(y.sum())}
 
 
 def probe_scores(probe: Mapping[str, Any], features: Any) -> list[float]:
