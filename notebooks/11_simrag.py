@@ -29,13 +29,16 @@
 # repeating the rarer label's examples (`balance: oversample`; `downsample` cuts the other label
 # instead), so the critic learns from every distinct example.
 #
-# In the paper the critic is Flan-T5 fine-tuned on those examples. Here the same role is played
-# by the packaged LLM, either fine-tuned with LoRA (`critic: llm`, recipe `critic_recipe`) or
-# frozen and read by a logistic probe on its hidden states where the reply would begin
-# (`critic: probe`, layer `probe_layer` and the last; one forward pass per example, the classes
-# weighed equally); `benchmarks/bench_simrag_critic.py` measures both, with their training time,
-# on the same self-practice data. The light TF-IDF logistic regression is kept as an ablation
-# (`classifier_ablation`). No critic sees the turn index. The oracle
+# In the paper the critic is Flan-T5 fine-tuned on those examples. Here the default critic is a
+# logistic regression on TF-IDF of the question, context, answer and rationale and a few grounding
+# features such as whether the answer occurs in the context (`critic: classifier`):
+# on held-out self-practice it is the one critic that accepts right answers more often than
+# wrong ones with Wilson intervals apart (`benchmarks/bench_simrag_critic.py`, which measures
+# every critic with its training time on the same data). The packaged LLM can play the paper's
+# role instead, fine-tuned with LoRA (`critic: llm`, recipe `critic_recipe`) or frozen and read by
+# a logistic probe on its hidden states where the reply would begin (`critic: probe`, layer
+# `probe_layer` and the last; the classes weighed equally); with either, the classifier runs as
+# an ablation (`classifier_ablation`). No critic sees the turn index. The oracle
 # critic (Accept exactly when the answer is right; it reads the gold answers) gives the ceiling of
 # the loop and is labelled as an oracle. A balanced training set smaller than `min_examples`, a
 # missing label, held-out examples without a correct answer, or a critic that accepts every answer
@@ -57,7 +60,7 @@ initial_docs = 0
 match = "judge"
 match_threshold = 0.5
 balance = "oversample"
-critic = "probe"
+critic = "classifier"
 probe_layer = 24
 critic_recipe = "configs/train/critic_sft.yaml"
 critic_steps = -1

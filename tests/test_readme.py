@@ -411,6 +411,20 @@ Retrieval 20, Reranking 30, Generation 211 |
     assert ("| held out, the probe critic accepts 14.3% (2.6..51.3%) of 7 right and 13.0% (7.0..22.0%) of 83 wrong "
             "answers (intervals overlap); the classifier critic 38.5% (17.7..64.5%) and 5.2% (2.0..12.6%) "
             "(intervals apart) |") in render_block("baselines", m)
+    from ragcritic_lib.pipeline.readme import SIMRAG_BENCH_KEY
+
+    bench_probe = {"name": "probe", "accept_rate_correct": 0.154, "accept_rate_correct_ci": [0.043, 0.422],
+                   "accept_rate_wrong": 0.13, "accept_rate_wrong_ci": [0.072, 0.223]}
+    sim["critic"]["name"] = "classifier"
+    sim["heldout_confusion_by_critic"] = {"classifier": sim["heldout_confusion_by_critic"]["classifier"]}
+    m[SIMRAG_BENCH_KEY] = {"heldout": 90, "heldout_accept": 7, "critics": [bench_probe]}
+    assert ("of 83 wrong answers (intervals overlap); on the same held-out examples, "
+            "`reports/benchmarks/simrag_critic.json`: the probe critic 15.4% (4.3..42.2%) and 13.0% (7.2..22.3%) "
+            "(intervals overlap) |") in render_block("baselines", m)
+    m[SIMRAG_BENCH_KEY]["heldout"] = 100  # another split: said so
+    assert "; on its own held-out examples, `reports/benchmarks/simrag_critic.json`: the probe" in render_block("baselines", m)
+    m[SIMRAG_BENCH_KEY]["critics"] = [dict(bench_probe, name="classifier")]  # a critic the stage reports itself
+    assert "simrag_critic.json" not in render_block("baselines", m)
     m["13_ragec"]["undiagnosed"] = {"over max_errors (40)": 222}
     m["13_ragec"]["errors"] = 40
     assert "40 of 262 wrong answers diagnosed; undiagnosed: over max_errors (40) 222;" in render_block("baselines", m)

@@ -618,6 +618,13 @@ def _rate_ci(metrics: Mapping[str, Any], stem: str, *keys: str) -> str:
     return f"{_pct(rate)}%" + (f" ({_pct(ci[0])}..{_pct(ci[1])}%)" if ci else "")
 
 
+def _pct_ci(rate: float | None, ci: Sequence[float] | None) -> str:
+    """A rate in % with its interval, as :func:`_rate_ci` writes one read from a metrics file."""
+    if rate is None:
+        return "unmeasured"
+    return f"{_pct(rate)}%" + (f" ({_pct(ci[0])}..{_pct(ci[1])}%)" if ci else "")
+
+
 def _separation(block: Mapping[str, Any]) -> str:
     """Whether the accept rates on right and on wrong answers have Wilson intervals apart."""
     right, wrong = block.get("accept_rate_correct_ci"), block.get("accept_rate_wrong_ci")
@@ -626,6 +633,10 @@ def _separation(block: Mapping[str, Any]) -> str:
     if right[0] > wrong[1]:
         return " (intervals apart)"
     return " (intervals overlap)" if right[1] >= wrong[0] else " (wrong answers accepted more)"
+
+
+SIMRAG_BENCH_KEY = "simrag_critic_bench"   # where check() puts reports/benchmarks/simrag_critic.json
+_SIMRAG_BENCH_FILE = "reports/benchmarks/simrag_critic.json"
 
 
 def _simrag_heldout(metrics: Mapping[str, Any], sr: str) -> str:
@@ -641,6 +652,15 @@ def _simrag_heldout(metrics: Mapping[str, Any], sr: str) -> str:
         keys = ("heldout_confusion_by_critic", other)
         out += (f"; the {other} critic {_rate_ci(metrics, sr, *keys, 'accept_rate_correct')} and "
                 f"{_rate_ci(metrics, sr, *keys, 'accept_rate_wrong')}{_separation(others[other])}")
+    bench = metrics.get(SIMRAG_BENCH_KEY) or {}
+    extra = [c for c in bench.get("critics", []) if c.get("name") not in {name, *others}]
+    if extra:
+        same = (bench.get("heldout") == int(_number(metrics, sr, *held, "n_correct")) + int(_number(metrics, sr, *held, "n_wrong"))
+                and bench.get("heldout_accept") == int(_number(metrics, sr, *held, "n_correct")))
+        out += (f"; on {'the same' if same else 'its own'} held-out examples, `{_SIMRAG_BENCH_FILE}`: "
+                + "; ".join(f"the {c['name']} critic {_pct_ci(c['accept_rate_correct'], c.get('accept_rate_correct_ci'))} "
+                            f"and {_pct_ci(c['accept_rate_wrong'], c.get('accept_rate_wrong_ci'))}{_separation(c)}"
+                            for c in extra))
     return out
 
 
@@ -1113,6 +1133,13 @@ def check(files: Sequence[Path], metrics_dir: str | Path = paths.METRICS_DIR,
             metrics[CI_RUNS_KEY] = load_runs(Path(metrics_dir).parent / "benchmarks" / "ci_runs.json")
         except BudgetError as exc:
             raise ReadmeDataError(str(exc)) from None
+    if any({"baselines", "method_simrag"} & set(block_names(text, shown[f])) for f, text in texts.items()):
+        bfile = Path(metrics_dir).parent / "benchmarks" / "simrag_critic.json"
+        if bfile.exists():
+            try:
+                metrics[SIMRAG_BENCH_KEY] = json.loads(bfile.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as exc:
+                raise ReadmeDataError(f"{bfile}: not JSON ({exc})") from None
     if any("critic_recipes" in block_names(text, shown[f]) for f, text in texts.items()):
         rfile = Path(metrics_dir).parent / "benchmarks" / "critic_recipes.json"
         if rfile.exists():
