@@ -484,6 +484,10 @@ def test_the_papers_block_reads_every_cell_from_the_metrics():
     assert "testbed F1 0.229 (EM 0.100); trivia F1 0.021 (EM 0.000)" in text
     assert "on 31 answers: side 83.9%, type unmeasured |" in text
     m = papers_metrics()
+    m["13_ragec"]["agreement"] = {"n": 0, "n_missing": 171, "n_critic_correct": 60, "side_agreement": None,
+                                  "type_agreement": None}
+    assert ("on 0 answers: side unmeasured, type unmeasured (of RAGEC's wrong answers, 171 differ from those "
+            "RAG-Critic judged and it called the other 60 right) |") in render_block("papers", m)
     del m["04_taxonomy"]["clusters"]
     with pytest.raises(ReadmeDataError, match="04_taxonomy.json: missing key clusters"):
         render_block("papers", m)

@@ -793,6 +793,10 @@ def render_papers(metrics: Mapping[str, Any]) -> str:
     ragec = (f"no human labels; agreement with RAG-Critic's tier-1 labels on {n_ag} answers: side "
              f"{_share(_number(metrics, '13_ragec', *ag, 'side_agreement', nullable=True))}, type "
              f"{_share(_number(metrics, '13_ragec', *ag, 'type_agreement', nullable=True))}")
+    if n_ag == 0:  # say why nothing was shared
+        ragec += (f" (of RAGEC's wrong answers, {int(_number(metrics, '13_ragec', *ag, 'n_missing'))} differ from "
+                  f"those RAG-Critic judged and it called the other "
+                  f"{int(_number(metrics, '13_ragec', *ag, 'n_critic_correct'))} right)")
 
     rows = [
         ["error pool", _PAPER_FIGURES["pool"], pool],
