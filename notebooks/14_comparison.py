@@ -136,7 +136,8 @@ for ds in datasets:
     if extra:
         rows = method_comparison({"standard RAG": records["standard RAG"], **extra}, baseline="standard RAG", dataset=ds,
                                  n_boot=n_boot, n_perm=n_perm, alpha=ci_alpha, seed=seed, **judge)
-        extra_rows[ds] = {k: {**v, "p_holm": None} for k, v in rows.items() if k != "standard RAG"}
+        extra_rows[ds] = {k: {**v, "p_holm": None, "judge_p_holm": None}  # outside the Holm family
+                          for k, v in rows.items() if k != "standard RAG"}
     for name, row in comparison[ds].items():
         row["training_steps"] = steps.get(name, 0)
 table = pd.DataFrame([{"dataset": ds, "method": name, **row} for ds in datasets
