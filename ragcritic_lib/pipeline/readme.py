@@ -1137,20 +1137,15 @@ def check(files: Sequence[Path], metrics_dir: str | Path = paths.METRICS_DIR,
             metrics[CI_RUNS_KEY] = load_runs(Path(metrics_dir).parent / "benchmarks" / "ci_runs.json")
         except BudgetError as exc:
             raise ReadmeDataError(str(exc)) from None
-    if any({"baselines", "method_simrag"} & set(block_names(text, shown[f])) for f, text in texts.items()):
-        bfile = Path(metrics_dir).parent / "benchmarks" / "simrag_critic.json"
-        if bfile.exists():
+    # Benchmark files some blocks read beside the metrics, when they exist: (blocks, file, key).
+    for blocks, file_name, key in (({"baselines", "method_simrag"}, "simrag_critic.json", SIMRAG_BENCH_KEY),
+                                   ({"critic_recipes"}, "critic_recipes.json", RECIPES_KEY)):
+        bfile = Path(metrics_dir).parent / "benchmarks" / file_name
+        if bfile.exists() and any(blocks & set(block_names(text, shown[f])) for f, text in texts.items()):
             try:
-                metrics[SIMRAG_BENCH_KEY] = json.loads(bfile.read_text(encoding="utf-8"))
+                metrics[key] = json.loads(bfile.read_text(encoding="utf-8"))
             except json.JSONDecodeError as exc:
                 raise ReadmeDataError(f"{bfile}: not JSON ({exc})") from None
-    if any("critic_recipes" in block_names(text, shown[f]) for f, text in texts.items()):
-        rfile = Path(metrics_dir).parent / "benchmarks" / "critic_recipes.json"
-        if rfile.exists():
-            try:
-                metrics[RECIPES_KEY] = json.loads(rfile.read_text(encoding="utf-8"))
-            except json.JSONDecodeError as exc:
-                raise ReadmeDataError(f"{rfile}: not JSON ({exc})") from None
     report = []
     for f, text in texts.items():
         differing = differing_blocks(text, metrics, shown[f])
