@@ -610,16 +610,12 @@ def render_judge(metrics: Mapping[str, Any]) -> str:
 
 def _rate_ci(metrics: Mapping[str, Any], stem: str, *keys: str) -> str:
     """A rate in % with its interval (``<key>_ci``), or "unmeasured" when it is null."""
-    rate = _number(metrics, stem, *keys, nullable=True)
-    if rate is None:
-        return "unmeasured"
     *head, last = keys
-    ci = _get(metrics, stem, *head).get(f"{last}_ci")
-    return f"{_pct(rate)}%" + (f" ({_pct(ci[0])}..{_pct(ci[1])}%)" if ci else "")
+    return _pct_ci(_number(metrics, stem, *keys, nullable=True), _get(metrics, stem, *head).get(f"{last}_ci"))
 
 
 def _pct_ci(rate: float | None, ci: Sequence[float] | None) -> str:
-    """A rate in % with its interval, as :func:`_rate_ci` writes one read from a metrics file."""
+    """A rate in % with its interval (Wilson), or "unmeasured" when it is null."""
     if rate is None:
         return "unmeasured"
     return f"{_pct(rate)}%" + (f" ({_pct(ci[0])}..{_pct(ci[1])}%)" if ci else "")
