@@ -463,7 +463,9 @@ def test_reading_ragec_and_comparison_run_on_the_committed_metrics():
     assert f"blamed on the {top} stage" in _text(R.reading_ragec(ragec))
     comparison = _committed("14_comparison")
     blocks = R.reading_comparison(comparison, alpha=0.05)
-    assert len(blocks) == len(comparison["comparison"]) and "n/a" not in "\n".join(blocks)
+    provenance = [b for b in blocks if b.startswith("Provenance: ")]  # one per upstream stage of another class
+    assert len(provenance) == len(comparison["environment"].get("provenance") or [])
+    assert len(blocks) - len(provenance) == len(comparison["comparison"]) and "n/a" not in "\n".join(blocks)
 
 
 # ------------------------------------------------------------------------------------ 15
