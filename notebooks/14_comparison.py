@@ -46,15 +46,18 @@ rag_critic_results = "data/correction/{dataset}/rag_critic_test.jsonl"
 rag_critic_pred_key = "final_prediction"
 
 # %%
+from pathlib import Path
+
 import matplotlib.pyplot as plt
 import pandas as pd
 
 from ragcritic_lib import paths
+from ragcritic_lib.agent.workflow import method_slug
 from ragcritic_lib.baselines import (
     comparison_table, jsonable, load_method_results, markdown_table, records_cost, score_records,
 )
 from ragcritic_lib.baselines.compare import (
-    comparison_metrics, comparison_summary, degenerate_list, method_comparison, rag_critic_training,
+    answerability_split, comparison_metrics, comparison_summary, degenerate_list, method_comparison, rag_critic_training,
 )
 from ragcritic_lib.baselines.harness import load_method_run, shared_test_sets
 from ragcritic_lib.io import read_json
@@ -196,13 +199,38 @@ by_type = pd.DataFrame(rows)
 by_type[by_type.type != "all"].pivot_table(index=["dataset", "type"], columns="method", values="d_f1").round(3)
 # END SOLUTION
 
+# %% [markdown]
+# ## Where the change comes from: answerable and unanswerable questions
+# On an unanswerable question (every gold answer an abstention) the only right answer is to
+# abstain, so a method that abstains more gains there whatever it does on the other questions.
+# Each row's change is split by that, after the run (no method sees it): its change and paired
+# interval on each part, and the part's share of the row's whole change (questions in the part
+# over all, times the part's change). The rows are the comparison's, the oracle and ablation
+# rows, and the correction ladder's rows of notebook 08 (its runs in the same folder as
+# RAG-Critic's); descriptive, without a correction across rows.
+
+# %%
+ladder_names = [name for name in ((m08.get("ladder") or {}).get(datasets[0]) or {})
+                if name != "standard RAG" and not name.startswith("RAG-Critic (")]
+ladder = {f"ladder: {name}": [r for ds, recs in test.items() for r in load_method_results(
+              str(Path(rag_critic_results.format(dataset=ds)).parent / f"{method_slug(name)}_test.jsonl"),
+              ids=[x["id"] for x in recs], pred_key=rag_critic_pred_key)]
+          for name in ladder_names}
+answerability = {ds: answerability_split({**records, **extra, **ladder}, baseline="standard RAG", dataset=ds,
+                                         n_boot=n_boot, n_perm=n_perm, alpha=ci_alpha, seed=seed, **judge)
+                 for ds in datasets}
+pd.DataFrame([{"dataset": ds, "part": part, "n": block["n"], "row": name, **vals}
+              for ds, parts in answerability.items() for part, block in parts.items()
+              for name, vals in block["rows"].items()]
+             ).pivot_table(index="row", columns="part", values=["delta_f1", "share_f1"], sort=False).round(3)
+
 # %%
 cols = ["dataset", "method", "n", "em", "f1", "acc", "delta_f1", "ci_low", "ci_high", "p", "p_holm",
         "calls_per_question", "training_calls", "training_steps", "training_seconds"]
 save_table(table[cols], "14_comparison", "comparison", formats=("csv",))
 save_markdown(markdown_table(table[cols].to_dict("records"), cols), "14_comparison", "comparison")
 metrics = comparison_metrics(comparison=comparison, extra_rows=extra_rows, summaries=summaries, rows=rows, flags=flags,
-                             training=rc_training, run_metrics=run_metrics)
+                             training=rc_training, run_metrics=run_metrics, answerability=answerability)
 write_stage_metrics("14_comparison", jsonable(metrics))
 sorted(metrics)
 

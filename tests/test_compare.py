@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ragcritic_lib.baselines.compare import (
-    reading,
+    reading, answerability_split,
     comparison_summary, degenerate_list, holm_adjust, method_comparison, rag_critic_training,
 )
 from ragcritic_lib.evaluation.stats import paired_mde
@@ -234,3 +234,43 @@ def test_the_reading_gives_the_judged_change_beside_f1():
     text = comparison_block("testbed", block, {"mde_conservative": 0.2})
     assert ("- **RAG-Critic**: F1 0.300, change +0.050 (95% CI -0.010..+0.110), not distinguishable from standard RAG "
             "after Holm correction (p 0.2); judged right 0.600, change +0.300 (95% CI +0.100..+0.500, Holm p 0.02).") in text
+
+
+def _gold_records(rows, *, dataset="testbed"):
+    """(f1, gold, prediction) -> scored records carrying gold answers and a prediction."""
+    return [{"id": f"q{i}", "dataset": dataset, "golden_answers": [gold], "prediction": pred,
+             "em": float(f1 >= 1.0), "f1": float(f1), "acc": float(f1 > 0)} for i, (f1, gold, pred) in enumerate(rows)]
+
+
+def test_answerability_split_separates_the_questions_whose_answer_is_to_abstain():
+    # Six answerable questions where the method loses 0.2 F1 each, four unanswerable ones where it
+    # abstains (right) and the baseline answered (wrong): the split shows the loss and the gain
+    # apart, and the two shares add up to the change over all ten questions.
+    abst = "insufficient information"
+    base = _gold_records([(0.5, "Paris", "Paris France")] * 6 + [(0.0, abst, "1984")] * 4)
+    method = _gold_records([(0.3, "Paris", "in Paris, the French capital")] * 6 + [(1.0, abst, abst)] * 4)
+    out = answerability_split({"standard RAG": base, "Abstainer": method}, n_boot=200, n_perm=200,
+                              judge_metric="f1", judge_threshold=0.5)
+    assert list(out) == ["answerable", "unanswerable"]
+    assert (out["answerable"]["n"], out["unanswerable"]["n"]) == (6, 4)
+    a, u = out["answerable"]["rows"]["Abstainer"], out["unanswerable"]["rows"]["Abstainer"]
+    assert a["delta_f1"] == pytest.approx(-0.2) and a["ci_high"] < 0
+    assert u["delta_f1"] == pytest.approx(1.0) and u["ci_low"] > 0
+    assert (a["share_f1"], u["share_f1"]) == (pytest.approx(-0.12), pytest.approx(0.4))
+    whole = method_comparison({"standard RAG": base, "Abstainer": method}, n_boot=50, n_perm=50)["Abstainer"]
+    assert a["share_f1"] + u["share_f1"] == pytest.approx(whole["delta_f1"])
+    # The judge: right before on the answerable ones (F1 0.5), wrong after (0.3); the abstentions right.
+    assert a["delta_judge_acc"] == pytest.approx(-1.0) and u["delta_judge_acc"] == pytest.approx(1.0)
+    assert u["share_judge_acc"] == pytest.approx(0.4)
+    assert "standard RAG" not in out["answerable"]["rows"]
+
+
+def test_answerability_split_leaves_out_a_part_too_small_and_names_a_record_without_gold():
+    base = _gold_records([(0.5, "Paris", "Paris")] * 5 + [(0.0, "insufficient information", "1984")])
+    out = answerability_split({"standard RAG": base, "Same": base}, n_boot=50, n_perm=50)
+    assert list(out) == ["answerable"]  # one unanswerable question gives no interval
+    assert "delta_judge_acc" not in out["answerable"]["rows"]["Same"]  # no judge asked for
+    broken = [dict(r) for r in base]
+    broken[2]["golden_answers"] = []
+    with pytest.raises(ValueError, match="'q2' has no golden_answers"):
+        answerability_split({"standard RAG": broken, "Same": base}, n_boot=50, n_perm=50)

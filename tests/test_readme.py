@@ -635,3 +635,52 @@ def test_the_recipe_frontier_block_reads_its_file_and_names_the_choice():
     assert "512 training examples, a fixed random subset of the samples of its sources (all: 2600)" in text
     assert "Chosen: `gen-top6` (the cheaper one)." in text
     assert readme.render_block("critic_recipes", {}).startswith("No recipe frontier recorded yet")
+
+
+def _split_row(delta, low, high, judge, jlow, jhigh, share):
+    return {"delta_f1": delta, "ci_low": low, "ci_high": high, "p": 0.5, "delta_judge_acc": judge,
+            "judge_ci_low": jlow, "judge_ci_high": jhigh, "share_f1": share, "share_judge_acc": share}
+
+
+def answerability_metrics():
+    metrics = comparison_metrics()
+    metrics["14_comparison"]["answerability"] = {"testbed": {
+        "answerable": {"n": 8, "rows": {
+            "CRAG": _split_row(-0.1, -0.2, -0.02, -0.1, -0.3, 0.1, -0.08),
+            "RAG-Critic": _split_row(0.0, -0.05, 0.05, 0.0, -0.1, 0.1, 0.0),
+            "CRAG (oracle)": _split_row(0.0, -0.1, 0.1, 0.125, 0.01, 0.25, 0.0),
+            "ladder: oracle critique": _split_row(0.01, -0.01, 0.03, 0.1, 0.02, 0.2, 0.008)}},
+        "unanswerable": {"n": 2, "rows": {
+            "CRAG": _split_row(0.15, 0.0, 0.5, 0.0, 0.0, 0.0, 0.03),
+            "RAG-Critic": _split_row(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0),
+            "CRAG (oracle)": _split_row(0.75, 0.5, 1.0, 0.5, 0.0, 1.0, 0.15),
+            "ladder: oracle critique": _split_row(0.46, 0.25, 0.75, 0.5, 0.0, 1.0, 0.092)}},
+    }}
+    return metrics
+
+
+def test_the_answerability_table_renders_every_row_with_both_parts_and_the_share():
+    lines = render_block("answerability", answerability_metrics()).splitlines()
+    assert lines[0].startswith("Each row's change against standard RAG on the 8 answerable and the 2 unanswerable")
+    assert lines[2] == ("| row | answerable ΔF1 (95% CI) | answerable Δ right (95% CI) | unanswerable ΔF1 (95% CI) "
+                        "| unanswerable Δ right (95% CI) | unanswerable share of ΔF1 |")
+    assert lines[4] == ("| CRAG | -0.100 (-0.200, -0.020) | -0.100 (-0.300, +0.100) | +0.150 (+0.000, +0.500) "
+                        "| +0.000 (+0.000, +0.000) | +0.030 of -0.050 |")
+    assert lines[7] == ("| ladder: oracle critique | +0.010 (-0.010, +0.030) | +0.100 (+0.020, +0.200) "
+                        "| +0.460 (+0.250, +0.750) | +0.500 (+0.000, +1.000) | +0.092 of +0.100 |")
+    with pytest.raises(ReadmeDataError, match="answerability"):
+        render_block("answerability", comparison_metrics())
+
+
+def test_the_comparison_and_the_ladder_say_where_their_change_comes_from():
+    note = ("- Answerable and unanswerable questions apart (descriptive; `reports/metrics/14_comparison.json` "
+            "`answerability`): on the 8 answerable questions, 95% CI of ΔF1 wholly above 0: none; wholly below 0: {f1}; "
+            "of the change in the share judged right wholly above 0: {judged}; wholly below 0: none. Of each row's ΔF1, "
+            "the 2 unanswerable questions (every gold answer an abstention) carry: {carried}.")
+    lines = render_block("comparison", answerability_metrics()).splitlines()
+    assert note.format(f1="CRAG", judged="CRAG (oracle)",
+                       carried="CRAG +0.030 of -0.050; CRAG (oracle) +0.150 of +0.150") in lines
+    # Without the split the comparison block has no such line.
+    assert not any("Answerable and" in line for line in render_block("comparison", comparison_metrics()).splitlines())
+    ladder = render_block("ladder", {**ladder_metrics(), **answerability_metrics()}).splitlines()
+    assert note.format(f1="none", judged="oracle critique", carried="oracle critique +0.092 of +0.100") in ladder

@@ -176,6 +176,70 @@ def comparison_summary(block: Mapping[str, Mapping[str, Any]], *, baseline: str 
     return {"mde_conservative": mde, "significant_after_holm": significant}
 
 
+ANSWERABILITY_PARTS = ("answerable", "unanswerable")
+
+
+def answerability_split(
+    results: Mapping[str, Sequence[Mapping[str, Any]]], *, baseline: str = "standard RAG",
+    dataset: str = "testbed", n_boot: int = 1000, n_perm: int = 10000, alpha: float = 0.05, seed: int = 0,
+    judge_metric: str | None = None, judge_threshold: float = 0.5,
+) -> dict[str, dict[str, Any]]:
+    """Each row's change against ``baseline`` on the answerable and on the unanswerable questions
+    apart, and how much of its whole change each part carries.
+
+    A question is unanswerable when every gold answer is an abstention
+    (:func:`ragcritic_lib.evaluation.truth.is_unanswerable`); there the only right answer is to
+    abstain, so a method that abstains more gains there whatever it does elsewhere. This is an
+    evaluation after the run: the gold answers split the questions, no method sees the split.
+
+    Returns:
+        {part: {"n": questions in the part, "rows": {row: {"delta_f1", "ci_low", "ci_high", "p",
+        and with ``judge_metric`` "delta_judge_acc", "judge_ci_low", "judge_ci_high"; plus
+        "share_f1" (the part's contribution to the row's change over all questions: ``n_part / n
+        * delta_f1``) and "share_judge_acc" alike}}}} for the parts in :data:`ANSWERABILITY_PARTS`
+        that hold at least 2 questions. Rows and intervals come from :func:`method_comparison` on
+        the part's questions (no Holm correction across rows: descriptive).
+
+    Raises:
+        ValueError: as :func:`method_comparison`, and a baseline record without gold answers.
+    """
+    from ragcritic_lib.evaluation.truth import is_unanswerable
+
+    if baseline not in results:
+        raise KeyError(f"baseline {baseline!r} missing from results ({sorted(results)})")
+    base = _by_id(baseline, results[baseline], dataset)
+    if not base:
+        raise ValueError(f"baseline {baseline!r} has no question on dataset {dataset!r}")
+    part_of = {}
+    for qid, rec in base.items():
+        golds = rec.get("golden_answers")
+        if not golds:
+            raise ValueError(f"{baseline}: record {qid!r} has no golden_answers to tell whether it is answerable")
+        part_of[qid] = ANSWERABILITY_PARTS[int(is_unanswerable(list(golds)))]
+    n_all = len(part_of)
+    out: dict[str, dict[str, Any]] = {}
+    for part in ANSWERABILITY_PARTS:
+        ids = {q for q, p in part_of.items() if p == part}
+        if len(ids) < 2:
+            continue
+        subset = {name: [r for r in recs if dataset_name(r) == dataset and str(r["id"]) in ids]
+                  for name, recs in results.items()}
+        block = method_comparison(subset, baseline=baseline, dataset=dataset, n_boot=n_boot, n_perm=n_perm,
+                                  alpha=alpha, seed=seed, judge_metric=judge_metric, judge_threshold=judge_threshold)
+        rows = {}
+        for name, row in block.items():
+            if name == baseline:
+                continue
+            keep = {k: row[k] for k in ("delta_f1", "ci_low", "ci_high", "p")}
+            keep["share_f1"] = len(ids) / n_all * row["delta_f1"]
+            if judge_metric:
+                keep.update({k: row[k] for k in ("delta_judge_acc", "judge_ci_low", "judge_ci_high")})
+                keep["share_judge_acc"] = len(ids) / n_all * row["delta_judge_acc"]
+            rows[name] = keep
+        out[part] = {"n": len(ids), "rows": rows}
+    return out
+
+
 def degenerate_list(flags: Mapping[str, Sequence[str] | None]) -> list[str]:
     """``{method: [reason, ...]}`` as sorted "method: reason" strings, each once (empty when none).
 
@@ -192,7 +256,8 @@ def degenerate_list(flags: Mapping[str, Sequence[str] | None]) -> list[str]:
 
 def comparison_metrics(*, comparison: Mapping[str, Any], extra_rows: Mapping[str, Any], summaries: Mapping[str, Any],
                        rows: Sequence[Mapping[str, Any]], flags: Mapping[str, Sequence[str] | None],
-                       training: Mapping[str, Any], run_metrics: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+                       training: Mapping[str, Any], run_metrics: Mapping[str, Mapping[str, Any]],
+                       answerability: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The comparison stage's metrics (``reports/metrics/14_comparison.json``, schema
     ``ComparisonMetrics``) before ``jsonable`` (the reading takes them as they are).
 
@@ -203,12 +268,15 @@ def comparison_metrics(*, comparison: Mapping[str, Any], extra_rows: Mapping[str
         flags: {method: degenerate reasons}, kept as they are and listed by :func:`degenerate_list`.
         training: :func:`rag_critic_training`.
         run_metrics: {method: its stage's metrics}, whose ``seconds`` are gathered.
+        answerability: {dataset: :func:`answerability_split`} over the comparison's rows, the
+            oracle and ablation rows and the correction ladder's rows (absent when None).
     """
     return {
         "comparison": comparison, "oracle_and_ablation_rows": extra_rows, "summary": summaries,
         "rows": [dict(r) for r in rows], "degenerate": degenerate_list(flags), "degenerate_by_method": flags,
         "rag_critic_training": training,
         "stage_seconds": {name: mt.get("seconds") for name, mt in run_metrics.items()},
+        **({"answerability": answerability} if answerability is not None else {}),
     }
 
 

@@ -46,7 +46,7 @@ _DASH = "–"
 
 # The metrics files (stems of reports/metrics/<stem>.json) each block reads.
 BLOCK_SOURCES: dict[str, tuple[str, ...]] = {
-    "ladder": ("08_correction",),
+    "ladder": ("08_correction", "14_comparison"),
     "benchmark": ("07_benchmark", "05_critic_sft", "06_critic_dpo"),
     "comparison": ("14_comparison",),
     "ladder_by_type": ("08_correction",),
@@ -54,6 +54,7 @@ BLOCK_SOURCES: dict[str, tuple[str, ...]] = {
     "standard_rag": ("01_retrieval_rag",),
     "judge": ("02_error_sampling", "08_correction"),
     "comparison_details": ("14_comparison",),
+    "answerability": ("14_comparison",),
     "baselines": ("09_self_refine", "10_crag", "11_simrag", "12_repair", "13_ragec"),
     "papers": ("01_retrieval_rag", "02_error_sampling", "03_tagging", "04_taxonomy", "05_critic_sft",
                "06_critic_dpo", "07_benchmark", "08_correction", "13_ragec", "14_comparison"),
@@ -359,7 +360,8 @@ def render_ladder(metrics: Mapping[str, Any]) -> str:
                "into an abstention." if q["acted"] else "It corrected no answer.")
             + (f" The critic refused {q['not_verified']} further corrections (their old answers stay)."
                if q.get("not_verified") else ""))
-    notes += [_flags_line(_flags(metrics, stem)), environment_line(metrics, stem)]
+    ladder_note = _answerability_note(metrics, [_LADDER_PREFIX + name for name in _ordered(rows)], prefix=_LADDER_PREFIX)
+    notes += [*([ladder_note] if ladder_note else []), _flags_line(_flags(metrics, stem)), environment_line(metrics, stem)]
     intro = (f"Every row answers the same {n} testbed test questions; ΔF1 is the change against standard RAG "
              "with a paired bootstrap 95% CI and a paired permutation p; the paired MDE is the smallest change "
              "its paired differences could detect (0 for a row that changed no answer). \"right\" is the share "
@@ -481,6 +483,7 @@ def render_comparison(metrics: Mapping[str, Any]) -> str:
         "Oracle and ablation rows: " + _ci_sentence(metrics, stem, ("oracle_and_ablation_rows", "testbed"), extra),
         (f"Minimum detectable F1 change at n = {n} (80% power, conservative): "
          f"{_f(_number(metrics, stem, 'summary', 'testbed', 'mde_conservative'))}."),
+        *filter(None, [_answerability_note(metrics, [*_ordered(methods), *extra])]),
         _flags_line(_flags(metrics, stem)),
         environment_line(metrics, stem),
     ]
@@ -1017,6 +1020,84 @@ def render_critic_recipes(metrics: Mapping[str, Any]) -> str:
     return "\n".join([intro, ""] + _table(header, rows) + [""] + notes)
 
 
+# ------------------------------------------------------------------- answerable and unanswerable
+_LADDER_PREFIX = "ladder: "  # how the comparison stage names the correction ladder's rows in ``answerability``
+
+
+def _answerability(metrics: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """``14_comparison.json`` ``answerability.testbed`` when both parts are there, else None."""
+    if "14_comparison" not in metrics:
+        return None
+    parts = (_get(metrics, "14_comparison").get("answerability") or {}).get("testbed")
+    if not isinstance(parts, Mapping) or not {"answerable", "unanswerable"} <= parts.keys():
+        return None
+    return parts
+
+
+def _answerability_note(metrics: Mapping[str, Any], names: Sequence[str], *, prefix: str = "") -> str | None:
+    """One sentence: which rows' ΔF1 (and change in the share judged right) lies wholly above or
+    below 0 on the answerable questions, and how much of each row's whole ΔF1 the unanswerable
+    questions carry. ``names`` are rows as the comparison stage names them; ``prefix`` is cut
+    from the names shown."""
+    parts = _answerability(metrics)
+    if parts is None:
+        return None
+    stem, group = "14_comparison", ("answerability", "testbed")
+    names = [n for n in names if n in parts["answerable"]["rows"] and n in parts["unanswerable"]["rows"]]
+    if not names:
+        return None
+    shown = {n: n[len(prefix):] if prefix and n.startswith(prefix) else n for n in names}
+
+    def which(fields: tuple[str, str]) -> str:
+        above, below = [], []
+        for n in names:
+            low, high = (_number(metrics, stem, *group, "answerable", "rows", n, k) for k in fields)
+            (above if low > 0 else below if high < 0 else []).append(shown[n])
+        return f"wholly above 0: {', '.join(above) or 'none'}; wholly below 0: {', '.join(below) or 'none'}"
+
+    carried = []
+    for n in names:
+        shares = [_number(metrics, stem, *group, part, "rows", n, "share_f1") for part in ("answerable", "unanswerable")]
+        if abs(sum(shares)) >= 0.0005 or abs(shares[1]) >= 0.0005:
+            carried.append(f"{shown[n]} {_signed(shares[1])} of {_signed(sum(shares))}")
+    n_a, n_u = (int(_number(metrics, stem, *group, part, "n")) for part in ("answerable", "unanswerable"))
+    return (f"Answerable and unanswerable questions apart (descriptive; `reports/metrics/14_comparison.json` "
+            f"`answerability`): on the {n_a} answerable questions, 95% CI of ΔF1 {which(('ci_low', 'ci_high'))}; "
+            f"of the change in the share judged right {which(('judge_ci_low', 'judge_ci_high'))}. "
+            f"Of each row's ΔF1, the {n_u} unanswerable questions (every gold answer an abstention) carry: "
+            + ("; ".join(carried) or "nothing") + ".")
+
+
+def render_answerability(metrics: Mapping[str, Any]) -> str:
+    """Every row of the comparison and of the correction ladder on the answerable and the
+    unanswerable questions apart (``14_comparison.json`` ``answerability.testbed``)."""
+    stem, group = "14_comparison", ("answerability", "testbed")
+    parts = _answerability(metrics)
+    if parts is None:
+        raise ReadmeDataError(f"{_file(stem)}: missing key answerability.testbed.answerable / .unanswerable")
+    rows = []
+    for name in parts["answerable"]["rows"]:
+        if name not in parts["unanswerable"]["rows"]:
+            continue
+        cells = [name]
+        for part in ("answerable", "unanswerable"):
+            key = (*group, part, "rows", name)
+            cells += [_change(metrics, stem, *key),
+                      _change(metrics, stem, *key, fields=("delta_judge_acc", "judge_ci_low", "judge_ci_high"))]
+        shares = [_number(metrics, stem, *group, part, "rows", name, "share_f1") for part in ("answerable", "unanswerable")]
+        rows.append(cells + [f"{_signed(shares[1])} of {_signed(sum(shares))}"])
+    n_a, n_u = (int(_number(metrics, stem, *group, part, "n")) for part in ("answerable", "unanswerable"))
+    intro = (f"Each row's change against standard RAG on the {n_a} answerable and the {n_u} unanswerable testbed "
+             "test questions apart (a question is unanswerable when every gold answer is an abstention; the split "
+             "is made after the run, no method sees it), with paired bootstrap 95% CIs, and the share of the row's "
+             "whole F1 change that the unanswerable questions carry (their count over all, times their change). "
+             "Rows: the comparison's, its oracle and ablation rows, and the correction ladder's (\"ladder:\"). "
+             "Descriptive: no correction across rows.")
+    header = ["row", f"answerable ΔF1 (95% CI)", "answerable Δ right (95% CI)", "unanswerable ΔF1 (95% CI)",
+              "unanswerable Δ right (95% CI)", "unanswerable share of ΔF1"]
+    return _compose(intro, header, rows, [environment_line(metrics, stem)])
+
+
 _RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "ladder": render_ladder,
     "benchmark": render_benchmark,
@@ -1033,6 +1114,7 @@ _RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "critic_recipes": render_critic_recipes,
     "command_times": render_command_times,
     "smoke_times": render_smoke_times,
+    "answerability": render_answerability,
     **{card: (lambda metrics, card=card: render_method_card(card, metrics)) for card in METHOD_CARDS},
 }
 
