@@ -107,6 +107,29 @@ def test_hf_score_matches_a_manual_forward_pass(tiny):
             assert s < 0
 
 
+def test_hf_score_encodes_the_prompt_once_and_feeds_each_batch_only_its_options(tiny, monkeypatch):
+    # Five options of different lengths at batch size 2: one pass over the prompt, then one pass
+    # a batch of options over its cache (three batches), each no wider than its longest option.
+    prompt = [{"role": "user", "content": "Which city is the capital of France, and why is it known?"}]
+    options = [" Paris", " Paris, on the Seine", " the city of Lyon", " Marseille", " it is not stated in the text"]
+    n_prompt = len(tiny.encode(tiny.render(prompt)))
+    widths = []
+    model = tiny.hf_model
+    real = model.forward
+
+    def counting(*args, **kwargs):
+        widths.append(int(kwargs["input_ids"].shape[1]) if "input_ids" in kwargs else int(args[0].shape[1]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", counting)
+    (got,) = tiny.score([prompt], [options])
+    lengths = [len(tiny._option_ids(o)) for o in options]
+    assert widths == [n_prompt] + [max(lengths[i : i + 2]) - 1 for i in range(0, 5, 2)]
+    monkeypatch.setattr(model, "forward", real)
+    for o, s in zip(options, got):
+        assert s == pytest.approx(_manual_logprob(tiny, prompt, o), abs=1e-4)
+
+
 def test_hf_choose_always_returns_one_option_and_follows_greedy_trie(tiny):
     import torch
 

@@ -396,22 +396,52 @@ class HFBackend(LLM):
                     lp = torch.log_softmax(logits.float(), -1)
                     yield j, [float(lp[ids[0]]) for ids in opt_ids]
                     continue
-                scores = []
-                for start in range(0, len(opt_ids), self.batch_size):
-                    chunk = opt_ids[start : start + self.batch_size]
-                    width = len(prompt_ids) + max(map(len, chunk))
-                    ids = torch.full((len(chunk), width), self.pad_token_id, dtype=torch.long)
-                    mask = torch.zeros((len(chunk), width), dtype=torch.long)
-                    for r, o in enumerate(chunk):
-                        seq = prompt_ids + o
-                        ids[r, : len(seq)] = torch.tensor(seq)
-                        mask[r, : len(seq)] = 1
-                    logits = self.hf_model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits
-                    lp = torch.log_softmax(logits.float(), -1)
-                    for r, o in enumerate(chunk):
-                        pos = torch.arange(len(prompt_ids) - 1, len(prompt_ids) - 1 + len(o))
-                        scores.append(float(lp[r, pos, torch.tensor(o)].sum()))
-                yield j, scores
+                yield j, self._score_after_prompt(prompt_ids, opt_ids)
+
+    def _score_after_prompt(self, prompt_ids: list[int], opt_ids: list[list[int]]) -> list[float]:
+        """Total log-probability of each option (token ids, at least one has two or more) after
+        ``prompt_ids``, encoding the prompt once.
+
+        One forward pass over the prompt gives every option's first token and the prompt's
+        key-value cache; each batch of options then feeds only its own tokens but the last over a
+        copy of that cache repeated once a row (right-padded, the padding masked and after every
+        real token, so no real token sees it). Encoding the prompt once a call instead of once an
+        option is what makes scoring many options of a long prompt affordable on a CPU; the scores
+        agree with a full pass over prompt and option to float rounding.
+        """
+        import copy
+
+        import torch
+
+        out = self.hf_model(input_ids=torch.tensor([prompt_ids], device=self.device), use_cache=True,
+                            **self._last_only)
+        first = torch.log_softmax(out.logits[0, -1].float(), -1)
+        n_prompt = len(prompt_ids)
+        scores: list[float] = []
+        for start in range(0, len(opt_ids), self.batch_size):
+            chunk = opt_ids[start : start + self.batch_size]
+            totals = [float(first[o[0]]) for o in chunk]
+            width = max(len(o) for o in chunk) - 1
+            if width:
+                n = len(chunk)
+                cache = copy.deepcopy(out.past_key_values)
+                cache.batch_repeat_interleave(n)
+                ids = torch.full((n, width), self.pad_token_id, dtype=torch.long)
+                mask = torch.zeros((n, n_prompt + width), dtype=torch.long)
+                mask[:, :n_prompt] = 1
+                for r, o in enumerate(chunk):
+                    ids[r, : len(o) - 1] = torch.tensor(o[:-1])
+                    mask[r, n_prompt : n_prompt + len(o) - 1] = 1
+                positions = torch.arange(n_prompt, n_prompt + width).expand(n, -1)
+                logits = self.hf_model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                                       position_ids=positions.to(self.device), past_key_values=cache,
+                                       use_cache=True).logits
+                lp = torch.log_softmax(logits.float(), -1)
+                for r, o in enumerate(chunk):
+                    if len(o) > 1:
+                        totals[r] += float(lp[r, torch.arange(len(o) - 1), torch.tensor(o[1:])].sum())
+            scores += totals
+        return scores
 
     def _choose(self, prompts: list[Any], options: list[list[str]]) -> Iterator[tuple[int, Choice]]:
         """Greedy decoding restricted to a token trie of each prompt's options (batched).
