@@ -7,9 +7,11 @@ GenerateAnswer turns a new answer into "insufficient information" when it is not
 passages or repeats the rejected one; each such call is logged with the reader's raw text
 (``abstained: true``). For every run file of ``data/correction/<dataset>/`` (the test rows and the
 dev corrections the acting threshold is fitted on) this prints, over the first round: the mean F1
-before, as run, and with the reader's answer restored; how often the path fired; and, for the dev
-corrections, both F1s at a range of verdict-margin thresholds (acting only above each), the
-calibrated one included. Numbers only, no asserts.
+before, as run, and with the reader's answer restored; how often the path fired; on the
+answerable and the unanswerable questions apart (every gold answer an abstention), how many
+answers were corrected, how many of their critiques named an unsupported answer and how often the
+path fired; and, for the dev corrections, both F1s at a range of verdict-margin thresholds
+(acting only above each), the calibrated one included. Numbers only, no asserts.
 
     .venv/bin/python benchmarks/bench_abstain_replay.py
     .venv/bin/python benchmarks/bench_abstain_replay.py --dataset testbed --thresholds 0,1,2,3,4,5
@@ -46,9 +48,16 @@ def replay(record: Mapping[str, Any]) -> dict[str, Any]:
         if event.get("action") == "GenerateAnswer" and not event.get("intermediate") and event.get("abstained"):
             answer, _ = extract_answer(str(event.get("raw") or ""), prefilled=record.get("prompt_variant") == "prefill")
             restored, fired = score_prediction(answer, golds)["f1"], True
-    margin = (step.get("critic") or {}).get("margin")
+    from ragcritic_lib.agent.actions import UNSUPPORTED_LABELS
+    from ragcritic_lib.evaluation.truth import is_unanswerable
+
+    critique = step.get("critic") or {}
+    margin = critique.get("margin")
+    labels = {str(t) for key in ("tag1", "tag2") for t in critique.get(key) or []}
     return {"before": before, "after": after, "restored": restored, "fired": fired,
-            "margin": None if margin is None else float(margin)}
+            "margin": None if margin is None else float(margin),
+            "unanswerable": is_unanswerable(golds), "corrected": step.get("status") == "corrected",
+            "unsupported_label": bool(labels & UNSUPPORTED_LABELS)}
 
 
 def at_threshold(rows: Sequence[Mapping[str, Any]], threshold: float, key: str) -> float:
@@ -73,6 +82,10 @@ def main() -> None:
         mean = {k: sum(r[k] for r in rows) / n for k in ("before", "after", "restored")}
         print(f"{f.name}: n={n}, abstain path fired on {sum(r['fired'] for r in rows)}; F1 before {mean['before']:.4f}, "
               f"as run {mean['after']:.4f}, reader's answer restored {mean['restored']:.4f}")
+        for part, flag in (("answerable", False), ("unanswerable", True)):
+            sub = [r for r in rows if r["unanswerable"] is flag and r["corrected"]]
+            print(f"  {part}: {len(sub)} corrected, {sum(r['unsupported_label'] for r in sub)} critiques name an "
+                  f"unsupported answer, the abstain path fired on {sum(r['fired'] for r in sub)}")
         if f.name.startswith("dev_") and all(r["margin"] is not None for r in rows):
             metrics = paths.METRICS_DIR / "08_correction.json"
             calibrated = (((read_json(metrics).get("critic_verdict") or {}).get("dev_fit") or {})

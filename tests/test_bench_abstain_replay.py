@@ -9,7 +9,8 @@ from script_modules import load_script
 bench = load_script("benchmarks/bench_abstain_replay.py")
 
 
-def _record(qid, gold, before, *, raw=None, after=None, margin=1.0, variant="prefill"):
+def _record(qid, gold, before, *, raw=None, after=None, margin=1.0, variant="prefill",
+            tags=("Factual Inaccuracies",)):
     events = [{"action": "RefineDoc", "output": "a passage"}]
     if raw is not None:  # the abstain path replaced the reader's answer
         events.append({"action": "GenerateAnswer", "raw": raw, "answer": "insufficient information", "abstained": True})
@@ -18,21 +19,26 @@ def _record(qid, gold, before, *, raw=None, after=None, margin=1.0, variant="pre
         events.append({"action": "GenerateAnswer", "raw": after, "answer": after, "abstained": False})
     return {"id": qid, "golden_answers": [gold], "predictions": [before], "final_prediction": after,
             "prompt_variant": variant,
-            "steps": [{"critic": {"margin": margin}, "answer_after": after, "events": events}]}
+            "steps": [{"critic": {"margin": margin, "tag1": [], "tag2": list(tags)}, "status": "corrected",
+                       "answer_after": after, "events": events}]}
 
 
 def test_the_reader_s_answer_is_restored_only_where_the_abstain_path_fired():
     fired = bench.replay(_record("q1", "Paris", "Paris", raw=" Paris<|im_end|>", margin=3.0))
-    assert fired == {"before": 1.0, "after": 0.0, "restored": 1.0, "fired": True, "margin": 3.0}
-    kept = bench.replay(_record("q2", "Lyon", "Paris", after="Lyon", margin=0.5))
-    assert kept == {"before": 0.0, "after": 1.0, "restored": 1.0, "fired": False, "margin": 0.5}
+    assert fired == {"before": 1.0, "after": 0.0, "restored": 1.0, "fired": True, "margin": 3.0,
+                     "unanswerable": False, "corrected": True, "unsupported_label": True}
+    kept = bench.replay(_record("q2", "Lyon", "Paris", after="Lyon", margin=0.5, tags=["Incomplete Information"]))
+    assert kept == {"before": 0.0, "after": 1.0, "restored": 1.0, "fired": False, "margin": 0.5,
+                    "unanswerable": False, "corrected": True, "unsupported_label": False}
+    assert bench.replay(_record("q5", "insufficient information", "1984", after="1984"))["unanswerable"] is True
     # An intermediate GenerateAnswer (a sub-question's) is not the answer the path replaced.
     rec = _record("q3", "Rome", "Rome", raw="Rome")
     rec["steps"][0]["events"][-1]["intermediate"] = True
     assert bench.replay(rec)["fired"] is False
     # A record the critic did not act on has no step: nothing changed.
     untouched = {"id": "q4", "golden_answers": ["Oslo"], "predictions": ["Oslo"], "final_prediction": "Oslo"}
-    assert bench.replay(untouched) == {"before": 1.0, "after": 1.0, "restored": 1.0, "fired": False, "margin": None}
+    assert bench.replay(untouched) == {"before": 1.0, "after": 1.0, "restored": 1.0, "fired": False, "margin": None,
+                                       "unanswerable": False, "corrected": False, "unsupported_label": False}
 
 
 def test_a_threshold_acts_only_above_its_margin():
