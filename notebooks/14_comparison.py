@@ -52,7 +52,6 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from ragcritic_lib import paths
-from ragcritic_lib.agent.workflow import method_slug
 from ragcritic_lib.baselines import (
     comparison_table, jsonable, load_method_results, markdown_table, records_cost, score_records,
 )
@@ -213,7 +212,7 @@ by_type[by_type.type != "all"].pivot_table(index=["dataset", "type"], columns="m
 ladder_names = [name for name in ((m08.get("ladder") or {}).get(datasets[0]) or {})
                 if name != "standard RAG" and not name.startswith("RAG-Critic (")]
 ladder = {f"ladder: {name}": [r for ds, recs in test.items() for r in load_method_results(
-              str(Path(rag_critic_results.format(dataset=ds)).parent / f"{method_slug(name)}_test.jsonl"),
+              str(Path(rag_critic_results.format(dataset=ds)).parent / f"{paths.method_slug(name)}_test.jsonl"),
               ids=[x["id"] for x in recs], pred_key=rag_critic_pred_key)]
           for name in ladder_names}
 answerability = {ds: answerability_split({**records, **extra, **ladder}, baseline="standard RAG", dataset=ds,

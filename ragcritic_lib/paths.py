@@ -10,6 +10,7 @@ location can be moved with ``RAGCRITIC_CACHE_DIR``.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -112,3 +113,9 @@ def resolve_llm_paths(cfg: Mapping[str, Any]) -> dict[str, Any]:
         elif resolved.exists():
             cfg[key] = str(resolved)
     return cfg
+
+
+def method_slug(name: str) -> str:
+    """File-name form of a method or ladder row name, as stage 08 names its run files and the
+    comparison stage reads them: "RAG-Critic" -> "rag_critic", "w/o X" -> "w_o_x"."""
+    return "_".join(re.findall(r"[a-z0-9]+", name.lower())) or "method"

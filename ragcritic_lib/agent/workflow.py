@@ -17,7 +17,6 @@ calls, tokens and wall time per phase for the cost table (Table 8).
 
 from __future__ import annotations
 
-import re
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -27,6 +26,7 @@ from typing import Any
 from ragcritic_lib.agent.executor import ProgramError, ProgramRuntimeError, run_program
 from ragcritic_lib.agent.planner import PlannerContext, critic_feedback, passage_strings
 from ragcritic_lib.evaluation.scoring import aggregate, aggregate_by, score_prediction
+from ragcritic_lib.paths import method_slug  # noqa: F401  (notebook 08 names its run files with it)
 
 STATUSES = (
     "corrected",         # the program ran and produced a new non-empty answer
@@ -645,11 +645,6 @@ def run_methods(
                                        verifier=spec.get("verifier"), **kwargs)
         costs[name] = meter.summary(n_samples=len(records))
     return results, costs
-
-
-def method_slug(name: str) -> str:
-    """File-name form of a method name: "RAG-Critic" -> "rag_critic", "w/o X" -> "w_o_x"."""
-    return "_".join(re.findall(r"[a-z0-9]+", name.lower())) or "method"
 
 
 def comparison_rows(results: Mapping[str, Sequence[Mapping[str, Any]]], *, baseline: str | None = None,
