@@ -181,6 +181,15 @@ def test_critic_sft_metrics_from_what_the_stage_computed(tx) -> None:
                                 "method": "full", "lora_r": None, "train_layers": 4, "epochs": 2.0,
                                 "tokens_per_example": 100.0, "cache_seconds": 1.0, "stopped_early": False,
                                 "best_at_examples": 4, "best_dev_auroc": 0.6, "select": "dev_auroc", "first_loss": 2.5, "last_loss": 1.0}
+    # the device trained on: the fit's own word (a TRL run's), else where torch runs in this process
+    import torch
+
+    again = dict(data=data, evidence=evidence, style_shortcut_auroc=0.55, dev={"n": 6, "correct": 2}, preview=preview,
+                 calibration=CALIBRATION, questions={"train": 3, "dev": 6})
+    assert critic_sft_metrics(fit=_fit(curve, device="cuda x 2"), **again)["train"]["device"] == "cuda x 2"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch.cuda, "is_available", lambda: True)
+        assert critic_sft_metrics(fit=_fit(curve), **again)["train"]["device"] == "cuda"
     # within the first epoch a point has seen as many distinct examples; later ones all of them
     assert metrics["learning_curve"] == [{"examples": 2, "examples_seen": 2, "dev_auroc": 0.5},
                                          {"examples": 4, "examples_seen": 4, "dev_auroc": 0.6},

@@ -261,3 +261,29 @@ def test_cached_sft_compares_ships_and_dpo_continues_the_shipped_critic(tiny_dir
     assert shipped["form"] == manifest["form"]
     assert shipped["base"] == manifest["base"]  # against the SFT critic's own base, not a rebuilt copy
     assert dpo["ship"]["flag"] is False
+
+
+def test_the_cached_trainer_runs_where_torch_sees_a_gpu(monkeypatch) -> None:
+    import torch
+
+    from ragcritic_lib.critic.train import autocast_plan, train_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert train_device() == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert train_device() == "cuda"
+    # autocast follows the device the weights are on; fp32 asked stays fp32 on either
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert autocast_plan(torch, "auto", "cuda:0") == ("cuda", True)
+    assert autocast_plan(torch, "float32", torch.device("cuda", 0)) == ("cuda", False)
+    assert autocast_plan(torch, "bfloat16", torch.device("cpu")) == ("cpu", True)
+    assert autocast_plan(torch, "float32", "cpu") == ("cpu", False)
+
+
+def test_split_model_builds_its_inputs_on_the_weights_device(tiny_dir) -> None:
+    from ragcritic_lib.critic.train import load_split_model
+
+    split, _ = load_split_model(tiny_dir, 1)
+    assert split.device.type == "cpu"
+    t = split.tensor([1, 2, 3])
+    assert t.device == split.device and t.tolist() == [1, 2, 3]

@@ -241,6 +241,20 @@ def test_the_benchmark_renders_every_critic_in_the_file():
     assert "degenerate" not in text  # 07 has no `degenerate` list yet: nothing is claimed about it
 
 
+def test_the_benchmark_reports_a_rerun_of_the_critic_elsewhere():
+    metrics = benchmark_metrics()
+    assert "re-run" not in render_block("benchmark", metrics)
+    metrics[readme.RERUNS_KEY] = {"reruns": [{
+        "machine": "one GPU", "cpu_class": "cuda", "dev_auroc": 0.7511, "threshold": 2.3682, "dev_tag1_f1": 0.5414,
+        "wall_seconds": 186.5, "dev_auroc_diff": -0.0002, "within_tolerance": True, "tolerance": 0.05,
+        "shipped": {"cpu_class": "avx2", "dev_auroc": 0.7513, "threshold": 2.369, "dev_tag1_f1": 0.5203,
+                    "wall_seconds": 5424.8}}]}
+    assert ("- Stage 05 re-run on one GPU (class `cuda`, `reports/benchmarks/critic_reruns.json`): dev verdict AUROC "
+            "0.751 against 0.751 shipped (`avx2`), a difference of -0.0002 (within 0.05); threshold 2.368 against "
+            "2.369, dev tier-1 F1 0.541 against 0.520; the stage's cells took 187 s against 5425 s."
+            ) in render_block("benchmark", metrics)
+
+
 def comparison_metrics():
     def method(n, em, f1, delta, low, high, p, p_holm, calls, training=(None, None, None)):
         return {"n": n, "em": em, "f1": f1, "acc": f1, "delta_f1": delta, "ci_low": low, "ci_high": high, "p": p,
@@ -621,6 +635,22 @@ def test_an_environment_line_says_when_its_file_predates_the_stage_runner():
         assert readme.environment_line(old, "08_correction").endswith(
             "**Not up to date:** `08_correction` comes from a run older than the stage runner that records the CPU "
             "class and wall time; `dvc status` names its stage until it re-runs.")
+
+
+def test_the_probe_layer_block_reads_its_file_and_names_no_winner_inside_the_ci():
+    assert "No probe-layer benchmark recorded yet" in readme.render_block("probe_layers", {})
+    data = {"probe_samples": 100, "probe_errors": 80, "dev": 50, "dev_errors": 40, "sources": ["generator", "pool"],
+            "shipped": "24+last", "cpu_class": "cuda", "orders": 2, "best_on_dev": "21", "clearly_above_shipped": [],
+            "rows": [{"name": "24+last", "features": 8, "dev_auroc": 0.75, "ci_low": 0.6, "ci_high": 0.85,
+                      "dev_auroc_orders": [0.75, 0.69]},
+                     {"name": "21", "features": 4, "dev_auroc": 0.8, "ci_low": 0.7, "ci_high": 0.88,
+                      "dev_auroc_orders": [0.8, 0.8], "vs_shipped": {"diff": 0.05, "low": -0.007, "high": 0.118}}]}
+    text = readme.render_block("probe_layers", {readme.PROBE_LAYERS_KEY: data})
+    assert "| `24+last` | 8 | 0.750 | 0.600..0.850 | – | 0.690..0.750 |" in text
+    assert "| `21` | 4 | 0.800 | 0.700..0.880 | +0.050 (-0.007, +0.118) | 0.800..0.800 |" in text
+    assert "- Best on dev: `21`; with a difference to `24+last` whose CI lies above 0: none." in text
+    data["clearly_above_shipped"] = ["21"]
+    assert "whose CI lies above 0: `21`." in readme.render_block("probe_layers", {readme.PROBE_LAYERS_KEY: data})
 
 
 def test_the_recipe_frontier_block_reads_its_file_and_names_the_choice():

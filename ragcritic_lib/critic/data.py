@@ -321,6 +321,14 @@ def critic_data_metrics(*, data: Mapping[str, Any], evidence: Mapping[str, Any],
     }
 
 
+def _torch_device() -> str:
+    """Where this process trained: the cached trainer runs on a GPU whenever torch sees one
+    (:func:`ragcritic_lib.critic.train.train_device`), and the metrics are written right after."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def critic_sft_metrics(*, data: Mapping[str, Any], evidence: Mapping[str, Any], style_shortcut_auroc: float | None,
                        dev: Mapping[str, Any], fit: Mapping[str, Any], preview: Sequence[Any],
                        calibration: Mapping[str, Any], questions: Mapping[str, int],
@@ -364,7 +372,8 @@ def critic_sft_metrics(*, data: Mapping[str, Any], evidence: Mapping[str, Any], 
         # seconds: wall time of the whole training (cache, comparison, main run), the
         # comparison's training cost (it varies from run to run).
         "train": {"steps": run["steps"], "seconds": fit["seconds"], "examples": fit["examples"],
-                  "dropped_too_long": fit["dropped_too_long"], "device": "cpu", "method": fit["method"],
+                  "dropped_too_long": fit["dropped_too_long"], "device": fit.get("device") or _torch_device(),
+                  "method": fit["method"],
                   "lora_r": fit.get("lora_r"), "train_layers": run["train_layers"], "epochs": fit["settings"]["epochs"],
                   "tokens_per_example": fit["tokens_per_example"], "cache_seconds": fit["cache_seconds"],
                   "stopped_early": run["stopped_early"], "best_at_examples": run["best_at_examples"],
@@ -416,7 +425,7 @@ def critic_dpo_metrics(*, pair_counts: Mapping[str, Any], balance: Mapping[str, 
         # seconds: wall time of the whole DPO (cache, reference pass, training), the comparison's
         # training cost (it varies from run to run).
         "train": {"beta": beta, "steps": run["steps"], "seconds": fit["seconds"], "pairs_used": fit["pairs_used"],
-                  "dropped_too_long": fit["dropped_too_long"], "device": "cpu",
+                  "dropped_too_long": fit["dropped_too_long"], "device": fit.get("device") or _torch_device(),
                   "first_loss": rows[0]["loss"] if rows else None, "last_loss": rows[-1]["loss"] if rows else None,
                   "last_reward_margin": rows[-1].get("reward_margin") if rows else None,
                   "last_reward_accuracy": rows[-1].get("reward_accuracy") if rows else None},

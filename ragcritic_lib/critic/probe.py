@@ -52,6 +52,7 @@ def hidden_features(model: Any, tok: Any, ids: Sequence[Sequence[int]], *, layer
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     body = getattr(model, "base_model", model)  # the causal LM's hidden states without its head
+    device = next(model.parameters()).device
     with torch.no_grad():
         for start in range(0, len(order), batch_size):
             idx = order[start:start + batch_size]
@@ -61,10 +62,11 @@ def hidden_features(model: Any, tok: Any, ids: Sequence[Sequence[int]], *, layer
             for j, i in enumerate(idx):
                 batch[j, : len(ids[i])] = torch.tensor(list(ids[i]))
                 mask[j, : len(ids[i])] = 1
-            hs = body(input_ids=batch, attention_mask=mask, output_hidden_states=True).hidden_states
+            hs = body(input_ids=batch.to(device), attention_mask=mask.to(device),
+                      output_hidden_states=True).hidden_states
             for j, i in enumerate(idx):
                 pos = len(ids[i]) - 1
-                out[i] = torch.cat([hs[layer][j, pos], hs[-1][j, pos]]).float().numpy()
+                out[i] = torch.cat([hs[layer][j, pos], hs[-1][j, pos]]).float().cpu().numpy()
     return out
 
 
@@ -77,12 +79,14 @@ def verdict_features(model: Any, tok: Any, conversations: Sequence[Sequence[Mapp
 
 
 def load_frozen(model_dir: str | Path) -> tuple[Any, Any]:
-    """(the causal LM in float32, eval mode; its tokenizer) from a local model folder."""
+    """(the causal LM in float32, eval mode, on the trainer's device (a GPU when there is one); its
+    tokenizer) from a local model folder."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    return (AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval(),
-            AutoTokenizer.from_pretrained(str(model_dir)))
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # as the cached trainer chooses (train.train_device)
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    return model.to(device).eval(), AutoTokenizer.from_pretrained(str(model_dir))
 
 
 def fit_probe(features: Any, is_error: Sequence[bool], *, seed: int, class_weight: str | None = None) -> dict[str, Any]:

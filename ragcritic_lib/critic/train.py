@@ -146,11 +146,29 @@ def encode_examples(tok: Any, examples: Sequence[Mapping[str, Any]], *, max_leng
 # --------------------------------------------------------------------------------------------
 # Model split at a layer
 # --------------------------------------------------------------------------------------------
-def _autocast(torch: Any, dtype: str) -> Any:
+def train_device() -> str:
+    """Where the cached trainer runs: ``cuda`` when PyTorch sees a GPU, else ``cpu`` (hide the GPU
+    with ``CUDA_VISIBLE_DEVICES=""`` to train on the CPU anyway). The same params give the same
+    recipe on either; only the arithmetic's speed and rounding differ."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def autocast_plan(torch: Any, dtype: str, device: Any = "cpu") -> tuple[str, bool]:
+    """(device type, bf16 on): bf16 autocast where asked (``bfloat16``) or where it pays
+    (``auto``: a CPU with bf16 instructions, or a GPU that has bf16); fp32 otherwise."""
     from ragcritic_lib.critic.training import cpu_bf16_enabled
 
-    use = dtype == "bfloat16" or (dtype == "auto" and cpu_bf16_enabled("auto"))
-    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(use))
+    kind = getattr(device, "type", str(device)).split(":")[0]
+    if kind == "cuda":
+        return "cuda", bool(dtype == "bfloat16" or (dtype == "auto" and torch.cuda.is_bf16_supported()))
+    return "cpu", bool(dtype == "bfloat16" or (dtype == "auto" and cpu_bf16_enabled("auto")))
+
+
+def _autocast(torch: Any, dtype: str, device: Any = "cpu") -> Any:
+    kind, use = autocast_plan(torch, dtype, device)
+    return torch.autocast(kind, dtype=torch.bfloat16, enabled=use)
 
 
 class SplitModel:
@@ -164,10 +182,21 @@ class SplitModel:
         self.upper = list(self.inner.layers[self.split:])
         self.lora_config: Any = None  # set once LoRA adapters are in the model
 
+    @property
+    def device(self) -> Any:
+        """The device the model's weights are on (every input is built there)."""
+        return next(self.model.parameters()).device
+
+    def tensor(self, values: Any) -> Any:
+        """``torch.tensor(values)`` on the model's device."""
+        import torch
+
+        return torch.tensor(values, device=self.device)
+
     def _positions(self, h: Any) -> Any:
         import torch
 
-        return torch.arange(h.shape[1]).unsqueeze(0).expand(h.shape[0], -1)
+        return torch.arange(h.shape[1], device=h.device).unsqueeze(0).expand(h.shape[0], -1)
 
     def _run(self, h: Any, layers: Sequence[Any]) -> Any:
         pos = self._positions(h)
@@ -199,15 +228,15 @@ def _pad(seqs: Sequence[Any], torch: Any) -> Any:
 
 
 def cache_lower(split: SplitModel, encoded: Sequence[Encoded], *, batch_size: int, dtype: str) -> list[Any]:
-    """Per example, the frozen layers' output (bf16, real positions only)."""
+    """Per example, the frozen layers' output (bf16, real positions only, on the model's device)."""
     import torch
 
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i].ids))
     out: list[Any] = [None] * len(encoded)
-    with _autocast(torch, dtype):
+    with _autocast(torch, dtype, split.device):
         for start in range(0, len(order), batch_size):
             idx = order[start:start + batch_size]
-            ids = _pad([torch.tensor(encoded[i].ids) for i in idx], torch)
+            ids = _pad([split.tensor(encoded[i].ids) for i in idx], torch)
             h = split.lower(ids)
             for j, i in enumerate(idx):
                 out[i] = h[j, : len(encoded[i].ids)].to(torch.bfloat16).clone()
@@ -225,12 +254,12 @@ def verdict_margins(split: SplitModel, cache: Sequence[Any], encoded: Sequence[E
     _, c_id, e_id = _verdict_tokens(tok)
     out = [0.0] * len(encoded)
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i].ids))
-    with torch.no_grad(), _autocast(torch, dtype):
+    with torch.no_grad(), _autocast(torch, dtype, split.device):
         for start in range(0, len(order), batch_size):
             idx = order[start:start + batch_size]
-            h = _pad([cache[i] for i in idx], torch)
-            rows = torch.arange(len(idx))
-            cols = torch.tensor([encoded[i].verdict_pos for i in idx])
+            h = _pad([cache[i] for i in idx], torch).to(split.device)
+            rows = torch.arange(len(idx), device=split.device)
+            cols = split.tensor([encoded[i].verdict_pos for i in idx])
             logp = torch.log_softmax(split.upper_logits(h, rows, cols).float(), dim=-1)
             for j, i in enumerate(idx):
                 out[i] = float(logp[j, e_id] - logp[j, c_id])
@@ -318,16 +347,16 @@ def critique_loss(split: SplitModel, cache: Sequence[Any], encoded: Sequence[Enc
     import torch
 
     total, count = 0.0, 0
-    with torch.no_grad(), _autocast(torch, dtype):
+    with torch.no_grad(), _autocast(torch, dtype, split.device):
         for start in range(0, len(encoded), batch_size):
             idx = list(range(start, min(len(encoded), start + batch_size)))
             rows, cols, targets, _ = _completion_positions(encoded, idx)
             keep = [k for k, (j, c) in enumerate(zip(rows, cols)) if c > encoded[idx[j]].verdict_pos]
             if not keep:
                 continue
-            h = _pad([cache[i] for i in idx], torch)
-            logits = split.upper_logits(h, torch.tensor([rows[k] for k in keep]), torch.tensor([cols[k] for k in keep]))
-            ce = torch.nn.functional.cross_entropy(logits.float(), torch.tensor([targets[k] for k in keep]),
+            h = _pad([cache[i] for i in idx], torch).to(split.device)
+            logits = split.upper_logits(h, split.tensor([rows[k] for k in keep]), split.tensor([cols[k] for k in keep]))
+            ce = torch.nn.functional.cross_entropy(logits.float(), split.tensor([targets[k] for k in keep]),
                                                    reduction="sum")
             total, count = total + float(ce), count + len(keep)
     return total / count if count else float("nan")
@@ -425,12 +454,12 @@ def train_sft(split: SplitModel, tok: Any, train: Sequence[Encoded], train_cache
     for step, batch in enumerate(plan):
         for g in opt.param_groups:
             g["lr"] = _lr_at(step, len(plan), settings)
-        h = _pad([train_cache[i] for i in batch], torch)
+        h = _pad([train_cache[i] for i in batch], torch).to(split.device)
         rows, cols, targets, is_verdict = _completion_positions(train, batch)
-        with _autocast(torch, settings.dtype):
-            logits = split.upper_logits(h, torch.tensor(rows), torch.tensor(cols))
-        ce = torch.nn.functional.cross_entropy(logits.float(), torch.tensor(targets), reduction="none")
-        verdict = torch.tensor(is_verdict)
+        with _autocast(torch, settings.dtype, split.device):
+            logits = split.upper_logits(h, split.tensor(rows), split.tensor(cols))
+        ce = torch.nn.functional.cross_entropy(logits.float(), split.tensor(targets), reduction="none")
+        verdict = split.tensor(is_verdict)
         if settings.verdict_weight > 0 and verdict.any() and (~verdict).any():
             loss = settings.verdict_weight * ce[verdict].mean() + ce[~verdict].mean()
         else:
@@ -462,16 +491,22 @@ def save_checkpoint(split: SplitModel, out_dir: str | Path, *, method: str, base
     of what changed against ``base_model`` (whose params key is ``base_key``). Returns the manifest."""
     from ragcritic_lib.critic import forms as model_forms
 
-    if method == "lora":
-        return model_forms.ship_adapter(split.model, out_dir, base_folder=base_model, base_key=base_key,
-                                        lora_config=split.lora_config, dtype=dtype)
-    return model_forms.ship_full(split.model.state_dict(), base_model, out_dir, max_mb=ship_max_mb,
-                                 base_key=base_key, dtype=dtype)
+    device = split.device
+    split.model.to("cpu")  # the shipped forms are computed against the base's weights, read on the CPU
+    try:
+        if method == "lora":
+            return model_forms.ship_adapter(split.model, out_dir, base_folder=base_model, base_key=base_key,
+                                            lora_config=split.lora_config, dtype=dtype)
+        return model_forms.ship_full(split.model.state_dict(), base_model, out_dir, max_mb=ship_max_mb,
+                                     base_key=base_key, dtype=dtype)
+    finally:
+        split.model.to(device)
 
 
 def load_split_model(model_dir: str | Path, train_layers: int) -> tuple[SplitModel, Any]:
-    """(SplitModel in fp32, tokenizer) from a local model folder or a shipped form (a full form is
-    rebuilt on its base; an adapter is injected into its base and stays a trainable adapter)."""
+    """(SplitModel in fp32 on :func:`train_device`, tokenizer) from a local model folder or a shipped
+    form (a full form is rebuilt on its base; an adapter is injected into its base and stays a
+    trainable adapter)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -490,7 +525,7 @@ def load_split_model(model_dir: str | Path, train_layers: int) -> tuple[SplitMod
         tok = AutoTokenizer.from_pretrained(str(model_dir))
         model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     model.config.use_cache = False
-    split = SplitModel(model, train_layers)
+    split = SplitModel(model.to(train_device()), train_layers)
     split.lora_config = lora_config
     return split, tok
 
@@ -538,15 +573,15 @@ def _completion_logps(split: SplitModel, cache: Sequence[Any], enc: Sequence[Enc
                       dtype: str, grad: bool) -> Any:
     import torch
 
-    h = _pad([cache[i] for i in idx], torch)
+    h = _pad([cache[i] for i in idx], torch).to(split.device)
     rows, cols, targets, _ = _completion_positions(enc, idx)
     owner = rows
     ctx = torch.enable_grad() if grad else torch.no_grad()
-    with ctx, _autocast(torch, dtype):
-        logits = split.upper_logits(h, torch.tensor(rows), torch.tensor(cols))
+    with ctx, _autocast(torch, dtype, split.device):
+        logits = split.upper_logits(h, split.tensor(rows), split.tensor(cols))
     with ctx:
-        lp = torch.log_softmax(logits.float(), dim=-1).gather(1, torch.tensor(targets)[:, None])[:, 0]
-        return torch.zeros(len(idx)).index_add(0, torch.tensor(owner), lp)
+        lp = torch.log_softmax(logits.float(), dim=-1).gather(1, split.tensor(targets)[:, None])[:, 0]
+        return torch.zeros(len(idx), device=split.device).index_add(0, split.tensor(owner), lp)
 
 
 def _pair_logps(split: SplitModel, cache: Sequence[Any], enc: Sequence[Encoded], dtype: str) -> Any:
@@ -612,7 +647,7 @@ def train_dpo(split: SplitModel, chosen: Sequence[Encoded], rejected: Sequence[E
             g["lr"] = _lr_at(step, len(plan), settings)
         pc = _completion_logps(split, c_cache, chosen, batch, settings.dtype, True)
         pr = _completion_logps(split, r_cache, rejected, batch, settings.dtype, True)
-        b = torch.tensor(batch)
+        b = split.tensor(batch)
         margin = beta * ((pc - ref_c[b]) - (pr - ref_r[b]))
         loss = -torch.nn.functional.logsigmoid(margin).mean()
         loss.backward()

@@ -78,6 +78,7 @@ BLOCK_SOURCES["ci_times"] = ()   # reads reports/benchmarks/ci_runs.json (check(
 BLOCK_SOURCES["command_times"] = ()   # the same file
 BLOCK_SOURCES["smoke_times"] = ()     # the same file
 BLOCK_SOURCES["critic_recipes"] = ()  # reads reports/benchmarks/critic_recipes.json (check() loads it)
+BLOCK_SOURCES["probe_layers"] = ()    # reads reports/benchmarks/probe_layers.json (check() loads it)
 # The trained critic each critic stage calibrates, for the verdict AUROC on its dev samples.
 _CALIBRATED_CRITICS = {"05_critic_sft": "SFT critic", "06_critic_dpo": "SFT+DPO critic"}
 
@@ -406,6 +407,7 @@ def render_benchmark(metrics: Mapping[str, Any]) -> str:
                       f"{int(_number(metrics, critic_stem, *cal, 'n_error'))} wrong, "
                       f"{int(_number(metrics, critic_stem, *cal, 'n_correct'))} right; `{_file(critic_stem)}`)")
     notes = ["Verdict AUROC on the dev answers the threshold was fitted on: " + "; ".join(aurocs) + "."]
+    notes += _rerun_notes(metrics)
     if "degenerate" in _get(metrics, stem):
         notes.append(_flags_line(_flags(metrics, stem)))
     notes.append(environment_line(metrics, stem))
@@ -419,6 +421,27 @@ def render_benchmark(metrics: Mapping[str, Any]) -> str:
              "write labels only for the answers that verdict calls wrong, so a missed wrong answer counts "
              "against their tier F1.")
     return _compose(intro, header, rows, notes)
+
+
+RERUNS_KEY = "critic_reruns"   # where check() puts reports/benchmarks/critic_reruns.json
+_RERUNS_FILE = "reports/benchmarks/critic_reruns.json"
+
+
+def _rerun_notes(metrics: Mapping[str, Any]) -> list[str]:
+    """One line per recorded re-run of stage 05 on another machine (``scripts/record_critic_rerun.py``):
+    its dev verdict AUROC against the shipped run's and the stage's seconds on each."""
+    out = []
+    for r in (metrics.get(RERUNS_KEY) or {}).get("reruns", []):
+        old = r.get("shipped") or {}
+        secs = (f"; the stage's cells took {_f(r.get('wall_seconds'), 0)} s against {_f(old.get('wall_seconds'), 0)} s"
+                if r.get("wall_seconds") is not None and old.get("wall_seconds") is not None else "")
+        out.append(f"Stage 05 re-run on {r.get('machine', '?')} (class `{r.get('cpu_class', '?')}`, `{_RERUNS_FILE}`): "
+                   f"dev verdict AUROC {_f(r.get('dev_auroc'))} against {_f(old.get('dev_auroc'))} shipped "
+                   f"(`{old.get('cpu_class', '?')}`), a difference of {_signed(r.get('dev_auroc_diff'), 4)} "
+                   f"({'within' if r.get('within_tolerance') else 'outside'} {_f(r.get('tolerance'), 2)}); threshold "
+                   f"{_f(r.get('threshold'))} against {_f(old.get('threshold'))}, dev tier-1 F1 {_f(r.get('dev_tag1_f1'))} "
+                   f"against {_f(old.get('dev_tag1_f1'))}{secs}.")
+    return out
 
 
 def _training_cost(row: Mapping[str, Any]) -> str:
@@ -1020,6 +1043,44 @@ def render_critic_recipes(metrics: Mapping[str, Any]) -> str:
     return "\n".join([intro, ""] + _table(header, rows) + [""] + notes)
 
 
+PROBE_LAYERS_KEY = "probe_layers"   # where check() puts reports/benchmarks/probe_layers.json
+_PROBE_LAYERS_FILE = "reports/benchmarks/probe_layers.json"
+
+
+def render_probe_layers(metrics: Mapping[str, Any]) -> str:
+    """The verdict probe's layer sets on dev (``benchmarks/bench_probe_layers.py``'s file): each
+    set's dev AUROC with its interval, its paired difference to the shipped set, and the spread
+    over the sample orders that the cross-validated choice of C follows."""
+    data = metrics.get(PROBE_LAYERS_KEY)
+    if not data:
+        return ("No probe-layer benchmark recorded yet: `.venv/bin/python benchmarks/bench_probe_layers.py` writes "
+                "one after stage `critic_data` has run.")
+    shipped = data.get("shipped", "?")
+    sources = ", ".join(data["sources"]) if isinstance(data.get("sources"), list) else data.get("sources", "all")
+    intro = (f"The verdict probe fitted on {data.get('probe_samples', '?')} training samples ({sources}; "
+             f"{data.get('probe_errors', '?')} wrong) on the states of each layer set at the verdict position, scored on "
+             f"{data.get('dev', '?')} dev answers ({data.get('dev_errors', '?')} wrong); `last` is the final normed "
+             f"state, a number that layer's output (`{_PROBE_LAYERS_FILE}`, `benchmarks/bench_probe_layers.py`; the "
+             f"forward passes on `{data.get('cpu_class', '?')}`). Δ is the paired bootstrap difference to the "
+             f"shipped set `{shipped}`; the last column is the dev AUROC under {data.get('orders', 1)} sample orders, "
+             "which decide the cross-validation folds that pick the probe's C.")
+    rows = []
+    for r in data["rows"]:
+        vs = r.get("vs_shipped") or {}
+        orders = r.get("dev_auroc_orders") or []
+        rows.append([f"`{r['name']}`", str(r.get("features", "?")), _f(r.get("dev_auroc")),
+                     f"{_f(r.get('ci_low'))}..{_f(r.get('ci_high'))}",
+                     _DASH if r["name"] == shipped else f"{_signed(vs.get('diff'))} ({_signed(vs.get('low'))}, "
+                                                        f"{_signed(vs.get('high'))})",
+                     f"{_f(min(orders))}..{_f(max(orders))}" if orders else _DASH])
+    header = ["layers", "features", "dev AUROC", "95% CI", f"Δ vs `{shipped}` (95% CI)", "over sample orders"]
+    clear = data.get("clearly_above_shipped") or []
+    notes = [f"- Best on dev: `{data.get('best_on_dev', '?')}`; with a difference to `{shipped}` whose CI lies above "
+             f"0: {', '.join(f'`{c}`' for c in clear) if clear else 'none'}. Chosen among {len(data['rows'])} sets on "
+             "the same dev answers, the best row's dev AUROC is optimistic."]
+    return "\n".join([intro, ""] + _table(header, rows) + [""] + notes)
+
+
 # ------------------------------------------------------------------- answerable and unanswerable
 _LADDER_PREFIX = "ladder: "  # how the comparison stage names the correction ladder's rows in ``answerability``
 
@@ -1112,6 +1173,7 @@ _RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "stage_times": render_stage_times,
     "ci_times": render_ci_times,
     "critic_recipes": render_critic_recipes,
+    "probe_layers": render_probe_layers,
     "command_times": render_command_times,
     "smoke_times": render_smoke_times,
     "answerability": render_answerability,
@@ -1217,7 +1279,9 @@ def check(files: Sequence[Path], metrics_dir: str | Path = paths.METRICS_DIR,
             raise ReadmeDataError(str(exc)) from None
     # Benchmark files some blocks read beside the metrics, when they exist: (blocks, file, key).
     for blocks, file_name, key in (({"baselines", "method_simrag"}, "simrag_critic.json", SIMRAG_BENCH_KEY),
-                                   ({"critic_recipes"}, "critic_recipes.json", RECIPES_KEY)):
+                                   ({"critic_recipes"}, "critic_recipes.json", RECIPES_KEY),
+                                   ({"benchmark"}, "critic_reruns.json", RERUNS_KEY),
+                                   ({"probe_layers"}, "probe_layers.json", PROBE_LAYERS_KEY)):
         bfile = Path(metrics_dir).parent / "benchmarks" / file_name
         if bfile.exists() and any(blocks & set(block_names(text, shown[f])) for f, text in texts.items()):
             try:
