@@ -54,28 +54,13 @@ def all_layer_features(model, tok, conversations, *, batch_size: int = 16):
     import numpy as np
     import torch
 
-    from ragcritic_lib.critic.probe import _verdict_ids
+    from ragcritic_lib.critic.probe import _verdict_ids, last_position_states
 
     ids = [_verdict_ids(tok, c) for c in conversations]
-    n_states = int(model.config.num_hidden_layers) + 1
-    out = np.zeros((len(ids), n_states, int(model.config.hidden_size)), dtype=np.float32)
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-    body = getattr(model, "base_model", model)
-    device = next(model.parameters()).device
-    with torch.no_grad():
-        for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
-            width = max(len(ids[i]) for i in idx)
-            batch = torch.full((len(idx), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(idx), width), dtype=torch.long)
-            for j, i in enumerate(idx):
-                batch[j, : len(ids[i])] = torch.tensor(ids[i])
-                mask[j, : len(ids[i])] = 1
-            hs = body(input_ids=batch.to(device), attention_mask=mask.to(device), output_hidden_states=True).hidden_states
-            stacked = torch.stack(hs, dim=1)  # [batch, states, seq, hidden]
-            for j, i in enumerate(idx):
-                out[i] = stacked[j, :, len(ids[i]) - 1].float().cpu().numpy()
+    out = np.zeros((len(ids), int(model.config.num_hidden_layers) + 1, int(model.config.hidden_size)),
+                   dtype=np.float32)
+    for i, states in last_position_states(model, tok, ids, batch_size=batch_size):
+        out[i] = torch.stack(states).float().cpu().numpy()
     return out
 
 

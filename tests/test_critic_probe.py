@@ -51,6 +51,12 @@ def test_features_are_the_states_at_the_trainers_verdict_position(tiny_dir) -> N
     # batching and order change nothing
     alone = P.verdict_features(model, tok, convs[1:], layer=1)
     assert torch.allclose(torch.tensor(alone[0]), torch.tensor(feats[1]), atol=1e-4)
+    # every state at the last position, each sequence once, in the callers' numbering
+    ids = [P._verdict_ids(tok, c) for c in convs]
+    seen = dict(P.last_position_states(model, tok, ids, batch_size=1))
+    assert sorted(seen) == [0, 1] and len(seen[0]) == model.config.num_hidden_layers + 1
+    for i in (0, 1):
+        assert torch.allclose(torch.cat([seen[i][1], seen[i][-1]]), torch.tensor(feats[i]), atol=1e-4)
 
 
 def test_fit_save_and_score_round_trip_through_a_critic(tiny_dir, tmp_path) -> None:

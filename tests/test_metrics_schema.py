@@ -87,6 +87,7 @@ def _set_many(prefix, **values):
 
 LADDER_ROW = ("ladder", "testbed", "fixed action")
 CRAG = ("comparison", "testbed", "CRAG")
+ANSWERABLE_CRAG = ("answerability", "testbed", "answerable", "rows", "CRAG")
 BROKEN = [
     # (stem, mutation, text the message must contain)
     ("08_correction", _set(LADDER_ROW + ("f1",), KeyError), "ladder.testbed.fixed action.f1 is missing"),
@@ -106,6 +107,12 @@ BROKEN = [
     ("14_comparison", _set(CRAG + ("p_holm",), KeyError), "comparison.testbed.CRAG.p_holm is missing"),
     ("14_comparison", _set(CRAG + ("calls_per_question",), KeyError), "comparison.testbed.CRAG.calls_per_question is missing"),
     ("14_comparison", _set(CRAG + ("f1",), 21.9), "comparison.testbed.CRAG.f1 = 21.9 is not in [0, 1]"),
+    ("14_comparison", _set(ANSWERABLE_CRAG + ("share_f1",), 1.5),
+     "answerability.testbed.answerable.rows.CRAG.share_f1 = 1.5 is not in [-1, 1]"),
+    ("14_comparison", _set(("answerability", "testbed", "answerable", "n"), KeyError),
+     "answerability.testbed.answerable.n is missing"),
+    ("14_comparison", _set_many(ANSWERABLE_CRAG, ci_low=0.2, delta_f1=-0.06, ci_high=0.3),
+     "answerability.testbed.answerable.rows.CRAG: ci_low = 0.2, delta_f1 = -0.06, ci_high = 0.3 are not ordered"),
     ("14_comparison", _set_many(CRAG, ci_low=-0.076, delta_f1=-0.0168, ci_high=-0.5),
      "comparison.testbed.CRAG: ci_low = -0.076, delta_f1 = -0.0168, ci_high = -0.5 are not ordered (ci_low <= delta_f1 <= ci_high)"),
     ("14_comparison", _set(("degenerate",), {"CRAG": []}), "degenerate = {'CRAG': []} is not a list"),

@@ -438,7 +438,16 @@ def test_reading_ragec_top_stage_agreement_and_fallbacks():
                                 "stages": {"Generation": 0}, "agreement": {"n": 0, "side_agreement": None}})
     assert fallback[0].endswith("n/a of the votes named no type of the blamed stage (3 answers fell back to the grounded rule).")
     assert not any(line.startswith("Most errors") for line in fallback)  # no stage blamed
-    assert "the same side n/a of the time and agree on the type n/a" in fallback[1]
+    assert fallback[-2] == "No diagnosed answer can be set against RAG-Critic's tier-1 labels."
+    # why none is shared: answered otherwise in the run the critic judged, or called right (so unlabelled)
+    none = R.reading_ragec({**m, "degenerate": [], "agreement": {"n": 0, "n_critic_correct": 60, "n_missing": 171}})
+    assert none[-1] == ("No diagnosed answer can be set against RAG-Critic's tier-1 labels: 171 were answered otherwise "
+                        "in the run the critic judged (notebook 08's first round), and the critic called 60 right, "
+                        "writing no labels for them.")
+    some = R.reading_ragec({**m, "degenerate": [], "agreement": {**m["agreement"], "n_critic_correct": 3, "n_missing": 25}})
+    assert some[-1].endswith("agree on the type 25%; of the rest, 25 were answered otherwise in the run the critic "
+                             "judged (notebook 08's first round), and the critic called 3 right, writing no labels "
+                             "for them.")
 
 
 def test_reading_comparison_one_block_per_dataset_in_order():

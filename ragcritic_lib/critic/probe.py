@@ -15,7 +15,7 @@ same chat messages, so what the probe was fitted on is what it reads later. It s
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,15 +40,15 @@ def _verdict_ids(tok: Any, messages: Sequence[Mapping[str, str]]) -> list[int]:
     return prompt_ids(tok, messages, tok(VERDICT_PREFIX + CORRECT, add_special_tokens=False)["input_ids"][:offset])
 
 
-def hidden_features(model: Any, tok: Any, ids: Sequence[Sequence[int]], *, layer: int, batch_size: int = 16) -> Any:
-    """``[n, 2 * hidden]`` float32 array: layer ``layer``'s output and the final normed state at
-    the last position of each token sequence. Right-padded batches of similar length, so the
-    causal model's real positions are exact. Only the transformer body runs (``base_model``):
-    the language-model head, a fifth of a small model's work at every position, is never needed."""
-    import numpy as np
+def last_position_states(model: Any, tok: Any, ids: Sequence[Sequence[int]], *,
+                         batch_size: int = 16) -> Iterator[tuple[int, tuple[Any, ...]]]:
+    """``(index, states)`` for each token sequence, in order of length: ``states`` holds every
+    hidden state of the model (the embeddings, then each layer's output; the last one normed) at
+    the sequence's last position. Right-padded batches of similar length, so the causal model's
+    real positions are exact. Only the transformer body runs (``base_model``): the language-model
+    head, a fifth of a small model's work at every position, is never needed."""
     import torch
 
-    out = np.zeros((len(ids), 2 * int(model.config.hidden_size)), dtype=np.float32)
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     body = getattr(model, "base_model", model)  # the causal LM's hidden states without its head
@@ -66,7 +66,18 @@ def hidden_features(model: Any, tok: Any, ids: Sequence[Sequence[int]], *, layer
                       output_hidden_states=True).hidden_states
             for j, i in enumerate(idx):
                 pos = len(ids[i]) - 1
-                out[i] = torch.cat([hs[layer][j, pos], hs[-1][j, pos]]).float().cpu().numpy()
+                yield i, tuple(h[j, pos] for h in hs)
+
+
+def hidden_features(model: Any, tok: Any, ids: Sequence[Sequence[int]], *, layer: int, batch_size: int = 16) -> Any:
+    """``[n, 2 * hidden]`` float32 array: layer ``layer``'s output and the final normed state at
+    the last position of each token sequence (:func:`last_position_states`)."""
+    import numpy as np
+    import torch
+
+    out = np.zeros((len(ids), 2 * int(model.config.hidden_size)), dtype=np.float32)
+    for i, states in last_position_states(model, tok, ids, batch_size=batch_size):
+        out[i] = torch.cat([states[layer], states[-1]]).float().cpu().numpy()
     return out
 
 

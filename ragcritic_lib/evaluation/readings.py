@@ -874,9 +874,17 @@ def reading_ragec(metrics: Mapping[str, Any]) -> list[str]:
             text.append(f"{stage} (n = {row['n']}): modal type {top} for {k} of them"
                         + (" (too few to read as a distribution)." if row["n"] < 10 else "."))
     agreement = metrics.get("agreement") or {}
-    text.append(f"Against RAG-Critic's tier-1 labels on {agreement.get('n', 0)} shared wrong answers: the two blame the "
-                f"same side {_pct(agreement.get('side_agreement'))} of the time and agree on the type "
-                f"{_pct(agreement.get('type_agreement'))}.")
+    n, critic_right, apart = (int(agreement.get(k) or 0) for k in ("n", "n_critic_correct", "n_missing"))
+    # the critic writes tier-1 labels only for answers it calls wrong, in the run it judged (notebook 08)
+    why = (f"{apart} were answered otherwise in the run the critic judged (notebook 08's first round), and the "
+           f"critic called {critic_right} right, writing no labels for them" if apart or critic_right else "")
+    if n:
+        text.append(f"Against RAG-Critic's tier-1 labels on {n} shared wrong answers: the two blame the "
+                    f"same side {_pct(agreement.get('side_agreement'))} of the time and agree on the type "
+                    f"{_pct(agreement.get('type_agreement'))}" + (f"; of the rest, {why}." if why else "."))
+    else:
+        text.append("No diagnosed answer can be set against RAG-Critic's tier-1 labels"
+                    + (f": {why}." if why else "."))
     return text + _flags(metrics.get("degenerate"))
 
 

@@ -1028,6 +1028,27 @@ class RagCriticTraining(TypedDict, total=False):
     seconds_by_run: dict[str, NonNegative | None]
 
 
+@ordered(("ci_low", "delta_f1", "ci_high"), ("judge_ci_low", "delta_judge_acc", "judge_ci_high"))
+class AnswerabilityRow(TypedDict):
+    """``answerability.<dataset>.<part>.rows.<row>`` (``ragcritic_lib.baselines.compare.answerability_split``):
+    a row's change on one part of the questions, and the part's share of its whole change."""
+    delta_f1: Delta
+    ci_low: Delta
+    ci_high: Delta
+    p: Fraction | None
+    share_f1: Delta
+    delta_judge_acc: NotRequired[Delta]
+    judge_ci_low: NotRequired[Delta]
+    judge_ci_high: NotRequired[Delta]
+    share_judge_acc: NotRequired[Delta]
+
+
+class AnswerabilityPart(TypedDict):
+    """``answerability.<dataset>.<part>``: the part's questions and every row's change on them."""
+    n: Count
+    rows: dict[str, AnswerabilityRow]
+
+
 class ComparisonMetrics(StageMetrics):
     """``14_comparison.json``."""
     comparison: dict[str, dict[str, MethodComparison]]
@@ -1038,6 +1059,7 @@ class ComparisonMetrics(StageMetrics):
     summary: NotRequired[dict[str, ComparisonSummary]]
     degenerate_by_method: NotRequired[dict[str, Reasons]]
     rag_critic_training: NotRequired[RagCriticTraining]
+    answerability: NotRequired[dict[str, dict[Literal["answerable", "unanswerable"], AnswerabilityPart]]]
 
 
 class MissingInput(TypedDict):
