@@ -85,7 +85,8 @@ def _fit_one(name: str) -> tuple[dict, list[float]]:
     fits = []
     for k in range(d["orders"]):  # order 0 is the stage's: its probe is fitted on the samples in this order
         order = random.Random(d["seed"] + k).sample(range(n), n)
-        probe = fit_probe(x_train[order], [d["y_train"][i] for i in order], seed=d["seed"])
+        probe = fit_probe(x_train[order], [d["y_train"][i] for i in order], seed=d["seed"],
+                          cv_repeats=d["cv_repeats"])
         fits.append((probe, probe_scores(probe, x_dev)))
     probe, scores = fits[0]
     a = auroc(scores, d["y_dev"])
@@ -109,6 +110,8 @@ def main() -> None:
     ap.add_argument("--sets", default="", help="comma-separated set names (default: every set)")
     ap.add_argument("--boot", type=int, default=1000)
     ap.add_argument("--jobs", type=int, default=1, help="layer sets fitted at once (forked processes)")
+    ap.add_argument("--cv-repeats", type=int, default=1,
+                    help="choose C over this many shuffled stratified 5-fold splits (1: the stage's folds, in order)")
     ap.add_argument("--orders", type=int, default=3,
                     help="sample orders each set is fitted under (the CV folds that choose C follow the order); "
                          "the first is the stage's, and the row's AUROC and CIs are that one's")
@@ -152,7 +155,7 @@ def main() -> None:
     if SHIPPED not in wanted:
         wanted.insert(0, SHIPPED)
     _SHARED.update(f_train=f_train, f_dev=f_dev, y_train=y_train, y_dev=y_dev, seed=seed, boot=args.boot, sets=sets,
-                   orders=max(1, args.orders))
+                   orders=max(1, args.orders), cv_repeats=max(1, args.cv_repeats))
     if args.jobs > 1:
         import multiprocessing
 
@@ -173,7 +176,7 @@ def main() -> None:
     best = max(rows, key=lambda r: r["dev_auroc"] or 0.0)
     clear = [r["name"] for r in rows if (r.get("vs_shipped") or {}).get("low") is not None
              and r["vs_shipped"]["low"] > 0]
-    doc = {"orders": max(1, args.orders), "probe_samples": len(train), "probe_errors": int(sum(y_train)), "dev": len(dev), "dev_errors": int(sum(y_dev)),
+    doc = {"orders": max(1, args.orders), "cv_repeats": max(1, args.cv_repeats), "probe_samples": len(train), "probe_errors": int(sum(y_train)), "dev": len(dev), "dev_errors": int(sum(y_dev)),
            "sources": sorted(keep) or "all", "shipped": SHIPPED, "device": device,
            "cpu_class": cpu_class("cuda" if device == "cuda" else "cpu"), "torch": torch.__version__,
            "feature_seconds": feature_seconds, "rows": rows, "best_on_dev": best["name"],

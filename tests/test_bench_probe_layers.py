@@ -31,7 +31,7 @@ def test_a_fit_scores_dev_under_each_order_and_the_first_is_the_stages(bench) ->
     y_dev = [bool(i % 2) for i in range(20)]
     signal = lambda ys: np.array([[[1.0 if y else -1.0] * 2] * 3 for y in ys]) + rng.normal(0, 0.5, (len(ys), 3, 2))
     bench._SHARED.update(f_train=signal(y_train), f_dev=signal(y_dev), y_train=y_train, y_dev=y_dev, seed=13, boot=50,
-                         sets={"1+last": [1, "last"]}, orders=2)
+                         sets={"1+last": [1, "last"]}, orders=2, cv_repeats=2)
     row, scores = bench._fit_one("1+last")
     assert row["features"] == 4 and len(scores) == 20 and len(row["dev_auroc_orders"]) == 2
     assert row["dev_auroc"] == row["dev_auroc_orders"][0] > 0.9 and row["ci_low"] <= row["dev_auroc"] <= row["ci_high"]

@@ -118,3 +118,16 @@ def test_a_probe_fits_the_few_samples_of_a_smoke_run() -> None:
     assert two_each["n"] == 4 and P.probe_scores(two_each, feats)[2] > P.probe_scores(two_each, feats)[0]
     one_wrong = P.fit_probe(feats[:3], [False, False, True], seed=0)
     assert one_wrong["C"] == 1.0 and P.probe_scores(one_wrong, feats)[2] > P.probe_scores(one_wrong, feats)[0]
+
+
+def test_repeated_folds_choose_c_over_several_shuffled_splits() -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    y = [bool(i % 3 == 0) for i in range(60)]
+    x = np.array([[1.0 if v else 0.0, 0.0] for v in y]) + rng.normal(0, 1.0, (60, 2))
+    once = P.fit_probe(x, y, seed=5)
+    assert P.fit_probe(x, y, seed=5, cv_repeats=1) == once  # the default is one split, in order
+    repeated = P.fit_probe(x, y, seed=5, cv_repeats=3)
+    assert repeated["n"] == 60 and repeated["C"] > 0 and len(repeated["coef"]) == 2
+    assert P.fit_probe(x, y, seed=5, cv_repeats=3) == repeated  # seeded

@@ -100,12 +100,15 @@ def load_frozen(model_dir: str | Path) -> tuple[Any, Any]:
     return model.to(device).eval(), AutoTokenizer.from_pretrained(str(model_dir))
 
 
-def fit_probe(features: Any, is_error: Sequence[bool], *, seed: int, class_weight: str | None = None) -> dict[str, Any]:
+def fit_probe(features: Any, is_error: Sequence[bool], *, seed: int, class_weight: str | None = None,
+              cv_repeats: int = 1) -> dict[str, Any]:
     """Standardize, then a logistic regression with C by 5-fold cross-validated AUROC (fewer folds
     when the rarer class has under 5 samples, sklearn's C=1 when it has one); returns
     the plain parameters (lists) that :func:`probe_scores` applies. ``class_weight="balanced"``
     weighs the two classes equally, so a log-odds of 0 splits them where the rarer class is
-    not simply outvoted.
+    not simply outvoted. The folds follow the samples' order, so C can change with it; with
+    ``cv_repeats`` > 1 C is chosen by the mean AUROC over that many shuffled stratified 5-fold
+    splits (seeded), which leans far less on any one split.
 
     Raises:
         ValueError: both classes are needed.
@@ -121,7 +124,12 @@ def fit_probe(features: Any, is_error: Sequence[bool], *, seed: int, class_weigh
     scale[scale == 0] = 1.0
     folds = min(5, int(np.bincount(y).min()))  # every fold must hold both classes for its AUROC
     if folds >= 2:
-        clf = LogisticRegressionCV(Cs=8, cv=folds, scoring="roc_auc", max_iter=3000, random_state=seed,
+        cv: Any = folds
+        if cv_repeats > 1:
+            from sklearn.model_selection import RepeatedStratifiedKFold
+
+            cv = RepeatedStratifiedKFold(n_splits=folds, n_repeats=cv_repeats, random_state=seed)
+        clf = LogisticRegressionCV(Cs=8, cv=cv, scoring="roc_auc", max_iter=3000, random_state=seed,
                                    class_weight=class_weight)
         clf.fit((x - mean) / scale, y)
         c = float(clf.C_[0])
