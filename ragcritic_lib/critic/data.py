@@ -324,9 +324,9 @@ def critic_data_metrics(*, data: Mapping[str, Any], evidence: Mapping[str, Any],
 def _torch_device() -> str:
     """Where this process trained: the cached trainer runs on a GPU whenever torch sees one
     (:func:`ragcritic_lib.critic.train.train_device`), and the metrics are written right after."""
-    import torch
+    from ragcritic_lib.llm import _resolve_device
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return _resolve_device("auto")
 
 
 def critic_sft_metrics(*, data: Mapping[str, Any], evidence: Mapping[str, Any], style_shortcut_auroc: float | None,

@@ -95,9 +95,10 @@ def load_frozen(model_dir: str | Path) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    device = "cuda" if torch.cuda.is_available() else "cpu"  # as the cached trainer chooses (train.train_device)
+    from ragcritic_lib.llm import _resolve_device  # as the cached trainer and the generator's device: auto
+
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
-    return model.to(device).eval(), AutoTokenizer.from_pretrained(str(model_dir))
+    return model.to(_resolve_device("auto")).eval(), AutoTokenizer.from_pretrained(str(model_dir))
 
 
 def fit_probe(features: Any, is_error: Sequence[bool], *, seed: int, class_weight: str | None = None,

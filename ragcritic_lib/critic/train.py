@@ -149,10 +149,11 @@ def encode_examples(tok: Any, examples: Sequence[Mapping[str, Any]], *, max_leng
 def train_device() -> str:
     """Where the cached trainer runs: ``cuda`` when PyTorch sees a GPU, else ``cpu`` (hide the GPU
     with ``CUDA_VISIBLE_DEVICES=""`` to train on the CPU anyway). The same params give the same
-    recipe on either; only the arithmetic's speed and rounding differ."""
-    import torch
+    recipe on either; only the arithmetic's speed and rounding differ. The generator's ``device:
+    auto`` resolves the same way."""
+    from ragcritic_lib.llm import _resolve_device
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return _resolve_device("auto")
 
 
 def autocast_plan(torch: Any, dtype: str, device: Any = "cpu") -> tuple[str, bool]:
