@@ -14,7 +14,17 @@ cross-validation that picks the probe's C splits the samples by their order, so 
 shows how much of a row's AUROC is that choice rather than the layers; the first order is the
 stage's own, so the ``24+last`` row reproduces the stage's dev AUROC.
 
+With ``--select train`` the choice does not look at dev at all: every set is also scored out of
+fold on the probe samples themselves (5 folds that keep the answers to one question together,
+each fold's probe the stage's), with an interval from resampling questions, and the set chosen
+is the best one whose paired interval against the shipped set lies above 0 there (else the
+shipped set stays); dev then only says whether that choice holds on answers it never saw
+(``chosen_by_train``, ``chosen_dev_vs_shipped``). ``--features`` keeps every layer's states in an
+.npz, so a second look skips the forward passes.
+
     .venv/bin/python benchmarks/bench_probe_layers.py                    # writes reports/benchmarks/probe_layers.json
+    .venv/bin/python benchmarks/bench_probe_layers.py --select train --orders 1 --features /tmp/states.npz \
+        --out reports/benchmarks/probe_layers_train_cv.json
     .venv/bin/python benchmarks/bench_probe_layers.py --limit 64 --out /tmp/p.json   # a quick look
 
 Prints one line per set. Run it alone: other load on the cores changes the seconds. On a machine
@@ -71,6 +81,19 @@ def select(features, layers: list[int | str]):
     return np.concatenate([features[:, last if layer == "last" else int(layer)] for layer in layers], axis=1)
 
 
+def _load_features(path: Path | None, n_train: int, n_dev: int):
+    """(train, dev, seconds, device) from a features file written for the same samples, else None."""
+    if path is None or not path.exists():
+        return None
+    import numpy as np
+
+    with np.load(path) as z:
+        if z["train"].shape[0] != n_train or z["dev"].shape[0] != n_dev:
+            print(f"{path}: {z['train'].shape[0]} + {z['dev'].shape[0]} samples, not {n_train} + {n_dev}: recomputed")
+            return None
+        return z["train"], z["dev"], float(z["seconds"]), str(z["device"])
+
+
 _SHARED: dict = {}  # what forked workers read: features, labels, seed (set before the pool starts)
 
 
@@ -89,18 +112,77 @@ def _fit_one(name: str) -> tuple[dict, list[float]]:
                           cv_repeats=d["cv_repeats"])
         fits.append((probe, probe_scores(probe, x_dev)))
     probe, scores = fits[0]
+    oof = _out_of_fold(x_train) if d.get("select") == "train" else None
     a = auroc(scores, d["y_dev"])
     lo, hi = bootstrap_auroc_ci(scores, d["y_dev"], seed=d["seed"], n_boot=d["boot"])
     return ({"name": name, "layers": d["sets"][name], "dev_auroc": None if a is None else round(a, 4),
              "ci_low": lo, "ci_high": hi, "C": probe["C"], "features": len(probe["coef"]),
              "dev_auroc_orders": [round(auroc(sc, d["y_dev"]) or 0.0, 4) for _, sc in fits],
-             "C_orders": [p["C"] for p, _ in fits], "fit_seconds": round(time.time() - t1, 1)}, scores)
+             "C_orders": [p["C"] for p, _ in fits], "fit_seconds": round(time.time() - t1, 1),
+             **({} if oof is None else _oof_row(oof))}, (scores, oof))
+
+
+def _out_of_fold(x_train) -> list[float]:
+    """Each probe sample's score from a probe fitted without its question: 5 folds that keep every
+    answer to a question together (stratified, shuffled with the seed); each fold's probe is the
+    stage's (C by its own inner cross-validation on the other folds)."""
+    from sklearn.model_selection import StratifiedGroupKFold
+
+    from ragcritic_lib.critic.probe import fit_probe, probe_scores
+
+    d = _SHARED
+    y, oof = d["y_train"], [0.0] * len(d["y_train"])
+    folds = StratifiedGroupKFold(n_splits=5, shuffle=True, random_state=d["seed"])
+    for fit_idx, held in folds.split(x_train, [int(v) for v in y], d["groups"]):
+        probe = fit_probe(x_train[fit_idx], [y[i] for i in fit_idx], seed=d["seed"])
+        for i, v in zip(held, probe_scores(probe, x_train[held])):
+            oof[int(i)] = v
+    return oof
+
+
+def _oof_row(oof: list[float]) -> dict:
+    from ragcritic_lib.evaluation.stats import auroc, bootstrap_auroc_ci
+
+    d = _SHARED
+    lo, hi = bootstrap_auroc_ci(oof, d["y_train"], seed=d["seed"], n_boot=d["boot"], groups=d["groups"])
+    return {"train_oof_auroc": round(auroc(oof, d["y_train"]), 4), "train_oof_ci": [lo, hi]}
+
+
+def paired_group_diff(a: list[float], b: list[float], y: list[bool], groups: list, *, seed: int,
+                      n_boot: int) -> dict:
+    """AUROC(a) - AUROC(b) on the same samples with a percentile interval from resampling whole
+    questions (every answer to a drawn question), both score lists on each resample."""
+    from ragcritic_lib.evaluation.stats import auroc, cluster_resamples, percentile_interval
+
+    diffs = []
+    for idx in cluster_resamples(groups, len(y), n_boot, seed):
+        ys = [y[i] for i in idx]
+        x, z = auroc([a[i] for i in idx], ys), auroc([b[i] for i in idx], ys)
+        if x is not None and z is not None:
+            diffs.append(x - z)
+    lo, hi = percentile_interval(diffs, 0.05)
+    return {"diff": round(auroc(a, y) - auroc(b, y), 4), "low": None if lo is None else round(lo, 4),
+            "high": None if hi is None else round(hi, 4)}
 
 
 def _vs_shipped(args: tuple[list[float], list[float]]) -> dict:
     from ragcritic_lib.critic.train import paired_auroc_diff_ci
 
     return paired_auroc_diff_ci(args[0], args[1], _SHARED["y_dev"], seed=_SHARED["seed"], n_boot=_SHARED["boot"])
+
+
+def train_selection(rows: list[dict]) -> dict:
+    """The set the probe samples choose, dev unseen: the highest out-of-fold AUROC among the sets
+    whose paired interval against the shipped set lies above 0 on the probe samples, else the
+    shipped set; then its dev AUROC against the shipped one's (dev confirms, it does not choose)."""
+    shipped = next(r for r in rows if r["name"] == SHIPPED)
+    above = [r for r in rows if (r.get("train_vs_shipped") or {}).get("low") is not None
+             and r["train_vs_shipped"]["low"] > 0]
+    chosen = max(above, key=lambda r: r["train_oof_auroc"]) if above else shipped
+    return {"best_on_train": max(rows, key=lambda r: r["train_oof_auroc"])["name"],
+            "clearly_above_shipped_on_train": [r["name"] for r in above], "chosen_by_train": chosen["name"],
+            "chosen_dev_auroc": chosen["dev_auroc"], "shipped_dev_auroc": shipped["dev_auroc"],
+            "chosen_dev_vs_shipped": chosen.get("vs_shipped")}
 
 
 def main() -> None:
@@ -112,6 +194,12 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1, help="layer sets fitted at once (forked processes)")
     ap.add_argument("--cv-repeats", type=int, default=1,
                     help="choose C over this many shuffled stratified 5-fold splits (1: the stage's folds, in order)")
+    ap.add_argument("--features", type=Path, default=None,
+                    help="an .npz of every layer's states: read when it holds these samples, else written "
+                         "(the forward passes are most of the time on a CPU)")
+    ap.add_argument("--select", choices=("dev", "train"), default="dev",
+                    help="train: also score every set out of fold on the probe samples (5 folds by question) "
+                         "and choose there, dev unseen; dev then only confirms the choice")
     ap.add_argument("--orders", type=int, default=3,
                     help="sample orders each set is fitted under (the CV folds that choose C follow the order); "
                          "the first is the stage's, and the row's AUROC and CIs are that one's")
@@ -131,19 +219,31 @@ def main() -> None:
     base = runtime.resolve_base_model(params, sft["base_model"], key="critic_sft.base_model")
     data_dir = paths.stage_dir("critic_data")
     examples, dev = read_jsonl(data_dir / "sft_train.jsonl"), read_jsonl(data_dir / "sft_dev.jsonl")
-    sources = [s["source"] for s in read_jsonl(data_dir / "train_samples.jsonl")]
+    samples = read_jsonl(data_dir / "train_samples.jsonl")
+    sources = [s["source"] for s in samples]
     keep = {x.strip() for x in str(sft["verdict_sources"]).split(",") if x.strip()}
     train = [e for e, src in zip(examples, sources) if not keep or src in keep]
+    picked: list[int] = []
     if args.limit:
-        train, dev = random.Random(seed).sample(train, min(args.limit, len(train))), dev[: args.limit]
+        picked = random.Random(seed).sample(range(len(train)), min(args.limit, len(train)))
+        train, dev = [train[i] for i in picked], dev[: args.limit]
     y_train, y_dev = [is_error_example(e) for e in train], [is_error_example(e) for e in dev]
 
     model, tok = load_frozen(base)
     device = next(model.parameters()).device.type
     t0 = time.time()
-    f_train = all_layer_features(model, tok, [e["messages"] for e in train])
-    f_dev = all_layer_features(model, tok, [e["messages"] for e in dev])
-    feature_seconds = round(time.time() - t0, 1)
+    cached = _load_features(args.features, len(train), len(dev))
+    if cached is None:
+        f_train = all_layer_features(model, tok, [e["messages"] for e in train])
+        f_dev = all_layer_features(model, tok, [e["messages"] for e in dev])
+        feature_seconds = round(time.time() - t0, 1)
+        if args.features:
+            import numpy as np
+
+            args.features.parent.mkdir(parents=True, exist_ok=True)
+            np.savez(args.features, train=f_train, dev=f_dev, seconds=feature_seconds, device=device)
+    else:
+        f_train, f_dev, feature_seconds, device = cached
     print(f"features: {len(train)} probe samples, {len(dev)} dev answers, {feature_seconds} s on {device}", flush=True)
 
     sets = layer_sets(int(model.config.num_hidden_layers))
@@ -154,8 +254,12 @@ def main() -> None:
         raise SystemExit(f"unknown set {unknown[0]!r} (known: {', '.join(sets)})")
     if SHIPPED not in wanted:
         wanted.insert(0, SHIPPED)
+    groups = [s["qkey"] for s, src in zip(samples, sources) if not keep or src in keep]
+    if args.limit:
+        groups = [groups[i] for i in picked]
     _SHARED.update(f_train=f_train, f_dev=f_dev, y_train=y_train, y_dev=y_dev, seed=seed, boot=args.boot, sets=sets,
-                   orders=max(1, args.orders), cv_repeats=max(1, args.cv_repeats))
+                   orders=max(1, args.orders), cv_repeats=max(1, args.cv_repeats), select=args.select,
+                   groups=groups)
     if args.jobs > 1:
         import multiprocessing
 
@@ -164,15 +268,22 @@ def main() -> None:
     else:
         pool, mapper = None, map
     scores, rows = {}, []
-    for row, sc in mapper(_fit_one, wanted):
+    oofs = {}
+    for row, (sc, oof) in mapper(_fit_one, wanted):
         rows.append(row)
-        scores[row["name"]] = sc
+        scores[row["name"]], oofs[row["name"]] = sc, oof
         print(json.dumps(row), flush=True)
     others = [r for r in rows if r["name"] != SHIPPED]
     for row, vs in zip(others, mapper(_vs_shipped, [(scores[r["name"]], scores[SHIPPED]) for r in others])):
         row["vs_shipped"] = vs
     if pool is not None:
         pool.close()
+    selection = None
+    if args.select == "train":
+        for row in others:
+            row["train_vs_shipped"] = paired_group_diff(oofs[row["name"]], oofs[SHIPPED], y_train, groups,
+                                                        seed=seed, n_boot=args.boot)
+        selection = train_selection(rows)
     best = max(rows, key=lambda r: r["dev_auroc"] or 0.0)
     clear = [r["name"] for r in rows if (r.get("vs_shipped") or {}).get("low") is not None
              and r["vs_shipped"]["low"] > 0]
@@ -180,7 +291,7 @@ def main() -> None:
            "sources": sorted(keep) or "all", "shipped": SHIPPED, "device": device,
            "cpu_class": cpu_class("cuda" if device == "cuda" else "cpu"), "torch": torch.__version__,
            "feature_seconds": feature_seconds, "rows": rows, "best_on_dev": best["name"],
-           "clearly_above_shipped": clear}
+           "clearly_above_shipped": clear, **({} if selection is None else {"select": "train", **selection})}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     print(f"best on dev: {best['name']} {best['dev_auroc']}; clearly above {SHIPPED}: {clear or 'none'} -> {args.out}")

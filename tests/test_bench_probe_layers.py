@@ -32,6 +32,66 @@ def test_a_fit_scores_dev_under_each_order_and_the_first_is_the_stages(bench) ->
     signal = lambda ys: np.array([[[1.0 if y else -1.0] * 2] * 3 for y in ys]) + rng.normal(0, 0.5, (len(ys), 3, 2))
     bench._SHARED.update(f_train=signal(y_train), f_dev=signal(y_dev), y_train=y_train, y_dev=y_dev, seed=13, boot=50,
                          sets={"1+last": [1, "last"]}, orders=2, cv_repeats=2)
-    row, scores = bench._fit_one("1+last")
+    row, (scores, oof) = bench._fit_one("1+last")
+    assert oof is None and "train_oof_auroc" not in row  # out-of-fold scores only when the train set chooses
     assert row["features"] == 4 and len(scores) == 20 and len(row["dev_auroc_orders"]) == 2
     assert row["dev_auroc"] == row["dev_auroc_orders"][0] > 0.9 and row["ci_low"] <= row["dev_auroc"] <= row["ci_high"]
+
+
+def _grouped(bench, n_questions: int, per_question: int, seed: int = 5):
+    """Probe samples in groups of answers to one question, the label and a noisy signal per sample."""
+    rng = np.random.default_rng(seed)
+    y = [bool((q + k) % 3) for q in range(n_questions) for k in range(per_question)]
+    groups = [f"q{q}" for q in range(n_questions) for _ in range(per_question)]
+    f = np.array([[[1.0 if v else -1.0] * 2] * 3 for v in y]) + rng.normal(0, 1.0, (len(y), 3, 2))
+    bench._SHARED.update(f_train=f, f_dev=f[:30], y_train=y, y_dev=y[:30], seed=13, boot=50, groups=groups,
+                         sets={"1+last": [1, "last"]}, orders=1, cv_repeats=1, select="train")
+    return f, y, groups
+
+
+def test_out_of_fold_scores_come_from_probes_that_never_saw_the_question(bench, monkeypatch) -> None:
+    import ragcritic_lib.critic.probe as probe
+
+    f, y, groups = _grouped(bench, n_questions=30, per_question=3)
+    seen: list[set] = []
+    real_fit = probe.fit_probe
+
+    def spy(features, labels, **kw):
+        seen.append({tuple(np.round(r, 6)) for r in np.asarray(features)})
+        return real_fit(features, labels, **kw)
+
+    monkeypatch.setattr(probe, "fit_probe", spy)
+    x = bench.select(f, [1, "last"])
+    oof = bench._out_of_fold(x)
+    assert len(seen) == 5 and len(oof) == len(y)
+    for q in set(groups):  # every answer to a question is held out together, by a probe that never read them
+        rows = {tuple(np.round(x[i], 6)) for i, g in enumerate(groups) if g == q}
+        assert sum(rows <= s for s in seen) == 4 and not any(rows & s for s in seen if not rows <= s)
+    row, (scores, oof2) = bench._fit_one("1+last")
+    assert oof2 is not None and 0.5 < row["train_oof_auroc"] <= 1.0
+    assert row["train_oof_ci"][0] <= row["train_oof_auroc"] <= row["train_oof_ci"][1]
+
+
+def test_the_grouped_paired_difference_is_zero_for_the_same_scores_and_signed_for_better_ones(bench) -> None:
+    y = [bool(i % 2) for i in range(40)]
+    groups = [i // 2 for i in range(40)]
+    good = [float(v) + 0.1 * i / 40 for i, v in enumerate(y)]
+    noisy = [0.3 * float(v) + (i * 7 % 11) / 11 for i, v in enumerate(y)]
+    same = bench.paired_group_diff(good, good, y, groups, seed=1, n_boot=100)
+    assert same == {"diff": 0.0, "low": 0.0, "high": 0.0}
+    better = bench.paired_group_diff(good, noisy, y, groups, seed=1, n_boot=200)
+    assert better["diff"] > 0 and better["low"] <= better["diff"] <= better["high"]
+
+
+def test_the_train_choice_needs_an_interval_above_the_shipped_set_and_dev_only_confirms(bench) -> None:
+    shipped = {"name": "24+last", "dev_auroc": 0.75, "train_oof_auroc": 0.70}
+    near = {"name": "21", "dev_auroc": 0.80, "train_oof_auroc": 0.74, "vs_shipped": {"diff": 0.05},
+            "train_vs_shipped": {"diff": 0.04, "low": -0.01, "high": 0.09}}
+    clear = {"name": "18", "dev_auroc": 0.70, "train_oof_auroc": 0.73, "vs_shipped": {"diff": -0.05},
+             "train_vs_shipped": {"diff": 0.03, "low": 0.01, "high": 0.05}}
+    kept = bench.train_selection([shipped, near])
+    assert kept["chosen_by_train"] == "24+last" and kept["best_on_train"] == "21"
+    assert kept["clearly_above_shipped_on_train"] == [] and kept["chosen_dev_vs_shipped"] is None
+    moved = bench.train_selection([shipped, near, clear])
+    assert moved["chosen_by_train"] == "18" and moved["chosen_dev_auroc"] == 0.70  # dev does not overrule it
+    assert moved["chosen_dev_vs_shipped"] == {"diff": -0.05}

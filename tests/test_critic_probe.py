@@ -131,3 +131,24 @@ def test_repeated_folds_choose_c_over_several_shuffled_splits() -> None:
     repeated = P.fit_probe(x, y, seed=5, cv_repeats=3)
     assert repeated["n"] == 60 and repeated["C"] > 0 and len(repeated["coef"]) == 2
     assert P.fit_probe(x, y, seed=5, cv_repeats=3) == repeated  # seeded
+
+
+def test_the_probe_fit_states_its_penalty_and_raises_no_deprecation_warning() -> None:
+    import warnings
+
+    import numpy as np
+    from sklearn.linear_model import LogisticRegressionCV
+
+    rng = np.random.default_rng(3)
+    y = [bool(i % 4 == 0) for i in range(80)]
+    x = np.array([[1.0 if v else 0.0, 0.5, -0.2] for v in y]) + rng.normal(0, 1.0, (80, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # an unstated default is a FutureWarning in scikit-learn 1.9
+        fitted = P.fit_probe(x, y, seed=2)
+    # The same fit as scikit-learn's plain L2 logistic regression with C by 5-fold AUROC.
+    z = (x - x.mean(0)) / x.std(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        ref = LogisticRegressionCV(Cs=8, cv=5, scoring="roc_auc", max_iter=3000, random_state=2).fit(z, np.array(y, int))
+    assert fitted["C"] == float(ref.C_[0]) and np.allclose(fitted["coef"], ref.coef_[0], atol=1e-12)
+    assert fitted["intercept"] == pytest.approx(float(ref.intercept_[0]), abs=1e-12)

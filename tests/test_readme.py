@@ -653,6 +653,28 @@ def test_the_probe_layer_block_reads_its_file_and_names_no_winner_inside_the_ci(
     assert "whose CI lies above 0: `21`." in readme.render_block("probe_layers", {readme.PROBE_LAYERS_KEY: data})
 
 
+def test_the_train_cv_probe_block_reads_its_file_and_says_whether_dev_confirms_the_choice():
+    assert "No choice on the probe samples recorded yet" in readme.render_block("probe_layers_train_cv", {})
+    data = {"probe_samples": 100, "probe_errors": 80, "dev": 50, "dev_errors": 40, "shipped": "24+last",
+            "cpu_class": "avx2", "feature_seconds": 1095.6, "best_on_train": "12+last",
+            "clearly_above_shipped_on_train": [], "chosen_by_train": "24+last", "chosen_dev_auroc": 0.75,
+            "shipped_dev_auroc": 0.75, "chosen_dev_vs_shipped": None,
+            "rows": [{"name": "24+last", "features": 8, "dev_auroc": 0.75, "train_oof_auroc": 0.74,
+                      "train_oof_ci": [0.70, 0.78]},
+                     {"name": "12+last", "features": 8, "dev_auroc": 0.71, "train_oof_auroc": 0.765,
+                      "train_oof_ci": [0.726, 0.801], "train_vs_shipped": {"diff": 0.025, "low": -0.01, "high": 0.06}}]}
+    text = readme.render_block("probe_layers_train_cv", {readme.PROBE_TRAIN_CV_KEY: data})
+    assert "| `24+last` | 8 | 0.740 | 0.700..0.780 | – | 0.750 |" in text
+    assert "| `12+last` | 8 | 0.765 | 0.726..0.801 | +0.025 (-0.010, +0.060) | 0.710 |" in text
+    assert "above 0 there: none. Chosen without dev: `24+last`; it stays, so dev has nothing to confirm." in text
+    assert "The dev AUROC (50 answers, 40 wrong)" in text and "`avx2`, 1096 s" in text
+    data.update(clearly_above_shipped_on_train=["12+last"], chosen_by_train="12+last", chosen_dev_auroc=0.71,
+                chosen_dev_vs_shipped={"diff": -0.04, "low": -0.09, "high": 0.01})
+    text = readme.render_block("probe_layers_train_cv", {readme.PROBE_TRAIN_CV_KEY: data})
+    assert ("Chosen without dev: `12+last`; on dev it scores 0.710 against 0.750, Δ -0.040 (-0.090, +0.010)."
+            in text)
+
+
 def test_the_recipe_frontier_block_reads_its_file_and_names_the_choice():
     data = {"cpu_class": "avx2", "budget_minutes": 80.0,
             "subset": {"train": 512, "pools": {"all": 2600}, "dev": 180, "dev_wrong": 150},

@@ -163,7 +163,8 @@ def probe_scores(train_features: Any, train_labels: Sequence[bool], dev_features
     from sklearn.preprocessing import StandardScaler
 
     clf = make_pipeline(StandardScaler(), LogisticRegressionCV(Cs=8, cv=5, scoring="roc_auc", max_iter=2000,
-                                                               random_state=seed))
+                                                               random_state=seed, l1_ratios=(0.0,),
+                                                               use_legacy_attributes=False))
     clf.fit(train_features, [int(y) for y in train_labels])
     return [float(v) for v in clf.decision_function(dev_features)]
 

@@ -124,20 +124,20 @@ def fit_probe(features: Any, is_error: Sequence[bool], *, seed: int, class_weigh
     mean, scale = x.mean(0), x.std(0)
     scale[scale == 0] = 1.0
     folds = min(5, int(np.bincount(y).min()))  # every fold must hold both classes for its AUROC
+    clf: Any
     if folds >= 2:
         cv: Any = folds
         if cv_repeats > 1:
             from sklearn.model_selection import RepeatedStratifiedKFold
 
             cv = RepeatedStratifiedKFold(n_splits=folds, n_repeats=cv_repeats, random_state=seed)
+        # An L2 penalty (l1_ratio 0) and the plain fitted attributes, both said outright.
         clf = LogisticRegressionCV(Cs=8, cv=cv, scoring="roc_auc", max_iter=3000, random_state=seed,
-                                   class_weight=class_weight)
-        clf.fit((x - mean) / scale, y)
-        c = float(clf.C_[0])
+                                   class_weight=class_weight, l1_ratios=(0.0,), use_legacy_attributes=False)
     else:  # a class of one sample cannot be cross-validated: sklearn's default C
         clf = LogisticRegression(C=1.0, max_iter=3000, random_state=seed, class_weight=class_weight)
-        clf.fit((x - mean) / scale, y)
-        c = 1.0
+    clf.fit((x - mean) / scale, y)
+    c = float(np.ravel(clf.C_)[0]) if folds >= 2 else 1.0
     return {"mean": mean.tolist(), "scale": scale.tolist(), "coef": clf.coef_[0].tolist(),
             "intercept": float(clf.intercept_[0]), "C": c, "n": int(len(y)), "n_error": int(y.sum())}
 

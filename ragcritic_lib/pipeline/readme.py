@@ -79,6 +79,7 @@ BLOCK_SOURCES["command_times"] = ()   # the same file
 BLOCK_SOURCES["smoke_times"] = ()     # the same file
 BLOCK_SOURCES["critic_recipes"] = ()  # reads reports/benchmarks/critic_recipes.json (check() loads it)
 BLOCK_SOURCES["probe_layers"] = ()    # reads reports/benchmarks/probe_layers.json (check() loads it)
+BLOCK_SOURCES["probe_layers_train_cv"] = ()  # reads reports/benchmarks/probe_layers_train_cv.json (check() loads it)
 # The trained critic each critic stage calibrates, for the verdict AUROC on its dev samples.
 _CALIBRATED_CRITICS = {"05_critic_sft": "SFT critic", "06_critic_dpo": "SFT+DPO critic"}
 
@@ -1081,6 +1082,48 @@ def render_probe_layers(metrics: Mapping[str, Any]) -> str:
     return "\n".join([intro, ""] + _table(header, rows) + [""] + notes)
 
 
+PROBE_TRAIN_CV_KEY = "probe_layers_train_cv"   # where check() puts reports/benchmarks/probe_layers_train_cv.json
+_PROBE_TRAIN_CV_FILE = "reports/benchmarks/probe_layers_train_cv.json"
+
+
+def render_probe_layers_train_cv(metrics: Mapping[str, Any]) -> str:
+    """The probe's layer sets chosen without dev (``bench_probe_layers.py --select train``): each
+    set's out-of-fold AUROC on the probe samples with its interval over questions, its paired
+    difference to the shipped set there, and its dev AUROC beside; then the set the probe samples
+    choose and whether dev agrees."""
+    data = metrics.get(PROBE_TRAIN_CV_KEY)
+    if not data:
+        return ("No choice on the probe samples recorded yet: `.venv/bin/python benchmarks/bench_probe_layers.py "
+                f"--select train --out {_PROBE_TRAIN_CV_FILE}` writes one after stage `critic_data` has run.")
+    shipped = data.get("shipped", "?")
+    intro = (f"The same layer sets scored without dev: out of fold on the {data.get('probe_samples', '?')} probe "
+             f"samples ({data.get('probe_errors', '?')} wrong; 5 folds that keep the answers to one question together, "
+             "each fold's probe the stage's), with 95% intervals from resampling questions; Δ is the paired difference "
+             f"to the shipped set `{shipped}` on the same out-of-fold scores. The dev AUROC ({data.get('dev', '?')} answers, "
+             f"{data.get('dev_errors', '?')} wrong) is beside it, not part of the choice (`{_PROBE_TRAIN_CV_FILE}`; forward passes on "
+             f"`{data.get('cpu_class', '?')}`, {_f(data.get('feature_seconds'), 0)} s).")
+    rows = []
+    for r in data["rows"]:
+        vs = r.get("train_vs_shipped") or {}
+        ci = r.get("train_oof_ci") or [None, None]
+        rows.append([f"`{r['name']}`", str(r.get("features", "?")), _f(r.get("train_oof_auroc")),
+                     f"{_f(ci[0])}..{_f(ci[1])}",
+                     _DASH if r["name"] == shipped else f"{_signed(vs.get('diff'))} ({_signed(vs.get('low'))}, "
+                                                        f"{_signed(vs.get('high'))})",
+                     _f(r.get("dev_auroc"))])
+    header = ["layers", "features", "out-of-fold AUROC", "95% CI", f"Δ vs `{shipped}` (95% CI)", "dev AUROC"]
+    clear = data.get("clearly_above_shipped_on_train") or []
+    chosen = data.get("chosen_by_train", shipped)
+    dev_vs = data.get("chosen_dev_vs_shipped") or {}
+    confirm = ("it stays, so dev has nothing to confirm" if chosen == shipped else
+               f"on dev it scores {_f(data.get('chosen_dev_auroc'))} against {_f(data.get('shipped_dev_auroc'))}, "
+               f"Δ {_signed(dev_vs.get('diff'))} ({_signed(dev_vs.get('low'))}, {_signed(dev_vs.get('high'))})")
+    notes = [f"- Best out of fold: `{data.get('best_on_train', '?')}`; with a difference to `{shipped}` whose CI lies "
+             f"above 0 there: {', '.join(f'`{c}`' for c in clear) if clear else 'none'}. Chosen without dev: "
+             f"`{chosen}`; {confirm}."]
+    return "\n".join([intro, ""] + _table(header, rows) + [""] + notes)
+
+
 # ------------------------------------------------------------------- answerable and unanswerable
 _LADDER_PREFIX = "ladder: "  # how the comparison stage names the correction ladder's rows in ``answerability``
 
@@ -1174,6 +1217,7 @@ _RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "ci_times": render_ci_times,
     "critic_recipes": render_critic_recipes,
     "probe_layers": render_probe_layers,
+    "probe_layers_train_cv": render_probe_layers_train_cv,
     "command_times": render_command_times,
     "smoke_times": render_smoke_times,
     "answerability": render_answerability,
@@ -1281,7 +1325,8 @@ def check(files: Sequence[Path], metrics_dir: str | Path = paths.METRICS_DIR,
     for blocks, file_name, key in (({"baselines", "method_simrag"}, "simrag_critic.json", SIMRAG_BENCH_KEY),
                                    ({"critic_recipes"}, "critic_recipes.json", RECIPES_KEY),
                                    ({"benchmark"}, "critic_reruns.json", RERUNS_KEY),
-                                   ({"probe_layers"}, "probe_layers.json", PROBE_LAYERS_KEY)):
+                                   ({"probe_layers"}, "probe_layers.json", PROBE_LAYERS_KEY),
+                                   ({"probe_layers_train_cv"}, "probe_layers_train_cv.json", PROBE_TRAIN_CV_KEY)):
         bfile = Path(metrics_dir).parent / "benchmarks" / file_name
         if bfile.exists() and any(blocks & set(block_names(text, shown[f])) for f, text in texts.items()):
             try:
