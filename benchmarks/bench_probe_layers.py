@@ -1,18 +1,18 @@
 """Which of the frozen generator's layers the verdict probe should read: dev AUROC per layer set.
 
 Stage 05's verdict comes from a logistic probe on the frozen generator's hidden states at the
-verdict position, reading layer ``critic_sft.probe_layer`` (24) and the final normed state. This
+verdict position, reading layer ``critic_sft.probe_layer`` and the final normed state. This
 benchmark computes every layer's state there once, for the stage's own probe samples (the train
 samples of ``critic_sft.verdict_sources``: the generator's and the pool's real answers) and its
 dev answers, then fits the stage's probe (:func:`ragcritic_lib.critic.probe.fit_probe`, C by
 5-fold cross-validated AUROC) on each layer set and scores dev: AUROC with its bootstrap 95% CI,
-and the paired bootstrap CI of its difference to the shipped set (``24+last``). Dev answers only,
+and the paired bootstrap CI of its difference to the set the stage reads (``shipped``). Dev answers only,
 never test; the dev answers pick among many sets here, so the best row's dev AUROC is optimistic
 and a change of the default needs a difference whose CI lies above 0, and then the benchmark's
 test AUROC from a full stage run. Each set is also fitted under ``--orders`` sample orders: the
 cross-validation that picks the probe's C splits the samples by their order, so ``dev_auroc_orders``
 shows how much of a row's AUROC is that choice rather than the layers; the first order is the
-stage's own, so the ``24+last`` row reproduces the stage's dev AUROC.
+stage's own, so the shipped set's row reproduces the stage's dev AUROC.
 
 With ``--select train`` the choice does not look at dev at all: every set is also scored out of
 fold on the probe samples themselves (5 folds that keep the answers to one question together,
@@ -41,7 +41,9 @@ from pathlib import Path
 
 from ragcritic_lib import paths
 
-SHIPPED = "24+last"
+def shipped_set(probe_layer: int) -> str:
+    """The set the stage reads: ``critic_sft.probe_layer`` beside the final state."""
+    return f"{int(probe_layer)}+last"
 
 
 def layer_sets(n_layers: int) -> dict[str, list[int | str]]:
@@ -171,11 +173,11 @@ def _vs_shipped(args: tuple[list[float], list[float]]) -> dict:
     return paired_auroc_diff_ci(args[0], args[1], _SHARED["y_dev"], seed=_SHARED["seed"], n_boot=_SHARED["boot"])
 
 
-def train_selection(rows: list[dict]) -> dict:
+def train_selection(rows: list[dict], shipped_name: str) -> dict:
     """The set the probe samples choose, dev unseen: the highest out-of-fold AUROC among the sets
     whose paired interval against the shipped set lies above 0 on the probe samples, else the
     shipped set; then its dev AUROC against the shipped one's (dev confirms, it does not choose)."""
-    shipped = next(r for r in rows if r["name"] == SHIPPED)
+    shipped = next(r for r in rows if r["name"] == shipped_name)
     above = [r for r in rows if (r.get("train_vs_shipped") or {}).get("low") is not None
              and r["train_vs_shipped"]["low"] > 0]
     chosen = max(above, key=lambda r: r["train_oof_auroc"]) if above else shipped
@@ -247,13 +249,14 @@ def main() -> None:
     print(f"features: {len(train)} probe samples, {len(dev)} dev answers, {feature_seconds} s on {device}", flush=True)
 
     sets = layer_sets(int(model.config.num_hidden_layers))
-    sets.setdefault(SHIPPED, [int(sft["probe_layer"]), "last"])
+    shipped = shipped_set(sft["probe_layer"])
+    sets.setdefault(shipped, [int(sft["probe_layer"]), "last"])
     wanted = [s.strip() for s in args.sets.split(",") if s.strip()] or list(sets)
     unknown = [s for s in wanted if s not in sets]
     if unknown:
         raise SystemExit(f"unknown set {unknown[0]!r} (known: {', '.join(sets)})")
-    if SHIPPED not in wanted:
-        wanted.insert(0, SHIPPED)
+    if shipped not in wanted:
+        wanted.insert(0, shipped)
     groups = [s["qkey"] for s, src in zip(samples, sources) if not keep or src in keep]
     if args.limit:
         groups = [groups[i] for i in picked]
@@ -273,28 +276,28 @@ def main() -> None:
         rows.append(row)
         scores[row["name"]], oofs[row["name"]] = sc, oof
         print(json.dumps(row), flush=True)
-    others = [r for r in rows if r["name"] != SHIPPED]
-    for row, vs in zip(others, mapper(_vs_shipped, [(scores[r["name"]], scores[SHIPPED]) for r in others])):
+    others = [r for r in rows if r["name"] != shipped]
+    for row, vs in zip(others, mapper(_vs_shipped, [(scores[r["name"]], scores[shipped]) for r in others])):
         row["vs_shipped"] = vs
     if pool is not None:
         pool.close()
     selection = None
     if args.select == "train":
         for row in others:
-            row["train_vs_shipped"] = paired_group_diff(oofs[row["name"]], oofs[SHIPPED], y_train, groups,
+            row["train_vs_shipped"] = paired_group_diff(oofs[row["name"]], oofs[shipped], y_train, groups,
                                                         seed=seed, n_boot=args.boot)
-        selection = train_selection(rows)
+        selection = train_selection(rows, shipped)
     best = max(rows, key=lambda r: r["dev_auroc"] or 0.0)
     clear = [r["name"] for r in rows if (r.get("vs_shipped") or {}).get("low") is not None
              and r["vs_shipped"]["low"] > 0]
     doc = {"orders": max(1, args.orders), "cv_repeats": max(1, args.cv_repeats), "probe_samples": len(train), "probe_errors": int(sum(y_train)), "dev": len(dev), "dev_errors": int(sum(y_dev)),
-           "sources": sorted(keep) or "all", "shipped": SHIPPED, "device": device,
+           "sources": sorted(keep) or "all", "shipped": shipped, "device": device,
            "cpu_class": cpu_class("cuda" if device == "cuda" else "cpu"), "torch": torch.__version__,
            "feature_seconds": feature_seconds, "rows": rows, "best_on_dev": best["name"],
            "clearly_above_shipped": clear, **({} if selection is None else {"select": "train", **selection})}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    print(f"best on dev: {best['name']} {best['dev_auroc']}; clearly above {SHIPPED}: {clear or 'none'} -> {args.out}")
+    print(f"best on dev: {best['name']} {best['dev_auroc']}; clearly above {shipped}: {clear or 'none'} -> {args.out}")
 
 
 if __name__ == "__main__":

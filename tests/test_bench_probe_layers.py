@@ -17,6 +17,7 @@ def test_the_sets_span_the_depth_and_hold_the_shipped_one(bench) -> None:
     assert sets["last"] == ["last"] and sets["24+last"] == [24, "last"] and sets["21"] == [21]
     assert sorted(k for k in sets if k.isdigit()) == sorted(["6", "12", "15", "18", "21", "24", "27"])
     assert sets["15+18+24+last"] == [15, 18, 24, "last"] and len(sets) == 16
+    assert bench.shipped_set(18) == "18+last" and bench.shipped_set("24") in sets
 
 
 def test_select_reads_layers_and_the_final_state_side_by_side(bench) -> None:
@@ -89,9 +90,9 @@ def test_the_train_choice_needs_an_interval_above_the_shipped_set_and_dev_only_c
             "train_vs_shipped": {"diff": 0.04, "low": -0.01, "high": 0.09}}
     clear = {"name": "18", "dev_auroc": 0.70, "train_oof_auroc": 0.73, "vs_shipped": {"diff": -0.05},
              "train_vs_shipped": {"diff": 0.03, "low": 0.01, "high": 0.05}}
-    kept = bench.train_selection([shipped, near])
+    kept = bench.train_selection([shipped, near], "24+last")
     assert kept["chosen_by_train"] == "24+last" and kept["best_on_train"] == "21"
     assert kept["clearly_above_shipped_on_train"] == [] and kept["chosen_dev_vs_shipped"] is None
-    moved = bench.train_selection([shipped, near, clear])
+    moved = bench.train_selection([shipped, near, clear], "24+last")
     assert moved["chosen_by_train"] == "18" and moved["chosen_dev_auroc"] == 0.70  # dev does not overrule it
     assert moved["chosen_dev_vs_shipped"] == {"diff": -0.05}

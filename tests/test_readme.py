@@ -1,6 +1,7 @@
 """README's generated blocks: equal to what reports/metrics gives, rendered exactly, clear errors."""
 
 import copy
+import json
 import re
 
 import pytest
@@ -736,3 +737,58 @@ def test_the_comparison_and_the_ladder_say_where_their_change_comes_from():
     assert not any("Answerable and" in line for line in render_block("comparison", comparison_metrics()).splitlines())
     ladder = render_block("ladder", {**ladder_metrics(), **answerability_metrics()}).splitlines()
     assert note.format(f1="none", judged="oracle critique", carried="oracle critique +0.092 of +0.100") in ladder
+
+
+def _lock_root(tmp_path, dep_md5: str, *, with_manifest: bool = True):
+    import hashlib
+
+    import yaml
+
+    entries = [{"md5": "f1", "relpath": "x.json"}, {"md5": "f2", "relpath": "model/w.bin"}]
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    if with_manifest:
+        store = tmp_path / "dvc-store" / "files" / "md5" / "m1"
+        store.mkdir(parents=True)
+        (store / "aaa.dir").write_text(json.dumps(entries))
+    model_md5 = hashlib.md5(json.dumps([{"md5": "f2", "relpath": "w.bin"}]).encode()).hexdigest() + ".dir"
+    lock = {"schema": "2.0", "stages": {
+        "a": {"cmd": "python -m ragcritic_lib.pipeline.stage notebooks/01_a.py",
+              "outs": [{"path": "data/a", "md5": "m1aaa.dir"}]},
+        "b": {"cmd": "python -m ragcritic_lib.pipeline.stage notebooks/02_b.py",
+              "deps": [{"path": "data/a/x.json", "md5": dep_md5}, {"path": "data/a/model", "md5": model_md5},
+                       {"path": "notebooks/02_b.py", "md5": "n"}],
+              "outs": [{"path": "data/b", "md5": "b.dir"}]}}}
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump(lock))
+    return tmp_path
+
+
+def test_a_stage_that_read_outputs_since_replaced_is_named_from_the_lock_alone(tmp_path):
+    assert readme.stale_in_lock(_lock_root(tmp_path / "same", "f1")) == {}  # a file and a folder inside the output match
+    assert readme.stale_in_lock(_lock_root(tmp_path / "moved", "f0")) == {"02_b": {"replaced": ["a"], "behind": []}}
+    assert readme.stale_in_lock(_lock_root(tmp_path / "unshipped", "f0", with_manifest=False)) == {}  # not judged
+    assert readme.stale_in_lock(tmp_path / "nothing") == {}
+
+
+def test_a_stage_reading_a_stage_that_is_not_up_to_date_is_not_up_to_date_either(tmp_path):
+    import yaml
+
+    root = _lock_root(tmp_path, "f0")
+    lock = yaml.safe_load((root / "dvc.lock").read_text())
+    lock["stages"]["c"] = {"cmd": "python -m ragcritic_lib.pipeline.stage notebooks/03_c.py",
+                           "deps": [{"path": "data/b", "md5": "b.dir"}], "outs": [{"path": "data/c", "md5": "c.dir"}]}
+    lock["stages"]["d"] = {"cmd": "python -m ragcritic_lib.pipeline.stage notebooks/04_d.py",
+                           "deps": [{"path": "data/c", "md5": "c.dir"}, {"path": "data/a/x.json", "md5": "f1"}]}
+    (root / "dvc.lock").write_text(yaml.safe_dump(lock))
+    stale = readme.stale_in_lock(root)
+    assert stale["03_c"] == {"replaced": [], "behind": ["b"]}
+    assert stale["04_d"] == {"replaced": [], "behind": ["c"]} and "01_a" not in stale
+
+
+def test_the_environment_line_says_a_stage_read_replaced_outputs():
+    metrics = {"07_benchmark": {"environment": copy.deepcopy(ENV)}}
+    assert "Not up to date" not in readme.environment_line(metrics, "07_benchmark")
+    metrics[readme.LOCK_STALE_KEY] = {"07_benchmark": {"replaced": ["critic_sft"], "behind": ["critic_dpo"]}}
+    assert readme.environment_line(metrics, "07_benchmark").endswith(
+        "**Not up to date:** `07_benchmark` read outputs of `critic_sft` that has since run again and outputs of "
+        "`critic_dpo`, itself not up to date (`dvc.lock`); its numbers are those of its last run until it and the "
+        "stages before it re-run (`dvc repro`).")

@@ -203,7 +203,119 @@ def environment_line(metrics: Mapping[str, Any], stem: str) -> str:
     stale = [] if _recorded_by_runner(env) else [
         f"**Not up to date:** `{stem}` comes from a run older than the stage runner that records the CPU class "
         "and wall time; `dvc status` names its stage until it re-runs."]
+    late = (metrics.get(LOCK_STALE_KEY) or {}).get(stem) or {}
+    why = []
+    if late.get("replaced"):
+        why.append(f"outputs of {', '.join(f'`{m}`' for m in late['replaced'])} that "
+                   f"{'has' if len(late['replaced']) == 1 else 'have'} since run again")
+    if late.get("behind"):
+        why.append(f"outputs of {', '.join(f'`{m}`' for m in late['behind'])}, "
+                   f"{'itself' if len(late['behind']) == 1 else 'themselves'} not up to date")
+    if why:
+        stale.append(f"**Not up to date:** `{stem}` read {' and '.join(why)} (`dvc.lock`); its numbers are those "
+                     "of its last run until it and the stages before it re-run (`dvc repro`).")
     return " ".join([line] + [f"Provenance: {p}." for p in env.get("provenance") or []] + stale)
+
+
+LOCK_STALE_KEY = "dvc_lock_stale"  # where check() puts stale_in_lock()
+
+
+def _store_objects(root: Path) -> Path:
+    """The shipped store's object folder: remote ``store`` of ``.dvc/config`` when it is a local
+    folder (relative to ``.dvc/``, as DVC reads it), else the default ``dvc-store/``."""
+    import configparser
+
+    url = "../dvc-store"
+    cfg = configparser.ConfigParser()
+    try:
+        cfg.read(root / ".dvc" / "config", encoding="utf-8")
+        url = cfg.get('remote "store"', "url", fallback=url)
+    except configparser.Error:
+        pass
+    if "://" in url:  # a remote store: its manifests are not on this disk
+        return root / ".dvc" / "no-local-store"
+    return (root / ".dvc" / url).resolve() / "files" / "md5"
+
+
+def stale_in_lock(root: str | Path) -> dict[str, dict[str, list[str]]]:
+    """The stages whose recorded run read outputs that another stage has since replaced, from the
+    committed ``dvc.lock`` alone: a dependency inside (or equal to) another stage's output whose
+    md5 differs from that output's current one. A file or folder inside an output folder is
+    looked up in the folder's manifest in the shipped store (:func:`_store_objects`); an output
+    whose manifest is not there (a rebuilt output, a store elsewhere) is not judged. A stage that
+    read a stage which is itself not up to date is not up to date either.
+
+    Returns:
+        ``{metrics stem: {"replaced": [upstream stages whose outputs it read have changed since],
+        "behind": [upstream stages it read that are themselves not up to date]}}`` for the stages
+        the stage runner runs (their stem is the notebook's name).
+    """
+    import hashlib
+
+    import yaml
+
+    lock_file = Path(root) / "dvc.lock"
+    if not lock_file.is_file():
+        return {}
+    objects = _store_objects(Path(root))
+    stages = (yaml.safe_load(lock_file.read_text(encoding="utf-8")) or {}).get("stages") or {}
+    outs = {o["path"]: (name, str(o.get("md5", ""))) for name, st in stages.items() for o in st.get("outs") or []}
+    manifests: dict[str, list[dict[str, str]] | None] = {}
+
+    def manifest(md5: str) -> list[dict[str, str]] | None:
+        if md5 not in manifests:
+            f = objects / md5[:2] / md5[2:]
+            try:
+                manifests[md5] = json.loads(f.read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError):
+                manifests[md5] = None
+        return manifests[md5]
+
+    def current(dep: str) -> tuple[str, str | None] | None:
+        """(the stage that writes it, its md5 there now) for a path inside some stage's output."""
+        for out, (name, md5) in outs.items():
+            if dep == out:
+                return name, md5
+            if dep.startswith(out + "/") and md5.endswith(".dir"):
+                entries = manifest(md5)
+                if entries is None:
+                    return name, None
+                rel = dep[len(out) + 1:]
+                hit = [e for e in entries if e["relpath"] == rel]
+                if hit:
+                    return name, hit[0]["md5"]
+                inner = sorted(({"md5": e["md5"], "relpath": e["relpath"][len(rel) + 1:]} for e in entries
+                                if e["relpath"].startswith(rel + "/")), key=lambda e: e["relpath"])
+                if not inner:
+                    return name, ""
+                return name, hashlib.md5(json.dumps(inner).encode()).hexdigest() + ".dir"
+        return None
+
+    replaced: dict[str, set[str]] = {}
+    reads: dict[str, set[str]] = {}
+    for name, st in stages.items():
+        replaced[name], reads[name] = set(), set()
+        for dep in st.get("deps") or []:
+            found = current(str(dep.get("path", "")))
+            if found and found[0] != name:
+                reads[name].add(found[0])
+                if found[1] is not None and found[1] != str(dep.get("md5", "")):
+                    replaced[name].add(found[0])
+    behind = {name: set() for name in stages}  # upstream stages that are themselves not up to date
+    changed = True
+    while changed:
+        changed = False
+        for name in stages:
+            late = {u for u in reads[name] if replaced[u] or behind[u]} - behind[name]
+            if late:
+                behind[name] |= late
+                changed = True
+    stale: dict[str, dict[str, list[str]]] = {}
+    for name, st in stages.items():
+        nb = re.search(r"notebooks/([0-9][0-9]_\w+)\.py", str(st.get("cmd", "")))
+        if nb and (replaced[name] or behind[name]):
+            stale[nb.group(1)] = {"replaced": sorted(replaced[name]), "behind": sorted(behind[name] - replaced[name])}
+    return stale
 
 
 def _recorded_by_runner(env: Mapping[str, Any]) -> bool:
@@ -1062,9 +1174,9 @@ def render_probe_layers(metrics: Mapping[str, Any]) -> str:
              f"{data.get('probe_errors', '?')} wrong) on the states of each layer set at the verdict position, scored on "
              f"{data.get('dev', '?')} dev answers ({data.get('dev_errors', '?')} wrong); `last` is the final normed "
              f"state, a number that layer's output (`{_PROBE_LAYERS_FILE}`, `benchmarks/bench_probe_layers.py`; the "
-             f"forward passes on `{data.get('cpu_class', '?')}`). Δ is the paired bootstrap difference to the "
-             f"shipped set `{shipped}`; the last column is the dev AUROC under {data.get('orders', 1)} sample orders, "
-             "which decide the cross-validation folds that pick the probe's C.")
+             f"forward passes on `{data.get('cpu_class', '?')}`). Δ is the paired bootstrap difference to "
+             f"`{shipped}`, the set the stage read when this was measured; the last column is the dev AUROC under "
+             f"{data.get('orders', 1)} sample orders, which decide the cross-validation folds that pick the probe's C.")
     rows = []
     for r in data["rows"]:
         vs = r.get("vs_shipped") or {}
@@ -1099,9 +1211,10 @@ def render_probe_layers_train_cv(metrics: Mapping[str, Any]) -> str:
     intro = (f"The same layer sets scored without dev: out of fold on the {data.get('probe_samples', '?')} probe "
              f"samples ({data.get('probe_errors', '?')} wrong; 5 folds that keep the answers to one question together, "
              "each fold's probe the stage's), with 95% intervals from resampling questions; Δ is the paired difference "
-             f"to the shipped set `{shipped}` on the same out-of-fold scores. The dev AUROC ({data.get('dev', '?')} answers, "
-             f"{data.get('dev_errors', '?')} wrong) is beside it, not part of the choice (`{_PROBE_TRAIN_CV_FILE}`; forward passes on "
-             f"`{data.get('cpu_class', '?')}`, {_f(data.get('feature_seconds'), 0)} s).")
+             f"to `{shipped}`, the set the stage read when this was measured, on the same out-of-fold scores. The dev "
+             f"AUROC ({data.get('dev', '?')} answers, {data.get('dev_errors', '?')} wrong) is beside it, not part of the "
+             f"choice (`{_PROBE_TRAIN_CV_FILE}`; forward passes on `{data.get('cpu_class', '?')}`, "
+             f"{_f(data.get('feature_seconds'), 0)} s).")
     rows = []
     for r in data["rows"]:
         vs = r.get("train_vs_shipped") or {}
@@ -1333,6 +1446,7 @@ def check(files: Sequence[Path], metrics_dir: str | Path = paths.METRICS_DIR,
                 metrics[key] = json.loads(bfile.read_text(encoding="utf-8"))
             except json.JSONDecodeError as exc:
                 raise ReadmeDataError(f"{bfile}: not JSON ({exc})") from None
+    metrics[LOCK_STALE_KEY] = stale_in_lock(root)
     report = []
     for f, text in texts.items():
         differing = differing_blocks(text, metrics, shown[f])
