@@ -10,7 +10,8 @@ dev corrections the acting threshold is fitted on) this prints, over the first r
 before, as run, and with the reader's answer restored; how often the path fired; on the
 answerable and the unanswerable questions apart (every gold answer an abstention), how many
 answers were corrected, how many of their critiques named an unsupported answer and how often the
-path fired; and, for the dev corrections, both F1s at a range of verdict-margin thresholds
+path fired and why (the rejected answer repeated, or a new one; whether the passages hold the
+reader's answer either way); and, for the dev corrections, both F1s at a range of verdict-margin thresholds
 (acting only above each), the calibrated one included. Numbers only, no asserts.
 
     .venv/bin/python benchmarks/bench_abstain_replay.py
@@ -43,12 +44,18 @@ def replay(record: Mapping[str, Any]) -> dict[str, Any]:
     before = score_prediction(str(record["predictions"][0]), golds)["f1"]
     after = score_prediction(str(step.get("answer_after", record.get("final_prediction", ""))), golds)["f1"] \
         if step else before
-    restored, fired = after, False
+    from ragcritic_lib.agent.actions import UNSUPPORTED_LABELS, _grounded
+    from ragcritic_lib.evaluation.scoring import normalize_words
+
+    restored, fired, repeat, grounded = after, False, None, None
     for event in step.get("events") or []:
         if event.get("action") == "GenerateAnswer" and not event.get("intermediate") and event.get("abstained"):
             answer, _ = extract_answer(str(event.get("raw") or ""), prefilled=record.get("prompt_variant") == "prefill")
             restored, fired = score_prediction(answer, golds)["f1"], True
-    from ragcritic_lib.agent.actions import UNSUPPORTED_LABELS
+            # Why it fired: the reader gave the rejected answer again, or (a new answer) one whose
+            # words the passages do not hold; and whether the passages hold its words either way.
+            repeat = normalize_words(answer) == normalize_words(str(record["predictions"][0]))
+            grounded = _grounded(answer, [str(d) for d in event.get("docs") or []], "")
     from ragcritic_lib.evaluation.truth import is_unanswerable
 
     critique = step.get("critic") or {}
@@ -57,7 +64,7 @@ def replay(record: Mapping[str, Any]) -> dict[str, Any]:
     return {"before": before, "after": after, "restored": restored, "fired": fired,
             "margin": None if margin is None else float(margin),
             "unanswerable": is_unanswerable(golds), "corrected": step.get("status") == "corrected",
-            "unsupported_label": bool(labels & UNSUPPORTED_LABELS)}
+            "unsupported_label": bool(labels & UNSUPPORTED_LABELS), "repeat": repeat, "grounded": grounded}
 
 
 def at_threshold(rows: Sequence[Mapping[str, Any]], threshold: float, key: str) -> float:
@@ -84,8 +91,10 @@ def main() -> None:
               f"as run {mean['after']:.4f}, reader's answer restored {mean['restored']:.4f}")
         for part, flag in (("answerable", False), ("unanswerable", True)):
             sub = [r for r in rows if r["unanswerable"] is flag and r["corrected"]]
+            fired = [r for r in sub if r["fired"]]
             print(f"  {part}: {len(sub)} corrected, {sum(r['unsupported_label'] for r in sub)} critiques name an "
-                  f"unsupported answer, the abstain path fired on {sum(r['fired'] for r in sub)}")
+                  f"unsupported answer, the abstain path fired on {len(fired)} ({sum(r['repeat'] for r in fired)} "
+                  f"repeating the rejected answer; {sum(r['grounded'] for r in fired)} whose answer the passages hold)")
         if f.name.startswith("dev_") and all(r["margin"] is not None for r in rows):
             metrics = paths.METRICS_DIR / "08_correction.json"
             calibrated = (((read_json(metrics).get("critic_verdict") or {}).get("dev_fit") or {})
