@@ -51,7 +51,7 @@ verifier_epochs = 2.0
 verifier_learning_rate = 5e-05
 verifier_max_length = 256
 verdict_sources = "generator,pool"
-probe_layer = 24
+probe_layer = 18
 
 # %%
 import random
