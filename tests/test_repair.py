@@ -419,3 +419,19 @@ def test_the_replay_benchmark_rebuilds_the_stage_s_offpolicy_pairs(actions):
                                      seed=3)
     assert balanced and [(p["prompt"], p["chosen"], p["rejected"]) for p in balanced] == \
         [(p["prompt"], p["chosen"], p["rejected"]) for p in replayed]
+
+
+def test_the_decoding_benchmark_reads_rewards_and_prompts_as_the_stage_does(actions):
+    from script_modules import load_script
+
+    bench = load_script("benchmarks/bench_repair_decoding.py")
+    programs = repair.grammar_programs(3, topk=1)
+    rec2 = {**REC, "id": "q2", "judged_correct": True}
+    _, log = repair.collect_preferences([REC], actions, phase="off", n_grammar=3, n_sampled=0, topk=1)
+    spaced = dict(log[1], plan=log[1]["plan"].replace(" = ", "  =  "))  # whitespace does not split a plan
+    table = bench.reward_table([log[0], spaced, log[2], dict(log[0], qid="q2", reward=None)])
+    assert set(table) == {("testbed", "q1")}  # an unscored candidate is no state
+    assert table[("testbed", "q1")][" ".join(programs[1].split())] == 1.0  # retrieve_deeper finds the Danube
+    recs, prompts = bench.state_prompts([REC, rec2], table, prompt="compact")
+    assert [r["id"] for r in recs] == ["q1"]  # a state without executed plans is left out
+    assert prompts == [repair.build_planner_messages(REC, correct=False, example=False, prompt="compact")]

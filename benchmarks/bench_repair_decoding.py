@@ -1,0 +1,114 @@
+"""How RePAIR's trained planner picks a plan, replayed from a shipped stage 12: the stage's greedy
+decoding inside the plans' token trie against picking by each plan's whole log-probability, with
+no plan executed again.
+
+Stage 12 picks one of the grammar's plans per failed answer by greedy decoding inside their token
+trie (``planner.choose``): the first token where two plans part decides between them, although
+DPO trained the planner on whole-sequence log-probabilities. This scores every grammar plan on
+each held-out dev state with the shipped planner (``data/repair/planner``, ``planner.score``) and
+compares three rules on the dev states' executed rewards (``dev_candidates.jsonl``):
+
+- ``trie greedy``: the stage's rule (``repair.dev_choice``);
+- ``sequence log-prob``: the plan with the highest summed log-probability;
+- ``calibrated`` (with ``--calibrate``): that log-probability minus the plan's mean over the
+  off-policy train states (a plan's prior taken out, so a state's own evidence decides). The
+  train states are scored too, every plan on every state (25 s a state on 2 AVX2-only cores
+  beside another process, 1 December 2026), so ``--train-states`` can take the first N.
+
+It prints per rule the dev mean reward of the picks, the share of the most frequent pick, the
+distinct picks, and the paired bootstrap 95% interval of the reward difference to the trie rule,
+beside the best single plan's reward and the per-state best. Numbers only, no asserts. The dev
+states are few (23 in the shipped run): read every difference against its interval.
+
+    .venv/bin/python benchmarks/bench_repair_decoding.py
+    .venv/bin/python benchmarks/bench_repair_decoding.py --calibrate --train-states 40
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from pathlib import Path
+
+from ragcritic_lib import paths
+from ragcritic_lib.io import read_jsonl
+
+
+def reward_table(candidates) -> dict[tuple[str, str], dict[str, float]]:
+    """{(dataset, qid): {normalized plan: executed reward}}."""
+    table: dict[tuple[str, str], dict[str, float]] = {}
+    for c in candidates:
+        if c.get("reward") is not None:
+            table.setdefault((str(c["dataset"]), str(c["qid"])), {})[" ".join(str(c["plan"]).split())] = float(c["reward"])
+    return table
+
+
+def state_prompts(states, table, *, prompt: str):
+    """The states that have executed candidates, and the planner prompt of each (as at test time)."""
+    from ragcritic_lib.baselines import dataset_name, repair
+
+    recs = [r for r in states if (dataset_name(r), str(r.get("id"))) in table]
+    return recs, [repair.build_planner_messages(r, correct=bool(r.get("judged_correct")), example=False, prompt=prompt)
+                  for r in recs]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--stage-dir", default=str(paths.resolve("data/repair")))
+    ap.add_argument("--calibrate", action="store_true", help="also score the off-policy train states and calibrate")
+    ap.add_argument("--train-states", type=int, default=0,
+                    help="with --calibrate: the first N off-policy train states only (0 = all; each costs one scoring of every plan)")
+    args = ap.parse_args()
+
+    import numpy as np
+
+    from ragcritic_lib import runtime
+    from ragcritic_lib.baselines import dataset_name, repair
+    from ragcritic_lib.pipeline.params import load_params
+
+    params = load_params()
+    rp = params["repair"]
+    stage = Path(args.stage_dir)
+    need = ["dev_states", "dev_candidates"] + (["offpolicy_states", "offpolicy_candidates"] if args.calibrate else [])
+    missing = [f"{n}.jsonl" for n in need if not (stage / f"{n}.jsonl").exists()]
+    missing += [] if (stage / "planner").is_dir() else ["planner/"]
+    if missing:
+        raise SystemExit(f"{stage}: no {', '.join(missing)} (run or restore stage 12 first)")
+    programs = repair.grammar_programs(int(rp["grammar_plans"]), topk=int(params["retrieval_rag"]["top_k"]))
+    norm = [" ".join(p.split()) for p in programs]
+    start = runtime.training_start(str(stage / "planner"), base_model=rp["base_model"], key="repair.base_model")
+    planner = runtime.load_start_model(params, start)
+
+    dev_table = reward_table(read_jsonl(stage / "dev_candidates.jsonl"))
+    recs, prompts = state_prompts(read_jsonl(stage / "dev_states.jsonl"), dev_table, prompt=rp["prompt"])
+    rewards = np.array([[dev_table[(dataset_name(r), str(r.get("id")))].get(p, 0.0) for p in norm] for r in recs])
+    ceiling = repair.plan_rewards(read_jsonl(stage / "dev_candidates.jsonl")) or {}
+    print(f"{len(recs)} dev states, {len(programs)} plans; best single plan {ceiling.get('best_single')} "
+          f"{ceiling.get('best_single_reward')}, per-state best {ceiling.get('per_state_best_reward')}", flush=True)
+
+    trie = [norm.index(" ".join(c.text.split())) for c in planner.choose(prompts, [programs] * len(prompts), desc="trie")]
+    scores = np.array(planner.score(prompts, [programs] * len(prompts), desc="dev scores"), dtype=float)
+    rules = {"trie greedy (stage)": trie, "sequence log-prob": [int(i) for i in scores.argmax(axis=1)]}
+    if args.calibrate:
+        off_table = reward_table(read_jsonl(stage / "offpolicy_candidates.jsonl"))
+        _, off_prompts = state_prompts(read_jsonl(stage / "offpolicy_states.jsonl"), off_table, prompt=rp["prompt"])
+        off_prompts = off_prompts[: args.train_states] if args.train_states > 0 else off_prompts
+        off = np.array(planner.score(off_prompts, [programs] * len(off_prompts), desc="train scores"), dtype=float)
+        rules[f"calibrated ({len(off_prompts)} train states)"] = [int(i) for i in (scores - off.mean(axis=0)).argmax(axis=1)]
+
+    rng = np.random.default_rng(0)
+    ref = rewards[np.arange(len(recs)), trie]
+    for name, picks in rules.items():
+        got = rewards[np.arange(len(recs)), picks]
+        counts = Counter(picks)
+        line = (f"{name:34s} dev reward {got.mean():.3f}  top_share {max(counts.values()) / len(picks):.2f}  "
+                f"distinct {len(counts)}")
+        if picks is not trie:
+            d = got - ref
+            boots = [d[rng.integers(0, len(d), len(d))].mean() for _ in range(2000)]
+            line += f"  vs trie {d.mean():+.3f} ({np.quantile(boots, 0.025):+.3f}, {np.quantile(boots, 0.975):+.3f})"
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
