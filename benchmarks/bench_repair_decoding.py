@@ -12,12 +12,13 @@ compares three rules on the dev states' executed rewards (``dev_candidates.jsonl
 - ``sequence log-prob``: the plan with the highest summed log-probability;
 - ``calibrated`` (with ``--calibrate``): that log-probability minus the plan's mean over the
   off-policy train states (a plan's prior taken out, so a state's own evidence decides). The
-  train states are scored too, every plan on every state (25 s a state on 2 AVX2-only cores
-  beside another process, 1 December 2026), so ``--train-states`` can take the first N.
+  train states are scored too, every plan on every state (2.8 s a state on 2 AVX2-only cores
+  alone, 25 s beside another process; 1 December 2026); ``--train-states`` takes the first N.
 
 It prints per rule the dev mean reward of the picks, the share of the most frequent pick, the
-distinct picks, and the paired bootstrap 95% interval of the reward difference to the trie rule,
-beside the best single plan's reward and the per-state best. Numbers only, no asserts. The dev
+distinct picks, and the reward difference to the trie rule with its paired bootstrap 95% interval
+and minimum detectable effect (``evaluation.stats.paired_comparison``), beside the best single
+plan's reward and the per-state best. Numbers only, no asserts. The dev
 states are few (23 in the shipped run): read every difference against its interval.
 
     .venv/bin/python benchmarks/bench_repair_decoding.py
@@ -64,6 +65,7 @@ def main() -> None:
 
     from ragcritic_lib import runtime
     from ragcritic_lib.baselines import dataset_name, repair
+    from ragcritic_lib.evaluation.stats import paired_comparison
     from ragcritic_lib.pipeline.params import load_params
 
     params = load_params()
@@ -96,7 +98,6 @@ def main() -> None:
         off = np.array(planner.score(off_prompts, [programs] * len(off_prompts), desc="train scores"), dtype=float)
         rules[f"calibrated ({len(off_prompts)} train states)"] = [int(i) for i in (scores - off.mean(axis=0)).argmax(axis=1)]
 
-    rng = np.random.default_rng(0)
     ref = rewards[np.arange(len(recs)), trie]
     for name, picks in rules.items():
         got = rewards[np.arange(len(recs)), picks]
@@ -104,9 +105,9 @@ def main() -> None:
         line = (f"{name:34s} dev reward {got.mean():.3f}  top_share {max(counts.values()) / len(picks):.2f}  "
                 f"distinct {len(counts)}")
         if picks is not trie:
-            d = got - ref
-            boots = [d[rng.integers(0, len(d), len(d))].mean() for _ in range(2000)]
-            line += f"  vs trie {d.mean():+.3f} ({np.quantile(boots, 0.025):+.3f}, {np.quantile(boots, 0.975):+.3f})"
+            cmp = paired_comparison(got, ref, n_boot=2000, seed=0)
+            line += (f"  vs trie {cmp['delta']:+.3f} ({cmp['ci_low']:+.3f}, {cmp['ci_high']:+.3f}), "
+                     f"MDE {cmp['mde']:.3f}")
         print(line, flush=True)
 
 
