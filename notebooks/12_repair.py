@@ -30,10 +30,14 @@
 #
 # **Decoding.** The paper's planner writes its plan freely (`decoding: free`). The packaged 135M
 # model almost never writes a program the executor accepts (1 of 140 test plans ran in that
-# setting), so by default (`decoding: constrained`) its output is restricted to the grammar's
-# candidate plans, the texts DPO ranked: greedy decoding inside their token trie at test time, and
-# on-policy draws from the planner's own distribution over them. Which plan runs is still the
-# trained policy's choice; no error label enters.
+# setting), so its output is restricted to the grammar's candidate plans, the texts DPO ranked, and
+# on-policy plans are drawn from the planner's own distribution over them. At test time
+# `decoding: constrained` decodes greedily inside the plans' token trie, where the first token at
+# which two plans part decides between them; `decoding: calibrated` (the default) picks the plan
+# with the highest whole log-probability, the quantity DPO trained, minus that plan's mean over the
+# first `calibration_states` failed train answers (their test-time prompts), so a plan the planner
+# favours on every state does not win by that alone. Which plan runs is still the trained policy's
+# choice; no error label and no test question enters.
 #
 # **Dev score.** The next `dev_questions` train questions are held out of both phases: every
 # grammar plan is executed once on each of their failed answers, and after each phase the planner
@@ -76,7 +80,8 @@ offpolicy_steps = -1
 onpolicy_steps = -1
 init_adapter = ""
 base_model = ""
-decoding = "constrained"
+decoding = "calibrated"
+calibration_states = 48
 prompt = "compact"
 
 # %%
@@ -107,7 +112,7 @@ programs = repair.grammar_programs(grammar_plans, topk=rr["top_k"])
 pref_kw = dict(temperature=temperature, margin=margin, max_pairs=max_pairs, topk=rr["top_k"], decoding=decoding,
                programs=programs, prompt=prompt)
 # Off-policy, constrained draws could only repeat the grammar plans every state already runs.
-off_sampled = 0 if decoding == "constrained" else sampled_plans
+off_sampled = 0 if decoding in repair.GRAMMAR_DECODINGS else sampled_plans
 {ds: len(recs) for ds, recs in test.items()}
 
 # %% [markdown]
@@ -167,20 +172,39 @@ with stopwatch() as t_dev:
                                                   n_sampled=0, seed=seed, **pref_kw)[1]
 dev_all = [r for recs in dev_recs.values() for r in recs]
 dev_flags = judge_flags(dev_all)
+# Calibration states (calibrated decoding): the first failed train answers, in their test-time prompt.
+calib = [r for recs in train.values() for r in recs if is_wrong(r)][:calibration_states]
+calib_flags = judge_flags(calib)
+if decoding == "calibrated" and not calib:
+    raise ValueError("repair.calibration_states: calibrated decoding needs at least one failed train answer")
+
+dev_m, calib_m, priors, calib_seconds = [], [], {}, []  # the dev scores' and the priors' calls, apart from test
 
 
-dev_m = []  # the dev scores' planner calls, metered apart from training and test
-
-
-def dev_score(model):
-    """The planner's picks on the held-out dev states, scored by their executed rewards (None under free decoding)."""
-    if decoding != "constrained" or not dev_log:
+def plan_prior(model, phase):
+    """The plans' prior under ``model`` (calibrated decoding; None otherwise), kept in ``priors``."""
+    if decoding != "calibrated":
         return None
+    calib_m.append(MeteredLLM(model.llm if isinstance(model, MeteredLLM) else model))
+    with stopwatch() as t_prior:
+        priors[phase] = repair.plan_prior(calib_m[-1], calib, judged_correct=calib_flags, programs=programs,
+                                          prompt=prompt)
+    calib_seconds.append(t_prior["seconds"])
+    return priors[phase]
+
+
+def dev_score(model, phase):
+    """The planner's picks on the held-out dev states by the test rule, scored by their executed
+    rewards (None under free decoding)."""
+    if decoding not in repair.GRAMMAR_DECODINGS or not dev_log:
+        return None
+    prior = plan_prior(model, phase)
     dev_m.append(MeteredLLM(model.llm if isinstance(model, MeteredLLM) else model))
-    return repair.dev_choice(dev_m[-1], dev_all, dev_log, judged_correct=dev_flags, programs=programs, prompt=prompt)
+    return repair.dev_choice(dev_m[-1], dev_all, dev_log, judged_correct=dev_flags, programs=programs, prompt=prompt,
+                             decoding=decoding, prior=prior)
 
 
-dev = {"start": dev_score(planner)}
+dev = {"start": dev_score(planner, "start")}
 {k: dev["start"][k] for k in ("states", "chosen_reward", "best_single", "best_single_reward",
                               "per_state_best_reward", "top_share")} if dev["start"] else "no dev states"
 
@@ -206,7 +230,7 @@ with stopwatch() as t_dpo:
     res_on = repair.train_planner(on_pairs, dpo_recipe, out_dir / "planner", **start_on,
                                   overrides={**dpo, **dpo_steps(onpolicy_steps)})
 final_start = dpo_start(res_on) if res_on else start_on
-dev["offpolicy"] = dev_score(planner_off) if res_off else dev["start"]
+dev["offpolicy"] = dev_score(planner_off, "offpolicy") if res_off else dev["start"]
 on_states = len({(c["dataset"], c["qid"]) for c in on_log})
 training_cost = add_costs(gen_m.cost(), planner.cost(), planner_off.cost() if planner_off is not planner else {})
 pd.DataFrame([{"phase": phase, "states": states, "candidates": len(log), "pairs": len(pairs),
@@ -223,7 +247,9 @@ pd.DataFrame([{"phase": phase, "states": states, "candidates": len(log), "pairs"
 
 # %%
 final_planner = MeteredLLM(runtime.load_start_model(params, final_start))
-dev["final"] = dev_score(final_planner)
+dev["final"] = dev_score(final_planner, "final")
+if decoding == "calibrated" and "final" not in priors:  # no dev states: the test still needs the prior
+    plan_prior(final_planner, "final")
 pd.DataFrame({phase: {k: d[k] for k in ("chosen_reward", "top_share", "best_single_reward", "per_state_best_reward")}
               for phase, d in dev.items() if d}).T
 
@@ -237,7 +263,8 @@ with stopwatch() as t:
         test_actions = ActionSet(gen_test, retrievers[ds], **act_kw)
         with per_dataset(ds, final_planner, gen_test):
             out += repair.repair_infer(final_planner, test[ds], test_actions, judged_correct=judge_flags(test[ds]),
-                                       decoding=decoding, programs=programs, prompt=prompt)
+                                       decoding=decoding, programs=programs, prompt=prompt,
+                                       prior=priors.get("final"))
 info = repair.repair_summary(off_pairs, on_pairs, out)
 # BEGIN SOLUTION hint: executed: repair_plan of the records with repair_ok; test_plans: repair.plan_shares of them; top_share: its top_share
 executed = [r["repair_plan"] for r in out if r["repair_ok"]]
@@ -256,7 +283,13 @@ for phase, pairs, res in (("off-policy", off_pairs, res_off), ("on-policy", on_p
         degenerate.append(f"repair: the {phase} DPO phase made {res.steps} steps, {epochs_trained(res):.2f} epochs "
                           f"over its {res.examples} pairs (< 1)")
 info.update(distinct_plans=test_plans["distinct"], top_plan_share=top_share, states={"off": off_states, "on": on_states},
-            dpo_epochs=epochs, decoding=decoding, candidate_plans=len(programs) if decoding == "constrained" else None)
+            dpo_epochs=epochs, decoding=decoding,
+            candidate_plans=len(programs) if decoding in repair.GRAMMAR_DECODINGS else None)
+if decoding == "calibrated":  # the plans' priors the test picks subtracted, and what computing them cost
+    info["calibration"] = {"states": len(calib), "seconds": round(sum(calib_seconds), 1),
+                           "calls": sum(m.cost()["calls"] for m in calib_m),
+                           "prior": {name: round(v, 3) for (name, _), v in
+                                     zip(repair.plan_grammar(topk=rr["top_k"]), priors["final"])}}
 print("plans by outcome:", pd.Series([r["repair_error"] or "ok" for r in out]).value_counts().to_dict())
 pd.Series(test_plans["plan_shares"], name="share of executed test plans").round(3)
 
@@ -275,7 +308,7 @@ metrics = save_method_answers(  # the scored answers under data/repair, and the 
     "repair", "12_repair", "RePAIR", out,
     cost=add_costs(*base_cost.values(), final_planner.cost(), gen_test.cost()),
     cost_by_dataset=dataset_costs(base_cost, final_planner.cost_by_dataset(), gen_test.cost_by_dataset()),
-    training=repair.repair_training(training_cost, offpolicy_seconds=t_off["seconds"], dpo_seconds=t_dpo["seconds"],
+    training=repair.repair_training(add_costs(training_cost, *(m.cost() for m in calib_m)), offpolicy_seconds=t_off["seconds"], dpo_seconds=t_dpo["seconds"],
                                     offpolicy_result=res_off, onpolicy_result=res_on,
                                     offpolicy_candidates=off_log, onpolicy_candidates=on_log,
                                     offpolicy_pairs=off_pairs, onpolicy_pairs=on_pairs),
@@ -290,6 +323,7 @@ write_stage_metrics("12_repair", jsonable(metrics))
 off_states_recs = [r for recs in train.values() for r in recs if is_wrong(r)]
 for name, rows in (("offpolicy_states", off_states_recs), ("offpolicy_candidates", off_log),
                    ("dev_states", [dict(r, judged_correct=f) for r, f in zip(dev_all, dev_flags)]),
+                   ("calibration_states", [dict(r, judged_correct=f) for r, f in zip(calib, calib_flags)]),
                    ("dev_candidates", dev_log)):
     write_jsonl(out_dir / f"{name}.jsonl", jsonable(rows))
 metrics["scores"]

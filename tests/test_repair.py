@@ -435,3 +435,70 @@ def test_the_decoding_benchmark_reads_rewards_and_prompts_as_the_stage_does(acti
     recs, prompts = bench.state_prompts([REC, rec2], table, prompt="compact")
     assert [r["id"] for r in recs] == ["q1"]  # a state without executed plans is left out
     assert prompts == [repair.build_planner_messages(REC, correct=False, example=False, prompt="compact")]
+
+
+# ------------------------------------------------------------------- calibrated decoding
+def test_plan_prior_is_each_programs_mean_log_prob_over_the_test_time_prompts():
+    programs = repair.grammar_programs(3, topk=1)
+    seen = []
+
+    def score(prompt, opts):
+        seen.append(prompt)
+        return [-4.0, -6.0, -7.0] if "Budapest" in prompt[-1]["content"] else [-2.0, -4.0, -9.0]
+
+    planner = CallableLLM(lambda p, g: "unused", score_fn=score)
+    rec2 = {**REC, "id": "q2", "question": "Which river flows through Budapest?"}
+    prior = repair.plan_prior(planner, [REC, rec2], judged_correct=[False, False], programs=programs, prompt="compact")
+    assert prior == pytest.approx([-3.0, -5.0, -8.0])
+    # the prompt the planner sees at test time: the judge's estimate, no reasoning, no worked example
+    assert seen[0] == repair.build_planner_messages(REC, correct=False, example=False, prompt="compact")
+    with pytest.raises(ValueError, match="calibration state"):
+        repair.plan_prior(planner, [], judged_correct=[], programs=programs)
+    with pytest.raises(ValueError, match="1 judge flags for 2 calibration states"):
+        repair.plan_prior(planner, [REC, rec2], judged_correct=[False], programs=programs)
+
+
+def test_calibrated_pick_takes_the_plan_prior_out_and_breaks_ties_by_order():
+    programs = repair.grammar_programs(3, topk=1)
+    # Plan 0 is the most probable on every state; state "B" raises plan 2 above its usual level.
+    planner = CallableLLM(lambda p, g: "unused", score_fn=lambda prompt, opts: (
+        [-1.0, -4.0, -4.0] if "Budapest" in prompt[-1]["content"] else [-1.0, -4.0, -8.0]))
+    a = repair.build_planner_messages(REC, correct=False, example=False)
+    b = repair.build_planner_messages({**REC, "question": "Which river flows through Budapest?"}, correct=False,
+                                      example=False)
+    prior = [-1.0, -4.0, -8.0]
+    assert repair.pick_plans(planner, [a, b], programs, decoding="calibrated", prior=prior) == [programs[0], programs[2]]
+    # uncalibrated sequence scores would give plan 0 everywhere; equal calibrated scores go to the first plan
+    assert repair.pick_plans(planner, [a], programs, decoding="calibrated", prior=[0.0, 0.0, 0.0]) == [programs[0]]
+    assert repair.pick_plans(planner, [], programs, decoding="calibrated", prior=prior) == []
+    with pytest.raises(ValueError, match="one prior value per program"):
+        repair.pick_plans(planner, [a], programs, decoding="calibrated", prior=[0.0])
+    with pytest.raises(ValueError, match="decoding must be one of"):
+        repair.pick_plans(planner, [a], programs, decoding="free")
+    with pytest.raises(ValueError, match="candidate programs"):
+        repair.pick_plans(planner, [a], [], decoding="constrained")
+
+
+def test_calibrated_inference_and_dev_choice_run_the_calibrated_pick(actions):
+    programs = repair.grammar_programs(3, topk=1)
+    # The raw scores favour plan 0 (regenerate, which keeps the wrong Rhine); against the prior,
+    # plan 1 (retrieve_deeper, which finds the Danube) stands out on this state.
+    planner = CallableLLM(lambda p, g: programs[0], score_fn=lambda prompt, opts: [-1.0, -2.0, -6.0])
+    prior = [-1.0, -5.0, -6.0]
+    out = repair.repair_infer(planner, [REC], actions, judged_correct=[False], decoding="calibrated",
+                              programs=programs, prior=prior)
+    assert out[0]["repair_plan"] == programs[1] and out[0]["prediction"] == "Danube"
+    greedy = repair.repair_infer(planner, [REC], actions, judged_correct=[False], decoding="constrained",
+                                 programs=programs)
+    assert greedy[0]["repair_plan"] == programs[0]  # the trie rule follows what the model writes
+    with pytest.raises(ValueError, match="one prior value per program"):
+        repair.repair_infer(planner, [REC], actions, judged_correct=[False], decoding="calibrated", programs=programs)
+    _, log = repair.collect_preferences([REC], actions, phase="off", n_grammar=3, n_sampled=0, topk=1)
+    dev = repair.dev_choice(planner, [REC], log, judged_correct=[False], programs=programs, decoding="calibrated",
+                            prior=prior)
+    assert dev["picks"] == {"grammar:retrieve_deeper": 1} and dev["chosen_reward"] == 1.0
+    # on-policy draws under calibrated decoding come from the planner's own (uncalibrated) distribution
+    _, on_log = repair.collect_preferences([REC], actions, phase="on", judged_correct=[False], planner=planner,
+                                           n_grammar=0, n_sampled=1, temperature=0.0, decoding="calibrated",
+                                           programs=programs)
+    assert [c["plan"] for c in on_log] == [programs[0]]

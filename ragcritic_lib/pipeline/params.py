@@ -319,7 +319,7 @@ LAUNCHERS = ("inprocess", "accelerate")  # ragcritic_lib.critic.training.run_tra
 CRITIC_PROMPTS = ("trained", "zeroshot")  # ragcritic_lib.critic.critics.LLMCritic
 CRAG_REWRITERS = ("keywords", "llm")  # ragcritic_lib.baselines.crag
 SIMRAG_CRITICS = ("classifier", "llm", "probe")  # notebook 11: a feature classifier, a LoRA-tuned LLM or a probe of the frozen LLM
-REPAIR_DECODINGS = ("constrained", "free")  # ragcritic_lib.baselines.repair.DECODINGS
+REPAIR_DECODINGS = ("calibrated", "constrained", "free")  # ragcritic_lib.baselines.repair.DECODINGS
 REPAIR_PROMPTS = ("full", "compact")  # ragcritic_lib.baselines.repair.PROMPTS
 RAGEC_VOTINGS = ("constrained", "free")  # ragcritic_lib.baselines.ragec.VOTINGS
 SIMRAG_BALANCE = ("oversample", "downsample")  # notebook 11: how the critic's labels are balanced
@@ -501,7 +501,7 @@ def rules() -> dict[str, dict[str, Rule]]:
             "max_chosen_share": number(0, 1, low_open=True), "dpo_recipe": input_path(),
             "dpo_beta": number(0, low_open=True), "offpolicy_steps": steps(), "onpolicy_steps": steps(),
             "init_adapter": input_path(empty_ok=True), "base_model": BASE_MODEL,
-            "decoding": one_of(REPAIR_DECODINGS), "prompt": one_of(REPAIR_PROMPTS),
+            "decoding": one_of(REPAIR_DECODINGS), "prompt": one_of(REPAIR_PROMPTS), "calibration_states": count,
         },
         "ragec": {
             "votes": count, "temperature": number(0), "coverage_threshold": FRACTION, "first_stage_depth": count,
