@@ -35,7 +35,7 @@
 # `decoding: constrained` decodes greedily inside the plans' token trie, where the first token at
 # which two plans part decides between them; `decoding: calibrated` (the default) picks the plan
 # with the highest whole log-probability, the quantity DPO trained, minus that plan's mean over the
-# first `calibration_states` failed train answers (their test-time prompts), so a plan the planner
+# first `calibration_states` train answers (their test-time prompts), so a plan the planner
 # favours on every state does not win by that alone. Which plan runs is still the trained policy's
 # choice; no error label and no test question enters.
 #
@@ -172,11 +172,10 @@ with stopwatch() as t_dev:
                                                   n_sampled=0, seed=seed, **pref_kw)[1]
 dev_all = [r for recs in dev_recs.values() for r in recs]
 dev_flags = judge_flags(dev_all)
-# Calibration states (calibrated decoding): the first failed train answers, in their test-time prompt.
-calib = [r for recs in train.values() for r in recs if is_wrong(r)][:calibration_states]
+# Calibration states (calibrated decoding): the first train answers, right or wrong as at test time,
+# each in its test-time prompt.
+calib = [r for recs in train.values() for r in recs][:calibration_states]
 calib_flags = judge_flags(calib)
-if decoding == "calibrated" and not calib:
-    raise ValueError("repair.calibration_states: calibrated decoding needs at least one failed train answer")
 
 dev_m, calib_m, priors, calib_seconds = [], [], {}, []  # the dev scores' and the priors' calls, apart from test
 

@@ -28,10 +28,11 @@ GenerateAnswer), run by the same restricted executor
   token trie (``LLM.choose``); on-policy, plans drawn from the planner's own distribution over
   them (log-probabilities from ``LLM.score``, sampled without replacement at ``temperature``).
   "calibrated" (the default) trains the same way and picks at test time the plan with the highest
-  whole log-probability minus that plan's mean over train states (:func:`plan_prior`): the trie's
+  whole log-probability minus that plan's mean over train answers (:func:`plan_prior`): the trie's
   first diverging token, and a plan the planner favours everywhere, no longer decide alone (on
-  the shipped planner's 23 dev states the trie rule gave one plan 74% of the picks at reward
-  0.133, the calibrated rule 17% at 0.121, a difference well inside its interval;
+  the 23 dev states of the planner trained before this rule, the trie rule gave one plan 74% of
+  the picks at reward 0.133, the rule calibrated on its 108 failed train answers 17% at 0.121, a
+  difference well inside its interval;
   ``benchmarks/bench_repair_decoding.py``). Which plan is chosen is still the trained policy's
   decision, and no error label is involved.
 
@@ -280,8 +281,9 @@ def plan_prior(planner: Any, records: Sequence[Mapping[str, Any]], *, judged_cor
     """Each program's mean log-probability under ``planner`` over calibration states: the plan's
     prior, which calibrated decoding subtracts (:func:`pick_plans`).
 
-    The states are train questions' failed answers, each in the prompt the planner sees at test
-    time (the judge's estimate, no reasoning), so the prior holds no test information.
+    The states are train questions' answers, right or wrong as at test time, each in the prompt the
+    planner sees at test time (the judge's estimate, no reasoning), so the prior holds no test
+    information.
 
     Raises:
         ValueError: no records, or ``judged_correct`` is not one flag per record.
