@@ -2,18 +2,21 @@
 decoding inside the plans' token trie against picking by each plan's whole log-probability, with
 no plan executed again.
 
-Stage 12 picks one of the grammar's plans per failed answer by greedy decoding inside their token
-trie (``planner.choose``): the first token where two plans part decides between them, although
-DPO trained the planner on whole-sequence log-probabilities. This scores every grammar plan on
-each held-out dev state with the shipped planner (``data/repair/planner``, ``planner.score``) and
-compares three rules on the dev states' executed rewards (``dev_candidates.jsonl``):
+Stage 12 picks one of the grammar's plans per answer by ``repair.decoding``: ``constrained``,
+greedy decoding inside their token trie (``planner.choose``), where the first token at which two
+plans part decides between them although DPO trained whole-sequence log-probabilities, or
+``calibrated`` (``repair.pick_plans``). This scores every grammar plan on each held-out dev state
+with the shipped planner (``data/repair/planner``, ``planner.score``) and compares three rules on
+the dev states' executed rewards (``dev_candidates.jsonl``):
 
-- ``trie greedy``: the stage's rule (``repair.dev_choice``);
+- ``trie greedy``: ``repair.decoding: constrained``;
 - ``sequence log-prob``: the plan with the highest summed log-probability;
-- ``calibrated`` (with ``--calibrate``): that log-probability minus the plan's mean over the
-  off-policy train states (a plan's prior taken out, so a state's own evidence decides). The
-  train states are scored too, every plan on every state (2.8 s a state on 2 AVX2-only cores
-  alone, 25 s beside another process; 1 December 2026); ``--train-states`` takes the first N.
+- ``calibrated`` (with ``--calibrate``): that log-probability minus the plan's mean over train
+  states (a plan's prior taken out, so a state's own evidence decides): the stage's calibration
+  states (``calibration_states.jsonl``, written since the stage calibrates) or, from an older
+  stage, its failed off-policy train answers. Every plan is scored on every train state (2.8 s
+  a state on 2 AVX2-only cores alone, 25 s beside another process; 1 December 2026);
+  ``--train-states`` takes the first N.
 
 It prints per rule the dev mean reward of the picks, the share of the most frequent pick, the
 distinct picks, and the reward difference to the trie rule with its paired bootstrap 95% interval
@@ -53,6 +56,14 @@ def state_prompts(states, table, *, prompt: str):
                   for r in recs]
 
 
+def calibration_prompts(states, *, prompt: str):
+    """The test-time planner prompt of each calibration state the stage wrote (its judge flag kept)."""
+    from ragcritic_lib.baselines import repair
+
+    return [repair.build_planner_messages(r, correct=bool(r.get("judged_correct")), example=False, prompt=prompt)
+            for r in states]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--stage-dir", default=str(paths.resolve("data/repair")))
@@ -71,7 +82,9 @@ def main() -> None:
     params = load_params()
     rp = params["repair"]
     stage = Path(args.stage_dir)
-    need = ["dev_states", "dev_candidates"] + (["offpolicy_states", "offpolicy_candidates"] if args.calibrate else [])
+    need = ["dev_states", "dev_candidates"]
+    if args.calibrate and not (stage / "calibration_states.jsonl").exists():
+        need += ["offpolicy_states", "offpolicy_candidates"]
     missing = [f"{n}.jsonl" for n in need if not (stage / f"{n}.jsonl").exists()]
     missing += [] if (stage / "planner").is_dir() else ["planner/"]
     if missing:
@@ -92,8 +105,11 @@ def main() -> None:
     scores = np.array(planner.score(prompts, [programs] * len(prompts), desc="dev scores"), dtype=float)
     rules = {"trie greedy (stage)": trie, "sequence log-prob": [int(i) for i in scores.argmax(axis=1)]}
     if args.calibrate:
-        off_table = reward_table(read_jsonl(stage / "offpolicy_candidates.jsonl"))
-        _, off_prompts = state_prompts(read_jsonl(stage / "offpolicy_states.jsonl"), off_table, prompt=rp["prompt"])
+        if (stage / "calibration_states.jsonl").exists():
+            off_prompts = calibration_prompts(read_jsonl(stage / "calibration_states.jsonl"), prompt=rp["prompt"])
+        else:
+            off_table = reward_table(read_jsonl(stage / "offpolicy_candidates.jsonl"))
+            _, off_prompts = state_prompts(read_jsonl(stage / "offpolicy_states.jsonl"), off_table, prompt=rp["prompt"])
         off_prompts = off_prompts[: args.train_states] if args.train_states > 0 else off_prompts
         off = np.array(planner.score(off_prompts, [programs] * len(off_prompts), desc="train scores"), dtype=float)
         rules[f"calibrated ({len(off_prompts)} train states)"] = [int(i) for i in (scores - off.mean(axis=0)).argmax(axis=1)]

@@ -435,6 +435,10 @@ def test_the_decoding_benchmark_reads_rewards_and_prompts_as_the_stage_does(acti
     recs, prompts = bench.state_prompts([REC, rec2], table, prompt="compact")
     assert [r["id"] for r in recs] == ["q1"]  # a state without executed plans is left out
     assert prompts == [repair.build_planner_messages(REC, correct=False, example=False, prompt="compact")]
+    # the stage's calibration states keep their judge flag, as the stage's prior read them
+    assert bench.calibration_prompts([REC, rec2], prompt="compact") == [
+        repair.build_planner_messages(REC, correct=False, example=False, prompt="compact"),
+        repair.build_planner_messages(rec2, correct=True, example=False, prompt="compact")]
 
 
 # ------------------------------------------------------------------- calibrated decoding
