@@ -13,6 +13,7 @@ LONG_MODULES = {
     "ragcritic_lib/agent/actions.py": "the five action functions and the state they share",
     "ragcritic_lib/critic/critics.py": "the critic's prompt, target, parser and loaders (one format, kept together)",
     "ragcritic_lib/baselines/ragec.py": "RAGEC's predictor, diagnosis and correction (one method)",
+    "ragcritic_lib/baselines/repair.py": "RePAIR's plan grammar, preferences, DPO rounds, decoding rules and reports (one method)",
     "ragcritic_lib/evaluation/readings.py": "one reading per stage, on shared number-formatting helpers",
     "ragcritic_lib/pipeline/params.py": "params.yaml's rules table and its checker",
     "ragcritic_lib/pipeline/readme.py": "one renderer per generated block of README and docs, on shared formatting helpers",
