@@ -284,9 +284,10 @@ for phase, pairs, res in (("off-policy", off_pairs, res_off), ("on-policy", on_p
 info.update(distinct_plans=test_plans["distinct"], top_plan_share=top_share, states={"off": off_states, "on": on_states},
             dpo_epochs=epochs, decoding=decoding,
             candidate_plans=len(programs) if decoding in repair.GRAMMAR_DECODINGS else None)
+calib_cost = add_costs(*[m.cost() for m in calib_m])  # the priors' planner calls (counted with training)
 if decoding == "calibrated":  # the plans' priors the test picks subtracted, and what computing them cost
     info["calibration"] = {"states": len(calib), "seconds": round(sum(calib_seconds), 1),
-                           "calls": sum(m.cost()["calls"] for m in calib_m),
+                           "calls": calib_cost.get("calls", 0),
                            "prior": {name: round(v, 3) for (name, _), v in
                                      zip(repair.plan_grammar(topk=rr["top_k"]), priors["final"])}}
 print("plans by outcome:", pd.Series([r["repair_error"] or "ok" for r in out]).value_counts().to_dict())
@@ -307,7 +308,7 @@ metrics = save_method_answers(  # the scored answers under data/repair, and the 
     "repair", "12_repair", "RePAIR", out,
     cost=add_costs(*base_cost.values(), final_planner.cost(), gen_test.cost()),
     cost_by_dataset=dataset_costs(base_cost, final_planner.cost_by_dataset(), gen_test.cost_by_dataset()),
-    training=repair.repair_training(add_costs(training_cost, *(m.cost() for m in calib_m)), offpolicy_seconds=t_off["seconds"], dpo_seconds=t_dpo["seconds"],
+    training=repair.repair_training(add_costs(training_cost, calib_cost), offpolicy_seconds=t_off["seconds"], dpo_seconds=t_dpo["seconds"],
                                     offpolicy_result=res_off, onpolicy_result=res_on,
                                     offpolicy_candidates=off_log, onpolicy_candidates=on_log,
                                     offpolicy_pairs=off_pairs, onpolicy_pairs=on_pairs),
