@@ -1,0 +1,173 @@
+"""Can a cross-encoder tell an unanswerable question from its passages, and what would gating the
+correction ladder's abstain path on it have done? Replayed from shipped stages 01 and 08, with no
+generator run again.
+
+The ladder's abstain path (``agent.actions``: a critique naming an unsupported answer, a new
+answer the passages do not hold or that repeats the rejected one) fires far more often on
+answerable questions than on unanswerable ones, and every firing on an answerable question turns
+an answer into "insufficient information" (``benchmarks/bench_abstain_replay.py`` counts them).
+A gate that lets the path fire only where the passages do not seem to hold an answer to the
+question would keep the gain on unanswerable questions and drop most of the loss.
+
+The candidate signal is general, not the testbed's: the question's **support score**, the highest
+relevance logit the ms-marco cross-encoder (``retriever.reranker``, the one the action layer
+already uses) gives to any sentence of the retrieved passages, each sentence with its passage's
+title (``"Title. sentence"``). This prints
+
+- the support score's AUROC for "unanswerable" (a low score predicts it) on the dev and the test
+  questions of ``data/retrieval_rag/<dataset>`` (the ladder's first ``--test-questions``), with
+  percentile bootstrap 95% intervals over questions;
+- a threshold fitted on dev only (the best balanced accuracy on dev's answerability; ties to the
+  lower threshold, which fires less) and its true and false positive rates on test;
+- for every run file of ``data/correction/<dataset>/``: the mean F1 before, as run, with the
+  abstain path gated at that threshold (the reader's own answer restored where the gate says the
+  passages hold an answer, as ``bench_abstain_replay.replay`` restores it), and with an oracle gate
+  that knows which questions are unanswerable (labelled: it reads the gold answers); the gated
+  difference to "as run" with its paired bootstrap 95% interval and MDE.
+
+Numbers only, no asserts. The gate is a design under measurement, not part of any stage; a stage
+gains it only when these numbers say the difference exceeds its interval on dev.
+
+    .venv/bin/python benchmarks/bench_answerability.py
+    .venv/bin/python benchmarks/bench_answerability.py --dataset testbed --test-questions 280
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ragcritic_lib import paths
+from ragcritic_lib.io import read_jsonl
+
+
+def sentence_units(passages: Sequence[Any]) -> list[str]:
+    """Every sentence of the passages, each prefixed with its passage's title ("Title. sentence");
+    a passage is a ``{"contents": "Title\\ntext"}`` record or that text itself."""
+    from ragcritic_lib.agent.actions import split_sentences, split_title
+
+    units: list[str] = []
+    for p in passages:
+        text = p.get("contents", "") if isinstance(p, Mapping) else str(p)
+        title, body = split_title(str(text))
+        for s in split_sentences(body) or ([body] if body else []):
+            units.append(f"{title}. {s}" if title else s)
+    return units
+
+
+def support_scores(score_pairs, questions: Sequence[str], passages: Sequence[Sequence[Any]]) -> list[float]:
+    """Per question, the highest ``score_pairs(queries, texts)`` logit over its sentence units
+    (-inf for a question without passages, so it ranks as the least supported)."""
+    queries, texts, owner = [], [], []
+    for i, (q, ps) in enumerate(zip(questions, passages)):
+        for u in sentence_units(ps):
+            queries.append(str(q))
+            texts.append(u)
+            owner.append(i)
+    best = [float("-inf")] * len(questions)
+    if queries:
+        for i, s in zip(owner, score_pairs(queries, texts)):
+            best[i] = max(best[i], float(s))
+    return best
+
+
+def fit_threshold(scores: Sequence[float], unanswerable: Sequence[bool]) -> tuple[float, float]:
+    """(threshold, balanced accuracy): the cut ``score < threshold`` predicting "unanswerable" with
+    the best balanced accuracy over the observed scores; ties go to the lower threshold.
+
+    Raises:
+        ValueError: no scores, or only one class.
+    """
+    pos = sum(bool(u) for u in unanswerable)
+    neg = len(unanswerable) - pos
+    if not scores or pos == 0 or neg == 0:
+        raise ValueError(f"fit_threshold: needs both classes; got {pos} unanswerable and {neg} answerable")
+    best_t, best_b = float("-inf"), -1.0
+    for t in sorted({*scores, float("inf")}):
+        tp = sum(1 for s, u in zip(scores, unanswerable) if u and s < t)
+        tn = sum(1 for s, u in zip(scores, unanswerable) if not u and s >= t)
+        b = 0.5 * (tp / pos + tn / neg)
+        if b > best_b + 1e-12:
+            best_t, best_b = t, b
+    return best_t, best_b
+
+
+def gated_f1(rows: Sequence[Mapping[str, Any]], allow_abstain: Sequence[bool]) -> list[float]:
+    """Per replayed row (``bench_abstain_replay.replay``): its F1 as run where the abstain path did
+    not fire or the gate allows it, else the reader's own answer's F1 (``restored``)."""
+    return [r["after"] if (not r["fired"] or ok) else r["restored"] for r, ok in zip(rows, allow_abstain)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dataset", default="testbed")
+    ap.add_argument("--test-questions", type=int, default=280, help="the first N test questions (the ladder's)")
+    ap.add_argument("--n-boot", type=int, default=2000)
+    args = ap.parse_args()
+
+    import importlib.util
+
+    from ragcritic_lib.evaluation.stats import auroc, bootstrap_auroc_ci, paired_comparison
+    from ragcritic_lib.evaluation.truth import is_unanswerable
+    from ragcritic_lib.pipeline.params import load_params
+    from ragcritic_lib.retrieval.rerank import CrossEncoderReranker
+
+    spec = importlib.util.spec_from_file_location("bench_abstain_replay", Path(__file__).with_name("bench_abstain_replay.py"))
+    replay_mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(replay_mod)  # type: ignore[union-attr]
+
+    params = load_params()
+    rag = paths.resolve(f"data/retrieval_rag/{args.dataset}")
+    runs = paths.resolve(f"data/correction/{args.dataset}")
+    missing = [str(p) for p in (rag / "dev.jsonl", rag / "test.jsonl") if not p.exists()]
+    if missing:
+        raise SystemExit(f"no {', '.join(missing)} (run or restore stage 01 first)")
+    reranker = CrossEncoderReranker(params["common"]["retriever"]["reranker"])
+
+    split_scores: dict[str, dict[str, tuple[float, bool]]] = {}
+    for split, limit in (("dev", 0), ("test", args.test_questions)):
+        recs = list(read_jsonl(rag / f"{split}.jsonl"))
+        recs = recs[:limit] if limit else recs
+        scores = support_scores(reranker.score_pairs, [r["question"] for r in recs], [r.get("passages") or [] for r in recs])
+        labels = [is_unanswerable(r.get("golden_answers") or []) for r in recs]
+        split_scores[split] = {str(r["id"]): (s, u) for r, s, u in zip(recs, scores, labels)}
+        neg = [-s for s in scores]  # a low support score predicts "unanswerable"
+        lo, hi = bootstrap_auroc_ci(neg, labels, seed=0, n_boot=args.n_boot)
+        print(f"{split}: {len(recs)} questions, {sum(labels)} unanswerable; support-score AUROC "
+              f"{auroc(neg, labels):.3f} ({lo}, {hi}); mean score answerable "
+              f"{sum(s for s, u in zip(scores, labels) if not u) / max(1, len(labels) - sum(labels)):.2f}, "
+              f"unanswerable {sum(s for s, u in zip(scores, labels) if u) / max(1, sum(labels)):.2f}", flush=True)
+
+    dev = list(split_scores["dev"].values())
+    t, bal = fit_threshold([s for s, _ in dev], [u for _, u in dev])
+    test = list(split_scores["test"].values())
+    tpr = sum(1 for s, u in test if u and s < t) / max(1, sum(u for _, u in test))
+    fpr = sum(1 for s, u in test if not u and s < t) / max(1, sum(not u for _, u in test))
+    print(f"threshold fitted on dev: support < {t:.3f} (dev balanced accuracy {bal:.3f}); on test it flags "
+          f"{tpr:.0%} of the unanswerable and {fpr:.0%} of the answerable questions", flush=True)
+
+    known = {**split_scores["dev"], **split_scores["test"]}
+    for f in sorted(Path(runs).glob("*.jsonl")):
+        recs = [r for r in read_jsonl(f) if str(r.get("id")) in known]
+        if not recs:
+            continue
+        rows = [replay_mod.replay(r) for r in recs]
+        if not any(r["fired"] for r in rows):
+            continue
+        gate = [known[str(r["id"])][0] < t for r in recs]
+        oracle = [bool(r["unanswerable"]) for r in rows]
+        after = [r["after"] for r in rows]
+        gated = gated_f1(rows, gate)
+        cmp = paired_comparison(gated, after, n_boot=args.n_boot, n_perm=2000, seed=0)
+        n = len(rows)
+        print(f"{f.name}: n={n}, fired {sum(r['fired'] for r in rows)} (gate keeps "
+              f"{sum(r['fired'] and g for r, g in zip(rows, gate))}); F1 before {sum(r['before'] for r in rows) / n:.4f}, "
+              f"as run {sum(after) / n:.4f}, gated {sum(gated) / n:.4f}, oracle gate (reads the gold) "
+              f"{sum(gated_f1(rows, oracle)) / n:.4f}; gated - as run {cmp['delta']:+.4f} "
+              f"({cmp['ci_low']:+.4f}, {cmp['ci_high']:+.4f}), MDE {cmp['mde']:.4f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""The answerability-gate benchmark (benchmarks/bench_answerability.py): sentence units with their
+titles, the support score as the best sentence's, a dev threshold by balanced accuracy, and the
+gate restoring the reader's answer only where the abstain path fired and the gate refuses it."""
+
+from __future__ import annotations
+
+import pytest
+from script_modules import load_script
+
+bench = load_script("benchmarks/bench_answerability.py")
+
+
+def test_sentence_units_carry_their_passage_title():
+    units = bench.sentence_units([{"contents": "Lake Baikal\nIt is deep. It is in Siberia."}, "No title here."])
+    assert units == ["Lake Baikal. It is deep.", "Lake Baikal. It is in Siberia.", "No title here."]
+
+
+def test_support_score_is_the_best_sentence_and_minus_inf_without_passages():
+    def fake(queries, texts):  # the score: words of the question found in the sentence
+        return [len(set(q.lower().split()) & set(t.lower().rstrip(".").split())) for q, t in zip(queries, texts)]
+
+    got = bench.support_scores(fake, ["how deep is it", "who founded it"],
+                               [["Lake\nIt is deep. Cold water.", "Other\nNothing."], []])
+    assert got[0] == 3.0  # "it", "is", "deep"
+    assert got[1] == float("-inf")
+
+
+def test_threshold_separates_and_prefers_the_lower_cut_on_ties():
+    t, bal = bench.fit_threshold([0.1, 0.2, 5.0, 6.0], [True, True, False, False])
+    assert bal == 1.0 and t == 5.0  # score < 5.0 flags both unanswerable, no answerable
+    t2, bal2 = bench.fit_threshold([1.0, 1.0], [True, False])
+    assert bal2 == 0.5 and t2 == 1.0  # nothing separates: the lowest cut that reaches 0.5
+    with pytest.raises(ValueError, match="both classes"):
+        bench.fit_threshold([1.0, 2.0], [False, False])
+
+
+def test_gate_restores_only_refused_firings():
+    rows = [{"fired": True, "after": 0.0, "restored": 1.0}, {"fired": True, "after": 1.0, "restored": 0.0},
+            {"fired": False, "after": 0.5, "restored": 0.5}]
+    assert bench.gated_f1(rows, [False, True, False]) == [1.0, 1.0, 0.5]
+    assert bench.gated_f1(rows, [True, True, True]) == [0.0, 1.0, 0.5]
