@@ -61,11 +61,8 @@
 # **Cost.** The planner reads the compact prompt (`prompt: compact`: the five functions on one line,
 # about 120 tokens shorter than their typed signatures) and DPO adapts the top 8 layers
 # (`configs/train/repair_dpo.yaml`); `prompt: full` and a recipe without `lora_top_layers` are the
-# slower forms (`benchmarks/bench_repair_dpo.py` measures a step of each). One pair a state
-# (`max_pairs: 1`) halves the off-policy DPO steps of two, which moved no dev pick in an earlier
-# run, and 16 calibration states pick on dev as 48 do (`benchmarks/bench_repair_decoding.py`).
-# The executed states and plans are written to `data/repair`, so a recipe can be compared on the
-# same dev states later.
+# slower forms (`benchmarks/bench_repair_dpo.py` measures a step of each). The executed states and
+# plans are written to `data/repair`, so a recipe can be compared on the same dev states later.
 
 # %% tags=["parameters"]
 train_questions = 125
@@ -75,7 +72,7 @@ grammar_plans = 8
 sampled_plans = 2
 temperature = 0.8
 margin = 0.0
-max_pairs = 1
+max_pairs = 2
 max_chosen_share = 0.4
 dpo_recipe = "configs/train/repair_dpo.yaml"
 dpo_beta = 0.1
@@ -84,7 +81,7 @@ onpolicy_steps = -1
 init_adapter = ""
 base_model = ""
 decoding = "calibrated"
-calibration_states = 16
+calibration_states = 48
 prompt = "compact"
 
 # %%
