@@ -7,7 +7,14 @@ held-out dev states (``dev_states.jsonl`` with the judge's flag, ``dev_candidate
 each variant ``prompt:recipe[:lora_top_layers]`` this rebuilds the off-policy pairs in that prompt
 form exactly as the stage does (``repair.build_preference_pairs`` per state, then
 ``repair.balance_chosen``), trains one epoch of DPO from the base model with the stage's beta,
-and scores the trained planner's picks on the dev states (``repair.dev_choice``). It prints, per
+and scores the trained planner's picks on the dev states by the stage's rule (``repair.dev_choice``
+with ``repair.decoding``; under ``calibrated`` each planner's prior comes from the stage's
+calibration states, ``calibration_states.jsonl``, the first ``repair.calibration_states`` of them
+unless ``--calibration-states`` says otherwise). A variant may also set the pairs a state gives
+(``max_pairs``) and how many of the executed grammar plans of each state it keeps
+(``plans_per_state``: a seeded draw per state, as if only those had been executed off-policy;
+the off-policy execution, the stage's largest part, costs in proportion). ``--shipped`` adds a row
+for the stage's own off-policy planner (``planner_off``), scored the same way. It prints, per
 variant: pairs, steps, seconds per step, minutes, and the dev ``chosen_reward`` and ``top_share``
 beside the untrained planner's, the best single plan's and the per-state best. Numbers only,
 no asserts; a difference between variants is read against the dev states' spread, which the
@@ -17,6 +24,8 @@ Run it alone: other load on the cores changes the times.
     .venv/bin/python benchmarks/bench_repair_replay.py
     .venv/bin/python benchmarks/bench_repair_replay.py \\
         --variants full:configs/train/critic_dpo.yaml,compact:configs/train/repair_dpo.yaml
+    .venv/bin/python benchmarks/bench_repair_replay.py --shipped \\
+        --variants compact:configs/train/repair_dpo.yaml::1:4   # prompt:recipe:top:max_pairs:plans_per_state
 """
 
 from __future__ import annotations
@@ -48,19 +57,44 @@ def offpolicy_pairs(states, candidates, *, prompt: str, margin: float, max_pairs
     return repair.balance_chosen(pairs, max_share=max_share, seed=seed)
 
 
-def pick_rewards(planner, states, candidates, *, prompt: str, programs):
-    """Per dev state, the executed reward of the plan the planner picks (the stage's dev score, per state)."""
+def keep_plans(candidates, k: int, *, seed: int):
+    """Of each state's executed candidates, ``k`` distinct plans drawn at random (seeded by the
+    state, so every variant with the same ``k`` keeps the same ones); ``k`` <= 0 keeps them all."""
+    import random
+
+    if k <= 0:
+        return list(candidates)
+    by_state: dict[tuple[str, str], list[dict]] = {}
+    for c in candidates:
+        by_state.setdefault((str(c["dataset"]), str(c["qid"])), []).append(c)
+    chosen: dict[tuple[str, str], set[str]] = {}
+    for key, cands in by_state.items():
+        plans = sorted({" ".join(str(c["plan"]).split()) for c in cands})
+        chosen[key] = set(random.Random(f"{seed}:{key[0]}:{key[1]}").sample(plans, min(k, len(plans))))
+    return [c for c in candidates if " ".join(str(c["plan"]).split()) in chosen[(str(c["dataset"]), str(c["qid"]))]]
+
+
+def pick_rewards(planner, states, candidates, *, prompt: str, programs, decoding: str = "constrained",
+                 calibration=None):
+    """Per dev state, the executed reward of the plan the planner picks by the stage's rule
+    (``repair.pick_plans`` with ``decoding``; for "calibrated" the prior is ``repair.plan_prior``
+    of this planner over ``calibration``, the calibration states), and the picks."""
     from ragcritic_lib.baselines import dataset_name, repair
 
     table: dict[tuple[str, str], dict[str, float]] = {}
     for c in candidates:
-        table.setdefault((str(c["dataset"]), str(c["qid"])), {})[" ".join(str(c["plan"]).split())] = float(c["reward"])
+        if c.get("reward") is not None:
+            table.setdefault((str(c["dataset"]), str(c["qid"])), {})[" ".join(str(c["plan"]).split())] = float(c["reward"])
     recs = [r for r in states if (dataset_name(r), str(r.get("id"))) in table]
     prompts = [repair.build_planner_messages(r, correct=bool(r.get("judged_correct")), example=False, prompt=prompt)
                for r in recs]
-    picks = planner.choose(prompts, [list(programs)] * len(prompts), desc="replay dev plans")
-    rewards = [table[(dataset_name(r), str(r.get("id")))].get(" ".join(p.text.split()), 0.0) for r, p in zip(recs, picks)]
-    return rewards, [p.text for p in picks]
+    prior = None
+    if decoding == "calibrated":
+        prior = repair.plan_prior(planner, calibration, judged_correct=[bool(r.get("judged_correct")) for r in calibration],
+                                  programs=programs, prompt=prompt)
+    picks = repair.pick_plans(planner, prompts, list(programs), decoding=decoding, prior=prior, desc="replay dev plans")
+    rewards = [table[(dataset_name(r), str(r.get("id")))].get(" ".join(p.split()), 0.0) for r, p in zip(recs, picks)]
+    return rewards, picks
 
 
 def main() -> None:
@@ -69,6 +103,10 @@ def main() -> None:
     ap.add_argument("--variants", default="compact:configs/train/repair_dpo.yaml,full:configs/train/repair_dpo.yaml:0",
                     help="comma-separated prompt:recipe[:lora_top_layers]")
     ap.add_argument("--max-steps", type=int, default=-1, help="-1: one epoch, as the stage")
+    ap.add_argument("--decoding", default=None, help="the dev pick's rule (default: repair.decoding)")
+    ap.add_argument("--calibration-states", type=int, default=-1,
+                    help="calibrated: the first N of calibration_states.jsonl (-1: repair.calibration_states)")
+    ap.add_argument("--shipped", action="store_true", help="also score the stage's own off-policy planner (planner_off)")
     args = ap.parse_args()
 
     import numpy as np
@@ -86,30 +124,49 @@ def main() -> None:
     if missing:
         raise SystemExit(f"{stage}: no {', '.join(n + '.jsonl' for n in missing)} (run or restore stage 12 first)")
     off_states, off_cands, dev_states, dev_cands = (read_jsonl(stage / f"{n}.jsonl") for n in names)
+    decoding = args.decoding or rp["decoding"]
+    calibration = None
+    if decoding == "calibrated":
+        if not (stage / "calibration_states.jsonl").exists():
+            raise SystemExit(f"{stage}: no calibration_states.jsonl (a stage 12 run that calibrates writes it)")
+        n_cal = int(rp["calibration_states"]) if args.calibration_states < 0 else args.calibration_states
+        calibration = list(read_jsonl(stage / "calibration_states.jsonl"))[:n_cal]
+    score = dict(decoding=decoding, calibration=calibration)
     programs = repair.grammar_programs(int(rp["grammar_plans"]), topk=int(params["retrieval_rag"]["top_k"]))
     base = runtime.resolve_base_model(params, rp["base_model"], key="repair.base_model")
     dev_ceiling = repair.plan_rewards(dev_cands) or {}
     print(f"{len(off_states)} off-policy states, {len(dev_states)} dev answers; dev best single plan "
           f"{dev_ceiling.get('best_single_reward')}, per-state best {dev_ceiling.get('per_state_best_reward')}")
     untrained = runtime.load_start_model(params, {"base_model": base, "init_adapter": None})
+    print(f"dev picks by the {decoding} rule" + (f" ({len(calibration)} calibration states)" if calibration else ""),
+          flush=True)
     rows = {"untrained (compact prompt)": (None, *pick_rewards(untrained, dev_states, dev_cands, prompt="compact",
-                                                                programs=programs))}
+                                                                programs=programs, **score))}
+    if args.shipped:
+        if not (stage / "planner_off").is_dir():
+            raise SystemExit(f"{stage}: no planner_off/ (the stage's off-policy planner)")
+        shipped = runtime.load_start_model(params, runtime.training_start(
+            str(stage / "planner_off"), base_model=rp["base_model"], key="repair.base_model"))
+        rows[f"shipped planner_off ({rp['prompt']}, max_pairs {rp['max_pairs']}, all plans)"] = (
+            None, *pick_rewards(shipped, dev_states, dev_cands, prompt=rp["prompt"], programs=programs, **score))
+    seed = int(params["common"]["seed"])
     for spec in args.variants.split(","):
-        form, recipe, *top = spec.split(":")
-        pairs = offpolicy_pairs(off_states, off_cands, prompt=form, margin=float(rp["margin"]),
-                                max_pairs=int(rp["max_pairs"]), max_share=float(rp["max_chosen_share"]),
-                                seed=int(params["common"]["seed"]))
+        form, recipe, *rest = spec.split(":")
+        top, n_pairs, per_state = (rest + ["", "", ""])[:3]
+        pairs = offpolicy_pairs(off_states, keep_plans(off_cands, int(per_state or 0), seed=seed), prompt=form,
+                                margin=float(rp["margin"]), max_pairs=int(n_pairs or rp["max_pairs"]),
+                                max_share=float(rp["max_chosen_share"]), seed=seed)
         overrides = {"beta": float(rp["dpo_beta"]), "max_length": 1024,
                      **({"max_steps": -1, "num_train_epochs": 1} if args.max_steps == -1 else {"max_steps": args.max_steps}),
-                     **({"lora_top_layers": int(top[0])} if top else {})}
+                     **({"lora_top_layers": int(top)} if top else {})}
         with tempfile.TemporaryDirectory() as tmp:
             t0 = time.perf_counter()
             res = train_dpo(pairs, paths.resolve(recipe), Path(tmp) / "planner", base_model=base, overrides=overrides)
             minutes = (time.perf_counter() - t0) / 60
             planner = runtime.load_start_model(params, dpo_start(res))
-            got, picks = pick_rewards(planner, dev_states, dev_cands, prompt=form, programs=programs)
+            got, picks = pick_rewards(planner, dev_states, dev_cands, prompt=form, programs=programs, **score)
         rows[spec] = ((len(pairs), res.steps, res.seconds_per_step, minutes), got, picks)
-    first = list(rows)[1] if len(rows) > 1 else None
+    first = list(rows)[1] if len(rows) > 1 else None  # the shipped planner with --shipped, else the first variant
     rng = np.random.default_rng(0)
     for name, (cost, got, picks) in rows.items():
         g = np.asarray(got, dtype=float)

@@ -506,3 +506,18 @@ def test_calibrated_inference_and_dev_choice_run_the_calibrated_pick(actions):
                                            n_grammar=0, n_sampled=1, temperature=0.0, decoding="calibrated",
                                            programs=programs)
     assert [c["plan"] for c in on_log] == [programs[0]]
+
+
+def test_the_replay_benchmark_keeps_the_same_k_plans_of_each_state():
+    from script_modules import load_script
+
+    bench = load_script("benchmarks/bench_repair_replay.py")
+    cands = [{"dataset": "d", "qid": q, "plan": f"plan {i}", "reward": i / 10} for q in ("q1", "q2") for i in range(8)]
+    cands.append({"dataset": "d", "qid": "q1", "plan": "plan  3", "reward": 0.3})  # the same plan again, spaced
+    kept = bench.keep_plans(cands, 4, seed=7)
+    for q in ("q1", "q2"):
+        plans = {" ".join(c["plan"].split()) for c in kept if c["qid"] == q}
+        assert len(plans) == 4
+    assert kept == bench.keep_plans(cands, 4, seed=7)  # seeded per state
+    assert [c for c in kept if c["qid"] == "q1" and c["plan"] in ("plan 3", "plan  3")] in ([], cands[3:4] + cands[-1:])
+    assert bench.keep_plans(cands, 0, seed=7) == cands and bench.keep_plans(cands, 20, seed=7) == cands
