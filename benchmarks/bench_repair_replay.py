@@ -7,8 +7,8 @@ held-out dev states (``dev_states.jsonl`` with the judge's flag, ``dev_candidate
 each variant ``prompt:recipe[:lora_top_layers]`` this rebuilds the off-policy pairs in that prompt
 form exactly as the stage does (``repair.build_preference_pairs`` per state, then
 ``repair.balance_chosen``), trains one epoch of DPO from the base model with the stage's beta,
-and scores the trained planner's picks on the dev states by the stage's rule (``repair.dev_choice``
-with ``repair.decoding``; under ``calibrated`` each planner's prior comes from the stage's
+and scores the trained planner's picks on the dev states by the stage's rule (``repair.pick_plans``
+with ``repair.decoding``, as ``repair.dev_choice`` does; under ``calibrated`` each planner's prior comes from the stage's
 calibration states, ``calibration_states.jsonl``, the first ``repair.calibration_states`` of them
 unless ``--calibration-states`` says otherwise). A variant may also set the pairs a state gives
 (``max_pairs``) and how many of the executed grammar plans of each state it keeps
@@ -101,7 +101,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--stage-dir", default=str(paths.resolve("data/repair")))
     ap.add_argument("--variants", default="compact:configs/train/repair_dpo.yaml,full:configs/train/repair_dpo.yaml:0",
-                    help="comma-separated prompt:recipe[:lora_top_layers]")
+                    help="comma-separated prompt:recipe[:lora_top_layers[:max_pairs[:plans_per_state]]] (empty = the recipe's / params' value)")
     ap.add_argument("--max-steps", type=int, default=-1, help="-1: one epoch, as the stage")
     ap.add_argument("--decoding", default=None, help="the dev pick's rule (default: repair.decoding)")
     ap.add_argument("--calibration-states", type=int, default=-1,
