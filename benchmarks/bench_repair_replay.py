@@ -12,7 +12,7 @@ with ``repair.decoding``, as ``repair.dev_choice`` does; under ``calibrated`` ea
 calibration states, ``calibration_states.jsonl``, the first ``repair.calibration_states`` of them
 unless ``--calibration-states`` says otherwise). A variant may also set the pairs a state gives
 (``max_pairs``) and how many of the executed grammar plans of each state it keeps
-(``plans_per_state``: a seeded draw per state, as if only those had been executed off-policy;
+(``plans_per_state``: the stage's draw per state, ``repair.offpolicy_plans``, as if only those had been executed;
 the off-policy execution, the stage's largest part, costs in proportion). ``--shipped`` adds a row
 for the stage's own off-policy planner (``planner_off``), scored the same way. It prints, per
 variant: pairs, steps, seconds per step, minutes, and the dev ``chosen_reward`` and ``top_share``
@@ -58,20 +58,21 @@ def offpolicy_pairs(states, candidates, *, prompt: str, margin: float, max_pairs
 
 
 def keep_plans(candidates, k: int, *, seed: int):
-    """Of each state's executed candidates, ``k`` distinct plans drawn at random (seeded by the
-    state, so every variant with the same ``k`` keeps the same ones); ``k`` <= 0 keeps them all."""
-    import random
+    """Of each state's executed candidates, those of ``k`` distinct plans drawn by the stage's rule
+    (``draw_state_plans`` of ``ragcritic_lib/baselines/repair.py``, seeded by the state, as
+    ``repair.offpolicy_plans`` draws them), so a replay keeps the plans the stage would have
+    executed; ``k`` <= 0 keeps them all."""
+    from ragcritic_lib.baselines import repair
 
     if k <= 0:
         return list(candidates)
     by_state: dict[tuple[str, str], list[dict]] = {}
     for c in candidates:
         by_state.setdefault((str(c["dataset"]), str(c["qid"])), []).append(c)
-    chosen: dict[tuple[str, str], set[str]] = {}
-    for key, cands in by_state.items():
-        plans = sorted({" ".join(str(c["plan"]).split()) for c in cands})
-        chosen[key] = set(random.Random(f"{seed}:{key[0]}:{key[1]}").sample(plans, min(k, len(plans))))
-    return [c for c in candidates if " ".join(str(c["plan"]).split()) in chosen[(str(c["dataset"]), str(c["qid"]))]]
+    chosen = {key: repair.draw_state_plans([str(c["plan"]) for c in cands], k, seed=seed, dataset=key[0], qid=key[1])
+              for key, cands in by_state.items()}
+    return [c for c in candidates
+            if repair._norm_plan(str(c["plan"])) in chosen[(str(c["dataset"]), str(c["qid"]))]]
 
 
 def pick_rewards(planner, states, candidates, *, prompt: str, programs, decoding: str = "constrained",

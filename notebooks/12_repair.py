@@ -20,10 +20,10 @@
 #
 # Training follows the paper's two phases:
 # 1. **off-policy**: for each train answer the project's judge (`error_sampling.judge_metric`) calls
-#    wrong, candidate plans (the first `grammar_plans` of a small action grammar, plus
-#    `sampled_plans` samples from the current planner under free decoding) are executed and
-#    rewarded; pairs of a better and a worse plan train the planner by DPO. The state carries the
-#    oracle correctness of the answer.
+#    wrong, candidate plans (`offpolicy_plans` of the first `grammar_plans` of a small action
+#    grammar, drawn per state, plus `sampled_plans` samples from the current planner under free
+#    decoding) are executed and rewarded; pairs of a better and a worse plan train the planner by
+#    DPO. The state carries the oracle correctness of the answer.
 # 2. **on-policy**: the off-policy planner samples `sampled_plans` plans for every train answer with
 #    only a judge's estimate of correctness in the state (the grounded heuristic critic, which reads
 #    no gold answer); a second DPO round continues from the off-policy adapter.
@@ -50,8 +50,9 @@
 # Setting `init_adapter` to that adapter reproduces the earlier, taxonomy-informed variant. At
 # test time the final planner writes one plan per answer (greedy); a rejected or failing plan
 # keeps the standard RAG answer. Fewer than `min_states` training states in either phase, a DPO phase without
-# pairs or short of one epoch over its pairs, no executed test plan, or one plan above 60% of
-# executed plans are flagged as degenerate. `offpolicy_steps` / `onpolicy_steps` of -1 train each
+# pairs or short of one epoch over its pairs, no executed test plan, one plan above 60% of
+# executed plans, or a trained planner that picks the untrained one's plan on every dev state
+# (DPO moved nothing the test reads) are flagged as degenerate. `offpolicy_steps` / `onpolicy_steps` of -1 train each
 # phase for one epoch (the paper's setting); each state gives at most `max_pairs` pairs, its best
 # plan against its worst first. One deviation from the paper, against a planner that writes one
 # plan for every answer: no plan is the chosen side of more than `max_chosen_share` of a phase's
@@ -61,18 +62,25 @@
 # **Cost.** The planner reads the compact prompt (`prompt: compact`: the five functions on one line,
 # about 120 tokens shorter than their typed signatures) and DPO adapts the top 8 layers
 # (`configs/train/repair_dpo.yaml`); `prompt: full` and a recipe without `lora_top_layers` are the
-# slower forms (`benchmarks/bench_repair_dpo.py` measures a step of each). The executed states and
-# plans are written to `data/repair`, so a recipe can be compared on the same dev states later.
+# slower forms (`benchmarks/bench_repair_dpo.py` measures a step of each). Each off-policy state
+# executes `offpolicy_plans` of the grammar plans and gives `max_pairs` pair (its best plan against
+# its worst), and the prior reads `calibration_states` answers: on the dev states, replaying the
+# executed plans (`benchmarks/bench_repair_replay.py`) gave every planner the same picks with all
+# eight plans, two pairs and 48 calibration states as with this recipe, at about half the stage's
+# cost. Scoring the plans encodes the planner's instruction, the same for every state, once a call
+# (`repair.shared_prompt_prefix`). The executed states and plans are written to `data/repair`, so
+# a recipe can be compared on the same dev states later.
 
 # %% tags=["parameters"]
 train_questions = 125
 dev_questions = 30
 min_states = 100
 grammar_plans = 8
+offpolicy_plans = 4
 sampled_plans = 2
 temperature = 0.8
 margin = 0.0
-max_pairs = 2
+max_pairs = 1
 max_chosen_share = 0.4
 dpo_recipe = "configs/train/repair_dpo.yaml"
 dpo_beta = 0.1
@@ -81,7 +89,7 @@ onpolicy_steps = -1
 init_adapter = ""
 base_model = ""
 decoding = "calibrated"
-calibration_states = 48
+calibration_states = 16
 prompt = "compact"
 
 # %%
@@ -143,7 +151,8 @@ with stopwatch() as t_off:
             train[ds] = mark_correct(run_standard_rag(gen_m, runtime.load_split(params, ds, "train", limit=train_questions),
                                                       retriever=retrievers[ds], **rag_kw), **judge_params(params))
             off.append(repair.collect_preferences(train[ds], actions[ds], phase="off", planner=planner,
-                                                  n_grammar=grammar_plans, n_sampled=off_sampled, seed=seed,
+                                                  n_grammar=grammar_plans, plans_per_state=offpolicy_plans,
+                                                  n_sampled=off_sampled, seed=seed,
                                                   **pref_kw))
 # BEGIN SOLUTION hint: flatten off's (pairs, candidates) tuples into off_pairs and off_log; off_states: distinct (dataset, qid) in off_log
 off_pairs, off_log = [p for ps, _ in off for p in ps], [c for _, cs in off for c in cs]
@@ -271,6 +280,8 @@ test_plans = repair.plan_shares(executed)
 top_share = test_plans["top_share"]
 # END SOLUTION
 degenerate = list(info["degenerate"])
+if (unmoved := repair.unmoved_picks_line(dev)) is not None:
+    degenerate.append(unmoved)
 if executed and top_share > 0.6:
     degenerate.append(f"repair: one plan is {top_share:.0%} of the {len(executed)} executed test plans")
 for phase, n_states in (("off-policy", off_states), ("on-policy", on_states)):

@@ -757,6 +757,35 @@ def test_hf_tiny_truncation_sampling_and_rng(tiny_dir):
     assert [x.text for x in llm.generate(PROMPTS, dataclasses.replace(p, seed=2))] != a
 
 
+def test_hf_tiny_shared_prompt_prefix_scores_as_a_full_pass(tiny, monkeypatch):
+    head = "The capital of France is Paris. So the final answer is: yes, no. " * 3
+    prompts = [[{"role": "system", "content": head}, {"role": "user", "content": q}]
+               for q in ("Paris?", "So the capital?", "yes")]
+    options = [["Paris is the capital.", "no, no."], ["yes, yes, no.", "The final answer."], ["so", "Paris, France."]]
+    full = tiny.score(prompts, options)
+    used = []
+    real = type(tiny)._shared_prefix
+
+    def spy(self, encoded, opt_all):
+        got = real(self, encoded, opt_all)
+        used.append(None if got is None else got[0])
+        return got
+
+    monkeypatch.setattr(type(tiny), "_shared_prefix", spy)
+    monkeypatch.setattr(tiny, "cache", None)
+    monkeypatch.setattr(tiny, "share_prompt_prefix", True)
+    shared = tiny.score(prompts, options)
+    n_head = len(tiny.encode(tiny.render(prompts[0]))) - len(tiny.encode(tiny.render([{"role": "user", "content": "Paris?"}])))
+    assert used and used[-1] is not None and used[-1] >= max(tiny.min_shared_prefix, n_head - 2)
+    assert all(abs(a - b) < 1e-4 for ra, rb in zip(full, shared) for a, b in zip(ra, rb))
+    monkeypatch.setattr(tiny, "share_prompt_prefix", False)
+    tiny.score(prompts, options)
+    assert used[-1] is None  # off: every prompt is encoded whole
+    monkeypatch.setattr(tiny, "share_prompt_prefix", True)
+    tiny.score(prompts[:1], options[:1])
+    assert used[-1] is None  # one prompt: nothing to share
+
+
 def test_hf_tiny_adapter_and_cache(tiny_dir, tmp_path):
     import torch
     from peft import LoraConfig, get_peft_model

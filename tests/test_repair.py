@@ -343,7 +343,7 @@ def test_repair_info_adds_pair_counts_and_planner_start_after_the_summary():
     dev = {"start": {"chosen_reward": 0.1}, "offpolicy": None, "final": {"chosen_reward": 0.2}}
     with_dev = repair.repair_info({}, offpolicy_pairs=[], onpolicy_pairs=[], planner_start={"init_adapter": None},
                                   action_calls={}, dev=dev, dev_questions=30, dev_meters=[Meter(24), Meter(24)])
-    assert with_dev["dev"] == {**dev, "questions": 30, "calls": 48}
+    assert with_dev["dev"] == {**dev, "questions": 30, "calls": 48, "changed_picks": {}}
 
 
 def test_plan_shares_of_the_executed_test_plans():
@@ -521,3 +521,101 @@ def test_the_replay_benchmark_keeps_the_same_k_plans_of_each_state():
     assert kept == bench.keep_plans(cands, 4, seed=7)  # seeded per state
     assert [c for c in kept if c["qid"] == "q1" and c["plan"] in ("plan 3", "plan  3")] in ([], cands[3:4] + cands[-1:])
     assert bench.keep_plans(cands, 0, seed=7) == cands and bench.keep_plans(cands, 20, seed=7) == cands
+
+
+def test_offpolicy_states_execute_a_seeded_draw_of_the_grammar_plans(actions):
+    records = [dict(REC, id=f"q{i}") for i in range(6)]
+    programs = repair.grammar_programs(8, topk=1)
+    _, every = repair.collect_preferences(records, actions, phase="off", n_grammar=8, topk=1, seed=5)
+    pairs, log = repair.collect_preferences(records, actions, phase="off", n_grammar=8, plans_per_state=3, topk=1,
+                                            seed=5, max_pairs=1)
+    by_state: dict[str, list[str]] = {}
+    for c in log:
+        by_state.setdefault(c["qid"], []).append(c["plan"])
+    assert len(every) == 48 and sorted(by_state) == [f"q{i}" for i in range(6)]
+    for qid, plans in by_state.items():
+        assert len(plans) == 3 and set(plans) <= set(programs)
+        # the stage's draw: the same plans for the same state and seed, in the grammar's order
+        drawn = repair.draw_state_plans(programs, 3, seed=5, dataset="testbed", qid=qid)
+        assert {repair._norm_plan(p) for p in plans} == drawn
+        assert plans == [p for p in programs if repair._norm_plan(p) in drawn]
+        # each kept plan earns what it earns when every plan runs
+        assert {c["plan"]: c["reward"] for c in log if c["qid"] == qid} == \
+            {c["plan"]: c["reward"] for c in every if c["qid"] == qid and c["plan"] in plans}
+    assert len({tuple(p) for p in by_state.values()}) > 1  # the draw depends on the state
+    assert len(pairs) <= 6  # max_pairs=1: one pair a state at most
+    _, again = repair.collect_preferences(records, actions, phase="off", n_grammar=8, plans_per_state=3, topk=1,
+                                          seed=5)
+    assert [c["plan"] for c in again] == [c["plan"] for c in log]
+    _, other_seed = repair.collect_preferences(records, actions, phase="off", n_grammar=8, plans_per_state=3, topk=1,
+                                               seed=6)
+    assert [c["plan"] for c in other_seed] != [c["plan"] for c in log]
+
+
+def test_draw_state_plans_keeps_all_when_k_covers_them():
+    plans = ["a = 1", "b  = 2", "c = 3"]
+    assert repair.draw_state_plans(plans, 0, seed=1, dataset="d", qid="q") == {"a = 1", "b = 2", "c = 3"}
+    assert repair.draw_state_plans(plans, 5, seed=1, dataset="d", qid="q") == {"a = 1", "b = 2", "c = 3"}
+    two = repair.draw_state_plans(plans, 2, seed=1, dataset="d", qid="q")
+    assert len(two) == 2 and two == repair.draw_state_plans(list(reversed(plans)), 2, seed=1, dataset="d", qid="q")
+
+
+def test_dev_pick_changes_and_the_unmoved_training_line():
+    start = {"state_picks": ["grammar:a", "grammar:b", "grammar:a"]}
+    same = {"state_picks": ["grammar:a", "grammar:b", "grammar:a"]}
+    moved = {"state_picks": ["grammar:a", "grammar:c", "grammar:c"]}
+    assert repair.dev_pick_changes({"start": start, "offpolicy": moved, "final": same}) == {"offpolicy": 2, "final": 0}
+    line = repair.unmoved_picks_line({"start": start, "offpolicy": moved, "final": same})
+    assert line is not None and "all 3 held-out dev states" in line
+    assert repair.unmoved_picks_line({"start": start, "final": moved}) is None
+    assert repair.unmoved_picks_line({"start": None, "final": same}) is None  # no dev scores: nothing to say
+    assert repair.dev_pick_changes({"start": start, "offpolicy": None}) == {}
+
+
+def test_dev_choice_lists_each_states_pick_in_record_order(actions):
+    programs = repair.grammar_programs(3, topk=1)
+    rec2 = {**REC, "id": "q2"}
+    _, log = repair.collect_preferences([REC, rec2], actions, phase="off", n_grammar=3, n_sampled=0, topk=1)
+    planner = CallableLLM(lambda p, g: programs[1] if p[-1]["content"].count("q2") == 0 else programs[0])
+    dev = repair.dev_choice(planner, [REC, rec2], log, judged_correct=[False, False], programs=programs)
+    assert len(dev["state_picks"]) == 2 and all(s.startswith("grammar:") for s in dev["state_picks"])
+    assert sum(dev["picks"].values()) == 2 and set(dev["state_picks"]) == set(dev["picks"])
+
+
+class _Backend:
+    """A scoring backend with the prefix option, recording its setting at each call."""
+
+    def __init__(self):
+        self.share_prompt_prefix = False
+        self.seen: list[bool] = []
+
+    def score(self, prompts, options, desc=None):
+        self.seen.append(self.share_prompt_prefix)
+        return [[-float(j) for j in range(len(o))] for o in options]
+
+
+class _Wrapper:
+    def __init__(self, llm):
+        self.llm = llm
+
+    def score(self, prompts, options, desc=None):
+        return self.llm.score(prompts, options, desc=desc)
+
+
+def test_plan_scoring_shares_the_prompt_prefix_only_inside_the_call():
+    backend = _Backend()
+    planner = _Wrapper(backend)
+    programs = repair.grammar_programs(3)
+    prompts = [repair.build_planner_messages(REC, correct=False, example=False, prompt="compact")] * 2
+    prior = repair.plan_prior(planner, [REC, REC], judged_correct=[False, False], programs=programs, prompt="compact")
+    picks = repair.pick_plans(planner, prompts, programs, decoding="calibrated", prior=prior)
+    drawn = repair.sample_grammar_plans(planner, prompts, programs, n=2, seed=1)
+    assert backend.seen == [True, True, True] and backend.share_prompt_prefix is False  # on for the call, then back
+    assert picks == [programs[0]] * 2 and all(len(d) == 2 for d in drawn)
+    plain = CallableLLM(model)  # a backend without the option is used as it is
+    with repair.shared_prompt_prefix(plain) as same:
+        assert same is plain and not hasattr(plain, "share_prompt_prefix")
+    backend.share_prompt_prefix = True  # a backend already sharing keeps sharing after the block
+    with repair.shared_prompt_prefix(planner):
+        pass
+    assert backend.share_prompt_prefix is True

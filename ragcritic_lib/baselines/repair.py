@@ -47,6 +47,7 @@ from __future__ import annotations
 import logging
 import random
 from collections import Counter
+from contextlib import contextmanager
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -276,6 +277,30 @@ def check_decoding(decoding: str) -> str:
     return decoding
 
 
+@contextmanager
+def shared_prompt_prefix(model: Any):
+    """Within the block, ``model``'s backend scores the prompts of one call by encoding their
+    common token prefix once (the planner's instruction, the same for every state) and reusing its
+    key-value cache (:class:`ragcritic_lib.llm.hf.HFBackend`'s ``share_prompt_prefix``). The scores
+    equal a full encoding's up to float rounding (about 1e-4 of a plan's log-probability); a
+    backend without the option (a server, a test double) is left as it is. Wrappers that keep the
+    backend as ``llm`` (``MeteredLLM``) are looked through."""
+    target = model
+    for _ in range(4):
+        if target is None or hasattr(target, "share_prompt_prefix"):
+            break
+        target = getattr(target, "llm", None)
+    if target is None or not hasattr(target, "share_prompt_prefix"):
+        yield model
+        return
+    before = target.share_prompt_prefix
+    target.share_prompt_prefix = True
+    try:
+        yield model
+    finally:
+        target.share_prompt_prefix = before
+
+
 def plan_prior(planner: Any, records: Sequence[Mapping[str, Any]], *, judged_correct: Sequence[bool],
                programs: Sequence[str], prompt: str = "full") -> list[float]:
     """Each program's mean log-probability under ``planner`` over calibration states: the plan's
@@ -294,7 +319,8 @@ def plan_prior(planner: Any, records: Sequence[Mapping[str, Any]], *, judged_cor
         raise ValueError(f"{len(judged_correct)} judge flags for {len(records)} calibration states")
     prompts = [build_planner_messages(r, correct=bool(f), example=False, prompt=prompt)
                for r, f in zip(records, judged_correct)]
-    scores = planner.score(prompts, [list(programs)] * len(prompts), desc="repair plan prior")
+    with shared_prompt_prefix(planner):
+        scores = planner.score(prompts, [list(programs)] * len(prompts), desc="repair plan prior")
     return [sum(float(row[j]) for row in scores) / len(scores) for j in range(len(programs))]
 
 
@@ -323,7 +349,8 @@ def pick_plans(planner: Any, prompts: Sequence[Any], programs: Sequence[str], *,
     if prior is None or len(prior) != len(programs):
         raise ValueError(f"calibrated decoding needs one prior value per program ({len(programs)}); "
                          f"got {None if prior is None else len(prior)}")
-    scores = planner.score(list(prompts), [list(programs)] * len(prompts), desc=desc)
+    with shared_prompt_prefix(planner):
+        scores = planner.score(list(prompts), [list(programs)] * len(prompts), desc=desc)
     out = []
     for row in scores:
         adj = [float(v) - float(b) for v, b in zip(row, prior)]
@@ -337,6 +364,17 @@ def grammar_programs(n: int, *, topk: int = 5) -> list[str]:
     if not 1 <= n <= len(grammar):
         raise ValueError(f"repair.grammar_plans must be between 1 and {len(grammar)}; got {n}")
     return [src for _, src in grammar[:n]]
+
+
+def draw_state_plans(plans: Sequence[str], k: int, *, seed: int, dataset: str, qid: str) -> set[str]:
+    """``k`` of ``plans`` (compared with whitespace normalized) drawn for one state, seeded by the
+    state (``seed``, ``dataset``, ``qid``), so the same state keeps the same plans in every run
+    and every recipe with the same ``k``; ``k`` <= 0 or ``k`` >= the number of plans keeps them
+    all."""
+    distinct = sorted({_norm_plan(p) for p in plans})
+    if k <= 0 or k >= len(distinct):
+        return set(distinct)
+    return set(random.Random(f"{seed}:{dataset}:{qid}").sample(distinct, k))
 
 
 def sample_from_scores(
@@ -372,7 +410,8 @@ def sample_grammar_plans(
     ``programs`` (the on-policy draws of constrained decoding)."""
     if not prompts or n <= 0:
         return [[] for _ in prompts]
-    scores = planner.score(list(prompts), [list(programs)] * len(prompts), desc="repair on-policy scores")
+    with shared_prompt_prefix(planner):
+        scores = planner.score(list(prompts), [list(programs)] * len(prompts), desc="repair on-policy scores")
     return [[programs[i] for i in idx] for idx in sample_from_scores(scores, n=n, temperature=temperature, seed=seed)]
 
 
@@ -416,6 +455,7 @@ def collect_preferences(
     judged_correct: Sequence[bool] | None = None,
     planner: Any | None = None,
     n_grammar: int = 4,
+    plans_per_state: int = 0,
     n_sampled: int = 0,
     margin: float = 0.0,
     max_pairs: int = 4,
@@ -436,6 +476,9 @@ def collect_preferences(
             are used) or "on" (state has ``judged_correct``; every record is used).
         planner: the current planner LLM, needed when ``n_sampled`` > 0.
         n_grammar: how many grammar plans per state (first N of :func:`plan_grammar`).
+        plans_per_state: execute only this many of those grammar plans on each state, drawn per
+            state by :func:`draw_state_plans` with ``seed`` (0 = all of them). Executing plans is
+            most of the phase's cost; each state still gives its best plan against its worst.
         decoding: "free" samples any text from the planner; "constrained" and "calibrated" draw
             the sampled plans from the planner's own distribution over ``programs``
             (:func:`sample_grammar_plans`; calibration is a test-time rule only).
@@ -480,7 +523,11 @@ def collect_preferences(
     for (rec, _), samples in zip(states, sampled):
         variables = planner_variables(rec)
         cands, seen = [], set()
+        kept = draw_state_plans([src for _, src in grammar], plans_per_state, seed=seed,
+                                dataset=dataset_name(rec), qid=str(rec.get("id")))
         for name, src in grammar:
+            if _norm_plan(src) not in kept:
+                continue
             cands.append({"plan": src, "source": f"grammar:{name}"})
             seen.add(_norm_plan(src))
         for src in samples:
@@ -706,7 +753,7 @@ def dev_choice(planner: Any, records: Sequence[Mapping[str, Any]], candidates: S
     Returns:
         None without scored candidates; else {"states", "chosen_reward" (mean reward of the
         planner's picks), "top_share" (share of the states given its most frequent pick), "picks":
-        {grammar source: states}, then :func:`plan_rewards` of the candidates: "by_plan",
+        {grammar source: states}, "state_picks" (the pick's source on each state, in record order), then :func:`plan_rewards` of the candidates: "by_plan",
         "best_single", "best_single_reward", "per_state_best_reward", "tied_states"}.
 
     Raises:
@@ -727,15 +774,39 @@ def dev_choice(planner: Any, records: Sequence[Mapping[str, Any]], candidates: S
     prompts = [build_planner_messages(records[i], correct=bool(judged_correct[i]), example=False, prompt=prompt)
                for i, _ in states]
     picks = pick_plans(planner, prompts, programs, decoding=decoding, prior=prior, desc="repair dev plans")
-    got, sources = [], Counter()
+    got, sources, state_picks = [], Counter(), []
     for (_, key), pick in zip(states, picks):
         source, reward = table[key].get(_norm_plan(pick), ("unexecuted", 0.0))
         got.append(reward)
         sources[source] += 1
+        state_picks.append(source)
     n = len(got)
     return {"states": n, "chosen_reward": round(sum(got) / n, 4) if n else None,
             "top_share": round(max(sources.values()) / n, 4) if n else None, "picks": dict(sources.most_common()),
+            "state_picks": state_picks,
             **{k: v for k, v in rewards.items() if k != "states"}}
+
+
+def dev_pick_changes(dev: Mapping[str, Mapping[str, Any] | None]) -> dict[str, int]:
+    """For each phase after "start" in ``dev`` ({phase: :func:`dev_choice`}), how many held-out
+    dev states the planner picks differently from the untrained planner: what training moved."""
+    start = (dev.get("start") or {}).get("state_picks")
+    if start is None:
+        return {}
+    return {phase: sum(a != b for a, b in zip(start, d["state_picks"]))
+            for phase, d in dev.items() if phase != "start" and d and d.get("state_picks") is not None}
+
+
+def unmoved_picks_line(dev: Mapping[str, Mapping[str, Any] | None], *, final: str = "final") -> str | None:
+    """A ``degenerate`` line when preference training moved no pick: the ``final`` planner picks
+    the untrained planner's plan on every held-out dev state, so DPO changed nothing the test rule
+    reads. None otherwise, or without dev scores."""
+    changes = dev_pick_changes(dev)
+    if final not in changes or changes[final]:
+        return None
+    n = len(dev[final]["state_picks"])  # type: ignore[index]
+    return (f"repair: DPO moved none of the planner's picks; the trained planner picks the untrained "
+            f"one's plan on all {n} held-out dev states")
 
 
 def repair_training(training_cost: Mapping[str, Any], *, offpolicy_seconds: float, dpo_seconds: float,
@@ -801,7 +872,8 @@ def repair_info(summary: Mapping[str, Any], *, offpolicy_pairs: Sequence[Any], o
         action_calls: :func:`ragcritic_lib.agent.actions.count_action_calls` of the executed test
             plans (RePAIR's column of its Table 3).
         dev: {phase: :func:`dev_choice` or None}, the dev score after each phase; it is written with
-            ``dev_questions`` and the LLM calls of ``dev_meters`` (the ``MeteredLLM`` each score ran through).
+            ``dev_questions``, the LLM calls of ``dev_meters`` (the ``MeteredLLM`` each score ran
+            through) and ``changed_picks`` (:func:`dev_pick_changes`).
 
     Returns:
         {"repair": {**summary, "offpolicy_pairs", "onpolicy_pairs", "planner_start": "adapter" or
@@ -814,5 +886,6 @@ def repair_info(summary: Mapping[str, Any], *, offpolicy_pairs: Sequence[Any], o
     if test_plans is not None:  # :func:`plan_shares` of the executed test plans
         out["test"] = dict(test_plans)
     if dev is not None:
-        out["dev"] = {**dev, "questions": int(dev_questions), "calls": sum(m.cost()["calls"] for m in dev_meters)}
+        out["dev"] = {**dev, "questions": int(dev_questions), "calls": sum(m.cost()["calls"] for m in dev_meters),
+                      "changed_picks": dev_pick_changes(dev)}
     return out

@@ -252,6 +252,10 @@ class HFBackend(LLM):
         self._last_only: dict[str, int] = (
             {"logits_to_keep": 1} if forward is not None and "logits_to_keep" in inspect.signature(forward).parameters
             else {})
+        # Scoring many prompts that open alike (one instruction, then each its own state): encode
+        # their shared token prefix once a call and reuse its key-value cache (off by default).
+        self.share_prompt_prefix = False
+        self.min_shared_prefix = 32
 
         # End tokens: the model's generation config may list several (e.g. <|im_end|> and <|endoftext|>).
         eos = self.hf_model.generation_config.eos_token_id
@@ -386,9 +390,10 @@ class HFBackend(LLM):
     def _score(self, prompts: list[Any], options: list[list[str]]) -> Iterator[tuple[int, list[float]]]:
         import torch
 
-        for j, (text, opts) in enumerate(zip(prompts, options)):
-            prompt_ids = self.encode(text)
-            opt_ids = [self._option_ids(o) for o in opts]
+        encoded = [self.encode(text) for text in prompts]
+        opt_all = [[self._option_ids(o) for o in opts] for opts in options]
+        prefix = self._shared_prefix(encoded, opt_all)
+        for j, (prompt_ids, opt_ids) in enumerate(zip(encoded, opt_all)):
             with torch.inference_mode():
                 if all(len(ids) == 1 for ids in opt_ids):
                     # One forward pass: every option is a single next token.
@@ -396,9 +401,34 @@ class HFBackend(LLM):
                     lp = torch.log_softmax(logits.float(), -1)
                     yield j, [float(lp[ids[0]]) for ids in opt_ids]
                     continue
-                yield j, self._score_after_prompt(prompt_ids, opt_ids)
+                yield j, self._score_after_prompt(prompt_ids, opt_ids, prefix=prefix)
 
-    def _score_after_prompt(self, prompt_ids: list[int], opt_ids: list[list[int]]) -> list[float]:
+    def _shared_prefix(self, encoded: list[list[int]], opt_all: list[list[list[int]]]) -> tuple[int, Any] | None:
+        """(length, key-value cache) of the token prefix that every multi-token-scored prompt of
+        this call shares, computed once (``share_prompt_prefix``; None when off, for fewer than two
+        such prompts, or a prefix under ``min_shared_prefix`` tokens). Each prompt keeps at least
+        one token of its own, whose logits give its options' first tokens."""
+        import torch
+
+        rows = [ids for ids, opts in zip(encoded, opt_all) if not all(len(o) == 1 for o in opts)]
+        if not self.share_prompt_prefix or len(rows) < 2:
+            return None
+        n = min(len(r) for r in rows) - 1
+        first = rows[0]
+        for r in rows[1:]:
+            k = 0
+            while k < n and r[k] == first[k]:
+                k += 1
+            n = k
+        if n < self.min_shared_prefix:
+            return None
+        with torch.inference_mode():
+            out = self.hf_model(input_ids=torch.tensor([first[:n]], device=self.device), use_cache=True,
+                                **self._last_only)
+        return n, out.past_key_values
+
+    def _score_after_prompt(self, prompt_ids: list[int], opt_ids: list[list[int]],
+                            prefix: tuple[int, Any] | None = None) -> list[float]:
         """Total log-probability of each option (token ids, at least one has two or more) after
         ``prompt_ids``, encoding the prompt once.
 
@@ -407,14 +437,21 @@ class HFBackend(LLM):
         copy of that cache repeated once a row (right-padded, the padding masked and after every
         real token, so no real token sees it). Encoding the prompt once a call instead of once an
         option is what makes scoring many options of a long prompt affordable on a CPU; the scores
-        agree with a full pass over prompt and option to float rounding.
+        agree with a full pass over prompt and option to float rounding. With ``prefix`` (the
+        length and cache of a prefix this prompt shares with the call's others,
+        :meth:`_shared_prefix`), the pass reads only the tokens after it.
         """
         import copy
 
         import torch
 
-        out = self.hf_model(input_ids=torch.tensor([prompt_ids], device=self.device), use_cache=True,
-                            **self._last_only)
+        if prefix is not None:  # the shared prefix's cache, then only this prompt's own tokens
+            n_shared, shared_cache = prefix
+            out = self.hf_model(input_ids=torch.tensor([prompt_ids[n_shared:]], device=self.device),
+                                past_key_values=copy.deepcopy(shared_cache), use_cache=True, **self._last_only)
+        else:
+            out = self.hf_model(input_ids=torch.tensor([prompt_ids], device=self.device), use_cache=True,
+                                **self._last_only)
         first = torch.log_softmax(out.logits[0, -1].float(), -1)
         n_prompt = len(prompt_ids)
         scores: list[float] = []

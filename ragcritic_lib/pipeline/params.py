@@ -496,7 +496,8 @@ def rules() -> dict[str, dict[str, Rule]]:
             "oracle_ceiling": boolean(), "probe_layer": integer(1),
         },
         "repair": {
-            "train_questions": count, "dev_questions": some, "min_states": some, "grammar_plans": count, "sampled_plans": some,
+            "train_questions": count, "dev_questions": some, "min_states": some, "grammar_plans": count, "offpolicy_plans": some,
+            "sampled_plans": some,
             "temperature": number(0), "margin": number(0), "max_pairs": count,
             "max_chosen_share": number(0, 1, low_open=True), "dpo_recipe": input_path(),
             "dpo_beta": number(0, low_open=True), "offpolicy_steps": steps(), "onpolicy_steps": steps(),
