@@ -1,6 +1,6 @@
-"""Can a cross-encoder tell an unanswerable question from its passages, and what would gating the
-correction ladder's abstain path on it have done? Replayed from shipped stages 01 and 08, with no
-generator run again.
+"""Can a cross-encoder, or the reader itself, tell an unanswerable question from its passages, and
+what would gating the correction ladder's abstain path on it have done? Replayed from shipped
+stages 01 and 08; only the reader signal runs the generator (one scoring pass a question).
 
 The ladder's abstain path (``agent.actions``: a critique naming an unsupported answer, a new
 answer the passages do not hold or that repeats the rejected one) fires far more often on
@@ -9,10 +9,18 @@ an answer into "insufficient information" (``benchmarks/bench_abstain_replay.py`
 A gate that lets the path fire only where the passages do not seem to hold an answer to the
 question would keep the gain on unanswerable questions and drop most of the loss.
 
-The candidate signal is general, not the testbed's: the question's **support score**, the highest
-relevance logit the ms-marco cross-encoder (``retriever.reranker``, the one the action layer
-already uses) gives to any sentence of the retrieved passages, each sentence with its passage's
-title (``"Title. sentence"``). This prints
+Two candidate signals, both general, neither the testbed's (``--signal``):
+
+- ``support``: the question's **support score**, the highest relevance logit the ms-marco
+  cross-encoder (``retriever.reranker``, the one the action layer already uses) gives to any
+  sentence of the retrieved passages, each sentence with its passage's title (``"Title. sentence"``);
+- ``reader``: the **reader's own abstention**, the log-probability the generator gives to
+  "insufficient information" as its answer, continuing the very prompt standard RAG answered
+  (stage 01's ``messages``, its answer prefix prefilled); a higher one means the reader itself
+  leans to "the passages do not say". Scored beside the reader's own answer in one call
+  (:func:`reader_abstain_scores`), so a second run reads the LLM cache.
+
+This prints
 
 - the support score's AUROC for "unanswerable" (a low score predicts it) on the dev and the test
   questions of ``data/retrieval_rag/<dataset>`` (the ladder's first ``--test-questions``), with
@@ -30,6 +38,7 @@ gains it only when these numbers say the difference exceeds its interval on dev.
 
     .venv/bin/python benchmarks/bench_answerability.py
     .venv/bin/python benchmarks/bench_answerability.py --dataset testbed --test-questions 280
+    .venv/bin/python benchmarks/bench_answerability.py --signal reader   # about 14 min on 2 AVX2 cores
 """
 
 from __future__ import annotations
@@ -73,6 +82,43 @@ def support_scores(score_pairs, questions: Sequence[str], passages: Sequence[Seq
     return best
 
 
+def reader_prompt(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """Standard RAG's prompt with the answer slot open: the record's messages as they are when they
+    end with a prefilled assistant turn (the ``prefill`` variant), else with the answer prefix
+    (``So the final answer is:``) added as that turn.
+
+    Raises:
+        ValueError: no messages, or a message without a role or content.
+    """
+    from ragcritic_lib.retrieval.rag import ANSWER_PREFIX
+
+    if not messages:
+        raise ValueError("reader_prompt: the record has no messages (stage 01 writes them)")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping) or "role" not in m or "content" not in m:
+            raise ValueError(f"reader_prompt: message {i} needs a role and a content; got {m!r:.80}")
+        out.append({"role": str(m["role"]), "content": str(m["content"])})
+    if out[-1]["role"] != "assistant":
+        out.append({"role": "assistant", "content": ANSWER_PREFIX})
+    return out
+
+
+def reader_abstain_scores(llm: Any, records: Sequence[Mapping[str, Any]], *,
+                          desc: str | None = None) -> list[dict[str, float]]:
+    """Per standard-RAG record: ``abstain``, the total log-probability of " insufficient
+    information" in its answer slot (:func:`reader_prompt`), and ``own``, that of the answer the
+    reader gave (``prediction``), with ``abstain_tokens`` and ``own_tokens`` their token counts; one
+    ``llm.score`` call."""
+    from ragcritic_lib.retrieval.rag import ABSTAIN_ANSWER
+
+    prompts = [reader_prompt(r.get("messages") or []) for r in records]
+    options = [[f" {ABSTAIN_ANSWER}", " " + " ".join(str(r.get("prediction") or "").split())] for r in records]
+    scores = llm.score(prompts, options, desc=desc) if records else []
+    return [{"abstain": float(s[0]), "own": float(s[1]), "abstain_tokens": float(max(1, llm.count_tokens(o[0]))),
+             "own_tokens": float(max(1, llm.count_tokens(o[1])))} for s, o in zip(scores, options)]
+
+
 def fit_threshold(scores: Sequence[float], unanswerable: Sequence[bool]) -> tuple[float, float]:
     """(threshold, balanced accuracy): the cut ``score < threshold`` predicting "unanswerable" with
     the best balanced accuracy over the observed scores; ties go to the lower threshold.
@@ -105,6 +151,8 @@ def main() -> None:
     ap.add_argument("--dataset", default="testbed")
     ap.add_argument("--test-questions", type=int, default=280, help="the first N test questions (the ladder's)")
     ap.add_argument("--n-boot", type=int, default=2000)
+    ap.add_argument("--signal", choices=("support", "reader"), default="support",
+                    help="support: the cross-encoder's best sentence; reader: the generator's log-probability of abstaining")
     args = ap.parse_args()
 
     import importlib.util
@@ -124,28 +172,45 @@ def main() -> None:
     missing = [str(p) for p in (rag / "dev.jsonl", rag / "test.jsonl") if not p.exists()]
     if missing:
         raise SystemExit(f"no {', '.join(missing)} (run or restore stage 01 first)")
-    reranker = CrossEncoderReranker(params["common"]["retriever"]["reranker"])
+    if args.signal == "support":
+        reranker = CrossEncoderReranker(params["common"]["retriever"]["reranker"])
+    else:
+        from ragcritic_lib import runtime
+
+        llm = runtime.load_generator(params)
+    name = {"support": "support-score", "reader": "reader-abstention"}[args.signal]
 
     split_scores: dict[str, dict[str, tuple[float, bool]]] = {}
     for split, limit in (("dev", 0), ("test", args.test_questions)):
         recs = list(read_jsonl(rag / f"{split}.jsonl"))
         recs = recs[:limit] if limit else recs
-        scores = support_scores(reranker.score_pairs, [r["question"] for r in recs], [r.get("passages") or [] for r in recs])
+        if args.signal == "support":
+            scores = support_scores(reranker.score_pairs, [r["question"] for r in recs],
+                                    [r.get("passages") or [] for r in recs])
+        else:
+            reader = reader_abstain_scores(llm, recs, desc=f"reader {split}")
+            # A low score predicts "unanswerable", as the support score: minus the abstention's log-probability.
+            scores = [-r["abstain"] for r in reader]
         labels = [is_unanswerable(r.get("golden_answers") or []) for r in recs]
         split_scores[split] = {str(r["id"]): (s, u) for r, s, u in zip(recs, scores, labels)}
-        neg = [-s for s in scores]  # a low support score predicts "unanswerable"
+        neg = [-s for s in scores]  # a low score predicts "unanswerable"
         lo, hi = bootstrap_auroc_ci(neg, labels, seed=0, n_boot=args.n_boot)
-        print(f"{split}: {len(recs)} questions, {sum(labels)} unanswerable; support-score AUROC "
+        print(f"{split}: {len(recs)} questions, {sum(labels)} unanswerable; {name} AUROC "
               f"{auroc(neg, labels):.3f} ({lo}, {hi}); mean score answerable "
               f"{sum(s for s, u in zip(scores, labels) if not u) / max(1, len(labels) - sum(labels)):.2f}, "
               f"unanswerable {sum(s for s, u in zip(scores, labels) if u) / max(1, sum(labels)):.2f}", flush=True)
+        if args.signal == "reader":
+            # The same, per token and against the reader's own answer: abstaining rather than what it said.
+            rel = [r["abstain"] / r["abstain_tokens"] - r["own"] / r["own_tokens"] for r in reader]
+            lo, hi = bootstrap_auroc_ci(rel, labels, seed=0, n_boot=args.n_boot)
+            print(f"  per token, abstention minus own answer: AUROC {auroc(rel, labels):.3f} ({lo}, {hi})", flush=True)
 
     dev = list(split_scores["dev"].values())
     t, bal = fit_threshold([s for s, _ in dev], [u for _, u in dev])
     test = list(split_scores["test"].values())
     tpr = sum(1 for s, u in test if u and s < t) / max(1, sum(u for _, u in test))
     fpr = sum(1 for s, u in test if not u and s < t) / max(1, sum(not u for _, u in test))
-    print(f"threshold fitted on dev: support < {t:.3f} (dev balanced accuracy {bal:.3f}); on test it flags "
+    print(f"threshold fitted on dev: {name} < {t:.3f} (dev balanced accuracy {bal:.3f}); on test it flags "
           f"{tpr:.0%} of the unanswerable and {fpr:.0%} of the answerable questions", flush=True)
 
     known = {**split_scores["dev"], **split_scores["test"]}

@@ -39,3 +39,36 @@ def test_gate_restores_only_refused_firings():
             {"fired": False, "after": 0.5, "restored": 0.5}]
     assert bench.gated_f1(rows, [False, True, False]) == [1.0, 1.0, 0.5]
     assert bench.gated_f1(rows, [True, True, True]) == [0.0, 1.0, 0.5]
+
+
+def test_reader_prompt_keeps_a_prefill_and_opens_the_answer_slot_otherwise():
+    prefilled = [{"role": "user", "content": "Q?"}, {"role": "assistant", "content": "So the final answer is:"}]
+    assert bench.reader_prompt(prefilled) == prefilled
+    opened = bench.reader_prompt([{"role": "system", "content": "S"}, {"role": "user", "content": "Q?"}])
+    assert opened[-1] == {"role": "assistant", "content": "So the final answer is:"} and len(opened) == 3
+    with pytest.raises(ValueError, match="no messages"):
+        bench.reader_prompt([])
+    with pytest.raises(ValueError, match="message 1 needs a role"):
+        bench.reader_prompt([{"role": "user", "content": "Q?"}, {"content": "x"}])
+
+
+def test_reader_abstain_scores_scores_the_abstention_beside_the_readers_answer():
+    class Fake:
+        def __init__(self):
+            self.calls = []
+
+        def score(self, prompts, options, desc=None):
+            self.calls.append((prompts, options))
+            return [[-1.0 * len(o[0].split()), -2.0 * len(o[1].split())] for o in options]
+
+        def count_tokens(self, text):
+            return len(text.split())
+
+    llm = Fake()
+    recs = [{"messages": [{"role": "user", "content": "Q?"}], "prediction": "  Lake   Baikal "}]
+    got = bench.reader_abstain_scores(llm, recs)
+    prompts, options = llm.calls[0]
+    assert options == [[" insufficient information", " Lake Baikal"]]  # the answer's spaces normalized
+    assert prompts[0][-1]["role"] == "assistant"
+    assert got == [{"abstain": -2.0, "own": -4.0, "abstain_tokens": 2.0, "own_tokens": 2.0}]
+    assert bench.reader_abstain_scores(llm, []) == [] and len(llm.calls) == 1  # no call for no records
