@@ -15,8 +15,9 @@ unless ``--calibration-states`` says otherwise). A variant may also set the pair
 (``plans_per_state``: the stage's draw per state, ``repair.offpolicy_plans``, as if only those had been executed;
 the off-policy execution, the stage's largest part, costs in proportion). ``--shipped`` adds a row
 for the stage's own off-policy planner (``planner_off``), scored the same way. It prints, per
-variant: pairs, steps, seconds per step, minutes, and the dev ``chosen_reward`` and ``top_share``
-beside the untrained planner's, the best single plan's and the per-state best. Numbers only,
+variant: pairs, steps, seconds per step, minutes, the dev ``chosen_reward`` and ``top_share``, and
+how many dev picks differ from the untrained planner's (as the stage's ``dev.changed_picks``
+counts them), beside the untrained planner's, the best single plan's and the per-state best. Numbers only,
 no asserts; a difference between variants is read against the dev states' spread, which the
 script prints as a paired bootstrap 95% interval of the reward difference to the first variant.
 Run it alone: other load on the cores changes the times.
@@ -169,10 +170,12 @@ def main() -> None:
         rows[spec] = ((len(pairs), res.steps, res.seconds_per_step, minutes), got, picks)
     first = list(rows)[1] if len(rows) > 1 else None  # the shipped planner with --shipped, else the first variant
     rng = np.random.default_rng(0)
+    start_picks = next(iter(rows.values()))[2]  # the untrained planner's: what DPO moved away from
     for name, (cost, got, picks) in rows.items():
         g = np.asarray(got, dtype=float)
         top = max(Counter(picks).values()) / len(picks) if picks else float("nan")
-        line = f"{name:55s} dev chosen_reward {g.mean():.3f} (n={len(g)}), top_share {top:.2f}"
+        moved = sum(a != b for a, b in zip(picks, start_picks))
+        line = f"{name:55s} dev chosen_reward {g.mean():.3f} (n={len(g)}), top_share {top:.2f}, {moved} picks moved"
         if cost:
             line += f"  pairs {cost[0]}, {cost[1]} steps, {cost[2]:.1f} s/step, {cost[3]:.1f} min"
         if first and name != first:
