@@ -22,8 +22,8 @@ Two candidate signals, both general, neither the testbed's (``--signal``):
 
 This prints
 
-- the support score's AUROC for "unanswerable" (a low score predicts it) on the dev and the test
-  questions of ``data/retrieval_rag/<dataset>`` (the ladder's first ``--test-questions``), with
+- the signal's AUROC for "unanswerable" (a low score predicts it: the support score, or minus the
+  abstention's log-probability) on the dev and the test questions of ``data/retrieval_rag/<dataset>`` (the ladder's first ``--test-questions``), with
   percentile bootstrap 95% intervals over questions;
 - a threshold fitted on dev only (the best balanced accuracy on dev's answerability; ties to the
   lower threshold, which fires less) and its true and false positive rates on test;
