@@ -18,7 +18,18 @@ Two candidate signals, both general, neither the testbed's (``--signal``):
   "insufficient information" as its answer, continuing the very prompt standard RAG answered
   (stage 01's ``messages``, its answer prefix prefilled); a higher one means the reader itself
   leans to "the passages do not say". Scored beside the reader's own answer in one call
-  (:func:`reader_abstain_scores`), so a second run reads the LLM cache.
+  (:func:`reader_abstain_scores`), so a second run reads the LLM cache;
+- ``trained``: a **learned answerability judge**, the embedded sentence encoder (all-MiniLM-L6-v2,
+  ``critic_sft.verifier_model``) fine-tuned with a one-logit head (``critic.verifier.train_pairs``)
+  on the *train* questions, retrieved as stage 01 retrieves (``retrieval_rag.top_k``), each labelled
+  unanswerable or not by its gold answers (training labels only; dev picks the checkpoint, test is
+  never seen). Four views are trained and reported side by side (:func:`answerability_rows`):
+  ``passages`` (the question, then its passages' sentences), ``contrast`` (the same view, trained
+  on pairs in which the question cannot tell the label, :func:`contrast_rows`), ``sentences`` (one row per passage
+  sentence, labelled by whether it holds a gold answer; a question scores its best sentence) and
+  ``question`` (the question alone: a control that measures how much of the signal is the
+  question's wording, i.e. which attributes a dataset tends to leave unanswered, rather than
+  reading the passages). The gate is replayed with the first view unless ``--view`` names another.
 
 This prints
 
@@ -39,6 +50,7 @@ gains it only when these numbers say the difference exceeds its interval on dev.
     .venv/bin/python benchmarks/bench_answerability.py
     .venv/bin/python benchmarks/bench_answerability.py --dataset testbed --test-questions 280
     .venv/bin/python benchmarks/bench_answerability.py --signal reader   # about 14 min on 2 AVX2 cores
+    .venv/bin/python benchmarks/bench_answerability.py --signal trained  # three fine-tunings
 """
 
 from __future__ import annotations
@@ -80,6 +92,101 @@ def support_scores(score_pairs, questions: Sequence[str], passages: Sequence[Seq
         for i, s in zip(owner, score_pairs(queries, texts)):
             best[i] = max(best[i], float(s))
     return best
+
+
+VIEWS = ("passages", "contrast", "sentences", "question")
+
+
+def holds_answer(text: str, golds: Sequence[str]) -> bool:
+    """Whether a normalized gold answer (of at least two characters, not an abstention) occurs in
+    ``text`` as a run of whole words."""
+    from ragcritic_lib.evaluation.scoring import normalize_answer
+    from ragcritic_lib.evaluation.truth import is_unanswerable
+
+    body = f" {normalize_answer(text)} "
+    for g in golds:
+        n = normalize_answer(str(g))
+        if len(n) >= 2 and not is_unanswerable([str(g)]) and f" {n} " in body:
+            return True
+    return False
+
+
+def answerability_rows(records: Sequence[Mapping[str, Any]], view: str) -> tuple[list[tuple[str, str, bool]], list[int]]:
+    """Training or scoring rows of one view and the record each row belongs to.
+
+    ``passages``: one row a record, (question, its passages' sentence units joined), labelled
+    unanswerable by its gold answers; ``contrast``: the same (the view scores as ``passages`` does;
+    it differs in training, :func:`contrast_rows`); ``question``: an empty second segment;
+    ``sentences``: one row per sentence unit, labelled True where the unit does **not** hold a
+    gold answer (so that, as in the other views, a high logit leans to "unanswerable" and a
+    question's score is its lowest row). Labels read the gold answers: they train and evaluate,
+    a gate never sees them.
+
+    Raises:
+        ValueError: an unknown view, or a record without a question.
+    """
+    from ragcritic_lib.evaluation.truth import is_unanswerable
+
+    if view not in VIEWS:
+        raise ValueError(f"answerability_rows: view must be one of {VIEWS}, got {view!r}")
+    rows: list[tuple[str, str, bool]] = []
+    owner: list[int] = []
+    for i, r in enumerate(records):
+        q = " ".join(str(r.get("question") or "").split())
+        if not q:
+            raise ValueError(f"answerability_rows: record {r.get('id', i)!r} has no question")
+        golds = [str(g) for g in r.get("golden_answers") or []]
+        unanswerable = is_unanswerable(golds)
+        units = sentence_units(r.get("passages") or [])
+        if view == "sentences":
+            for u in units or [""]:
+                rows.append((q, u, unanswerable or not holds_answer(u, golds)))
+                owner.append(i)
+        else:
+            rows.append((q, "" if view == "question" else " ".join(units), unanswerable))
+            owner.append(i)
+    return rows, owner
+
+
+def contrast_rows(records: Sequence[Mapping[str, Any]], k: int) -> list[tuple[str, str, bool]]:
+    """Training rows in which the question's wording cannot tell the label: for every answerable
+    record whose ranked ``passages`` (retrieved deeper than ``k``) hold a gold answer both in its
+    top ``k`` and not in ``k`` others, two rows, (question, the top ``k``) labelled answerable and
+    (question, the first ``k`` passages that do not hold the answer) labelled unanswerable. The same
+    question appears under both labels, so only reading the passages separates them; unanswerable
+    records are left out (their wording alone would carry the label)."""
+    from ragcritic_lib.evaluation.truth import is_unanswerable
+
+    rows: list[tuple[str, str, bool]] = []
+    for r in records:
+        golds = [str(g) for g in r.get("golden_answers") or []]
+        if is_unanswerable(golds):
+            continue
+        q = " ".join(str(r.get("question") or "").split())
+        ranked = [sentence_units([p]) for p in r.get("passages") or []]
+        held = [holds_answer(" ".join(u), golds) for u in ranked]
+        without = [u for u, h in zip(ranked, held) if not h][:k]
+        if not q or not any(held[:k]) or len(without) < k:
+            continue
+        rows.append((q, " ".join(x for u in ranked[:k] for x in u), False))
+        rows.append((q, " ".join(x for u in without for x in u), True))
+    return rows
+
+
+def per_record(scores: Sequence[float], owner: Sequence[int], n: int) -> list[float]:
+    """Per record, the lowest score of its rows (its best-supported row), negated so that, like the
+    support score, a low value predicts "unanswerable"."""
+    best = [float("inf")] * n
+    for i, s in zip(owner, scores):
+        best[i] = min(best[i], float(s))
+    return [-b for b in best]
+
+
+def retrieve_records(retriever: Any, records: Sequence[Mapping[str, Any]], k: int) -> list[dict[str, Any]]:
+    """``records`` with ``passages``: the retriever's top ``k`` for each question, in the record
+    form stage 01 writes."""
+    hits = retriever.search([str(r["question"]) for r in records], k) if records else []
+    return [{**r, "passages": [h.to_record() for h in hs]} for r, hs in zip(records, hits)]
 
 
 def reader_prompt(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
@@ -146,14 +253,76 @@ def gated_f1(rows: Sequence[Mapping[str, Any]], allow_abstain: Sequence[bool]) -
     return [r["after"] if (not r["fired"] or ok) else r["restored"] for r, ok in zip(rows, allow_abstain)]
 
 
+def train_views(params: Mapping[str, Any], args: argparse.Namespace, rag: Path) -> dict[str, Any]:
+    """One fine-tuned encoder per view, on the train questions retrieved as stage 01 retrieves;
+    each keeps its best dev checkpoint (dev AUROC for "unanswerable"). Prints what each cost."""
+    import time
+
+    from ragcritic_lib import runtime
+    from ragcritic_lib.critic.verifier import EncoderVerifier, VerifierSettings, train_pairs
+    from ragcritic_lib.evaluation.truth import is_unanswerable
+    from ragcritic_lib.pipeline.stage_metrics import cpu_class
+
+    t0 = time.time()
+    k = int(params["retrieval_rag"]["top_k"])
+    deep = retrieve_records(runtime.load_retriever(params, args.dataset),
+                            runtime.load_split(params, args.dataset, "train"), max(k, 10))
+    train = [{**r, "passages": r["passages"][:k]} for r in deep]
+    dev = list(read_jsonl(rag / "dev.jsonl"))
+    dev_labels = [is_unanswerable(r.get("golden_answers") or []) for r in dev]
+    print(f"train: {len(train)} questions retrieved (top {k}) in {time.time() - t0:.0f} s, "
+          f"{sum(is_unanswerable(r['golden_answers']) for r in train)} unanswerable; cpu {cpu_class()}", flush=True)
+    out = {}
+    for view in args.views:
+        rows = contrast_rows(deep, k) if view == "contrast" else answerability_rows(train, view)[0]
+        dev_rows, dev_owner = answerability_rows(dev, view)
+        model = EncoderVerifier(paths.resolve(params["critic_sft"]["verifier_model"]), max_length=256, seed=13)
+        # The sentence view has about 16 rows a question: one pass over them already sees each
+        # question's passages more often than the other views' epochs do.
+        epochs = min(args.epochs, 1.0) if view == "sentences" else args.epochs
+        settings = VerifierSettings(epochs=epochs, train_layers=args.train_layers, learning_rate=args.learning_rate, batch_size=16,
+                                    eval_every=max(200, len(rows) // 4), seed=13)
+        if view == "sentences":
+            # Dev AUROC per question: the best sentence's score, as the gate reads it.
+            report = _train_sentences(model, rows, dev_rows, dev_owner, dev_labels, settings)
+        else:
+            report = train_pairs(model, rows, [(a, b) for a, b, _ in dev_rows], dev_labels, settings)
+        print(f"view {view}: {len(rows)} rows ({sum(y for *_, y in rows)} labelled unanswerable), "
+              f"{report.steps} steps in {report.seconds:.0f} s; dev AUROC by checkpoint "
+              f"{[c['dev_auroc'] for c in report.curve]}, kept {report.best_dev_auroc}", flush=True)
+        out[view] = model
+    return out
+
+
+def _train_sentences(model: Any, rows, dev_rows, dev_owner, dev_labels, settings) -> Any:
+    """``train_pairs`` for the sentence view: the checkpoint is chosen by the per-sentence dev
+    AUROC (does this sentence hold the answer), and the report's ``best_dev_auroc`` is then
+    replaced by the per-question one the gate reads (each dev question's best sentence)."""
+    from ragcritic_lib.critic.verifier import train_pairs
+    from ragcritic_lib.evaluation.stats import auroc
+
+    report = train_pairs(model, rows, [(a, b) for a, b, _ in dev_rows], [y for *_, y in dev_rows], settings)
+    got = per_record(model.scores([(a, b) for a, b, _ in dev_rows]), dev_owner, len(dev_labels))
+    report.best_dev_auroc = round(auroc([-s for s in got], dev_labels) or 0.0, 4)
+    return report
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dataset", default="testbed")
     ap.add_argument("--test-questions", type=int, default=280, help="the first N test questions (the ladder's)")
     ap.add_argument("--n-boot", type=int, default=2000)
-    ap.add_argument("--signal", choices=("support", "reader"), default="support",
-                    help="support: the cross-encoder's best sentence; reader: the generator's log-probability of abstaining")
+    ap.add_argument("--signal", choices=("support", "reader", "trained"), default="support",
+                    help="support: the cross-encoder's best sentence; reader: the generator's log-probability of "
+                         "abstaining; trained: an encoder fine-tuned on the train questions' answerability")
+    ap.add_argument("--view", choices=VIEWS, default="passages", help="with --signal trained: the view the gate uses")
+    ap.add_argument("--views", nargs="+", choices=VIEWS, default=list(VIEWS), help="with --signal trained: the views trained")
+    ap.add_argument("--epochs", type=float, default=3.0, help="with --signal trained")
+    ap.add_argument("--train-layers", type=int, default=6, help="with --signal trained: top encoder layers trained")
+    ap.add_argument("--learning-rate", type=float, default=5e-5, help="with --signal trained: the encoder's (the head's is 1e-3)")
     args = ap.parse_args()
+    if args.signal == "trained" and args.view not in args.views:
+        ap.error(f"--view {args.view} is not among the --views trained ({' '.join(args.views)})")
 
     import importlib.util
 
@@ -174,11 +343,13 @@ def main() -> None:
         raise SystemExit(f"no {', '.join(missing)} (run or restore stage 01 first)")
     if args.signal == "support":
         reranker = CrossEncoderReranker(params["common"]["retriever"]["reranker"])
-    else:
+    elif args.signal == "reader":
         from ragcritic_lib import runtime
 
         llm = runtime.load_generator(params)
-    name = {"support": "support-score", "reader": "reader-abstention"}[args.signal]
+    else:
+        trained = train_views(params, args, rag)
+    name = {"support": "support-score", "reader": "reader-abstention", "trained": f"trained-{args.view}"}[args.signal]
 
     split_scores: dict[str, dict[str, tuple[float, bool]]] = {}
     for split, limit in (("dev", 0), ("test", args.test_questions)):
@@ -187,6 +358,15 @@ def main() -> None:
         if args.signal == "support":
             scores = support_scores(reranker.score_pairs, [r["question"] for r in recs],
                                     [r.get("passages") or [] for r in recs])
+        elif args.signal == "trained":
+            for view, model in trained.items():
+                rows, owner = answerability_rows(recs, view)
+                got = per_record(model.scores([(a, b) for a, b, _ in rows]), owner, len(recs))
+                if view == args.view:
+                    scores = got
+                labels_ = [is_unanswerable(r.get("golden_answers") or []) for r in recs]
+                lo, hi = bootstrap_auroc_ci([-s for s in got], labels_, seed=0, n_boot=args.n_boot)
+                print(f"  {split} view {view}: AUROC {auroc([-s for s in got], labels_):.3f} ({lo}, {hi})", flush=True)
         else:
             reader = reader_abstain_scores(llm, recs, desc=f"reader {split}")
             # A low score predicts "unanswerable", as the support score: minus the abstention's log-probability.

@@ -72,3 +72,61 @@ def test_reader_abstain_scores_scores_the_abstention_beside_the_readers_answer()
     assert prompts[0][-1]["role"] == "assistant"
     assert got == [{"abstain": -2.0, "own": -4.0, "abstain_tokens": 2.0, "own_tokens": 2.0}]
     assert bench.reader_abstain_scores(llm, []) == [] and len(llm.calls) == 1  # no call for no records
+
+
+def test_holds_answer_matches_whole_normalized_words_and_never_an_abstention():
+    assert bench.holds_answer("Founded in 1960, it grew.", ["1960"])
+    assert not bench.holds_answer("Founded in 19601.", ["1960"])
+    assert bench.holds_answer("The Mayor is Adrian Carlhurst.", ["adrian carlhurst"])
+    assert not bench.holds_answer("There is insufficient information here.", ["insufficient information"])
+    assert not bench.holds_answer("a b c", ["a"])  # one character is too short to mean anything
+
+
+def test_answerability_rows_label_each_view_from_the_gold_and_keep_their_owner():
+    recs = [{"id": "a", "question": "When was it founded?", "golden_answers": ["1960"],
+             "passages": [{"contents": "Komtrix\nIt was founded in 1960. It is big."}]},
+            {"id": "b", "question": "Who sponsors it?", "golden_answers": ["insufficient information"],
+             "passages": [{"contents": "Komtrix\nIt is big."}]}]
+    rows, owner = bench.answerability_rows(recs, "passages")
+    assert [y for *_, y in rows] == [False, True] and owner == [0, 1]
+    assert rows[0][1] == "Komtrix. It was founded in 1960. Komtrix. It is big."
+    rows, _ = bench.answerability_rows(recs, "question")
+    assert [b for _, b, _ in rows] == ["", ""]
+    rows, owner = bench.answerability_rows(recs, "sentences")
+    # True means "this sentence does not answer": every sentence of an unanswerable question.
+    assert [y for *_, y in rows] == [False, True, True] and owner == [0, 0, 1]
+    with pytest.raises(ValueError, match="view must be one of"):
+        bench.answerability_rows(recs, "title")
+    with pytest.raises(ValueError, match="'c' has no question"):
+        bench.answerability_rows([{"id": "c", "question": " "}], "passages")
+
+
+def test_per_record_takes_the_best_supported_row_so_a_low_score_predicts_unanswerable():
+    assert bench.per_record([2.0, -1.0, 3.0], [0, 0, 1], 2) == [1.0, -3.0]
+
+
+def test_retrieve_records_adds_the_top_k_in_stage_01s_form():
+    from ragcritic_lib.retrieval.base import Hit
+
+    class FakeRetriever:
+        def search(self, queries, k):
+            return [[Hit(f"d{i}", 1.0 / (i + 1), f"T\n{q}") for i in range(k)] for q in queries]
+
+    got = bench.retrieve_records(FakeRetriever(), [{"id": "x", "question": "why"}], 2)
+    assert got[0]["id"] == "x" and [p["id"] for p in got[0]["passages"]] == ["d0", "d1"]
+    assert got[0]["passages"][0] == {"id": "d0", "contents": "T\nwhy", "score": 1.0}
+    assert bench.retrieve_records(FakeRetriever(), [], 2) == []
+
+
+def test_contrast_rows_put_each_question_under_both_labels():
+    recs = [{"question": "When was it founded?", "golden_answers": ["1960"],
+             "passages": [{"contents": "K\nFounded in 1960."}, {"contents": "K\nIt is big."}, {"contents": "K\nIt is old."}]},
+            {"question": "Who sponsors it?", "golden_answers": ["insufficient information"],
+             "passages": [{"contents": "K\nIt is big."}, {"contents": "K\nIt is old."}]},
+            {"question": "Where?", "golden_answers": ["Paris"],  # the answer is not in the top 1
+             "passages": [{"contents": "K\nIt is big."}, {"contents": "K\nIn Paris."}]}]
+    rows = bench.contrast_rows(recs, 1)
+    assert rows == [("When was it founded?", "K. Founded in 1960.", False), ("When was it founded?", "K. It is big.", True)]
+    # Two passages without the answer are needed for k=2 and the first record has them; none else qualifies.
+    assert [y for *_, y in bench.contrast_rows(recs, 2)] == [False, True]
+    assert bench.contrast_rows(recs, 3) == []

@@ -111,3 +111,23 @@ def test_the_verifier_ships_only_what_it_trained_and_refuses_another_base(tmp_pa
         EncoderVerifier.load(out)
     with pytest.raises(FileNotFoundError, match="no verifier manifest"):
         EncoderVerifier.load(tmp_path)
+
+
+def test_train_pairs_learns_any_pair_task_and_refuses_bad_input(tmp_path) -> None:
+    torch = pytest.importorskip("torch")
+    from ragcritic_lib.critic.verifier import EncoderVerifier, VerifierSettings, train_pairs
+    from ragcritic_lib.evaluation.stats import auroc
+
+    torch.set_num_threads(1)
+    v = EncoderVerifier(_tiny_encoder(tmp_path / "enc"), max_length=32, seed=0)
+    # Label: the second segment does not hold "salton" (the question cannot be answered from it).
+    rows = [("where is it?", "it stands in salton." if i % 2 else "it is old.", i % 2 == 0) for i in range(32)]
+    dev = [(a, b) for a, b, _ in rows[:8]]
+    labels = [y for *_, y in rows[:8]]
+    rep = train_pairs(v, rows, dev, labels, VerifierSettings(epochs=6, learning_rate=3e-3, head_learning_rate=3e-2,
+                                                             batch_size=8, eval_every=32, seed=0))
+    assert rep.examples == 32 and rep.best_dev_auroc == 1.0 and auroc(v.scores(dev), labels) == 1.0
+    with pytest.raises(ValueError, match="no training rows"):
+        train_pairs(v, [], dev, labels, VerifierSettings())
+    with pytest.raises(ValueError, match="8 dev pairs but 7 dev labels"):
+        train_pairs(v, rows, dev, labels[:7], VerifierSettings())

@@ -212,13 +212,32 @@ def train_verifier(verifier: EncoderVerifier, train: Sequence[Mapping[str, Any]]
                    ) -> VerifierReport:
     """Fine-tune encoder and head on ``train`` chat examples; dev AUROC every ``eval_every``
     examples; the best dev weights are kept (dev picks the checkpoint, never a test sample)."""
+    dev_pairs, dev_labels = dev_pairs_and_labels(dev)
+    return train_pairs(verifier, [example_pair(e) for e in train], dev_pairs, dev_labels, settings,
+                       progress=progress)
+
+
+def train_pairs(verifier: EncoderVerifier, rows: Sequence[tuple[str, str, bool]],
+                dev_pairs: Sequence[tuple[str, str]], dev_labels: Sequence[bool], settings: VerifierSettings, *,
+                progress: Callable[[dict[str, Any]], None] | None = None) -> VerifierReport:
+    """:func:`train_verifier` on ready ``(first segment, second segment, label)`` rows: binary
+    cross-entropy towards ``label``, dev AUROC of ``dev_labels`` every ``eval_every`` examples, the
+    best dev weights kept. Any pair task fits (the verdict, a question's answerability).
+
+    Raises:
+        ValueError: no training rows, or dev pairs and labels of different lengths.
+    """
     import torch
 
     from ragcritic_lib.evaluation.stats import auroc
 
-    rows = [example_pair(e) for e in train]
-    dev_rows = [example_pair(e) for e in dev]
-    dev_pairs, dev_labels = [(a, b) for a, b, _ in dev_rows], [y for _, _, y in dev_rows]
+    if not rows:
+        raise ValueError("train_pairs: no training rows")
+    if len(dev_pairs) != len(dev_labels):
+        raise ValueError(f"train_pairs: {len(dev_pairs)} dev pairs but {len(dev_labels)} dev labels")
+    rows = [(str(a), str(b), bool(y)) for a, b, y in rows]
+    dev_pairs = [(str(a), str(b)) for a, b in dev_pairs]
+    dev_labels = [bool(y) for y in dev_labels]
     rng = random.Random(settings.seed)
     torch.manual_seed(settings.seed)
     params = verifier.trainable(settings.train_layers)
