@@ -35,6 +35,7 @@ fact_sheet_rate = 0.15
 name_mention_rate = 0.75
 knob_focus = 0.35
 withheld_per_entity = 1
+withheld_focus = 0.0
 questions_per_type_train = 100
 questions_per_type_dev = 20
 questions_per_type_test = 40
@@ -60,7 +61,7 @@ cfg = TestbedConfig(
     frac_test=frac_test, passage_words=passage_words, distractor_rate=distractor_rate,
     n_distractors=n_distractors, conflict_rate=conflict_rate, split_fact_rate=split_fact_rate,
     filler_rate=filler_rate, fact_sheet_rate=fact_sheet_rate, name_mention_rate=name_mention_rate,
-    knob_focus=knob_focus, withheld_per_entity=withheld_per_entity,
+    knob_focus=knob_focus, withheld_per_entity=withheld_per_entity, withheld_focus=withheld_focus,
     questions_per_type_train=questions_per_type_train, questions_per_type_dev=questions_per_type_dev,
     questions_per_type_test=questions_per_type_test, weight_factual=weight_factual,
     weight_multi_hop=weight_multi_hop, weight_comparison=weight_comparison,

@@ -434,3 +434,30 @@ def test_notebook_parameters_match_the_config() -> None:
         params[node.targets[0].id] = node.value.value
     assert list(params) == [f.name for f in fields(tb.TestbedConfig)]
     assert tb.TestbedConfig.from_params(params) == tb.TestbedConfig()
+
+
+def test_withheld_focus_asks_withholdable_attributes_of_entities_that_state_them(bed: tb.Testbed) -> None:
+    """At 0 the older questions come back; at 1 every factual question asks an attribute of the
+    kind unanswerable questions ask, stated for its entity, and nothing else moves."""
+    def asks(questions: list[dict]) -> int:
+        kinds = {q["metadata"]["withheld_attribute"] for q in questions if not q["metadata"]["answerable"]}
+        return sum(1 for q in questions if q["metadata"]["answerable"] and q["metadata"]["facts"]
+                   and q["metadata"]["facts"][-1]["attribute"] in kinds)
+
+    zero = tb.generate_testbed(tb.TestbedConfig(withheld_focus=0.0))
+    assert zero.splits == bed.splits
+    one = tb.generate_testbed(tb.TestbedConfig(withheld_focus=1.0))
+    assert one.corpus == bed.corpus
+    for split in tb.SPLITS:
+        factual = [q for q in one.splits[split] if q["metadata"]["type"] == "factual"]
+        facts = [q["metadata"]["facts"][0] for q in factual]
+        assert facts and all(tb.withheld_keywords(_kind(one, f["entity_id"]), f["attribute"]) for f in facts)
+        assert asks(one.splits[split]) > asks(bed.splits[split])
+        assert [q for q in one.splits[split] if q["metadata"]["type"] != "factual"] == \
+            [q for q in bed.splits[split] if q["metadata"]["type"] != "factual"]
+    with pytest.raises(ValueError, match="testbed.withheld_focus: must be in"):
+        tb.TestbedConfig(withheld_focus=1.5)
+
+
+def _kind(bed: tb.Testbed, entity_id: str) -> str:
+    return bed.world.entities[entity_id].kind

@@ -95,6 +95,13 @@ class _QuestionMaker:
         focus = [a for a in attrs if self.knobbed(ent, a)]
         if focus and rng.random() < self.cfg.knob_focus:
             attrs = focus + [a for a in attrs if a not in focus]
+        # A stream of its own: at 0 the older questions come back, and at any value the question
+        # stream (and with it every other type's questions) draws what it drew before.
+        if self.cfg.withheld_focus > 0:
+            plain = [a for a in attrs if _KINDS[ent.kind].attrs[a].withhold_keywords]
+            own = random.Random(f"{self.cfg.seed}/withheld_focus/{ent.id}")
+            if plain and own.random() < self.cfg.withheld_focus:
+                attrs = plain + [a for a in attrs if a not in plain]
         out = []
         for attr in attrs:
             spec = _KINDS[ent.kind].attrs[attr]

@@ -52,6 +52,11 @@ class TestbedConfig:
             conflicting fact asks about that fact (raises knob coverage among questions).
         withheld_per_entity: attributes per main entity that are never stated (they feed the
             unanswerable questions).
+        withheld_focus: probability that a factual question on an entity asks first about the
+            attributes of its kind that may be withheld and that it states. Unanswerable
+            questions ask only those attributes, so at 0 (the older sampling) an answerable
+            question seldom asks one and a question's wording alone tells most unanswerable
+            ones apart; raising it asks the same attributes of entities that state them.
         questions_per_type_train/dev/test: questions per type and split before weighting.
         weight_<type>: multiplier of a type's question count (0 drops the type).
     """
@@ -73,6 +78,7 @@ class TestbedConfig:
     name_mention_rate: float = 0.75
     knob_focus: float = 0.35
     withheld_per_entity: int = 1
+    withheld_focus: float = 0.0
     questions_per_type_train: int = 100
     questions_per_type_dev: int = 20
     questions_per_type_test: int = 40
@@ -91,7 +97,7 @@ class TestbedConfig:
             if isinstance(value, bool) or not isinstance(value, want):
                 raise ValueError(f"testbed.{f.name}: expected {f.type}, got {value!r}")
         for name in ("frac_dev", "frac_test", "distractor_rate", "conflict_rate", "split_fact_rate",
-                     "filler_rate", "fact_sheet_rate", "name_mention_rate", "knob_focus"):
+                     "filler_rate", "fact_sheet_rate", "name_mention_rate", "knob_focus", "withheld_focus"):
             if not 0.0 <= float(getattr(self, name)) <= 1.0:
                 raise ValueError(f"testbed.{name}: must be in [0, 1], got {getattr(self, name)!r}")
         if self.frac_dev + self.frac_test >= 1.0:
