@@ -16,11 +16,13 @@ test AUROC for "unanswerable" with its percentile bootstrap 95% interval over qu
 picks the checkpoint): over all test questions, and among the factual and unanswerable ones
 alone, which share one form (a single attribute of one entity). Unanswerable questions take only
 that form, so over all questions the form alone reaches :func:`form_ceiling` whatever the
-attributes; among the one-form questions a wording-free testbed scores near 0.5. Numbers only,
-no asserts.
+attributes; among the one-form questions a wording-free testbed scores near 0.5. With
+``--passages`` the same encoder is also trained on each question and its retrieved passages
+(``bench_answerability``'s ``passages`` view), which says whether reading adds to the wording once
+the attribute no longer tells. Numbers only, no asserts.
 
     .venv/bin/python benchmarks/bench_testbed_wording.py                 # focus 0, 0.5 and 1
-    .venv/bin/python benchmarks/bench_testbed_wording.py --focus 0 1 --epochs 3
+    .venv/bin/python benchmarks/bench_testbed_wording.py --focus 0 1 --passages   # about 25 min
 """
 
 from __future__ import annotations
@@ -71,6 +73,9 @@ def main() -> None:
     ap.add_argument("--focus", type=float, nargs="+", default=[0.0, 0.5, 1.0])
     ap.add_argument("--epochs", type=float, default=3.0)
     ap.add_argument("--n-boot", type=int, default=2000)
+    ap.add_argument("--passages", action="store_true",
+                    help="also train the encoder on the question and its retrieved passages (stage 01's retriever "
+                         "and top_k; bench_answerability's 'passages' view): about 10 min a setting on 2 AVX2 cores")
     args = ap.parse_args()
 
     from ragcritic_lib import paths
@@ -81,6 +86,18 @@ def main() -> None:
     from ragcritic_lib.testbed import TestbedConfig, generate_testbed
 
     params = load_params()
+    if args.passages:
+        import importlib.util
+        from pathlib import Path
+
+        from ragcritic_lib import runtime
+
+        spec = importlib.util.spec_from_file_location("bench_answerability", Path(__file__).with_name("bench_answerability.py"))
+        answerability = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(answerability)  # type: ignore[union-attr]
+        # withheld_focus changes questions only, so the shipped corpus and its retriever serve every setting.
+        retriever = runtime.load_retriever(params, "testbed")
+        top_k = int(params["retrieval_rag"]["top_k"])
     print(f"cpu {cpu_class()}; shipped testbed.withheld_focus = {params['testbed'].get('withheld_focus', 0.0)}",
           flush=True)
     for focus in args.focus:
@@ -110,6 +127,24 @@ def main() -> None:
               f"among the {len(single)} factual and unanswerable test questions (one form) "
               f"{auroc(s_scores, s_labels):.3f} ({s_lo}, {s_hi}); a classifier of the form alone reaches "
               f"{form_ceiling(tb.splits['test']):.3f}", flush=True)
+        if args.passages:
+            got = {split: answerability.retrieve_records(retriever, tb.splits[split], top_k)
+                   for split in ("train", "dev", "test")}
+            rows = answerability.answerability_rows(got["train"], "passages")[0]
+            dev = answerability.answerability_rows(got["dev"], "passages")[0]
+            test = answerability.answerability_rows(got["test"], "passages")[0]
+            model = EncoderVerifier(paths.resolve(params["critic_sft"]["verifier_model"]), max_length=256, seed=13)
+            t0 = time.time()
+            report = train_pairs(model, rows, [(a, b) for a, b, _ in dev], [y for *_, y in dev],
+                                 VerifierSettings(epochs=args.epochs, train_layers=6, batch_size=16,
+                                                  eval_every=max(200, len(rows) // 4), seed=13))
+            scores = model.scores([(a, b) for a, b, _ in test])
+            lo, hi = bootstrap_auroc_ci(scores, labels, seed=0, n_boot=args.n_boot)
+            s_scores = [scores[i] for i in single]
+            s_lo, s_hi = bootstrap_auroc_ci(s_scores, s_labels, seed=0, n_boot=args.n_boot)
+            print(f"  question and passages (fit {time.time() - t0:.0f} s, dev AUROC {report.best_dev_auroc}): "
+                  f"test AUROC {auroc(scores, labels):.3f} ({lo}, {hi}); among the one-form questions "
+                  f"{auroc(s_scores, s_labels):.3f} ({s_lo}, {s_hi})", flush=True)
 
 
 if __name__ == "__main__":
