@@ -108,44 +108,35 @@ def main() -> None:
             kinds = withheld_kinds(qs)
             counts.append(f"{split}: {sum(not q['metadata']['answerable'] for q in qs)} unanswerable, "
                           f"{sum(asks_withheld_kind(q, kinds) for q in qs)} answerable asking a withholdable attribute")
-        rows = wording_rows(tb.splits["train"])
-        dev = wording_rows(tb.splits["dev"])
-        test = wording_rows(tb.splits["test"])
-        model = EncoderVerifier(paths.resolve(params["critic_sft"]["verifier_model"]), max_length=64, seed=13)
-        t0 = time.time()
-        report = train_pairs(model, rows, [(a, b) for a, b, _ in dev], [y for *_, y in dev],
-                             VerifierSettings(epochs=args.epochs, train_layers=6, batch_size=16,
-                                              eval_every=max(200, len(rows) // 4), seed=13))
-        scores = model.scores([(a, b) for a, b, _ in test])
-        labels = [y for *_, y in test]
-        lo, hi = bootstrap_auroc_ci(scores, labels, seed=0, n_boot=args.n_boot)
         single = [i for i, q in enumerate(tb.splits["test"]) if q["metadata"]["type"] in SINGLE_FACT_FORMS]
-        s_scores, s_labels = [scores[i] for i in single], [labels[i] for i in single]
-        s_lo, s_hi = bootstrap_auroc_ci(s_scores, s_labels, seed=0, n_boot=args.n_boot)
-        print(f"withheld_focus {focus:g}: {'; '.join(counts)}; question-only encoder (fit {time.time() - t0:.0f} s, "
-              f"dev AUROC {report.best_dev_auroc}) test AUROC {auroc(scores, labels):.3f} ({lo}, {hi}); "
-              f"among the {len(single)} factual and unanswerable test questions (one form) "
-              f"{auroc(s_scores, s_labels):.3f} ({s_lo}, {s_hi}); a classifier of the form alone reaches "
-              f"{form_ceiling(tb.splits['test']):.3f}", flush=True)
-        if args.passages:
-            got = {split: answerability.retrieve_records(retriever, tb.splits[split], top_k)
-                   for split in ("train", "dev", "test")}
-            rows = answerability.answerability_rows(got["train"], "passages")[0]
-            dev = answerability.answerability_rows(got["dev"], "passages")[0]
-            test = answerability.answerability_rows(got["test"], "passages")[0]
-            model = EncoderVerifier(paths.resolve(params["critic_sft"]["verifier_model"]), max_length=256, seed=13)
+
+        def fit_and_report(rows, dev, test, max_length: int) -> str:
+            """Train on ``rows`` (dev picks the checkpoint), score ``test``: its AUROC over all test
+            questions and among the one-form ones, each with its bootstrap interval."""
+            model = EncoderVerifier(paths.resolve(params["critic_sft"]["verifier_model"]), max_length=max_length,
+                                    seed=13)
             t0 = time.time()
             report = train_pairs(model, rows, [(a, b) for a, b, _ in dev], [y for *_, y in dev],
                                  VerifierSettings(epochs=args.epochs, train_layers=6, batch_size=16,
                                                   eval_every=max(200, len(rows) // 4), seed=13))
             scores = model.scores([(a, b) for a, b, _ in test])
-            lo, hi = bootstrap_auroc_ci(scores, labels, seed=0, n_boot=args.n_boot)
-            s_scores = [scores[i] for i in single]
-            s_lo, s_hi = bootstrap_auroc_ci(s_scores, s_labels, seed=0, n_boot=args.n_boot)
-            print(f"  question and passages (fit {time.time() - t0:.0f} s, dev AUROC {report.best_dev_auroc}): "
-                  f"test AUROC {auroc(scores, labels):.3f} ({lo}, {hi}); among the one-form questions "
-                  f"{auroc(s_scores, s_labels):.3f} ({s_lo}, {s_hi})", flush=True)
+            labels = [y for *_, y in test]
+            parts = []
+            for idx in (range(len(test)), single):
+                sc, lab = [scores[i] for i in idx], [labels[i] for i in idx]
+                lo, hi = bootstrap_auroc_ci(sc, lab, seed=0, n_boot=args.n_boot)
+                parts.append(f"{auroc(sc, lab):.3f} ({lo}, {hi})")
+            return (f"fit {time.time() - t0:.0f} s, dev AUROC {report.best_dev_auroc}: test AUROC {parts[0]}; "
+                    f"among the {len(single)} factual and unanswerable test questions (one form) {parts[1]}")
 
+        print(f"withheld_focus {focus:g}: {'; '.join(counts)}; a classifier of the form alone reaches "
+              f"{form_ceiling(tb.splits['test']):.3f}", flush=True)
+        print(f"  question only ({fit_and_report(*(wording_rows(tb.splits[x]) for x in ('train', 'dev', 'test')), 64)})",
+              flush=True)
+        if args.passages:
+            views = [answerability.answerability_rows(answerability.retrieve_records(retriever, tb.splits[x], top_k),
+                                                      "passages")[0] for x in ("train", "dev", "test")]
+            print(f"  question and passages ({fit_and_report(*views, 256)})", flush=True)
 
 if __name__ == "__main__":
     main()
