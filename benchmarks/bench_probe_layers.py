@@ -20,11 +20,16 @@ each fold's probe the stage's), with an interval from resampling questions, and 
 is the best one whose paired interval against the shipped set lies above 0 there (else the
 shipped set stays); dev then only says whether that choice holds on answers it never saw
 (``chosen_by_train``, ``chosen_dev_vs_shipped``). ``--features`` keeps every layer's states in an
-.npz, so a second look skips the forward passes.
+.npz, so a second look skips the forward passes. ``--answer-span`` also averages every state over
+the tokens of the answer under check and adds sets that read those means (``a18``: layer 18 over
+the answer), alone and beside the shipped set.
 
     .venv/bin/python benchmarks/bench_probe_layers.py                    # writes reports/benchmarks/probe_layers.json
     .venv/bin/python benchmarks/bench_probe_layers.py --select train --orders 1 --features /tmp/states.npz \
         --out reports/benchmarks/probe_layers_train_cv.json
+    .venv/bin/python benchmarks/bench_probe_layers.py --answer-span --select train --orders 1 --jobs 2 \
+        --sets 18+last,a15,a18,a15+18+last,a18+18+last,a24+18+last,alast+18+last \
+        --features /tmp/span_states.npz --out reports/benchmarks/probe_answer_span.json
     .venv/bin/python benchmarks/bench_probe_layers.py --limit 64 --out /tmp/p.json   # a quick look
 
 Prints one line per set. Run it alone: other load on the cores changes the seconds. On a machine
@@ -76,15 +81,108 @@ def all_layer_features(model, tok, conversations, *, batch_size: int = 16):
     return out
 
 
-def select(features, layers: list[int | str]):
+def answer_span_sets(n_layers: int, probe_layer: int) -> dict[str, list[int | str]]:
+    """Sets that read the mean of a layer's states over the answer's tokens (``"a18"``: layer 18
+    averaged over the span of the answer under check; ``"alast"``: the final normed state there),
+    alone and beside the set the stage reads."""
+    shipped: list[int | str] = [int(probe_layer), "last"]
+    sets: dict[str, list[int | str]] = {}
+    for layer in sorted({n_layers // 2, int(probe_layer), n_layers * 4 // 5}):
+        sets[f"a{layer}"] = [f"a{layer}"]
+        sets[f"a{layer}+{probe_layer}+last"] = [f"a{layer}", *shipped]
+    sets["alast"] = ["alast"]
+    sets[f"alast+{probe_layer}+last"] = ["alast", *shipped]
+    return sets
+
+
+def select(features, layers: list[int | str], spans=None):
+    """The chosen states side by side. ``features`` is ``[n, layers + 1, hidden]`` (the verdict
+    position); ``spans``, the same shape, holds each state's mean over the answer's tokens, which
+    names like ``"a18"`` and ``"alast"`` read."""
     import numpy as np
 
     last = features.shape[1] - 1
-    return np.concatenate([features[:, last if layer == "last" else int(layer)] for layer in layers], axis=1)
+
+    def column(layer: int | str):
+        name = str(layer)
+        if name.startswith("a"):
+            if spans is None:
+                raise ValueError(f"layer {name!r} reads the answer span: compute the features with --answer-span")
+            return spans[:, last if name == "alast" else int(name[1:])]
+        return features[:, last if name == "last" else int(name)]
+
+    return np.concatenate([column(layer) for layer in layers], axis=1)
 
 
-def _load_features(path: Path | None, n_train: int, n_dev: int):
-    """(train, dev, seconds, device) from a features file written for the same samples, else None."""
+def split_spans(states):
+    """``(verdict states, answer-span means)`` of an :func:`all_layer_span_features` array."""
+    half = states.shape[1] // 2
+    return states[:, :half], states[:, half:]
+
+
+def answer_span(tok, messages) -> tuple[list[int], int, int]:
+    """The verdict position's token ids (as the probe reads them) and the token range ``[start,
+    end)`` of the answer under check: the text after the critic prompt's last answer mark, up to
+    the line that asks for the reply. An empty answer gives an empty range."""
+    from ragcritic_lib.critic.probe import _verdict_ids
+    from ragcritic_lib.critic.verifier import ANSWER_MARK
+
+    ids = _verdict_ids(tok, messages)
+    prompt = tok.apply_chat_template([dict(m) for m in messages if m["role"] != "assistant"], tokenize=False,
+                                     add_generation_prompt=True)
+    enc = tok(prompt, add_special_tokens=False, return_offsets_mapping=True)
+    if list(enc["input_ids"]) != ids[: len(enc["input_ids"])]:
+        raise ValueError("answer span: the prompt's tokens differ from the probe's")
+    mark = prompt.rfind(ANSWER_MARK)
+    if mark < 0:
+        raise ValueError(f"answer span: no {ANSWER_MARK!r} in the critic prompt")
+    start = mark + len(ANSWER_MARK)
+    end = prompt.find("\nReply ", start)
+    end = len(prompt) if end < 0 else end
+    while end > start and prompt[end - 1].isspace():
+        end -= 1
+    toks = [i for i, (a, b) in enumerate(enc["offset_mapping"]) if b > start and a < end and b > a]
+    return ids, (toks[0] if toks else 0), (toks[-1] + 1 if toks else 0)
+
+
+def all_layer_span_features(model, tok, conversations, *, batch_size: int = 16):
+    """``[n, 2 * (layers + 1), hidden]`` float32: every hidden state at the verdict position (the
+    first half, as :func:`all_layer_features`), then each state's mean over the answer's tokens
+    (:func:`answer_span`; the verdict position's state where the answer has no tokens). The
+    halves are what :func:`select` reads as ``features`` and ``spans`` (:func:`split_spans`)."""
+    import numpy as np
+    import torch
+
+    spans = [answer_span(tok, c) for c in conversations]
+    n_states = int(model.config.num_hidden_layers) + 1
+    out = np.zeros((len(spans), 2 * n_states, int(model.config.hidden_size)), dtype=np.float32)
+    order = sorted(range(len(spans)), key=lambda i: len(spans[i][0]))
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    body = getattr(model, "base_model", model)
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        for begin in range(0, len(order), batch_size):
+            idx = order[begin:begin + batch_size]
+            width = max(len(spans[i][0]) for i in idx)
+            batch = torch.full((len(idx), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(idx), width), dtype=torch.long)
+            for j, i in enumerate(idx):
+                batch[j, : len(spans[i][0])] = torch.tensor(spans[i][0])
+                mask[j, : len(spans[i][0])] = 1
+            hs = torch.stack(body(input_ids=batch.to(device), attention_mask=mask.to(device),
+                                  output_hidden_states=True).hidden_states, dim=1)  # [b, states, width, hidden]
+            for j, i in enumerate(idx):
+                ids, a, b = spans[i]
+                pos = len(ids) - 1
+                out[i, :n_states] = hs[j, :, pos].float().cpu().numpy()
+                piece = hs[j, :, a:b] if b > a else hs[j, :, pos:pos + 1]
+                out[i, n_states:] = piece.mean(dim=1).float().cpu().numpy()
+    return out
+
+
+def _load_features(path: Path | None, n_train: int, n_dev: int, *, answer_span: bool = False):
+    """(train, dev, seconds, device) from a features file written for the same samples (with the
+    answer-span states when ``answer_span``), else None."""
     if path is None or not path.exists():
         return None
     import numpy as np
@@ -92,6 +190,10 @@ def _load_features(path: Path | None, n_train: int, n_dev: int):
     with np.load(path) as z:
         if z["train"].shape[0] != n_train or z["dev"].shape[0] != n_dev:
             print(f"{path}: {z['train'].shape[0]} + {z['dev'].shape[0]} samples, not {n_train} + {n_dev}: recomputed")
+            return None
+        has_spans = "answer_span" in z.files and bool(z["answer_span"])
+        if has_spans != answer_span:
+            print(f"{path}: {'with' if has_spans else 'without'} answer-span states: recomputed")
             return None
         return z["train"], z["dev"], float(z["seconds"]), str(z["device"])
 
@@ -106,7 +208,9 @@ def _fit_one(name: str) -> tuple[dict, list[float]]:
 
     d = _SHARED
     t1 = time.time()
-    x_train, x_dev, n = select(d["f_train"], d["sets"][name]), select(d["f_dev"], d["sets"][name]), len(d["y_train"])
+    layers = d["sets"][name]
+    x_train, x_dev = select(d["f_train"], layers, d.get("s_train")), select(d["f_dev"], layers, d.get("s_dev"))
+    n = len(d["y_train"])
     fits = []
     for k in range(d["orders"]):  # order 0 is the stage's: its probe is fitted on the samples in this order
         order = random.Random(d["seed"] + k).sample(range(n), n)
@@ -199,6 +303,8 @@ def main() -> None:
     ap.add_argument("--features", type=Path, default=None,
                     help="an .npz of every layer's states: read when it holds these samples, else written "
                          "(the forward passes are most of the time on a CPU)")
+    ap.add_argument("--answer-span", action="store_true",
+                    help="also read each state's mean over the answer's tokens (sets named a<layer>, alast)")
     ap.add_argument("--select", choices=("dev", "train"), default="dev",
                     help="train: also score every set out of fold on the probe samples (5 folds by question) "
                          "and choose there, dev unseen; dev then only confirms the choice")
@@ -234,23 +340,30 @@ def main() -> None:
     model, tok = load_frozen(base)
     device = next(model.parameters()).device.type
     t0 = time.time()
-    cached = _load_features(args.features, len(train), len(dev))
+    cached = _load_features(args.features, len(train), len(dev), answer_span=args.answer_span)
     if cached is None:
-        f_train = all_layer_features(model, tok, [e["messages"] for e in train])
-        f_dev = all_layer_features(model, tok, [e["messages"] for e in dev])
+        features_of = all_layer_span_features if args.answer_span else all_layer_features
+        f_train = features_of(model, tok, [e["messages"] for e in train])
+        f_dev = features_of(model, tok, [e["messages"] for e in dev])
         feature_seconds = round(time.time() - t0, 1)
         if args.features:
             import numpy as np
 
             args.features.parent.mkdir(parents=True, exist_ok=True)
-            np.savez(args.features, train=f_train, dev=f_dev, seconds=feature_seconds, device=device)
+            np.savez(args.features, train=f_train, dev=f_dev, seconds=feature_seconds, device=device,
+                     answer_span=bool(args.answer_span))
     else:
         f_train, f_dev, feature_seconds, device = cached
+    s_train = s_dev = None
+    if args.answer_span:
+        (f_train, s_train), (f_dev, s_dev) = split_spans(f_train), split_spans(f_dev)
     print(f"features: {len(train)} probe samples, {len(dev)} dev answers, {feature_seconds} s on {device}", flush=True)
 
     sets = layer_sets(int(model.config.num_hidden_layers))
     shipped = shipped_set(sft["probe_layer"])
     sets.setdefault(shipped, [int(sft["probe_layer"]), "last"])
+    if args.answer_span:
+        sets.update(answer_span_sets(int(model.config.num_hidden_layers), int(sft["probe_layer"])))
     wanted = [s.strip() for s in args.sets.split(",") if s.strip()] or list(sets)
     unknown = [s for s in wanted if s not in sets]
     if unknown:
@@ -260,9 +373,9 @@ def main() -> None:
     groups = [s["qkey"] for s, src in zip(samples, sources) if not keep or src in keep]
     if args.limit:
         groups = [groups[i] for i in picked]
-    _SHARED.update(f_train=f_train, f_dev=f_dev, y_train=y_train, y_dev=y_dev, seed=seed, boot=args.boot, sets=sets,
-                   orders=max(1, args.orders), cv_repeats=max(1, args.cv_repeats), select=args.select,
-                   groups=groups)
+    _SHARED.update(f_train=f_train, f_dev=f_dev, s_train=s_train, s_dev=s_dev, y_train=y_train, y_dev=y_dev,
+                   seed=seed, boot=args.boot, sets=sets, orders=max(1, args.orders),
+                   cv_repeats=max(1, args.cv_repeats), select=args.select, groups=groups)
     if args.jobs > 1:
         import multiprocessing
 
@@ -290,9 +403,10 @@ def main() -> None:
     best = max(rows, key=lambda r: r["dev_auroc"] or 0.0)
     clear = [r["name"] for r in rows if (r.get("vs_shipped") or {}).get("low") is not None
              and r["vs_shipped"]["low"] > 0]
-    doc = {"orders": max(1, args.orders), "cv_repeats": max(1, args.cv_repeats), "probe_samples": len(train), "probe_errors": int(sum(y_train)), "dev": len(dev), "dev_errors": int(sum(y_dev)),
-           "sources": sorted(keep) or "all", "shipped": shipped, "device": device,
-           "cpu_class": cpu_class("cuda" if device == "cuda" else "cpu"), "torch": torch.__version__,
+    doc = {"orders": max(1, args.orders), "cv_repeats": max(1, args.cv_repeats), "probe_samples": len(train),
+           "probe_errors": int(sum(y_train)), "dev": len(dev), "dev_errors": int(sum(y_dev)),
+           "sources": sorted(keep) or "all", "shipped": shipped, "answer_span": bool(args.answer_span),
+           "device": device, "cpu_class": cpu_class("cuda" if device == "cuda" else "cpu"), "torch": torch.__version__,
            "feature_seconds": feature_seconds, "rows": rows, "best_on_dev": best["name"],
            "clearly_above_shipped": clear, **({} if selection is None else {"select": "train", **selection})}
     args.out.parent.mkdir(parents=True, exist_ok=True)

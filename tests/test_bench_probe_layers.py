@@ -96,3 +96,61 @@ def test_the_train_choice_needs_an_interval_above_the_shipped_set_and_dev_only_c
     moved = bench.train_selection([shipped, near, clear], "24+last")
     assert moved["chosen_by_train"] == "18" and moved["chosen_dev_auroc"] == 0.70  # dev does not overrule it
     assert moved["chosen_dev_vs_shipped"] == {"diff": -0.05}
+
+
+def test_span_sets_read_the_answer_span_beside_the_verdict_states(bench) -> None:
+    f = np.arange(2 * 4 * 3, dtype=np.float32).reshape(2, 4, 3)  # 2 samples, embeddings + 3 layers, width 3
+    spans = f + 100
+    assert bench.select(f, ["a1"], spans)[0].tolist() == [103, 104, 105]
+    assert bench.select(f, ["alast", 1, "last"], spans)[0].tolist() == [109, 110, 111, 3, 4, 5, 9, 10, 11]
+    assert bench.select(f, [1, "last"], spans).tolist() == bench.select(f, [1, "last"]).tolist()
+    with pytest.raises(ValueError, match="a1.*--answer-span"):
+        bench.select(f, ["a1"])
+    both = np.concatenate([f, spans], axis=1)
+    halves = bench.split_spans(both)
+    assert halves[0].tolist() == f.tolist() and halves[1].tolist() == spans.tolist()
+    sets = bench.answer_span_sets(30, 18)
+    assert sets["a18+18+last"] == ["a18", 18, "last"] and sets["alast"] == ["alast"]
+    assert sorted(k for k in sets if "+" not in k) == ["a15", "a18", "a24", "alast"]
+
+
+def test_a_features_file_is_reused_only_with_the_states_asked_for(bench, tmp_path) -> None:
+    path = tmp_path / "states.npz"
+    np.savez(path, train=np.zeros((3, 4, 2)), dev=np.zeros((2, 4, 2)), seconds=1.0, device="cpu", answer_span=False)
+    assert bench._load_features(path, 3, 2)[0].shape == (3, 4, 2)
+    assert bench._load_features(path, 3, 2, answer_span=True) is None
+    assert bench._load_features(path, 4, 2) is None
+
+
+def test_the_answer_span_holds_exactly_the_answers_tokens() -> None:
+    pytest.importorskip("torch")
+    from test_llm import _write_tiny_model
+
+    import tempfile
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    bench = load_script("benchmarks/bench_probe_layers.py")
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = _write_tiny_model(Path(tmp) / "base")
+        tok = AutoTokenizer.from_pretrained(str(folder))
+        model = AutoModelForCausalLM.from_pretrained(str(folder)).eval()
+    user = "Question: who?\nPassages:\n[1] Ada Byron wrote it.\nAnswer to check: {}\n\nReply with JSON."
+    convs = [[{"role": "system", "content": "Judge."}, {"role": "user", "content": user.format(a)}]
+             for a in ("Ada Byron", "a much longer answer than the other one", "")]
+    for conv, answer in zip(convs, ("Ada Byron", "a much longer answer than the other one")):
+        ids, start, end = bench.answer_span(tok, conv)
+        assert tok.decode(ids[start:end]).strip() == answer and end < len(ids)
+    assert bench.answer_span(tok, convs[2])[1:] == (0, 0)
+    feats = bench.all_layer_span_features(model, tok, convs, batch_size=2)
+    n_states = model.config.num_hidden_layers + 1
+    assert feats.shape == (3, 2 * n_states, model.config.hidden_size)
+    states, spans = bench.split_spans(feats)
+    plain = bench.all_layer_features(model, tok, convs, batch_size=1)
+    assert np.allclose(states, plain, atol=1e-5)  # the first half is the verdict position's
+    assert np.allclose(spans[2], states[2])  # no answer tokens: the verdict state stands in
+    assert not np.allclose(spans[0], states[0])
+    assert np.allclose(bench.select(states, ["last"], spans), plain[:, -1])  # "last" stays the verdict position's
+    with pytest.raises(ValueError, match="Answer to check"):
+        bench.answer_span(tok, [{"role": "user", "content": "no mark here"}])
