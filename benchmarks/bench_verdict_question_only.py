@@ -1,0 +1,193 @@
+"""How much of a critic's verdict AUROC the question alone gives: two question-only references beside
+the shipped critics on stage 07's test benchmark, and each critic's AUROC within a kind of question.
+
+Stage 07 scores a critic's verdict by its AUROC over the balanced benchmark (150 right, 150 wrong
+test answers). The kinds of question differ widely in how often they are answered right (on the
+probe's training samples from under 1% to about 30% right), so a score that only knows the kind
+of question already ranks many wrong answers above right ones without reading the answer. This
+benchmark measures that share:
+
+- ``question kind prior``: each answer scored by the error rate of its question's kind (dataset
+  and the testbed's question type) among the probe's training samples. It reads question
+  metadata, so it is a reference for reading the numbers, never a critic.
+- ``question only``: the embedded sentence encoder's embedding of the question text, nothing else
+  (no answer, no passages), with the verdict probe's logistic regression
+  (:func:`ragcritic_lib.critic.probe.fit_probe`, C by cross-validated AUROC) fitted on the probe's
+  training samples (train questions, ``critic_sft.verdict_sources``). A method could use it; it
+  shows how far the wording of a question carries the label.
+
+For each critic in ``data/benchmark/predictions`` with a verdict score (``margin``), and for both
+references: test AUROC with its percentile bootstrap 95% interval (resampling questions), the
+paired difference to ``question only`` with its interval, and the AUROC *within* kinds: the
+share of (wrong, right) pairs of answers to questions of the same kind that the score orders
+right (pairs across kinds are left out, so the kinds' base rates cannot help), with its interval.
+The dev answers get the same references beside the shipped verdict probe's scores. Reads stage
+outputs only, writes one JSON; numbers, no asserts, and nothing here is tuned on test.
+
+    .venv/bin/python benchmarks/bench_verdict_question_only.py    # a few minutes on 2 CPU cores
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import defaultdict
+from collections.abc import Hashable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ragcritic_lib import paths
+
+
+def kind_of(sample: Mapping[str, Any]) -> str:
+    """A sample's kind of question: its dataset and question type."""
+    return f"{sample.get('dataset', '')}/{sample.get('type', '')}"
+
+
+def kind_prior(train: Sequence[Mapping[str, Any]], train_is_error: Sequence[bool],
+               samples: Sequence[Mapping[str, Any]]) -> list[float]:
+    """Each sample's score: the error rate of its kind among ``train`` (the overall rate for a kind
+    ``train`` lacks)."""
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for s, y in zip(train, train_is_error):
+        counts[kind_of(s)][0] += int(y)
+        counts[kind_of(s)][1] += 1
+    overall = sum(train_is_error) / max(1, len(train_is_error))
+    return [counts[k][0] / counts[k][1] if counts[k][1] else overall for k in map(kind_of, samples)]
+
+
+def within_kind_auroc(scores: Sequence[float], is_error: Sequence[bool], kinds: Sequence[Hashable]) -> float | None:
+    """The AUROC over (wrong, right) pairs of samples of the same kind only: the pair-weighted mean
+    of each kind's AUROC (ties count one half). None when no kind holds both classes."""
+    from ragcritic_lib.evaluation.stats import auroc
+
+    members: dict[Hashable, list[int]] = defaultdict(list)
+    for i, k in enumerate(kinds):
+        members[k].append(i)
+    total = weight = 0.0
+    for idx in members.values():
+        ys = [is_error[i] for i in idx]
+        pairs = sum(ys) * (len(ys) - sum(ys))
+        if pairs:
+            total += pairs * auroc([scores[i] for i in idx], ys)
+            weight += pairs
+    return total / weight if weight else None
+
+
+def interval(stat, n: int, groups: Sequence[Hashable], *, seed: int, n_boot: int) -> tuple[float | None, float | None]:
+    """Percentile bootstrap 95% interval of ``stat(indices)`` over resamples of whole groups."""
+    from ragcritic_lib.evaluation.stats import cluster_resamples, percentile_interval
+
+    vals = [v for idx in cluster_resamples(groups, n, n_boot, seed) if (v := stat(idx)) is not None]
+    lo, hi = percentile_interval(vals, 0.05)
+    return (None, None) if lo is None else (round(lo, 4), round(hi, 4))
+
+
+def score_row(scores: Sequence[float], is_error: Sequence[bool], kinds: Sequence[Hashable],
+              groups: Sequence[Hashable], *, reference: Sequence[float] | None, seed: int, n_boot: int) -> dict:
+    """AUROC, within-kind AUROC and (with ``reference``) the paired AUROC difference to it, each with
+    its interval from resampling ``groups``."""
+    from ragcritic_lib.evaluation.stats import auroc
+
+    def pick(values, idx):
+        return [values[i] for i in idx]
+
+    n = len(scores)
+    row: dict[str, Any] = {"auroc": round(auroc(scores, is_error), 4),
+                           "auroc_ci": interval(lambda idx: auroc(pick(scores, idx), pick(is_error, idx)), n, groups,
+                                                seed=seed, n_boot=n_boot)}
+    within = within_kind_auroc(scores, is_error, kinds)
+    row["within_kind_auroc"] = None if within is None else round(within, 4)
+    row["within_kind_ci"] = interval(
+        lambda idx: within_kind_auroc(pick(scores, idx), pick(is_error, idx), pick(kinds, idx)), n, groups,
+        seed=seed, n_boot=n_boot)
+    if reference is not None:
+        def diff(idx):
+            ys = pick(is_error, idx)
+            a, b = auroc(pick(scores, idx), ys), auroc(pick(reference, idx), ys)
+            return None if a is None or b is None else a - b
+
+        row["vs_question_only"] = {"diff": round(diff(range(n)), 4),
+                                   "ci": interval(diff, n, groups, seed=seed, n_boot=n_boot)}
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=paths.ROOT / "reports" / "benchmarks" / "verdict_question_only.json")
+    ap.add_argument("--boot", type=int, default=1000)
+    args = ap.parse_args()
+
+    import numpy as np
+
+    from ragcritic_lib.critic.probe import ProbeScorer, fit_probe, probe_scores
+    from ragcritic_lib.io import read_jsonl
+    from ragcritic_lib.pipeline.params import load_params
+    from ragcritic_lib.pipeline.stage_metrics import cpu_class
+    from ragcritic_lib.retrieval.encoders import SentenceTransformerEncoder
+
+    t0 = time.time()
+    params = load_params()
+    seed = int(params["common"]["seed"])
+    keep = {x.strip() for x in str(params["critic_sft"]["verdict_sources"]).split(",") if x.strip()}
+    data_dir, bench_dir = paths.stage_dir("critic_data"), paths.stage_dir("benchmark")
+    train = [s for s in read_jsonl(data_dir / "train_samples.jsonl") if not keep or s["source"] in keep]
+    dev = read_jsonl(data_dir / "dev_samples.jsonl")
+    test = read_jsonl(bench_dir / "benchmark.jsonl")
+    leak = {s["qkey"] for s in train} & {s["qkey"] for s in test}
+    if leak:
+        raise SystemExit(f"{len(leak)} benchmark questions are among the probe's training questions, e.g. {min(leak)}")
+    wrong = {name: [s["judgement"] == "Error" for s in rows] for name, rows in
+             (("train", train), ("dev", dev), ("test", test))}
+
+    encoder = SentenceTransformerEncoder(paths.resolve(params["common"]["retriever"]["encoder"]))
+    emb = {name: encoder.encode_queries([" ".join(str(s["question"]).split()) for s in rows])
+           for name, rows in (("train", train), ("dev", dev), ("test", test))}
+    probe = fit_probe(np.asarray(emb["train"]), wrong["train"], seed=seed)
+    references = {"question only": {n: probe_scores(probe, emb[n]) for n in ("dev", "test")},
+                  "question kind prior": {n: kind_prior(train, wrong["train"], rows)
+                                          for n, rows in (("dev", dev), ("test", test))}}
+
+    out: dict[str, Any] = {"train_samples": len(train), "train_sources": sorted(keep) or "all",
+                           "question_only_C": probe["C"], "splits": {}}
+    for split, rows in (("dev", dev), ("test", test)):
+        kinds, groups, y = [kind_of(s) for s in rows], [s["qkey"] for s in rows], wrong[split]
+        per_kind: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        for k, v in zip(kinds, y):
+            per_kind[k][0] += int(v)
+            per_kind[k][1] += 1
+        scored = {name: ref[split] for name, ref in references.items()}
+        if split == "dev":  # the shipped verdict probe on the dev answers, as stage 05 scored them
+            scorer = ProbeScorer(paths.stage_dir("critic_sft") / "probe")
+            messages = [e["messages"] for e in read_jsonl(data_dir / "sft_dev.jsonl")]
+            if len(messages) != len(rows):
+                raise SystemExit(f"sft_dev.jsonl has {len(messages)} rows for {len(rows)} dev samples")
+            scored["verdict probe (stage 05)"] = scorer(messages)
+            del scorer
+        else:
+            for path in sorted((bench_dir / "predictions").glob("*.jsonl")):
+                preds = read_jsonl(path)
+                if [p["id"] for p in preds] != [s["id"] for s in rows]:
+                    raise SystemExit(f"{path}: its rows are not the benchmark's, in order")
+                if all(isinstance(p.get("margin"), (int, float)) for p in preds):
+                    scored[preds[0]["critic"]] = [float(p["margin"]) for p in preds]
+        reference = references["question only"][split]
+        out["splits"][split] = {
+            "samples": len(rows), "errors": int(sum(y)),
+            "kinds": {k: {"errors": e, "samples": n} for k, (e, n) in sorted(per_kind.items())},
+            "scores": {name: score_row(sc, y, kinds, groups, reference=None if name == "question only" else reference,
+                                       seed=seed, n_boot=args.boot) for name, sc in scored.items()}}
+        for name, row in out["splits"][split]["scores"].items():
+            vs = row.get("vs_question_only")
+            print(f"{split:4s} {name:22s} AUROC {row['auroc']:.3f} {row['auroc_ci']}  within kinds "
+                  f"{row['within_kind_auroc']} {row['within_kind_ci']}"
+                  + (f"  vs question only {vs['diff']:+.3f} {vs['ci']}" if vs else ""), flush=True)
+    out.update(seconds=round(time.time() - t0, 1), cpu_class=cpu_class("cpu"), boot=args.boot)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+    print(f"-> {args.out}")
+
+
+if __name__ == "__main__":
+    main()
