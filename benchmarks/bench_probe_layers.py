@@ -22,7 +22,10 @@ shipped set stays); dev then only says whether that choice holds on answers it n
 (``chosen_by_train``, ``chosen_dev_vs_shipped``). ``--features`` keeps every layer's states in an
 .npz, so a second look skips the forward passes. ``--answer-span`` also averages every state over
 the tokens of the answer under check and adds sets that read those means (``a18``: layer 18 over
-the answer), alone and beside the shipped set.
+the answer), alone and beside the shipped set. Every row also reports the AUROC within kinds of
+question (dataset and type; pairs of a wrong and a right answer to questions of the same kind
+only), on dev and out of fold, with paired intervals against the shipped set: the kinds' error
+rates differ so much that the plain AUROC rewards knowing the kind.
 
     .venv/bin/python benchmarks/bench_probe_layers.py                    # writes reports/benchmarks/probe_layers.json
     .venv/bin/python benchmarks/bench_probe_layers.py --select train --orders 1 --features /tmp/states.npz \
@@ -120,63 +123,23 @@ def split_spans(states):
     return states[:, :half], states[:, half:]
 
 
-def answer_span(tok, messages) -> tuple[list[int], int, int]:
-    """The verdict position's token ids (as the probe reads them) and the token range ``[start,
-    end)`` of the answer under check: the text after the critic prompt's last answer mark, up to
-    the line that asks for the reply. An empty answer gives an empty range."""
-    from ragcritic_lib.critic.probe import _verdict_ids
-    from ragcritic_lib.critic.verifier import ANSWER_MARK
-
-    ids = _verdict_ids(tok, messages)
-    prompt = tok.apply_chat_template([dict(m) for m in messages if m["role"] != "assistant"], tokenize=False,
-                                     add_generation_prompt=True)
-    enc = tok(prompt, add_special_tokens=False, return_offsets_mapping=True)
-    if list(enc["input_ids"]) != ids[: len(enc["input_ids"])]:
-        raise ValueError("answer span: the prompt's tokens differ from the probe's")
-    mark = prompt.rfind(ANSWER_MARK)
-    if mark < 0:
-        raise ValueError(f"answer span: no {ANSWER_MARK!r} in the critic prompt")
-    start = mark + len(ANSWER_MARK)
-    end = prompt.find("\nReply ", start)
-    end = len(prompt) if end < 0 else end
-    while end > start and prompt[end - 1].isspace():
-        end -= 1
-    toks = [i for i, (a, b) in enumerate(enc["offset_mapping"]) if b > start and a < end and b > a]
-    return ids, (toks[0] if toks else 0), (toks[-1] + 1 if toks else 0)
-
-
 def all_layer_span_features(model, tok, conversations, *, batch_size: int = 16):
     """``[n, 2 * (layers + 1), hidden]`` float32: every hidden state at the verdict position (the
     first half, as :func:`all_layer_features`), then each state's mean over the answer's tokens
-    (:func:`answer_span`; the verdict position's state where the answer has no tokens). The
-    halves are what :func:`select` reads as ``features`` and ``spans`` (:func:`split_spans`)."""
+    (:func:`ragcritic_lib.critic.probe.answer_span`; the verdict position's state where the answer
+    has no tokens). The halves are what :func:`select` reads as ``features`` and ``spans``
+    (:func:`split_spans`)."""
     import numpy as np
-    import torch
 
-    spans = [answer_span(tok, c) for c in conversations]
+    from ragcritic_lib.critic.probe import answer_span, span_states
+
+    found = [answer_span(tok, c) for c in conversations]
     n_states = int(model.config.num_hidden_layers) + 1
-    out = np.zeros((len(spans), 2 * n_states, int(model.config.hidden_size)), dtype=np.float32)
-    order = sorted(range(len(spans)), key=lambda i: len(spans[i][0]))
-    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-    body = getattr(model, "base_model", model)
-    device = next(model.parameters()).device
-    with torch.no_grad():
-        for begin in range(0, len(order), batch_size):
-            idx = order[begin:begin + batch_size]
-            width = max(len(spans[i][0]) for i in idx)
-            batch = torch.full((len(idx), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(idx), width), dtype=torch.long)
-            for j, i in enumerate(idx):
-                batch[j, : len(spans[i][0])] = torch.tensor(spans[i][0])
-                mask[j, : len(spans[i][0])] = 1
-            hs = torch.stack(body(input_ids=batch.to(device), attention_mask=mask.to(device),
-                                  output_hidden_states=True).hidden_states, dim=1)  # [b, states, width, hidden]
-            for j, i in enumerate(idx):
-                ids, a, b = spans[i]
-                pos = len(ids) - 1
-                out[i, :n_states] = hs[j, :, pos].float().cpu().numpy()
-                piece = hs[j, :, a:b] if b > a else hs[j, :, pos:pos + 1]
-                out[i, n_states:] = piece.mean(dim=1).float().cpu().numpy()
+    out = np.zeros((len(found), 2 * n_states, int(model.config.hidden_size)), dtype=np.float32)
+    for i, states, means in span_states(model, tok, [f[0] for f in found], [(f[1], f[2]) for f in found],
+                                        batch_size=batch_size):
+        out[i, :n_states] = states.float().cpu().numpy()
+        out[i, n_states:] = means.float().cpu().numpy()
     return out
 
 
@@ -221,11 +184,20 @@ def _fit_one(name: str) -> tuple[dict, list[float]]:
     oof = _out_of_fold(x_train) if d.get("select") == "train" else None
     a = auroc(scores, d["y_dev"])
     lo, hi = bootstrap_auroc_ci(scores, d["y_dev"], seed=d["seed"], n_boot=d["boot"])
+    within = _within(scores, d["y_dev"], d.get("kinds_dev"))
     return ({"name": name, "layers": d["sets"][name], "dev_auroc": None if a is None else round(a, 4),
+             **({} if within is None else {"dev_within_kind": round(within, 4)}),
              "ci_low": lo, "ci_high": hi, "C": probe["C"], "features": len(probe["coef"]),
              "dev_auroc_orders": [round(auroc(sc, d["y_dev"]) or 0.0, 4) for _, sc in fits],
              "C_orders": [p["C"] for p, _ in fits], "fit_seconds": round(time.time() - t1, 1),
              **({} if oof is None else _oof_row(oof))}, (scores, oof))
+
+
+def _within(scores, labels, kinds) -> float | None:
+    """The AUROC within kinds of question (None without kinds)."""
+    from ragcritic_lib.evaluation.stats import within_group_auroc
+
+    return None if kinds is None else within_group_auroc(scores, labels, kinds)
 
 
 def _out_of_fold(x_train) -> list[float]:
@@ -251,24 +223,32 @@ def _oof_row(oof: list[float]) -> dict:
 
     d = _SHARED
     lo, hi = bootstrap_auroc_ci(oof, d["y_train"], seed=d["seed"], n_boot=d["boot"], groups=d["groups"])
-    return {"train_oof_auroc": round(auroc(oof, d["y_train"]), 4), "train_oof_ci": [lo, hi]}
+    within = _within(oof, d["y_train"], d.get("kinds_train"))
+    return {"train_oof_auroc": round(auroc(oof, d["y_train"]), 4), "train_oof_ci": [lo, hi],
+            **({} if within is None else {"train_oof_within_kind": round(within, 4)})}
 
 
 def paired_group_diff(a: list[float], b: list[float], y: list[bool], groups: list, *, seed: int,
-                      n_boot: int) -> dict:
+                      n_boot: int, kinds: list | None = None) -> dict:
     """AUROC(a) - AUROC(b) on the same samples with a percentile interval from resampling whole
-    questions (every answer to a drawn question), both score lists on each resample."""
-    from ragcritic_lib.evaluation.stats import auroc, cluster_resamples, percentile_interval
+    questions (every answer to a drawn question), both score lists on each resample; with
+    ``kinds``, the AUROC within kinds of question instead."""
+    from ragcritic_lib.evaluation.stats import auroc, cluster_resamples, percentile_interval, within_group_auroc
+
+    def metric(scores, idx):
+        ys = [y[i] for i in idx]
+        picked = [scores[i] for i in idx]
+        return auroc(picked, ys) if kinds is None else within_group_auroc(picked, ys, [kinds[i] for i in idx])
 
     diffs = []
     for idx in cluster_resamples(groups, len(y), n_boot, seed):
-        ys = [y[i] for i in idx]
-        x, z = auroc([a[i] for i in idx], ys), auroc([b[i] for i in idx], ys)
+        x, z = metric(a, idx), metric(b, idx)
         if x is not None and z is not None:
             diffs.append(x - z)
     lo, hi = percentile_interval(diffs, 0.05)
-    return {"diff": round(auroc(a, y) - auroc(b, y), 4), "low": None if lo is None else round(lo, 4),
-            "high": None if hi is None else round(hi, 4)}
+    everything = range(len(y))
+    return {"diff": round(metric(a, everything) - metric(b, everything), 4),
+            "low": None if lo is None else round(lo, 4), "high": None if hi is None else round(hi, 4)}
 
 
 def _vs_shipped(args: tuple[list[float], list[float]]) -> dict:
@@ -371,11 +351,15 @@ def main() -> None:
     if shipped not in wanted:
         wanted.insert(0, shipped)
     groups = [s["qkey"] for s, src in zip(samples, sources) if not keep or src in keep]
+    kinds_train = [f"{s['dataset']}/{s['type']}" for s, src in zip(samples, sources) if not keep or src in keep]
+    dev_samples = read_jsonl(data_dir / "dev_samples.jsonl")[: len(dev)]  # sft_dev.jsonl is in this order
+    kinds_dev = [f"{s['dataset']}/{s['type']}" for s in dev_samples]
     if args.limit:
-        groups = [groups[i] for i in picked]
+        groups, kinds_train = [groups[i] for i in picked], [kinds_train[i] for i in picked]
     _SHARED.update(f_train=f_train, f_dev=f_dev, s_train=s_train, s_dev=s_dev, y_train=y_train, y_dev=y_dev,
-                   seed=seed, boot=args.boot, sets=sets, orders=max(1, args.orders),
-                   cv_repeats=max(1, args.cv_repeats), select=args.select, groups=groups)
+                   kinds_train=kinds_train, kinds_dev=kinds_dev, seed=seed, boot=args.boot, sets=sets,
+                   orders=max(1, args.orders), cv_repeats=max(1, args.cv_repeats), select=args.select,
+                   groups=groups)
     if args.jobs > 1:
         import multiprocessing
 
@@ -399,7 +383,13 @@ def main() -> None:
         for row in others:
             row["train_vs_shipped"] = paired_group_diff(oofs[row["name"]], oofs[shipped], y_train, groups,
                                                         seed=seed, n_boot=args.boot)
+            row["train_within_kind_vs_shipped"] = paired_group_diff(
+                oofs[row["name"]], oofs[shipped], y_train, groups, seed=seed, n_boot=args.boot, kinds=kinds_train)
         selection = train_selection(rows, shipped)
+    for row in others:  # dev within kinds against the shipped set (resampling dev questions)
+        row["dev_within_kind_vs_shipped"] = paired_group_diff(
+            scores[row["name"]], scores[shipped], y_dev, [s["qkey"] for s in dev_samples], seed=seed,
+            n_boot=args.boot, kinds=kinds_dev)
     best = max(rows, key=lambda r: r["dev_auroc"] or 0.0)
     clear = [r["name"] for r in rows if (r.get("vs_shipped") or {}).get("low") is not None
              and r["vs_shipped"]["low"] > 0]

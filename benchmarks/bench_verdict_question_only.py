@@ -58,21 +58,11 @@ def kind_prior(train: Sequence[Mapping[str, Any]], train_is_error: Sequence[bool
 
 
 def within_kind_auroc(scores: Sequence[float], is_error: Sequence[bool], kinds: Sequence[Hashable]) -> float | None:
-    """The AUROC over (wrong, right) pairs of samples of the same kind only: the pair-weighted mean
-    of each kind's AUROC (ties count one half). None when no kind holds both classes."""
-    from ragcritic_lib.evaluation.stats import auroc
+    """The AUROC over (wrong, right) pairs of answers to questions of the same kind only
+    (:func:`ragcritic_lib.evaluation.stats.within_group_auroc`)."""
+    from ragcritic_lib.evaluation.stats import within_group_auroc
 
-    members: dict[Hashable, list[int]] = defaultdict(list)
-    for i, k in enumerate(kinds):
-        members[k].append(i)
-    total = weight = 0.0
-    for idx in members.values():
-        ys = [is_error[i] for i in idx]
-        pairs = sum(ys) * (len(ys) - sum(ys))
-        if pairs:
-            total += pairs * auroc([scores[i] for i in idx], ys)
-            weight += pairs
-    return total / weight if weight else None
+    return within_group_auroc(scores, is_error, kinds)
 
 
 def interval(stat, n: int, groups: Sequence[Hashable], *, seed: int, n_boot: int) -> tuple[float | None, float | None]:

@@ -52,6 +52,7 @@ verifier_learning_rate = 5e-05
 verifier_max_length = 256
 verdict_sources = "generator,pool"
 probe_layer = 18
+probe_answer_layer = 0
 
 # %%
 import random
@@ -134,7 +135,7 @@ pd.DataFrame(fit["comparison"]).T if fit["comparison"] else {k: fit[k] for k in 
 # (`reports/benchmarks/critic_recipes.json`, docs/methods/rag-critic.md). With
 # `verdict_body = "generative"` it is the critic's own margin. With `"probe"`, a logistic
 # regression on the frozen generator's states at the verdict position (layer `probe_layer` and
-# the last layer) is fitted on the training samples of `verdict_sources` (e.g. the real answers of
+# the last layer; with `probe_answer_layer` > 0 also that layer's mean over the answer's tokens) is fitted on the training samples of `verdict_sources` (e.g. the real answers of
 # the generator and the pool; "" = all), its C by cross-validation; its learning curve fits it on
 # growing shares of those samples. With `"verifier"`, a small encoder verifier (`verifier_model`,
 # its top layers fine-tuned for `verifier_epochs` passes, the best dev AUROC kept) reads the
@@ -150,8 +151,11 @@ body_fit = None
 if verdict_body == "probe":
     base_lm, base_tok = load_frozen(train_base)
     t0 = time.time()
-    x_train = verdict_features(base_lm, base_tok, [e["messages"] for e in body_examples], layer=probe_layer)
-    x_dev = verdict_features(base_lm, base_tok, [e["messages"] for e in dev_examples], layer=probe_layer)
+    span_layer = probe_answer_layer or None
+    x_train = verdict_features(base_lm, base_tok, [e["messages"] for e in body_examples], layer=probe_layer,
+                               span_layer=span_layer)
+    x_dev = verdict_features(base_lm, base_tok, [e["messages"] for e in dev_examples], layer=probe_layer,
+                             span_layer=span_layer)
     y_train, y_dev = [is_error_example(e) for e in body_examples], [is_error_example(e) for e in dev_examples]
     order = random.Random(seed).sample(range(len(body_examples)), len(body_examples))
     curve_rows = []
@@ -160,8 +164,9 @@ if verdict_body == "probe":
         part = fit_probe(x_train[idx], [y_train[i] for i in idx], seed=seed)
         curve_rows.append({"examples_seen": len(idx), "dev_auroc": round(auroc(probe_scores(part, x_dev), y_dev), 4)})
     probe = part
-    save_probe(out_dir / "probe", probe, model_dir=train_base, layer=probe_layer)
+    save_probe(out_dir / "probe", probe, model_dir=train_base, layer=probe_layer, span_layer=span_layer)
     body_fit = {"body": "probe", "examples": len(body_examples), "layer": probe_layer, "C": probe["C"],
+                **({"answer_layer": span_layer} if span_layer else {}),
                 "seconds": round(time.time() - t0, 1), "curve": curve_rows, "sources": sorted(keep) or "all",
                 "best_dev_auroc": max(r["dev_auroc"] for r in curve_rows),
                 "best_at_examples": max(curve_rows, key=lambda r: r["dev_auroc"])["examples_seen"]}

@@ -131,6 +131,8 @@ def test_the_answer_span_holds_exactly_the_answers_tokens() -> None:
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from ragcritic_lib.critic.probe import answer_span
+
     bench = load_script("benchmarks/bench_probe_layers.py")
     with tempfile.TemporaryDirectory() as tmp:
         folder = _write_tiny_model(Path(tmp) / "base")
@@ -140,9 +142,9 @@ def test_the_answer_span_holds_exactly_the_answers_tokens() -> None:
     convs = [[{"role": "system", "content": "Judge."}, {"role": "user", "content": user.format(a)}]
              for a in ("Ada Byron", "a much longer answer than the other one", "")]
     for conv, answer in zip(convs, ("Ada Byron", "a much longer answer than the other one")):
-        ids, start, end = bench.answer_span(tok, conv)
+        ids, start, end = answer_span(tok, conv)
         assert tok.decode(ids[start:end]).strip() == answer and end < len(ids)
-    assert bench.answer_span(tok, convs[2])[1:] == (0, 0)
+    assert answer_span(tok, convs[2])[1:] == (0, 0)
     feats = bench.all_layer_span_features(model, tok, convs, batch_size=2)
     n_states = model.config.num_hidden_layers + 1
     assert feats.shape == (3, 2 * n_states, model.config.hidden_size)
@@ -153,4 +155,16 @@ def test_the_answer_span_holds_exactly_the_answers_tokens() -> None:
     assert not np.allclose(spans[0], states[0])
     assert np.allclose(bench.select(states, ["last"], spans), plain[:, -1])  # "last" stays the verdict position's
     with pytest.raises(ValueError, match="Answer to check"):
-        bench.answer_span(tok, [{"role": "user", "content": "no mark here"}])
+        answer_span(tok, [{"role": "user", "content": "no mark here"}])
+
+
+def test_the_paired_difference_within_kinds_ignores_what_the_kinds_tell(bench) -> None:
+    y = [bool(i % 2) for i in range(40)]
+    kinds = ["hard" if i < 20 else "easy" for i in range(40)]
+    groups = [i // 2 for i in range(40)]
+    reads = [float(v) for v in y]  # orders every pair inside each kind
+    kind_only = [1.0 if k == "hard" else 0.0 for k in kinds]  # knows the kind, nothing else
+    within = bench.paired_group_diff(reads, kind_only, y, groups, seed=1, n_boot=100, kinds=kinds)
+    assert within["diff"] == 0.5 and within["low"] == within["high"] == 0.5
+    plain = bench.paired_group_diff(reads, kind_only, y, groups, seed=1, n_boot=100)
+    assert plain["diff"] == 0.5  # the kind-only score is at chance overall here too: balanced kinds

@@ -152,3 +152,29 @@ def test_the_probe_fit_states_its_penalty_and_raises_no_deprecation_warning() ->
         ref = LogisticRegressionCV(Cs=8, cv=5, scoring="roc_auc", max_iter=3000, random_state=2).fit(z, np.array(y, int))
     assert fitted["C"] == float(ref.C_[0]) and np.allclose(fitted["coef"], ref.coef_[0], atol=1e-12)
     assert fitted["intercept"] == pytest.approx(float(ref.intercept_[0]), abs=1e-12)
+
+
+def test_a_probe_that_reads_the_answer_span_ships_and_scores_the_same(tiny_dir, tmp_path) -> None:
+    import numpy as np
+
+    model, tok = _model(tiny_dir)
+    convs = [_conv(f"q{i}", "a long and wrong thing here" if i % 2 else "right") for i in range(12)]
+    labels = [bool(i % 2) for i in range(12)]
+    plain = P.verdict_features(model, tok, convs, layer=1)
+    spanned = P.verdict_features(model, tok, convs, layer=1, span_layer=2)
+    width = model.config.hidden_size
+    assert spanned.shape == (12, 3 * width) and np.allclose(spanned[:, width:], plain, atol=1e-5)
+    ids, start, end = P.answer_span(tok, convs[1])
+    assert tok.decode(ids[start:end]).strip() == "a long and wrong thing here" and 0 < start < end < len(ids)
+    states = dict((i, (s, m)) for i, s, m in P.span_states(model, tok, [ids], [(start, end)]))
+    assert np.allclose(spanned[1, :width], states[0][1][2].numpy(), atol=1e-5)  # layer 2 over the answer
+    with pytest.raises(ValueError, match="spans"):
+        P.hidden_features(model, tok, [ids], layer=1, span_layer=2)
+    fitted = P.fit_probe(spanned, labels, seed=0)
+    folder = P.save_probe(tmp_path / "span", fitted, model_dir=tiny_dir, layer=1, span_layer=2)
+    assert json.loads((folder / P.PROBE_FILE).read_text())["span_layer"] == 2
+    scorer = P.ProbeScorer(folder)
+    assert scorer(convs) == pytest.approx(P.probe_scores(fitted, spanned), abs=1e-4)
+    assert scorer(convs[:2]) == scorer(convs)[:2] and scorer.forward_rows == 12
+    plain_folder = P.save_probe(tmp_path / "plain", P.fit_probe(plain, labels, seed=0), model_dir=tiny_dir, layer=1)
+    assert "span_layer" not in json.loads((plain_folder / P.PROBE_FILE).read_text())  # an older probe.json, unchanged

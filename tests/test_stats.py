@@ -218,3 +218,22 @@ def test_the_auroc_interval_follows_the_common_percentile_rule_and_widens_with_c
     # the same rule as the other intervals: NumPy's inverted_cdf quantiles of the draws
     assert percentile_interval([0.1, 0.2, 0.3, 0.4]) == (0.1, 0.4)
     assert percentile_interval([]) == (None, None)
+
+
+def test_within_group_auroc_counts_only_pairs_inside_a_group() -> None:
+    import random
+
+    from ragcritic_lib.evaluation.stats import auroc, within_group_auroc
+
+    rng = random.Random(4)
+    scores = [rng.choice([0.1, 0.2, 0.5, 0.9]) for _ in range(60)]
+    wrong = [rng.random() < 0.4 for _ in range(60)]
+    groups = [rng.choice("abc") for _ in range(60)]
+    pairs = [(w, r) for w in range(60) for r in range(60)
+             if wrong[w] and not wrong[r] and groups[w] == groups[r]]
+    brute = sum(1.0 if scores[w] > scores[r] else 0.5 if scores[w] == scores[r] else 0.0 for w, r in pairs) / len(pairs)
+    assert within_group_auroc(scores, wrong, groups) == pytest.approx(brute)
+    assert within_group_auroc(scores, wrong, ["one"] * 60) == pytest.approx(auroc(scores, wrong))
+    assert within_group_auroc([1.0, 0.0], [True, False], ["a", "b"]) is None
+    with pytest.raises(ValueError, match="groups"):
+        within_group_auroc([1.0], [True], [])

@@ -6,6 +6,8 @@ somewhat without any training. The probe reads two of them, the output of layer 
 the model's final (normed) state, standardizes them and fits a logistic regression (its inverse
 regularization C chosen by 5-fold cross-validated AUROC on the training samples). Its log-odds
 of "wrong" is the verdict score; the generative critic still writes the tags and the critique.
+With ``span_layer`` it also reads that layer's mean over the tokens of the answer under check
+(:func:`answer_span`), which carries more of the answer itself than the one verdict position.
 
 Training and scoring compute the features with one function, :func:`verdict_features`, from the
 same chat messages, so what the probe was fitted on is what it reads later. It ships as JSON
@@ -69,24 +71,101 @@ def last_position_states(model: Any, tok: Any, ids: Sequence[Sequence[int]], *,
                 yield i, tuple(h[j, pos] for h in hs)
 
 
-def hidden_features(model: Any, tok: Any, ids: Sequence[Sequence[int]], *, layer: int, batch_size: int = 16) -> Any:
+def answer_span(tok: Any, messages: Sequence[Mapping[str, str]]) -> tuple[list[int], int, int]:
+    """The verdict position's token ids (:func:`_verdict_ids`) and the token range ``[start, end)``
+    of the answer under check in them: the text after the last answer mark of the user turn, up to
+    the line that asks for the reply (or the turn's end), without its surrounding spaces. An empty
+    answer gives an empty range.
+
+    Raises:
+        ValueError: the prompt has no answer mark.
+    """
+    from ragcritic_lib.critic.verifier import ANSWER_MARK
+
+    ids = _verdict_ids(tok, messages)
+    prompt = tok.apply_chat_template([dict(m) for m in messages if m["role"] != "assistant"], tokenize=False,
+                                     add_generation_prompt=True)
+    enc = tok(prompt, add_special_tokens=False, return_offsets_mapping=True)
+    user = next((str(m["content"]) for m in reversed(messages) if m["role"] == "user"), "")
+    at, mark = prompt.rfind(user) if user else -1, user.rfind(ANSWER_MARK)
+    if at < 0 or mark < 0:
+        raise ValueError(f"verdict probe: no {ANSWER_MARK!r} in the critic prompt, so no answer span")
+    start = at + mark + len(ANSWER_MARK)
+    end = prompt.find("\nReply ", start, at + len(user))
+    end = at + len(user) if end < 0 else end
+    while start < end and prompt[start].isspace():
+        start += 1
+    while end > start and prompt[end - 1].isspace():
+        end -= 1
+    toks = [i for i, (a, b) in enumerate(enc["offset_mapping"]) if b > start and a < end and b > a]
+    return ids, (toks[0] if toks else 0), (toks[-1] + 1 if toks else 0)
+
+
+def span_states(model: Any, tok: Any, ids: Sequence[Sequence[int]], spans: Sequence[tuple[int, int]], *,
+                batch_size: int = 16) -> Iterator[tuple[int, Any, Any]]:
+    """``(index, states, means)`` for each token sequence, in order of length: ``states`` is
+    ``[layers + 1, hidden]``, every hidden state at the sequence's last position (as
+    :func:`last_position_states`), and ``means`` each state's mean over the positions ``spans[i]``
+    (``[start, end)``; the last position's states where the span is empty)."""
+    import torch
+
+    if len(spans) != len(ids):
+        raise ValueError(f"{len(spans)} spans for {len(ids)} token sequences")
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    body = getattr(model, "base_model", model)
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        for begin in range(0, len(order), batch_size):
+            idx = order[begin:begin + batch_size]
+            width = max(len(ids[i]) for i in idx)
+            batch = torch.full((len(idx), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(idx), width), dtype=torch.long)
+            for j, i in enumerate(idx):
+                batch[j, : len(ids[i])] = torch.tensor(list(ids[i]))
+                mask[j, : len(ids[i])] = 1
+            hs = torch.stack(body(input_ids=batch.to(device), attention_mask=mask.to(device),
+                                  output_hidden_states=True).hidden_states, dim=1)  # [batch, states, width, hidden]
+            for j, i in enumerate(idx):
+                pos, (a, b) = len(ids[i]) - 1, spans[i]
+                piece = hs[j, :, a:b] if b > a else hs[j, :, pos:pos + 1]
+                yield i, hs[j, :, pos], piece.mean(dim=1)
+
+
+def hidden_features(model: Any, tok: Any, ids: Sequence[Sequence[int]], *, layer: int, batch_size: int = 16,
+                    spans: Sequence[tuple[int, int]] | None = None, span_layer: int | None = None) -> Any:
     """``[n, 2 * hidden]`` float32 array: layer ``layer``'s output and the final normed state at
-    the last position of each token sequence (:func:`last_position_states`)."""
+    the last position of each token sequence (:func:`last_position_states`). With ``span_layer``,
+    ``[n, 3 * hidden]``: layer ``span_layer``'s mean over each sequence's span (``spans``, as
+    :func:`span_states` reads them) first, then the same two states."""
     import numpy as np
     import torch
 
-    out = np.zeros((len(ids), 2 * int(model.config.hidden_size)), dtype=np.float32)
-    for i, states in last_position_states(model, tok, ids, batch_size=batch_size):
-        out[i] = torch.cat([states[layer], states[-1]]).float().cpu().numpy()
+    width = int(model.config.hidden_size)
+    if span_layer is None:
+        out = np.zeros((len(ids), 2 * width), dtype=np.float32)
+        for i, states in last_position_states(model, tok, ids, batch_size=batch_size):
+            out[i] = torch.cat([states[layer], states[-1]]).float().cpu().numpy()
+        return out
+    if spans is None:
+        raise ValueError("span_layer needs the spans of the answers")
+    out = np.zeros((len(ids), 3 * width), dtype=np.float32)
+    for i, states, means in span_states(model, tok, ids, spans, batch_size=batch_size):
+        out[i] = torch.cat([means[span_layer], states[layer], states[-1]]).float().cpu().numpy()
     return out
 
 
 def verdict_features(model: Any, tok: Any, conversations: Sequence[Sequence[Mapping[str, str]]], *, layer: int,
-                     batch_size: int = 16) -> Any:
+                     batch_size: int = 16, span_layer: int | None = None) -> Any:
     """:func:`hidden_features` at the verdict position of each conversation (its system and user
-    turns; an assistant turn is ignored)."""
-    return hidden_features(model, tok, [_verdict_ids(tok, c) for c in conversations], layer=layer,
-                           batch_size=batch_size)
+    turns; an assistant turn is ignored); with ``span_layer``, also that layer's mean over the
+    answer under check (:func:`answer_span`)."""
+    if span_layer is None:
+        return hidden_features(model, tok, [_verdict_ids(tok, c) for c in conversations], layer=layer,
+                               batch_size=batch_size)
+    found = [answer_span(tok, c) for c in conversations]
+    return hidden_features(model, tok, [f[0] for f in found], layer=layer, batch_size=batch_size,
+                           spans=[(f[1], f[2]) for f in found], span_layer=span_layer)
 
 
 def load_frozen(model_dir: str | Path) -> tuple[Any, Any]:
@@ -151,14 +230,15 @@ def probe_scores(probe: Mapping[str, Any], features: Any) -> list[float]:
 
 
 def save_probe(folder: str | Path, probe: Mapping[str, Any], *, model_dir: str | Path, layer: int,
-               base_key: str = "critic_sft.base_model") -> Path:
-    """Write ``probe.json``: the fitted parameters, the layer, and the frozen model by folder and hash."""
+               base_key: str = "critic_sft.base_model", span_layer: int | None = None) -> Path:
+    """Write ``probe.json``: the fitted parameters, the layer (and the answer-span layer, when the
+    probe reads one), and the frozen model by folder and hash."""
     from ragcritic_lib.critic.forms import _repo_relative, base_sha256
 
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     doc = {"base": {"folder": _repo_relative(model_dir), "sha256": base_sha256(model_dir), "params_key": base_key},
-           "layer": int(layer), **probe}
+           "layer": int(layer), **({} if span_layer is None else {"span_layer": int(span_layer)}), **probe}
     (out / PROBE_FILE).write_text(json.dumps(doc) + "\n", encoding="utf-8")
     return out
 
@@ -183,6 +263,8 @@ class ProbeScorer:
             self.probe = json.loads(f.read_text(encoding="utf-8"))
             base = paths.resolve(self.probe["base"]["folder"])
             want, self.layer = self.probe["base"]["sha256"], int(self.probe["layer"])
+            span = self.probe.get("span_layer")
+            self.span_layer = None if span is None else int(span)
         except (json.JSONDecodeError, KeyError, TypeError, ValueError):
             raise ValueError(f"{f}: expected a probe with base.folder, base.sha256, layer, mean, scale, coef") from None
         if base_sha256(base) != want:
@@ -193,10 +275,17 @@ class ProbeScorer:
         self.forward_rows = 0  # sequences this scorer has run the model on
 
     def __call__(self, conversations: Sequence[Sequence[Mapping[str, str]]]) -> list[float]:
-        ids = [tuple(_verdict_ids(self.tok, c)) for c in conversations]
+        spans: dict[tuple[int, ...], tuple[int, int]] = {}
+        if self.span_layer is None:
+            ids = [tuple(_verdict_ids(self.tok, c)) for c in conversations]
+        else:
+            found = [answer_span(self.tok, c) for c in conversations]
+            ids = [tuple(f[0]) for f in found]
+            spans = {k: (f[1], f[2]) for k, f in zip(ids, found)}
         todo = list(dict.fromkeys(k for k in ids if k not in self.scored))
         if todo:
-            feats = hidden_features(self.model, self.tok, todo, layer=self.layer, batch_size=self.batch_size)
+            feats = hidden_features(self.model, self.tok, todo, layer=self.layer, batch_size=self.batch_size,
+                                    spans=[spans[k] for k in todo] if spans else None, span_layer=self.span_layer)
             self.scored.update(zip(todo, probe_scores(self.probe, feats)))
             self.forward_rows += len(todo)
         return [self.scored[k] for k in ids]

@@ -307,6 +307,25 @@ def auroc(scores: Sequence[float], is_error: Sequence[bool]) -> float | None:
     return (r_pos - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg))
 
 
+def within_group_auroc(scores: Sequence[float], is_error: Sequence[bool], groups: Sequence[Any]) -> float | None:
+    """The AUROC over (wrong, right) pairs of samples in the same group only (e.g. answers to
+    questions of one kind): the pair-weighted mean of each group's :func:`auroc`, so that groups
+    whose error rates differ cannot order a pair. None when no group holds both classes."""
+    if not len(scores) == len(is_error) == len(groups):
+        raise ValueError(f"{len(scores)} scores, {len(is_error)} labels and {len(groups)} groups")
+    members: dict[Any, list[int]] = {}
+    for i, g in enumerate(groups):
+        members.setdefault(g, []).append(i)
+    total = weight = 0.0
+    for idx in members.values():
+        ys = [bool(is_error[i]) for i in idx]
+        pairs = sum(ys) * (len(ys) - sum(ys))
+        if pairs:
+            total += pairs * auroc([scores[i] for i in idx], ys)
+            weight += pairs
+    return total / weight if weight else None
+
+
 def cluster_resamples(groups: Sequence[Any] | None, n: int, n_boot: int, seed: int):
     """``n_boot`` bootstrap resamples of the indices ``0..n-1``, as lists: of single samples when
     ``groups`` is None, else of whole groups (every sample of a drawn group, e.g. every answer to a

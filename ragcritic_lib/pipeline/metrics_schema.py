@@ -519,6 +519,7 @@ class VerdictBodySummary(TypedDict, total=False):
     """``verdict_body`` of 05: the verdict's own body (``critic_sft.verdict_body``: probe or verifier)."""
     body: Literal["probe", "verifier"]
     layer: Count
+    answer_layer: Count   # the probe's answer-span layer (critic_sft.probe_answer_layer), when it reads one
     C: NonNegative
     model: str
     examples: Count

@@ -442,7 +442,7 @@ def rules() -> dict[str, dict[str, Rule]]:
             "launcher": one_of(LAUNCHERS), "accelerate_config": input_path(empty_ok=True),
             "num_processes": some, "merge_dtype": one_of(SAVE_DTYPES), "preview_samples": some, "tag_check": some,
             "base_model": BASE_MODEL, "verdict_body": one_of(("generative", "probe", "verifier")),
-            "probe_layer": integer(1),
+            "probe_layer": integer(1), "probe_answer_layer": integer(0),
             "verifier_model": input_path(), "verifier_epochs": number(0, low_open=True),
             "verifier_learning_rate": number(0, low_open=True), "verifier_max_length": tokens,
             "verdict_sources": text(empty_ok=True),
