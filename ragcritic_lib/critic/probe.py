@@ -42,13 +42,13 @@ def _verdict_ids(tok: Any, messages: Sequence[Mapping[str, str]]) -> list[int]:
     return prompt_ids(tok, messages, tok(VERDICT_PREFIX + CORRECT, add_special_tokens=False)["input_ids"][:offset])
 
 
-def last_position_states(model: Any, tok: Any, ids: Sequence[Sequence[int]], *,
-                         batch_size: int = 16) -> Iterator[tuple[int, tuple[Any, ...]]]:
-    """``(index, states)`` for each token sequence, in order of length: ``states`` holds every
-    hidden state of the model (the embeddings, then each layer's output; the last one normed) at
-    the sequence's last position. Right-padded batches of similar length, so the causal model's
-    real positions are exact. Only the transformer body runs (``base_model``): the language-model
-    head, a fifth of a small model's work at every position, is never needed."""
+def _batched_states(model: Any, tok: Any, ids: Sequence[Sequence[int]],
+                    batch_size: int) -> Iterator[tuple[list[int], tuple[Any, ...]]]:
+    """``(indices, hidden_states)`` per batch of token sequences taken in order of length,
+    right-padded, through the transformer body only (``base_model``: the language-model head, a
+    fifth of a small model's work at every position, is never needed). ``hidden_states`` is the
+    model's tuple (the embeddings, then each layer's output; the last one normed), each
+    ``[batch, width, hidden]``; row ``j`` is sequence ``indices[j]``, its real positions exact."""
     import torch
 
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
@@ -64,11 +64,19 @@ def last_position_states(model: Any, tok: Any, ids: Sequence[Sequence[int]], *,
             for j, i in enumerate(idx):
                 batch[j, : len(ids[i])] = torch.tensor(list(ids[i]))
                 mask[j, : len(ids[i])] = 1
-            hs = body(input_ids=batch.to(device), attention_mask=mask.to(device),
-                      output_hidden_states=True).hidden_states
-            for j, i in enumerate(idx):
-                pos = len(ids[i]) - 1
-                yield i, tuple(h[j, pos] for h in hs)
+            yield idx, body(input_ids=batch.to(device), attention_mask=mask.to(device),
+                            output_hidden_states=True).hidden_states
+
+
+def last_position_states(model: Any, tok: Any, ids: Sequence[Sequence[int]], *,
+                         batch_size: int = 16) -> Iterator[tuple[int, tuple[Any, ...]]]:
+    """``(index, states)`` for each token sequence, in order of length: ``states`` holds every
+    hidden state of the model (the embeddings, then each layer's output; the last one normed) at
+    the sequence's last position (:func:`_batched_states`)."""
+    for idx, hs in _batched_states(model, tok, ids, batch_size):
+        for j, i in enumerate(idx):
+            pos = len(ids[i]) - 1
+            yield i, tuple(h[j, pos] for h in hs)
 
 
 def answer_span(tok: Any, messages: Sequence[Mapping[str, str]]) -> tuple[list[int], int, int]:
@@ -111,25 +119,12 @@ def span_states(model: Any, tok: Any, ids: Sequence[Sequence[int]], spans: Seque
 
     if len(spans) != len(ids):
         raise ValueError(f"{len(spans)} spans for {len(ids)} token sequences")
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-    body = getattr(model, "base_model", model)
-    device = next(model.parameters()).device
-    with torch.no_grad():
-        for begin in range(0, len(order), batch_size):
-            idx = order[begin:begin + batch_size]
-            width = max(len(ids[i]) for i in idx)
-            batch = torch.full((len(idx), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(idx), width), dtype=torch.long)
-            for j, i in enumerate(idx):
-                batch[j, : len(ids[i])] = torch.tensor(list(ids[i]))
-                mask[j, : len(ids[i])] = 1
-            hs = torch.stack(body(input_ids=batch.to(device), attention_mask=mask.to(device),
-                                  output_hidden_states=True).hidden_states, dim=1)  # [batch, states, width, hidden]
-            for j, i in enumerate(idx):
-                pos, (a, b) = len(ids[i]) - 1, spans[i]
-                piece = hs[j, :, a:b] if b > a else hs[j, :, pos:pos + 1]
-                yield i, hs[j, :, pos], piece.mean(dim=1)
+    for idx, hidden in _batched_states(model, tok, ids, batch_size):
+        hs = torch.stack(hidden, dim=1)  # [batch, states, width, hidden]
+        for j, i in enumerate(idx):
+            pos, (a, b) = len(ids[i]) - 1, spans[i]
+            piece = hs[j, :, a:b] if b > a else hs[j, :, pos:pos + 1]
+            yield i, hs[j, :, pos], piece.mean(dim=1)
 
 
 def hidden_features(model: Any, tok: Any, ids: Sequence[Sequence[int]], *, layer: int, batch_size: int = 16,
