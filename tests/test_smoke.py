@@ -62,10 +62,13 @@ def test_the_verdict_body_travels_with_the_critic_to_every_stage_that_loads_it(s
     if body:  # critic_sft.verdict_body: probe or verifier
         assert (root / "data/critic_sft" / body["body"]).is_dir()
         assert (root / "data/critic_dpo" / body["body"]).is_dir(), "stage 06 left the verdict's body behind"
-    if body and body["body"] == "probe" and body.get("answer_layer"):  # critic_sft.probe_answer_layer
+    sft = yaml.safe_load((root / "params.yaml").read_text())["critic_sft"]
+    if sft["verdict_body"] == "probe":  # the probe reads the answer span exactly when the params say so
+        want = int(sft.get("probe_answer_layer") or 0) or None
+        assert body.get("answer_layer") == want
         for stage in ("critic_sft", "critic_dpo"):
             shipped = json.loads((root / "data" / stage / "probe" / "probe.json").read_text())
-            assert shipped.get("span_layer") == body["answer_layer"], f"{stage}'s probe does not read the answer span"
+            assert shipped.get("span_layer") == want, f"{stage}'s probe: span_layer is not {want}"
 
 
 def test_second_repro_is_a_no_op(smoke_repo):
