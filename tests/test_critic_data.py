@@ -230,3 +230,21 @@ def test_critic_dpo_metrics_from_what_the_stage_computed() -> None:
     # DPO did not beat the SFT start on dev: the metrics say so, and the SFT weights were kept
     assert metrics["dev_auroc"] == {"before": 0.6, "after": 0.6, "lowered": False, "kept_sft_weights": True}
     assert metrics["pairs"] == counts and metrics["curve"] == curve
+
+
+def test_critic_sft_metrics_keep_the_probes_answer_span_layer_and_drop_unknown_keys(tx) -> None:
+    from ragcritic_lib.pipeline import metrics_schema
+
+    body = {"body": "probe", "layer": 18, "answer_layer": 18, "C": 0.02, "examples": 8, "seconds": 1.5,
+            "curve": [{"examples_seen": 8, "dev_auroc": 0.7}], "best_dev_auroc": 0.7, "best_at_examples": 8,
+            "sources": ["generator"], "scratch": 1}
+    evidence = {"current": {"n": 6, "with_deciding": 4, "in_prompt": 3, "share": 0.75}}
+    data = {"examples": 4, "correct": 2, "errors": 2, "correct_share": 0.5, "questions": 3,
+            "sources": {"pool": {"correct": 1, "error": 2}, "reference": {"correct": 1, "error": 0}}}
+    common = dict(data=data, evidence=evidence, style_shortcut_auroc=None, dev={}, fit=_fit([]),
+                  preview=[], calibration={}, questions={})
+    metrics = critic_sft_metrics(verdict_body=body, **common)
+    assert metrics["verdict_body"]["answer_layer"] == 18 and "scratch" not in metrics["verdict_body"]
+    plain = {k: v for k, v in body.items() if k != "answer_layer"}
+    assert "answer_layer" not in critic_sft_metrics(verdict_body=plain, **common)["verdict_body"]
+    assert metrics_schema.problems("05_critic_sft", {**metrics, "verdict_calibration": {}}) == []

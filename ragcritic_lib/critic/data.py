@@ -386,8 +386,9 @@ def critic_sft_metrics(*, data: Mapping[str, Any], evidence: Mapping[str, Any], 
         **({"ship": dict(fit["ship"])} if fit.get("ship") else {}),
         "learning_curve": verdict_curve,
         **({"critique_learning_curve": critique_curve, "verdict_body": {
-            k: verdict_body[k] for k in ("body", "model", "layer", "answer_layer", "C", "examples", "epochs", "learning_rate", "steps",
-                                         "seconds", "best_dev_auroc", "best_at_examples", "sources")
+            k: verdict_body[k] for k in ("body", "model", "layer", "answer_layer", "C", "examples", "epochs",
+                                         "learning_rate", "steps", "seconds", "best_dev_auroc", "best_at_examples",
+                                         "sources")
             if k in verdict_body}} if verdict_body else {}),
         "preview_parse_failures": sum(not p.ok for p in preview),
         "verdict_calibration": _rounded_calibration(calibration),
