@@ -351,9 +351,12 @@ def main() -> None:
     if shipped not in wanted:
         wanted.insert(0, shipped)
     groups = [s["qkey"] for s, src in zip(samples, sources) if not keep or src in keep]
-    kinds_train = [f"{s['dataset']}/{s['type']}" for s, src in zip(samples, sources) if not keep or src in keep]
+    def kind(sample: dict) -> str:  # a kind of question: its dataset and type
+        return f"{sample['dataset']}/{sample['type']}"
+
+    kinds_train = [kind(s) for s, src in zip(samples, sources) if not keep or src in keep]
     dev_samples = read_jsonl(data_dir / "dev_samples.jsonl")[: len(dev)]  # sft_dev.jsonl is in this order
-    kinds_dev = [f"{s['dataset']}/{s['type']}" for s in dev_samples]
+    kinds_dev = [kind(s) for s in dev_samples]
     if args.limit:
         groups, kinds_train = [groups[i] for i in picked], [kinds_train[i] for i in picked]
     _SHARED.update(f_train=f_train, f_dev=f_dev, s_train=s_train, s_dev=s_dev, y_train=y_train, y_dev=y_dev,

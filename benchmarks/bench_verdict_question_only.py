@@ -57,14 +57,6 @@ def kind_prior(train: Sequence[Mapping[str, Any]], train_is_error: Sequence[bool
     return [counts[k][0] / counts[k][1] if counts[k][1] else overall for k in map(kind_of, samples)]
 
 
-def within_kind_auroc(scores: Sequence[float], is_error: Sequence[bool], kinds: Sequence[Hashable]) -> float | None:
-    """The AUROC over (wrong, right) pairs of answers to questions of the same kind only
-    (:func:`ragcritic_lib.evaluation.stats.within_group_auroc`)."""
-    from ragcritic_lib.evaluation.stats import within_group_auroc
-
-    return within_group_auroc(scores, is_error, kinds)
-
-
 def interval(stat, n: int, groups: Sequence[Hashable], *, seed: int, n_boot: int) -> tuple[float | None, float | None]:
     """Percentile bootstrap 95% interval of ``stat(indices)`` over resamples of whole groups."""
     from ragcritic_lib.evaluation.stats import cluster_resamples, percentile_interval
@@ -78,19 +70,18 @@ def score_row(scores: Sequence[float], is_error: Sequence[bool], kinds: Sequence
               groups: Sequence[Hashable], *, reference: Sequence[float] | None, seed: int, n_boot: int) -> dict:
     """AUROC, within-kind AUROC and (with ``reference``) the paired AUROC difference to it, each with
     its interval from resampling ``groups``."""
-    from ragcritic_lib.evaluation.stats import auroc
+    from ragcritic_lib.evaluation.stats import auroc, bootstrap_auroc_ci, within_group_auroc
 
     def pick(values, idx):
         return [values[i] for i in idx]
 
     n = len(scores)
     row: dict[str, Any] = {"auroc": round(auroc(scores, is_error), 4),
-                           "auroc_ci": interval(lambda idx: auroc(pick(scores, idx), pick(is_error, idx)), n, groups,
-                                                seed=seed, n_boot=n_boot)}
-    within = within_kind_auroc(scores, is_error, kinds)
+                           "auroc_ci": bootstrap_auroc_ci(scores, is_error, seed=seed, n_boot=n_boot, groups=groups)}
+    within = within_group_auroc(scores, is_error, kinds)
     row["within_kind_auroc"] = None if within is None else round(within, 4)
     row["within_kind_ci"] = interval(
-        lambda idx: within_kind_auroc(pick(scores, idx), pick(is_error, idx), pick(kinds, idx)), n, groups,
+        lambda idx: within_group_auroc(pick(scores, idx), pick(is_error, idx), pick(kinds, idx)), n, groups,
         seed=seed, n_boot=n_boot)
     if reference is not None:
         def diff(idx):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from script_modules import load_script
 
-from ragcritic_lib.evaluation.stats import auroc
+from ragcritic_lib.evaluation.stats import auroc, within_group_auroc
 
 bench = load_script("benchmarks/bench_verdict_question_only.py")
 
@@ -29,11 +29,11 @@ def test_within_kinds_only_pairs_of_the_same_kind_count() -> None:
     wrong = [True, True, False, True, False, False]
     kinds = ["x", "x", "x", "y", "y", "y"]
     assert auroc(scores, wrong) > 0.5
-    assert bench.within_kind_auroc(scores, wrong, kinds) == pytest.approx((0 + 2 * 1) / 4)  # x: 0/2, y: 2/2
-    assert bench.within_kind_auroc(scores, wrong, ["x", "x", "y", "y", "z", "z"]) is not None
-    assert bench.within_kind_auroc([0.5, 0.5], [True, False], ["x", "y"]) is None  # no kind has both classes
+    assert within_group_auroc(scores, wrong, kinds) == pytest.approx((0 + 2 * 1) / 4)  # x: 0/2, y: 2/2
+    assert within_group_auroc(scores, wrong, ["x", "x", "y", "y", "z", "z"]) is not None
+    assert within_group_auroc([0.5, 0.5], [True, False], ["x", "y"]) is None  # no kind has both classes
     prior = [1.0 if k == "x" else 0.0 for k in kinds]
-    assert bench.within_kind_auroc(prior, wrong, kinds) == 0.5  # a kind-only score is at chance within kinds
+    assert within_group_auroc(prior, wrong, kinds) == 0.5  # a kind-only score is at chance within kinds
 
 
 def test_a_row_has_intervals_around_its_values_and_a_paired_difference() -> None:
