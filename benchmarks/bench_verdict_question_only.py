@@ -40,15 +40,12 @@ from typing import Any
 from ragcritic_lib import paths
 
 
-def kind_of(sample: Mapping[str, Any]) -> str:
-    """A sample's kind of question: its dataset and question type."""
-    return f"{sample.get('dataset', '')}/{sample.get('type', '')}"
-
-
 def kind_prior(train: Sequence[Mapping[str, Any]], train_is_error: Sequence[bool],
                samples: Sequence[Mapping[str, Any]]) -> list[float]:
     """Each sample's score: the error rate of its kind among ``train`` (the overall rate for a kind
     ``train`` lacks)."""
+    from ragcritic_lib.critic.corpus import question_kind as kind_of
+
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for s, y in zip(train, train_is_error):
         counts[kind_of(s)][0] += int(y)
@@ -70,7 +67,9 @@ def score_row(scores: Sequence[float], is_error: Sequence[bool], kinds: Sequence
               groups: Sequence[Hashable], *, reference: Sequence[float] | None, seed: int, n_boot: int) -> dict:
     """AUROC, within-kind AUROC and (with ``reference``) the paired AUROC difference to it, each with
     its interval from resampling ``groups``."""
-    from ragcritic_lib.evaluation.stats import auroc, bootstrap_auroc_ci, within_group_auroc
+    from ragcritic_lib.evaluation.stats import (
+        auroc, bootstrap_auroc_ci, bootstrap_within_group_auroc_ci, within_group_auroc,
+    )
 
     def pick(values, idx):
         return [values[i] for i in idx]
@@ -80,9 +79,8 @@ def score_row(scores: Sequence[float], is_error: Sequence[bool], kinds: Sequence
                            "auroc_ci": bootstrap_auroc_ci(scores, is_error, seed=seed, n_boot=n_boot, groups=groups)}
     within = within_group_auroc(scores, is_error, kinds)
     row["within_kind_auroc"] = None if within is None else round(within, 4)
-    row["within_kind_ci"] = interval(
-        lambda idx: within_group_auroc(pick(scores, idx), pick(is_error, idx), pick(kinds, idx)), n, groups,
-        seed=seed, n_boot=n_boot)
+    row["within_kind_ci"] = bootstrap_within_group_auroc_ci(scores, is_error, kinds, seed=seed, n_boot=n_boot,
+                                                            groups=groups)
     if reference is not None:
         def diff(idx):
             ys = pick(is_error, idx)
@@ -102,6 +100,7 @@ def main() -> None:
 
     import numpy as np
 
+    from ragcritic_lib.critic.corpus import question_kind
     from ragcritic_lib.critic.probe import ProbeScorer, fit_probe, probe_scores
     from ragcritic_lib.io import read_jsonl
     from ragcritic_lib.pipeline.params import load_params
@@ -133,7 +132,7 @@ def main() -> None:
     out: dict[str, Any] = {"train_samples": len(train), "train_sources": sorted(keep) or "all",
                            "question_only_C": probe["C"], "splits": {}}
     for split, rows in (("dev", dev), ("test", test)):
-        kinds, groups, y = [kind_of(s) for s in rows], [s["qkey"] for s in rows], wrong[split]
+        kinds, groups, y = [question_kind(s) for s in rows], [s["qkey"] for s in rows], wrong[split]
         per_kind: dict[str, list[int]] = defaultdict(lambda: [0, 0])
         for k, v in zip(kinds, y):
             per_kind[k][0] += int(v)

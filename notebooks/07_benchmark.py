@@ -17,8 +17,9 @@
 # and wrong: the generator's answers with and without retrieval (stage `retrieval_rag`) and the
 # answers of `test_pool_members` from the LLM pool. Wrong ones carry the labels of their observed
 # causes. Several critics are scored on it: verdict AUROC, error identification, tier-1/tier-2
-# label F1, each with a bootstrap 95% CI, beside a style-only baseline that reads nothing but
-# the answer's surface. This reproduces RAG-Critic §3.4 and §4.3 (Table 5).
+# label F1, each with a bootstrap 95% CI, beside two baselines that read no passage: a style-only
+# one that reads nothing but the answer's surface, and a question-only one that reads nothing but
+# the question. This reproduces RAG-Critic §3.4 and §4.3 (Table 5).
 
 # %% tags=["parameters"]
 per_class = 150
@@ -49,6 +50,7 @@ from ragcritic_lib.pipeline.outputs import save_figure, save_table
 from ragcritic_lib.pipeline.stage_models import setup_stage
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 from ragcritic_lib.mining.taxonomy import load_known_causes, load_taxonomy
+from ragcritic_lib.retrieval.encoders import load_encoder
 
 setup = setup_stage("benchmark")  # params and data/benchmark; the generator loads for the test pool and the zero-shot critic
 params, seed, out_dir = setup.params, setup.seed, setup.out_dir
@@ -130,6 +132,7 @@ list(critics)
 
 # %%
 golds = [s["target"] for s in bench]
+kinds = [critic_corpus.question_kind(s) for s in bench]  # read only to score within kinds of question
 predictions, results = {}, {}
 for name, critic in critics.items():
     # BEGIN SOLUTION hint: critique bench with this critic into predictions[name], then score those parses against golds with score_critic into results[name]
@@ -140,24 +143,38 @@ for name, critic in critics.items():
     scores = critic.verdict_margins(bench) if name == "base zero-shot" else None
     # intervals resample questions (every answer to a drawn question), not answers
     results[name] = with_confidence(results[name], predictions[name], golds, taxonomy, scores=scores, seed=seed,
-                                    n_boot=bootstrap, groups=[s["qkey"] for s in bench])
+                                    n_boot=bootstrap, groups=[s["qkey"] for s in bench], kinds=kinds)
     write_jsonl(out_dir / "predictions" / f"{name.replace(' ', '_').replace('/', '_')}.jsonl",
                 critiques_to_records(predictions[name], bench, name))
 style_baseline = critic_corpus.style_baseline(dev_questions, bench, seed=seed, n_boot=bootstrap)
+# the question-only baseline fits on the train answers the verdict probe fits on (critic_sft.verdict_sources)
+sources = {x.strip() for x in str(params["critic_sft"]["verdict_sources"]).split(",") if x.strip()}
+question_fit = [s for s in read_jsonl(paths.stage_dir("critic_data") / "train_samples.jsonl")
+                if not sources or s["source"] in sources]
+question_baseline = critic_corpus.question_only_baseline(
+    question_fit, bench, encode=load_encoder(params["common"]["retriever"]["encoder"]).encode_queries, seed=seed,
+    n_boot=bootstrap)
 table = pd.DataFrame(benchmark_table(results)).set_index("critic")
 table
 
 # %% [markdown]
 # Columns as in Table 5 (identification on right and wrong answers and their mean; tier-1 and
-# tier-2 micro-F1 over wrong answers), plus the verdict AUROC with its 95% CI. The style-only
-# baseline (a logistic regression on answer length, digits, abstention, cut-off and punctuation,
-# fit on the dev answers) has only an AUROC:
+# tier-2 micro-F1 over wrong answers), plus the verdict AUROC with its 95% CI. The kinds of question
+# are answered right at very different rates, so each critic's AUROC is also read *within* kinds
+# (only pairs of answers to questions of one kind). The two baselines have only AUROCs: style-only
+# (a logistic regression on answer length, digits, abstention, cut-off and punctuation, fit on the
+# dev answers) and question-only (a logistic regression on the sentence encoder's embedding of the
+# question, fit on the train answers the verdict probe fits on):
 
 # %%
 save_table(table, "07_benchmark", "benchmark", index=True)
 fig = plot_per_label(results, taxonomy)
 save_figure(fig, "07_benchmark", "benchmark_per_label")
-pd.Series(style_baseline)
+within = {name: {k: r.get(f"verdict_auroc{k}") for k in ("", "_within_kind", "_within_kind_ci_low",
+                                                             "_within_kind_ci_high")}
+          for name, r in results.items()}
+pd.DataFrame({**within, "style-only baseline": style_baseline, "question-only baseline": question_baseline}).T[
+    ["verdict_auroc", "verdict_auroc_ci_low", "verdict_auroc_ci_high", "verdict_auroc_within_kind"]]
 
 # %% [markdown]
 # ## Per dataset and source, and against the causes known from construction (testbed)
@@ -178,11 +195,11 @@ if example is not None:
         print(f"[{name}] {preds[example].to_critique()}  (parse_error={preds[example].parse_error})")
 
 # %%
-# The benchmark, the table, each critic's scores and CIs, the style baseline and token counts
+# The benchmark, the table, each critic's scores and CIs, the two baselines and token counts
 # (call timings and cache hits vary between runs, so they stay out).
 metrics = benchmark_metrics(report=report, table=table.reset_index().to_dict(orient="records"), results=results,
                             by_dataset=by_dataset, known_causes=known, critics=critics, style_baseline=style_baseline,
-                            degenerate=degenerate)
+                            question_baseline=question_baseline, degenerate=degenerate)
 write_stage_metrics("07_benchmark", metrics)
 
 # %% [markdown]

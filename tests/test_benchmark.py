@@ -190,3 +190,47 @@ def test_verdict_auroc_and_bootstrap_intervals(tx) -> None:
     flat = [CriticParse(judgement="Correct", valid_json=True) for _ in golds]
     assert set(verdict_scores(flat)) == {0.0}
     assert with_confidence(score_critic(flat, golds, tx), flat, golds, tx, seed=0, n_boot=50)["verdict_auroc"] == 0.5
+
+
+def test_verdict_auroc_within_kinds_of_question(tx) -> None:
+    from ragcritic_lib.critic.critics import CriticParse
+    from ragcritic_lib.critic.benchmark import with_confidence
+
+    # kind "a" is mostly wrong, kind "b" mostly right; the score knows only the kind, so it ranks
+    # well overall and no better than chance inside a kind
+    kinds = ["a"] * 20 + ["b"] * 20
+    wrong = [i % 10 != 0 for i in range(20)] + [i % 10 == 0 for i in range(20)]
+    golds = ['{"Judgement": "Error", "tag1": [], "tag2": []}' if w else '{"Judgement": "Correct"}' for w in wrong]
+    preds = [CriticParse(judgement="Correct", valid_json=True) for _ in golds]
+    scores = [1.0 if k == "a" else 0.0 for k in kinds]
+    r = with_confidence(score_critic(preds, golds, tx), preds, golds, tx, scores=scores, seed=0, n_boot=200,
+                        groups=list(range(40)), kinds=kinds)
+    assert r["verdict_auroc"] == 0.9 and r["verdict_auroc_within_kind"] == 0.5
+    assert r["verdict_auroc_within_kind_ci_low"] == r["verdict_auroc_within_kind_ci_high"] == 0.5
+    assert "verdict_auroc_within_kind" not in with_confidence(score_critic(preds, golds, tx), preds, golds, tx,
+                                                              scores=scores, seed=0, n_boot=20)
+
+
+def test_question_only_baseline_reads_the_question_alone() -> None:
+    from ragcritic_lib.critic import corpus
+
+    def sample(i: int, wrong: bool, kind: str) -> dict:
+        return {"qkey": f"q{i}", "question": f"{kind} question {i}", "prediction": "same answer", "dataset": "tb",
+                "type": kind, "judgement": "Error" if wrong else "Correct"}
+
+    fit = [sample(i, i % 4 != 0, "sum") for i in range(40)] + [sample(40 + i, i % 4 == 0, "when") for i in range(40)]
+    bench = [sample(100 + i, i % 2 == 0, "sum") for i in range(10)] + \
+            [sample(200 + i, i % 5 == 0, "when") for i in range(10)]
+    seen: list[str] = []
+
+    def encode(texts):
+        seen.extend(texts)
+        return [[1.0, 0.0] if t.startswith("sum") else [0.0, 1.0] for t in texts]
+
+    out = corpus.question_only_baseline(fit, bench, encode=encode, seed=0, n_boot=100)
+    assert seen == [s["question"] for s in fit + bench]   # questions only, never an answer
+    assert out["fit_on"] == 80 and out["verdict_auroc"] > 0.6 and out["verdict_auroc_within_kind"] == 0.5
+    assert out["verdict_auroc_ci_low"] <= out["verdict_auroc"] <= out["verdict_auroc_ci_high"]
+    assert corpus.question_kind(bench[0]) == "tb/sum"
+    one_verdict = corpus.question_only_baseline(fit[:1], bench, encode=encode, seed=0)
+    assert one_verdict["verdict_auroc"] is None and "only one verdict" in one_verdict["why_none"]

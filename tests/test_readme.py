@@ -227,12 +227,12 @@ def test_the_benchmark_renders_every_critic_in_the_file():
     text = render_block("benchmark", benchmark_metrics())
     table = [line for line in text.splitlines() if line.startswith("| ")]
     assert table == [
-        "| critic | n | verdict AUROC | 95% CI | identification | on right | on wrong | tier-1 F1 | tier-2 F1 "
-        "| verdicts: Error / Correct / none |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-        "| SFT critic | 4 | 0.750 | 0.500..1.000 | 50.0 | 100.0 | 0.0 | 0.0 | 0.0 | 0 / 4 / 0 |",
-        "| heuristic | 4 | – | – | 75.0 | 50.0 | 100.0 | 22.6 | 10.0 | 3 / 1 / 0 |",
-        "| style-only baseline (answer surface; fit on dev) | – | 0.625 | 0.250..1.000 | – | – | – | – | – | – |",
+        "| critic | n | verdict AUROC | 95% CI | within kinds (95% CI) | identification | on right | on wrong "
+        "| tier-1 F1 | tier-2 F1 | verdicts: Error / Correct / none |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| SFT critic | 4 | 0.750 | 0.500..1.000 | – | 50.0 | 100.0 | 0.0 | 0.0 | 0.0 | 0 / 4 / 0 |",
+        "| heuristic | 4 | – | – | – | 75.0 | 50.0 | 100.0 | 22.6 | 10.0 | 3 / 1 / 0 |",
+        "| style-only baseline (answer surface; fit on dev) | – | 0.625 | 0.250..1.000 | – | – | – | – | – | – | – |",
     ]
     assert text.startswith("4 benchmark samples: real answers to 4 test questions (no training question), 2 wrong "
                            "and 2 right.")
@@ -240,6 +240,23 @@ def test_the_benchmark_renders_every_critic_in_the_file():
             "2 right; `reports/metrics/05_critic_sft.json`); SFT+DPO critic – (n = 8: 6 wrong, 2 right; "
             "`reports/metrics/06_critic_dpo.json`).") in text
     assert "degenerate" not in text  # 07 has no `degenerate` list yet: nothing is claimed about it
+
+
+def test_the_benchmark_shows_within_kind_aurocs_and_the_question_only_baseline():
+    metrics = benchmark_metrics()
+    bench = metrics["07_benchmark"]
+    bench["critics"]["SFT critic"].update({"verdict_auroc_within_kind": 0.6061, "verdict_auroc_within_kind_ci_low": 0.52,
+                                           "verdict_auroc_within_kind_ci_high": 0.6984})
+    bench["question_baseline"] = {"verdict_auroc": 0.7321, "verdict_auroc_ci_low": 0.667, "verdict_auroc_ci_high": 0.788,
+                                  "verdict_auroc_within_kind": 0.534, "verdict_auroc_within_kind_ci_low": None,
+                                  "verdict_auroc_within_kind_ci_high": None}
+    table = [line for line in render_block("benchmark", metrics).splitlines() if line.startswith("| ")]
+    assert table[2] == "| SFT critic | 4 | 0.750 | 0.500..1.000 | 0.606 (0.520..0.698) | 50.0 | 100.0 | 0.0 | 0.0 | 0.0 | 0 / 4 / 0 |"
+    assert table[-1] == ("| question-only baseline (question text; fit on train) | – | 0.732 | 0.667..0.788 | 0.534 "
+                         "| – | – | – | – | – | – |")
+    del bench["question_baseline"]["verdict_auroc_within_kind"]   # metrics from before it was scored
+    table = [line for line in render_block("benchmark", metrics).splitlines() if line.startswith("| ")]
+    assert table[-1].startswith("| question-only baseline (question text; fit on train) | – | 0.732 | 0.667..0.788 | – |")
 
 
 def test_the_benchmark_reports_a_rerun_of_the_critic_elsewhere():

@@ -71,6 +71,15 @@ def test_the_verdict_body_travels_with_the_critic_to_every_stage_that_loads_it(s
             assert shipped.get("span_layer") == want, f"{stage}'s probe: span_layer is not {want}"
 
 
+def test_the_benchmark_scores_each_critic_within_kinds_beside_the_question_only_baseline(smoke_repo):
+    root, _ = smoke_repo
+    m = json.loads((root / "reports/metrics/07_benchmark.json").read_text())
+    baseline = m["question_baseline"]
+    assert baseline["fit_on"] > 0 and "verdict_auroc_within_kind" in baseline
+    for name in ("SFT critic", "SFT+DPO critic"):
+        assert "verdict_auroc_within_kind" in m["critics"][name], f"07: {name} has no within-kind AUROC"
+
+
 def test_second_repro_is_a_no_op(smoke_repo):
     root, env = smoke_repo
     _, out = run_timed(["dvc", "repro"], root, env)

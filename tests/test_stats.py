@@ -237,3 +237,20 @@ def test_within_group_auroc_counts_only_pairs_inside_a_group() -> None:
     assert within_group_auroc([1.0, 0.0], [True, False], ["a", "b"]) is None
     with pytest.raises(ValueError, match="groups"):
         within_group_auroc([1.0], [True], [])
+
+
+def test_bootstrap_within_group_auroc_ci_brackets_the_within_group_auroc() -> None:
+    import random
+
+    from ragcritic_lib.evaluation.stats import bootstrap_within_group_auroc_ci, within_group_auroc
+
+    rng = random.Random(7)
+    wrong = [rng.random() < 0.5 for _ in range(80)]
+    kinds = [rng.choice("ab") for _ in range(80)]
+    scores = [float(w) + rng.gauss(0, 1) + (3.0 if k == "a" else 0.0) for w, k in zip(wrong, kinds)]
+    lo, hi = bootstrap_within_group_auroc_ci(scores, wrong, kinds, seed=0, n_boot=300, groups=list(range(80)))
+    assert lo < within_group_auroc(scores, wrong, kinds) < hi and hi - lo < 0.5
+    # a group key shared by whole questions resamples them together; one kind per sample leaves no pair
+    assert bootstrap_within_group_auroc_ci(scores, wrong, list(range(80)), seed=0, n_boot=20) == (None, None)
+    with pytest.raises(ValueError, match="groups"):
+        bootstrap_within_group_auroc_ci(scores, wrong, kinds[:3], seed=0)

@@ -301,6 +301,7 @@ def benchmark_metrics(*, report: Mapping[str, Any], table: Sequence[Mapping[str,
                       results: Mapping[str, Mapping[str, Any]], by_dataset: Mapping[str, Any],
                       known_causes: Mapping[str, Any], critics: Mapping[str, Any],
                       style_baseline: Mapping[str, Any] | None = None,
+                      question_baseline: Mapping[str, Any] | None = None,
                       degenerate: Sequence[str] | None = None,
                       trained: Sequence[str] | None = None) -> dict[str, Any]:
     """The benchmark stage's metrics (``reports/metrics/07_benchmark.json``, schema
@@ -313,6 +314,8 @@ def benchmark_metrics(*, report: Mapping[str, Any], table: Sequence[Mapping[str,
             scores}}; known_causes: {critic: :func:`score_known_causes`}.
         critics: {name: critic}; each one with an ``llm`` reports its :data:`LLM_USAGE_KEYS`.
         style_baseline: the style-only baseline's scores on the same samples.
+        question_baseline: the question-only baseline's
+            (:func:`ragcritic_lib.critic.corpus.question_only_baseline`), when it was scored.
         degenerate: the benchmark's own reasons (too few samples of a class); each trained critic
             (``trained``) adds those of :func:`ragcritic_lib.critic.flags.benchmark_critic_degenerate`.
         trained: the names of the trained critics among ``results`` (default: those whose name says
@@ -331,6 +334,7 @@ def benchmark_metrics(*, report: Mapping[str, Any], table: Sequence[Mapping[str,
         "by_dataset": by_dataset,
         "known_causes": known_causes,
         "style_baseline": dict(style_baseline or {}),
+        **({"question_baseline": dict(question_baseline)} if question_baseline is not None else {}),
         "degenerate": flags,
         "llm_usage": {name: {k: v for k, v in c.llm.stats.snapshot().items() if k in LLM_USAGE_KEYS}
                       for name, c in critics.items() if hasattr(c, "llm")},
@@ -382,21 +386,34 @@ def verdict_scores(preds: Sequence[CriticParse]) -> list[float]:
 
 def with_confidence(result: Mapping[str, Any], preds: Sequence[CriticParse], golds: Sequence[str],
                     taxonomy: TaxonomyLike, *, scores: Sequence[float] | None = None, seed: int,
-                    n_boot: int = 2000, groups: Sequence[Any] | None = None) -> dict[str, Any]:
+                    n_boot: int = 2000, groups: Sequence[Any] | None = None,
+                    kinds: Sequence[Any] | None = None) -> dict[str, Any]:
     """``result`` (:func:`score_critic`) plus verdict AUROC and percentile-bootstrap 95% CIs of the
     AUROC, the identification average and tier-1/tier-2 F1, by the percentile rule of
     :mod:`ragcritic_lib.evaluation.stats`.
 
     ``scores``: a "wrong answer" score per sample (default :func:`verdict_scores`). ``groups``: one
     key per sample, its question: resamples then draw questions with all their answers, since
-    answers to one question are not independent (None: resample answers).
+    answers to one question are not independent (None: resample answers). ``kinds``: one key per
+    sample, its kind of question (:func:`ragcritic_lib.critic.corpus.question_kind`): adds the
+    verdict AUROC within kinds (only pairs of answers to questions of one kind, so that kinds whose
+    error rates differ cannot order a pair) with its CI.
     """
-    from ragcritic_lib.evaluation.stats import auroc, bootstrap_auroc_ci, cluster_resamples, percentile_interval
+    from ragcritic_lib.evaluation.stats import (
+        auroc, bootstrap_auroc_ci, bootstrap_within_group_auroc_ci, cluster_resamples, percentile_interval,
+        within_group_auroc,
+    )
 
     y = [_gold(g)["Judgement"] == ERROR for g in golds]
     s = list(scores) if scores is not None else verdict_scores(preds)
     a = auroc(s, y)
     lo, hi = bootstrap_auroc_ci(s, y, seed=seed, n_boot=n_boot, groups=groups)
+    within: dict[str, Any] = {}
+    if kinds is not None:
+        w = within_group_auroc(s, y, kinds)
+        w_lo, w_hi = bootstrap_within_group_auroc_ci(s, y, kinds, seed=seed, n_boot=n_boot, groups=groups)
+        within = {"verdict_auroc_within_kind": None if w is None else round(w, 4),
+                  "verdict_auroc_within_kind_ci_low": w_lo, "verdict_auroc_within_kind_ci_high": w_hi}
     keys = {"acc_avg": ("identification", "acc_avg"), "tag1_f1": ("classification", "tag1_f1"),
             "tag2_f1": ("classification", "tag2_f1")}
     draws: dict[str, list[float]] = {k: [] for k in keys}
@@ -411,4 +428,4 @@ def with_confidence(result: Mapping[str, Any], preds: Sequence[CriticParse], gol
         low, high = percentile_interval(vals)
         ci[k] = [None, None] if low is None else [round(low, 4), round(high, 4)]
     return {**result, "verdict_auroc": None if a is None else round(a, 4), "verdict_auroc_ci_low": lo,
-            "verdict_auroc_ci_high": hi, "ci95": ci}
+            "verdict_auroc_ci_high": hi, **within, "ci95": ci}

@@ -405,25 +405,75 @@ def with_retrieved_passages(questions: Sequence[Mapping[str, Any]], retriever: A
 
 
 
+def question_kind(sample: Mapping[str, Any]) -> str:
+    """A sample's kind of question, its dataset and question type (``testbed/comparison``): question
+    metadata, read only to report scores within kinds, never by a critic."""
+    return f"{sample.get('dataset', '')}/{sample.get('type', '')}"
+
+
+def baseline_scores(scores: Sequence[float], bench: Sequence[Mapping[str, Any]], *, seed: int,
+                    n_boot: int = 2000) -> dict[str, Any]:
+    """A baseline's "wrong" ``scores`` on ``bench`` scored as stage 07 scores a critic: verdict AUROC
+    with a percentile bootstrap 95% CI (resampling questions when every sample names its own) and
+    the same within kinds of question (:func:`question_kind`)."""
+    from ragcritic_lib.evaluation.stats import (
+        auroc, bootstrap_auroc_ci, bootstrap_within_group_auroc_ci, within_group_auroc,
+    )
+
+    y = [s["judgement"] == ERROR for s in bench]
+    groups = [s.get("qkey") for s in bench]
+    groups = groups if all(g is not None for g in groups) else None
+    kinds = [question_kind(s) for s in bench]
+    lo, hi = bootstrap_auroc_ci(scores, y, seed=seed, n_boot=n_boot, groups=groups)
+    w_lo, w_hi = bootstrap_within_group_auroc_ci(scores, y, kinds, seed=seed, n_boot=n_boot, groups=groups)
+    a, w = auroc(scores, y), within_group_auroc(scores, y, kinds)
+    return {"verdict_auroc": None if a is None else round(a, 4), "verdict_auroc_ci_low": lo,
+            "verdict_auroc_ci_high": hi, "verdict_auroc_within_kind": None if w is None else round(w, 4),
+            "verdict_auroc_within_kind_ci_low": w_lo, "verdict_auroc_within_kind_ci_high": w_hi}
+
+
+def _no_baseline(out: Mapping[str, Any], why: str) -> dict[str, Any]:
+    keys = ("verdict_auroc", "verdict_auroc_ci_low", "verdict_auroc_ci_high", "verdict_auroc_within_kind",
+            "verdict_auroc_within_kind_ci_low", "verdict_auroc_within_kind_ci_high")
+    return {**out, **dict.fromkeys(keys), "why_none": why}
+
+
 def style_baseline(fit_on: Sequence[Mapping[str, Any]], bench: Sequence[Mapping[str, Any]], *, seed: int,
                    n_boot: int = 2000) -> dict[str, Any]:
     """The style-only baseline on a benchmark: :func:`style_classifier` fit on ``fit_on`` (dev
-    answers), its verdict AUROC on ``bench`` with a bootstrap 95% CI. AUROC None (and the reason)
-    when ``fit_on`` lacks one of the verdicts."""
-    from ragcritic_lib.evaluation.stats import auroc, bootstrap_auroc_ci
-
+    answers), scored on ``bench`` by :func:`baseline_scores`. AUROC None (and the reason) when
+    ``fit_on`` lacks one of the verdicts."""
     out: dict[str, Any] = {"fit_on": len(fit_on), "features": list(STYLE_FEATURES)}
     if len({s["judgement"] for s in fit_on}) < 2 or len({s["judgement"] for s in bench}) < 2:
-        return {**out, "verdict_auroc": None, "verdict_auroc_ci_low": None, "verdict_auroc_ci_high": None,
-                "why_none": "the dev answers or the benchmark hold only one verdict"}
-    scores = style_scores(style_classifier(fit_on), bench)
-    y = [s["judgement"] == ERROR for s in bench]
-    groups = [s.get("qkey") for s in bench]   # resample questions when every sample names its own
-    lo, hi = bootstrap_auroc_ci(scores, y, seed=seed, n_boot=n_boot,
-                                groups=groups if all(g is not None for g in groups) else None)
-    a = auroc(scores, y)
-    return {**out, "verdict_auroc": None if a is None else round(a, 4), "verdict_auroc_ci_low": lo,
-            "verdict_auroc_ci_high": hi}
+        return _no_baseline(out, "the dev answers or the benchmark hold only one verdict")
+    return {**out, **baseline_scores(style_scores(style_classifier(fit_on), bench), bench, seed=seed, n_boot=n_boot)}
+
+
+def question_only_baseline(fit_on: Sequence[Mapping[str, Any]], bench: Sequence[Mapping[str, Any]], *,
+                           encode: Any, seed: int, n_boot: int = 2000) -> dict[str, Any]:
+    """The question-only baseline: a logistic regression (the verdict probe's,
+    :func:`ragcritic_lib.critic.probe.fit_probe`) on ``encode``'s vectors of the question text
+    alone (no answer, no passages), fitted on ``fit_on`` (train answers), scored on ``bench`` by
+    :func:`baseline_scores`. It shows how much of a verdict AUROC the wording of the questions
+    carries; its within-kind AUROC how much of that is only the kind of question. AUROC None (and
+    the reason) when ``fit_on`` or ``bench`` lacks one of the verdicts.
+
+    ``encode``: question texts -> one vector each (e.g. the retriever's sentence encoder).
+    """
+    import numpy as np
+
+    from ragcritic_lib.critic.probe import fit_probe, probe_scores
+
+    out: dict[str, Any] = {"fit_on": len(fit_on), "features": "question embedding"}
+    if len({s["judgement"] for s in fit_on}) < 2 or len({s["judgement"] for s in bench}) < 2:
+        return _no_baseline(out, "the train answers or the benchmark hold only one verdict")
+
+    def vectors(rows: Sequence[Mapping[str, Any]]) -> Any:
+        return np.asarray(encode([" ".join(str(s["question"]).split()) for s in rows]), dtype=np.float64)
+
+    probe = fit_probe(vectors(fit_on), [s["judgement"] == ERROR for s in fit_on], seed=seed)
+    scores = probe_scores(probe, vectors(bench))
+    return {**out, "C": probe["C"], **baseline_scores(scores, bench, seed=seed, n_boot=n_boot)}
 
 
 def benchmark_answers(answers: Sequence[Mapping[str, Any]], *, seed: int, per_class: int

@@ -543,6 +543,9 @@ def _critic_line(name: str, r: Mapping[str, Any]) -> str:
     if _known(r.get("verdict_auroc")):
         line += (f"verdict AUROC {_f(r['verdict_auroc'])} (95% CI {_f(r.get('verdict_auroc_ci_low'))}.."
                  f"{_f(r.get('verdict_auroc_ci_high'))}), ")
+    if _known(r.get("verdict_auroc_within_kind")):
+        line += (f"within kinds of question {_f(r['verdict_auroc_within_kind'])} (95% CI "
+                 f"{_f(r.get('verdict_auroc_within_kind_ci_low'))}..{_f(r.get('verdict_auroc_within_kind_ci_high'))}), ")
     line += (f"identification {_pct(ident.get('acc_avg'))} (right answers {_pct(ident.get('acc_correct'))}, "
              f"wrong {_pct(ident.get('acc_error'))}), tier-1 F1 {_pct(cls.get('tag1_f1'))}, tier-2 F1 {_pct(cls.get('tag2_f1'))}")
     top = max(said, key=said.get) if said else None
@@ -555,8 +558,8 @@ def _critic_line(name: str, r: Mapping[str, Any]) -> str:
 
 @_with_provenance
 def reading_benchmark(metrics: Mapping[str, Any]) -> list[str]:
-    """07_benchmark: each critic's scores with CIs, the style baseline, critics that score the
-    same, and the benchmark's resolution."""
+    """07_benchmark: each critic's scores with CIs, the style and question-only baselines, critics
+    that score the same, and the benchmark's resolution."""
     bench, critics = metrics.get("benchmark") or {}, metrics.get("critics") or {}
     n_err, n_cor = bench.get("n_error", 0), bench.get("n_correct", 0)
     sources = "; ".join(f"{src} {v.get('correct', 0)} right, {v.get('error', 0)} wrong"
@@ -571,6 +574,15 @@ def reading_benchmark(metrics: Mapping[str, Any]) -> list[str]:
         text.append(f"The style-only baseline (answer surface, no passages) reaches AUROC {_f(style['verdict_auroc'])} "
                     f"(95% CI {_f(style.get('verdict_auroc_ci_low'))}..{_f(style.get('verdict_auroc_ci_high'))}): a critic "
                     "must beat that to show judgement beyond style.")
+    question = metrics.get("question_baseline") or {}
+    if _known(question.get("verdict_auroc")):
+        within = question.get("verdict_auroc_within_kind")
+        text.append(f"The question-only baseline (the question's embedding, no answer, no passages) reaches AUROC "
+                    f"{_f(question['verdict_auroc'])} (95% CI {_f(question.get('verdict_auroc_ci_low'))}.."
+                    f"{_f(question.get('verdict_auroc_ci_high'))})"
+                    + (f", {_f(within)} within kinds of question" if _known(within) else "")
+                    + ": that much of a verdict AUROC the question alone gives, and the within-kind AUROC "
+                    "shows what a critic reads beyond the kind of question.")
     acc = {c: (r.get("identification") or {}).get("acc_avg") for c, r in critics.items()}
     acc = {c: v for c, v in acc.items() if _known(v)}
     if acc:

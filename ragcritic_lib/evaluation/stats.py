@@ -365,3 +365,20 @@ def bootstrap_auroc_ci(scores: Sequence[float], is_error: Sequence[bool], *, see
             vals.append(v)
     lo, hi = percentile_interval(vals, alpha)
     return (None, None) if lo is None else (round(lo, 4), round(hi, 4))
+
+
+def bootstrap_within_group_auroc_ci(scores: Sequence[float], is_error: Sequence[bool], within: Sequence[Any], *,
+                                    seed: int, n_boot: int = 2000, alpha: float = 0.05,
+                                    groups: Sequence[Any] | None = None) -> tuple[float | None, float | None]:
+    """Percentile bootstrap CI of :func:`within_group_auroc` (pairs inside each ``within`` group,
+    e.g. a kind of question), resampling samples or whole ``groups`` as :func:`bootstrap_auroc_ci`."""
+    _check(n_boot, alpha)
+    if not len(scores) == len(is_error) == len(within):
+        raise ValueError(f"{len(scores)} scores, {len(is_error)} labels and {len(within)} groups")
+    vals = []
+    for idx in cluster_resamples(groups, len(scores), n_boot, seed):
+        v = within_group_auroc([scores[i] for i in idx], [is_error[i] for i in idx], [within[i] for i in idx])
+        if v is not None:
+            vals.append(v)
+    lo, hi = percentile_interval(vals, alpha)
+    return (None, None) if lo is None else (round(lo, 4), round(hi, 4))

@@ -640,6 +640,9 @@ class CriticScore(TypedDict):
     verdict_auroc: NotRequired[Fraction | None]
     verdict_auroc_ci_low: NotRequired[Fraction | None]
     verdict_auroc_ci_high: NotRequired[Fraction | None]
+    verdict_auroc_within_kind: NotRequired[Fraction | None]
+    verdict_auroc_within_kind_ci_low: NotRequired[Fraction | None]
+    verdict_auroc_within_kind_ci_high: NotRequired[Fraction | None]
 
 
 class KnownCauseScore(TypedDict, total=False):
@@ -658,6 +661,7 @@ class BenchmarkMetrics(StageMetrics):
     benchmark: NotRequired[dict[str, Any]]
     table: NotRequired[list[dict[str, Any]]]
     style_baseline: NotRequired[dict[str, Any]]
+    question_baseline: NotRequired[dict[str, Any]]
     degenerate: NotRequired[Reasons]
     llm_usage: NotRequired[dict[str, dict[str, Count]]]
 

@@ -490,26 +490,42 @@ def _ci(metrics: Mapping[str, Any], stem: str, *keys: str) -> str:
     return _DASH if lo is None or hi is None else f"{_f(lo)}..{_f(hi)}"
 
 
+def _within_kind(metrics: Mapping[str, Any], stem: str, *keys: str) -> str:
+    """The verdict AUROC within kinds of question and its CI, or a dash where the run did not score
+    it (a critic without scores, or metrics written before it was scored)."""
+    node = _get(metrics, stem, *keys)
+    if node.get("verdict_auroc_within_kind") is None:
+        return _DASH
+    value = _f(_number(metrics, stem, *keys, "verdict_auroc_within_kind"))
+    lo, hi = (_number(metrics, stem, *keys, f"verdict_auroc_within_kind_ci_{end}", nullable=True)
+              for end in ("low", "high"))
+    return value if lo is None or hi is None else f"{value} ({_f(lo)}..{_f(hi)})"
+
+
 def render_benchmark(metrics: Mapping[str, Any]) -> str:
     """The RAG-Error benchmark: every critic in ``07_benchmark.json`` ``critics``, in file order,
-    with verdict AUROC and its CI, then the style-only baseline."""
+    with verdict AUROC and its CI, overall and within kinds of question, then the style-only and
+    (where the run scored it) the question-only baseline."""
     stem = "07_benchmark"
     critics = _get(metrics, stem, "critics")
-    header = ["critic", "n", "verdict AUROC", "95% CI", "identification", "on right", "on wrong", "tier-1 F1",
-              "tier-2 F1", "verdicts: Error / Correct / none"]
+    header = ["critic", "n", "verdict AUROC", "95% CI", "within kinds (95% CI)", "identification", "on right",
+              "on wrong", "tier-1 F1", "tier-2 F1", "verdicts: Error / Correct / none"]
     rows = []
     for name in critics:
         c = ("critics", name)
         said = (_get(metrics, stem, *c, "predicted_judgements", k) for k in ("Error", "Correct", "none"))
         rows.append([name, str(int(_number(metrics, stem, *c, "n"))),
                      _f(_number(metrics, stem, *c, "verdict_auroc", nullable=True)), _ci(metrics, stem, *c),
-                     *(_pct(_number(metrics, stem, *c, "identification", k, nullable=True))
+                     _within_kind(metrics, stem, *c), *(_pct(_number(metrics, stem, *c, "identification", k, nullable=True))
                        for k in ("acc_avg", "acc_correct", "acc_error")),
                      *(_pct(_number(metrics, stem, *c, "classification", k)) for k in ("tag1_f1", "tag2_f1")),
                      " / ".join(str(s) for s in said)])
-    rows.append(["style-only baseline (answer surface; fit on dev)", _DASH,
-                 _f(_number(metrics, stem, "style_baseline", "verdict_auroc", nullable=True)),
-                 _ci(metrics, stem, "style_baseline"), *([_DASH] * 6)])
+    baselines = [("style_baseline", "style-only baseline (answer surface; fit on dev)")]
+    if "question_baseline" in _get(metrics, stem):
+        baselines.append(("question_baseline", "question-only baseline (question text; fit on train)"))
+    for key, label in baselines:
+        rows.append([label, _DASH, _f(_number(metrics, stem, key, "verdict_auroc", nullable=True)),
+                     _ci(metrics, stem, key), _within_kind(metrics, stem, key), *([_DASH] * 6)])
     n_err, n_ok = (int(_number(metrics, stem, "benchmark", k)) for k in ("n_error", "n_correct"))
     n_q = int(_number(metrics, stem, "benchmark", "questions", "test"))
     aurocs = []
@@ -527,7 +543,8 @@ def render_benchmark(metrics: Mapping[str, Any]) -> str:
     intro = (f"{n_err + n_ok} benchmark samples: real answers to {n_q} test questions (no training question), "
              f"{n_err} wrong and {n_ok} right. Verdict AUROC ranks answers by the critic's \"wrong\" score (the "
              "trained critics' verdict body, the log-probability margin of a zero-shot model, a verdict alone "
-             "for the heuristic critic), with a bootstrap 95% CI. "
+             "for the heuristic critic), with a bootstrap 95% CI; within kinds it counts only pairs of answers to "
+             "questions of one kind (dataset and question type), whose error rates differ widely. "
              "Identification is the mean of the accuracies on right and on wrong answers; tier-1 and tier-2 F1 are "
              "micro F1 of the error labels (from each wrong answer's observed cause) on the wrong answers; in %. "
              "The trained critics read their verdict off the threshold fitted on dev, as RAG-Critic uses them, and "
