@@ -52,7 +52,7 @@ verifier_learning_rate = 5e-05
 verifier_max_length = 256
 verdict_sources = "generator,pool"
 probe_layer = 18
-probe_answer_layer = 0
+probe_answer_layer = 18
 
 # %%
 import random
