@@ -384,6 +384,28 @@ def verdict_scores(preds: Sequence[CriticParse]) -> list[float]:
     return out
 
 
+def verdict_auroc_summary(scores: Sequence[float], is_error: Sequence[bool], *, seed: int, n_boot: int = 2000,
+                          groups: Sequence[Any] | None = None, kinds: Sequence[Any] | None = None
+                          ) -> dict[str, Any]:
+    """Verdict AUROC of a "wrong answer" score with its percentile bootstrap 95% CI (resampling
+    ``groups``, e.g. questions, when given) and, with ``kinds`` (one kind of question per sample),
+    the AUROC within kinds with its CI: the keys stage 07 writes for a critic or a baseline."""
+    from ragcritic_lib.evaluation.stats import (
+        auroc, bootstrap_auroc_ci, bootstrap_within_group_auroc_ci, within_group_auroc,
+    )
+
+    a = auroc(scores, is_error)
+    lo, hi = bootstrap_auroc_ci(scores, is_error, seed=seed, n_boot=n_boot, groups=groups)
+    out = {"verdict_auroc": None if a is None else round(a, 4), "verdict_auroc_ci_low": lo,
+           "verdict_auroc_ci_high": hi}
+    if kinds is not None:
+        w = within_group_auroc(scores, is_error, kinds)
+        w_lo, w_hi = bootstrap_within_group_auroc_ci(scores, is_error, kinds, seed=seed, n_boot=n_boot, groups=groups)
+        out.update({"verdict_auroc_within_kind": None if w is None else round(w, 4),
+                    "verdict_auroc_within_kind_ci_low": w_lo, "verdict_auroc_within_kind_ci_high": w_hi})
+    return out
+
+
 def with_confidence(result: Mapping[str, Any], preds: Sequence[CriticParse], golds: Sequence[str],
                     taxonomy: TaxonomyLike, *, scores: Sequence[float] | None = None, seed: int,
                     n_boot: int = 2000, groups: Sequence[Any] | None = None,
@@ -399,21 +421,11 @@ def with_confidence(result: Mapping[str, Any], preds: Sequence[CriticParse], gol
     verdict AUROC within kinds (only pairs of answers to questions of one kind, so that kinds whose
     error rates differ cannot order a pair) with its CI.
     """
-    from ragcritic_lib.evaluation.stats import (
-        auroc, bootstrap_auroc_ci, bootstrap_within_group_auroc_ci, cluster_resamples, percentile_interval,
-        within_group_auroc,
-    )
+    from ragcritic_lib.evaluation.stats import cluster_resamples, percentile_interval
 
     y = [_gold(g)["Judgement"] == ERROR for g in golds]
     s = list(scores) if scores is not None else verdict_scores(preds)
-    a = auroc(s, y)
-    lo, hi = bootstrap_auroc_ci(s, y, seed=seed, n_boot=n_boot, groups=groups)
-    within: dict[str, Any] = {}
-    if kinds is not None:
-        w = within_group_auroc(s, y, kinds)
-        w_lo, w_hi = bootstrap_within_group_auroc_ci(s, y, kinds, seed=seed, n_boot=n_boot, groups=groups)
-        within = {"verdict_auroc_within_kind": None if w is None else round(w, 4),
-                  "verdict_auroc_within_kind_ci_low": w_lo, "verdict_auroc_within_kind_ci_high": w_hi}
+    summary = verdict_auroc_summary(s, y, seed=seed, n_boot=n_boot, groups=groups, kinds=kinds)
     keys = {"acc_avg": ("identification", "acc_avg"), "tag1_f1": ("classification", "tag1_f1"),
             "tag2_f1": ("classification", "tag2_f1")}
     draws: dict[str, list[float]] = {k: [] for k in keys}
@@ -427,5 +439,4 @@ def with_confidence(result: Mapping[str, Any], preds: Sequence[CriticParse], gol
     for k, vals in draws.items():
         low, high = percentile_interval(vals)
         ci[k] = [None, None] if low is None else [round(low, 4), round(high, 4)]
-    return {**result, "verdict_auroc": None if a is None else round(a, 4), "verdict_auroc_ci_low": lo,
-            "verdict_auroc_ci_high": hi, **within, "ci95": ci}
+    return {**result, **summary, "ci95": ci}

@@ -416,20 +416,12 @@ def baseline_scores(scores: Sequence[float], bench: Sequence[Mapping[str, Any]],
     """A baseline's "wrong" ``scores`` on ``bench`` scored as stage 07 scores a critic: verdict AUROC
     with a percentile bootstrap 95% CI (resampling questions when every sample names its own) and
     the same within kinds of question (:func:`question_kind`)."""
-    from ragcritic_lib.evaluation.stats import (
-        auroc, bootstrap_auroc_ci, bootstrap_within_group_auroc_ci, within_group_auroc,
-    )
+    from ragcritic_lib.critic.benchmark import verdict_auroc_summary
 
-    y = [s["judgement"] == ERROR for s in bench]
     groups = [s.get("qkey") for s in bench]
-    groups = groups if all(g is not None for g in groups) else None
-    kinds = [question_kind(s) for s in bench]
-    lo, hi = bootstrap_auroc_ci(scores, y, seed=seed, n_boot=n_boot, groups=groups)
-    w_lo, w_hi = bootstrap_within_group_auroc_ci(scores, y, kinds, seed=seed, n_boot=n_boot, groups=groups)
-    a, w = auroc(scores, y), within_group_auroc(scores, y, kinds)
-    return {"verdict_auroc": None if a is None else round(a, 4), "verdict_auroc_ci_low": lo,
-            "verdict_auroc_ci_high": hi, "verdict_auroc_within_kind": None if w is None else round(w, 4),
-            "verdict_auroc_within_kind_ci_low": w_lo, "verdict_auroc_within_kind_ci_high": w_hi}
+    return verdict_auroc_summary(scores, [s["judgement"] == ERROR for s in bench], seed=seed, n_boot=n_boot,
+                                 groups=groups if all(g is not None for g in groups) else None,
+                                 kinds=[question_kind(s) for s in bench])
 
 
 def _no_baseline(out: Mapping[str, Any], why: str) -> dict[str, Any]:
