@@ -43,7 +43,8 @@ from ragcritic_lib.critic import corpus as critic_corpus
 from ragcritic_lib.mining import sampling as mining
 from ragcritic_lib.critic.critics import HeuristicCritic, LLMCritic, critiques_to_records, load_trained_critic
 from ragcritic_lib.critic.benchmark import (
-    benchmark_metrics, benchmark_table, plot_per_label, score_critic, score_known_causes, with_confidence,
+    benchmark_metrics, benchmark_table, plot_per_label, score_critic, score_known_causes, verdict_scores,
+    with_confidence,
 )
 from ragcritic_lib.io import read_json, read_jsonl, write_jsonl
 from ragcritic_lib.pipeline.outputs import save_figure, save_table
@@ -133,7 +134,7 @@ list(critics)
 # %%
 golds = [s["target"] for s in bench]
 kinds = [critic_corpus.question_kind(s) for s in bench]  # read only to score within kinds of question
-predictions, results = {}, {}
+predictions, results, verdict_score = {}, {}, {}
 for name, critic in critics.items():
     # BEGIN SOLUTION hint: critique bench with this critic into predictions[name], then score those parses against golds with score_critic into results[name]
     predictions[name] = critic.critique(bench)
@@ -141,6 +142,7 @@ for name, critic in critics.items():
     # END SOLUTION
     # A zero-shot critic writes its verdict; its margin (one scoring pass) gives the AUROC.
     scores = critic.verdict_margins(bench) if name == "base zero-shot" else None
+    verdict_score[name] = scores if scores is not None else verdict_scores(predictions[name])
     # intervals resample questions (every answer to a drawn question), not answers
     results[name] = with_confidence(results[name], predictions[name], golds, taxonomy, scores=scores, seed=seed,
                                     n_boot=bootstrap, groups=[s["qkey"] for s in bench], kinds=kinds)
@@ -153,7 +155,7 @@ question_fit = [s for s in read_jsonl(paths.stage_dir("critic_data") / "train_sa
                 if not sources or s["source"] in sources]
 question_baseline = critic_corpus.question_only_baseline(
     question_fit, bench, encode=load_encoder(params["common"]["retriever"]["encoder"]).encode_queries, seed=seed,
-    n_boot=bootstrap)
+    n_boot=bootstrap, critic_scores=verdict_score)  # each critic's AUROC minus the baseline's, paired
 table = pd.DataFrame(benchmark_table(results)).set_index("critic")
 table
 
@@ -164,7 +166,9 @@ table
 # (only pairs of answers to questions of one kind). The two baselines have only AUROCs: style-only
 # (a logistic regression on answer length, digits, abstention, cut-off and punctuation, fit on the
 # dev answers) and question-only (a logistic regression on the sentence encoder's embedding of the
-# question, fit on the train answers the verdict probe fits on):
+# question, fit on the train answers the verdict probe fits on). Each critic's AUROC minus the
+# question-only baseline's, with a paired interval (both scored on the same resampled questions),
+# says whether it reads more than the question:
 
 # %%
 save_table(table, "07_benchmark", "benchmark", index=True)
@@ -175,6 +179,10 @@ within = {name: {k: r.get(f"verdict_auroc{k}") for k in ("", "_within_kind", "_w
           for name, r in results.items()}
 pd.DataFrame({**within, "style-only baseline": style_baseline, "question-only baseline": question_baseline}).T[
     ["verdict_auroc", "verdict_auroc_ci_low", "verdict_auroc_ci_high", "verdict_auroc_within_kind"]]
+
+# %%
+# each critic's AUROC minus the question-only baseline's on the same answers (paired interval)
+pd.DataFrame(question_baseline.get("critics_minus_baseline") or {}).T
 
 # %% [markdown]
 # ## Per dataset and source, and against the causes known from construction (testbed)

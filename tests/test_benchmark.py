@@ -234,3 +234,13 @@ def test_question_only_baseline_reads_the_question_alone() -> None:
     assert corpus.question_kind(bench[0]) == "tb/sum"
     one_verdict = corpus.question_only_baseline(fit[:1], bench, encode=encode, seed=0)
     assert one_verdict["verdict_auroc"] is None and "only one verdict" in one_verdict["why_none"]
+    # a critic that reads the answer's verdict beats the question alone; one that copies it does not
+    wrong = [s["judgement"] == "Error" for s in bench]
+    vs = corpus.question_only_baseline(fit, bench, encode=encode, seed=0, n_boot=100, critic_scores={
+        "reads the answer": [float(w) for w in wrong],
+        "reads the kind": [1.0 if s["type"] == "sum" else 0.0 for s in bench]})["critics_minus_baseline"]
+    assert vs["reads the answer"]["diff"] == round(1.0 - out["verdict_auroc"], 4)
+    assert 0 < vs["reads the answer"]["ci_low"] <= vs["reads the answer"]["diff"]
+    assert vs["reads the kind"] == {"diff": 0.0, "ci_low": 0.0, "ci_high": 0.0}
+    with pytest.raises(ValueError, match="reads"):
+        corpus.question_only_baseline(fit, bench, encode=encode, seed=0, n_boot=10, critic_scores={"reads": [0.5]})

@@ -271,6 +271,22 @@ def test_reading_benchmark_same_critics_and_resolution():
     assert "interval" not in _text(R.reading_benchmark({"critics": m["critics"]}))  # n = 0: no width
 
 
+def test_reading_benchmark_says_whether_each_critic_reads_more_than_the_question():
+    m = {"critics": {"SFT": _critic(0.6, 0.7, {"Correct": 16, "Error": 12})},
+         "question_baseline": {"verdict_auroc": 0.73, "verdict_auroc_ci_low": 0.67, "verdict_auroc_ci_high": 0.79,
+                               "critics_minus_baseline": {
+                                   "SFT": {"diff": 0.044, "ci_low": -0.021, "ci_high": 0.117},
+                                   "DPO": {"diff": 0.09, "ci_low": 0.01, "ci_high": 0.17},
+                                   "zero-shot": {"diff": -0.2, "ci_low": -0.3, "ci_high": -0.1},
+                                   "one verdict": {"diff": None, "ci_low": None, "ci_high": None}}}}
+    text = _text(R.reading_benchmark(m))
+    assert ("SFT minus the question-only baseline: +0.044 AUROC (paired 95% CI -0.021..+0.117), so it is not shown "
+            "to read more than the question (the interval holds 0).") in text
+    assert "DPO minus the question-only baseline: +0.090" in text and "so it reads more than the question" in text
+    assert "zero-shot minus" in text and "scores below the question alone" in text
+    assert "one verdict minus" not in text
+
+
 # ------------------------------------------------------------------------------------ 08
 def test_reading_correction_ladder_per_dataset():
     row = {"n": 140, "f1": 0.2, "delta_f1": -0.01, "ci_low": -0.04, "ci_high": 0.02, "p_value": 0.5}

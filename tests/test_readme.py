@@ -251,9 +251,14 @@ def test_the_benchmark_shows_within_kind_aurocs_and_the_question_only_baseline()
                                   "verdict_auroc_within_kind": 0.534, "verdict_auroc_within_kind_ci_low": None,
                                   "verdict_auroc_within_kind_ci_high": None}
     table = [line for line in render_block("benchmark", metrics).splitlines() if line.startswith("| ")]
-    assert table[2] == "| SFT critic | 4 | 0.750 | 0.500..1.000 | 0.606 (0.520..0.698) | 50.0 | 100.0 | 0.0 | 0.0 | 0.0 | 0 / 4 / 0 |"
+    assert table[2] == ("| SFT critic | 4 | 0.750 | 0.500..1.000 | 0.606 (0.520..0.698) | – | 50.0 | 100.0 | 0.0 | 0.0 "
+                        "| 0.0 | 0 / 4 / 0 |")
     assert table[-1] == ("| question-only baseline (question text; fit on train) | – | 0.732 | 0.667..0.788 | 0.534 "
-                         "| – | – | – | – | – | – |")
+                         "| – | – | – | – | – | – | – |")
+    bench["question_baseline"]["critics_minus_baseline"] = {"SFT critic": {"diff": 0.0179, "ci_low": -0.04,
+                                                                           "ci_high": 0.081}}
+    table = [line for line in render_block("benchmark", metrics).splitlines() if line.startswith("| ")]
+    assert "| 0.606 (0.520..0.698) | +0.018 (-0.040..+0.081) | 50.0 |" in table[2]
     del bench["question_baseline"]["verdict_auroc_within_kind"]   # metrics from before it was scored
     table = [line for line in render_block("benchmark", metrics).splitlines() if line.startswith("| ")]
     assert table[-1].startswith("| question-only baseline (question text; fit on train) | – | 0.732 | 0.667..0.788 | – |")
@@ -267,10 +272,14 @@ def test_the_benchmark_reports_a_rerun_of_the_critic_elsewhere():
         "wall_seconds": 186.5, "dev_auroc_diff": -0.0002, "within_tolerance": True, "tolerance": 0.05,
         "shipped": {"cpu_class": "avx2", "dev_auroc": 0.7513, "threshold": 2.369, "dev_tag1_f1": 0.5203,
                     "wall_seconds": 5424.8}}]}
+    metrics["05_critic_sft"]["verdict_calibration"].update({"auroc": 0.7513, "threshold": 2.369})  # the shipped one
     assert ("- Stage 05 re-run on one GPU (class `cuda`, `reports/benchmarks/critic_reruns.json`): dev verdict AUROC "
             "0.751 against 0.751 shipped (`avx2`), a difference of -0.0002 (within 0.05); threshold 2.368 against "
             "2.369, dev tier-1 F1 0.541 against 0.520; the stage's cells took 187 s against 5425 s."
             ) in render_block("benchmark", metrics)
+    # the shipped critic has changed since: the entry says it compared with the one shipped then
+    metrics["05_critic_sft"]["verdict_calibration"].update({"auroc": 0.7859, "threshold": 2.4996})
+    assert "against 0.751 shipped then, since replaced (`avx2`)" in render_block("benchmark", metrics)
 
 
 def comparison_metrics():

@@ -78,6 +78,7 @@ def test_the_benchmark_scores_each_critic_within_kinds_beside_the_question_only_
     assert baseline["fit_on"] > 0 and "verdict_auroc_within_kind" in baseline
     for name in ("SFT critic", "SFT+DPO critic"):
         assert "verdict_auroc_within_kind" in m["critics"][name], f"07: {name} has no within-kind AUROC"
+        assert set(baseline["critics_minus_baseline"][name]) == {"diff", "ci_low", "ci_high"}
 
 
 def test_second_repro_is_a_no_op(smoke_repo):

@@ -254,3 +254,30 @@ def test_bootstrap_within_group_auroc_ci_brackets_the_within_group_auroc() -> No
     assert bootstrap_within_group_auroc_ci(scores, wrong, list(range(80)), seed=0, n_boot=20) == (None, None)
     with pytest.raises(ValueError, match="groups"):
         bootstrap_within_group_auroc_ci(scores, wrong, kinds[:3], seed=0)
+
+
+def test_paired_auroc_diff_cancels_what_two_scores_share_and_resamples_questions() -> None:
+    import numpy as np
+
+    from ragcritic_lib.evaluation.stats import auroc, bootstrap_auroc_ci, paired_auroc_diff
+
+    rng = np.random.default_rng(1)
+    wrong = [bool(w) for w in rng.random(200) < 0.5]
+    shared = rng.normal(size=200) + 1.0 * np.asarray(wrong)    # what both scores read
+    better = [float(s + 0.6 * w + 0.1 * e) for s, w, e in zip(shared, wrong, rng.normal(size=200))]
+    worse = [float(s + 0.1 * e) for s, e in zip(shared, rng.normal(size=200))]
+    d = paired_auroc_diff(better, worse, wrong, seed=0, n_boot=400)
+    assert d["diff"] == pytest.approx(auroc(better, wrong) - auroc(worse, wrong), abs=1e-4)
+    assert 0 < d["ci_low"] < d["diff"] < d["ci_high"]
+    # pairing: the difference's interval is narrower than either AUROC's own
+    lo, hi = bootstrap_auroc_ci(worse, wrong, seed=0, n_boot=400)
+    assert d["ci_high"] - d["ci_low"] < hi - lo
+    # a score against itself differs by exactly 0 in every resample
+    assert paired_auroc_diff(worse, worse, wrong, seed=0, n_boot=50) == {"diff": 0.0, "ci_low": 0.0, "ci_high": 0.0}
+    # resampling whole questions (5 answers each): the same difference, an interval that still brackets it
+    groups = [i // 5 for i in range(200)]
+    g = paired_auroc_diff(better, worse, wrong, seed=0, n_boot=400, groups=groups)
+    assert g["diff"] == d["diff"] and g["ci_low"] < g["diff"] < g["ci_high"]
+    assert paired_auroc_diff([0.1, 0.2], [0.3, 0.4], [True, True], seed=0, n_boot=10)["diff"] is None
+    with pytest.raises(ValueError, match="length"):
+        paired_auroc_diff([0.1], [0.2, 0.3], [True], seed=0)

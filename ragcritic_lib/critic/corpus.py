@@ -442,7 +442,8 @@ def style_baseline(fit_on: Sequence[Mapping[str, Any]], bench: Sequence[Mapping[
 
 
 def question_only_baseline(fit_on: Sequence[Mapping[str, Any]], bench: Sequence[Mapping[str, Any]], *,
-                           encode: Any, seed: int, n_boot: int = 2000) -> dict[str, Any]:
+                           encode: Any, seed: int, n_boot: int = 2000,
+                           critic_scores: Mapping[str, Sequence[float]] | None = None) -> dict[str, Any]:
     """The question-only baseline: a logistic regression (the verdict probe's,
     :func:`ragcritic_lib.critic.probe.fit_probe`) on ``encode``'s vectors of the question text
     alone (no answer, no passages), fitted on ``fit_on`` (train answers), scored on ``bench`` by
@@ -451,6 +452,10 @@ def question_only_baseline(fit_on: Sequence[Mapping[str, Any]], bench: Sequence[
     the reason) when ``fit_on`` or ``bench`` lacks one of the verdicts.
 
     ``encode``: question texts -> one vector each (e.g. the retriever's sentence encoder).
+    ``critic_scores``: {critic: its "wrong" score per ``bench`` sample}; each gets
+    ``critics_minus_baseline[critic]``, its AUROC minus the baseline's on the same answers with the
+    paired interval (:func:`ragcritic_lib.evaluation.stats.paired_auroc_diff`, resampling questions):
+    whether the critic reads more than the question.
     """
     import numpy as np
 
@@ -465,7 +470,20 @@ def question_only_baseline(fit_on: Sequence[Mapping[str, Any]], bench: Sequence[
 
     probe = fit_probe(vectors(fit_on), [s["judgement"] == ERROR for s in fit_on], seed=seed)
     scores = probe_scores(probe, vectors(bench))
-    return {**out, "C": probe["C"], **baseline_scores(scores, bench, seed=seed, n_boot=n_boot)}
+    out = {**out, "C": probe["C"], **baseline_scores(scores, bench, seed=seed, n_boot=n_boot)}
+    if critic_scores:
+        from ragcritic_lib.evaluation.stats import paired_auroc_diff
+
+        groups = [s.get("qkey") for s in bench]
+        groups = groups if all(g is not None for g in groups) else None
+        wrong = [s["judgement"] == ERROR for s in bench]
+        for name, cs in critic_scores.items():
+            if len(cs) != len(bench):
+                raise ValueError(f"critic_scores[{name!r}] has {len(cs)} scores for {len(bench)} benchmark samples")
+        out["critics_minus_baseline"] = {name: paired_auroc_diff(list(cs), scores, wrong, seed=seed, n_boot=n_boot,
+                                                                 groups=groups)
+                                         for name, cs in critic_scores.items()}
+    return out
 
 
 def benchmark_answers(answers: Sequence[Mapping[str, Any]], *, seed: int, per_class: int

@@ -583,6 +583,14 @@ def reading_benchmark(metrics: Mapping[str, Any]) -> list[str]:
                     + (f", {_f(within)} within kinds of question" if _known(within) else "")
                     + ": that much of a verdict AUROC the question alone gives, and the within-kind AUROC "
                     "shows what a critic reads beyond the kind of question.")
+        for name, d in (question.get("critics_minus_baseline") or {}).items():
+            if not _known((d or {}).get("diff")) or not _known(d.get("ci_low")) or not _known(d.get("ci_high")):
+                continue
+            verdict = ("reads more than the question" if d["ci_low"] > 0 else
+                       "scores below the question alone" if d["ci_high"] < 0 else
+                       "is not shown to read more than the question (the interval holds 0)")
+            text.append(f"{name} minus the question-only baseline: {_signed(d['diff'])} AUROC (paired 95% CI "
+                        f"{_signed(d['ci_low'])}..{_signed(d['ci_high'])}), so it {verdict}.")
     acc = {c: (r.get("identification") or {}).get("acc_avg") for c, r in critics.items()}
     acc = {c: v for c, v in acc.items() if _known(v)}
     if acc:

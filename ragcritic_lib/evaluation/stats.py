@@ -382,3 +382,27 @@ def bootstrap_within_group_auroc_ci(scores: Sequence[float], is_error: Sequence[
             vals.append(v)
     lo, hi = percentile_interval(vals, alpha)
     return (None, None) if lo is None else (round(lo, 4), round(hi, 4))
+
+
+def paired_auroc_diff(a: Sequence[float], b: Sequence[float], is_error: Sequence[bool], *, seed: int,
+                      n_boot: int = 2000, alpha: float = 0.05,
+                      groups: Sequence[Any] | None = None) -> dict[str, float | None]:
+    """AUROC(a) - AUROC(b), two scores of the same samples, with its paired percentile bootstrap
+    interval: each resample draws samples (or whole ``groups``, as :func:`cluster_resamples`) and
+    scores both on them, so what the two share cancels. ``{"diff", "ci_low", "ci_high"}``, None
+    where either AUROC is undefined (one class only)."""
+    _check(n_boot, alpha)
+    if not len(a) == len(b) == len(is_error):
+        raise ValueError(f"paired scores differ in length: {len(a)}, {len(b)}, {len(is_error)} labels")
+    whole_a, whole_b = auroc(a, is_error), auroc(b, is_error)
+    if whole_a is None or whole_b is None:
+        return {"diff": None, "ci_low": None, "ci_high": None}
+    diffs = []
+    for idx in cluster_resamples(groups, len(a), n_boot, seed):
+        y = [is_error[i] for i in idx]
+        x, z = auroc([a[i] for i in idx], y), auroc([b[i] for i in idx], y)
+        if x is not None and z is not None:
+            diffs.append(x - z)
+    lo, hi = percentile_interval(diffs, alpha)
+    return {"diff": round(whole_a - whole_b, 4), "ci_low": None if lo is None else round(lo, 4),
+            "ci_high": None if hi is None else round(hi, 4)}

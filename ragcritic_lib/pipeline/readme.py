@@ -502,21 +502,33 @@ def _within_kind(metrics: Mapping[str, Any], stem: str, *keys: str) -> str:
     return value if lo is None or hi is None else f"{value} ({_f(lo)}..{_f(hi)})"
 
 
+def _minus_question_only(metrics: Mapping[str, Any], stem: str, critic: str) -> str:
+    """A critic's verdict AUROC minus the question-only baseline's, with its paired CI, or a dash
+    where the run did not compare them (no baseline, or metrics written before the comparison)."""
+    keys = ("question_baseline", "critics_minus_baseline", critic)
+    paired = ((_get(metrics, stem).get("question_baseline") or {}).get("critics_minus_baseline") or {}).get(critic)
+    if not isinstance(paired, Mapping) or paired.get("diff") is None:
+        return _DASH
+    diff = _number(metrics, stem, *keys, "diff")
+    lo, hi = (_number(metrics, stem, *keys, f"ci_{end}", nullable=True) for end in ("low", "high"))
+    return f"{diff:+.3f}" if lo is None or hi is None else f"{diff:+.3f} ({lo:+.3f}..{hi:+.3f})"
+
+
 def render_benchmark(metrics: Mapping[str, Any]) -> str:
     """The RAG-Error benchmark: every critic in ``07_benchmark.json`` ``critics``, in file order,
     with verdict AUROC and its CI, overall and within kinds of question, then the style-only and
     (where the run scored it) the question-only baseline."""
     stem = "07_benchmark"
     critics = _get(metrics, stem, "critics")
-    header = ["critic", "n", "verdict AUROC", "95% CI", "within kinds (95% CI)", "identification", "on right",
-              "on wrong", "tier-1 F1", "tier-2 F1", "verdicts: Error / Correct / none"]
+    header = ["critic", "n", "verdict AUROC", "95% CI", "within kinds (95% CI)", "minus question-only (95% CI)",
+              "identification", "on right", "on wrong", "tier-1 F1", "tier-2 F1", "verdicts: Error / Correct / none"]
     rows = []
     for name in critics:
         c = ("critics", name)
         said = (_get(metrics, stem, *c, "predicted_judgements", k) for k in ("Error", "Correct", "none"))
         rows.append([name, str(int(_number(metrics, stem, *c, "n"))),
                      _f(_number(metrics, stem, *c, "verdict_auroc", nullable=True)), _ci(metrics, stem, *c),
-                     _within_kind(metrics, stem, *c), *(_pct(_number(metrics, stem, *c, "identification", k, nullable=True))
+                     _within_kind(metrics, stem, *c), _minus_question_only(metrics, stem, name), *(_pct(_number(metrics, stem, *c, "identification", k, nullable=True))
                        for k in ("acc_avg", "acc_correct", "acc_error")),
                      *(_pct(_number(metrics, stem, *c, "classification", k)) for k in ("tag1_f1", "tag2_f1")),
                      " / ".join(str(s) for s in said)])
@@ -525,7 +537,7 @@ def render_benchmark(metrics: Mapping[str, Any]) -> str:
         baselines.append(("question_baseline", "question-only baseline (question text; fit on train)"))
     for key, label in baselines:
         rows.append([label, _DASH, _f(_number(metrics, stem, key, "verdict_auroc", nullable=True)),
-                     _ci(metrics, stem, key), _within_kind(metrics, stem, key), *([_DASH] * 6)])
+                     _ci(metrics, stem, key), _within_kind(metrics, stem, key), *([_DASH] * 7)])
     n_err, n_ok = (int(_number(metrics, stem, "benchmark", k)) for k in ("n_error", "n_correct"))
     n_q = int(_number(metrics, stem, "benchmark", "questions", "test"))
     aurocs = []
@@ -544,7 +556,8 @@ def render_benchmark(metrics: Mapping[str, Any]) -> str:
              f"{n_err} wrong and {n_ok} right. Verdict AUROC ranks answers by the critic's \"wrong\" score (the "
              "trained critics' verdict body, the log-probability margin of a zero-shot model, a verdict alone "
              "for the heuristic critic), with a bootstrap 95% CI; within kinds it counts only pairs of answers to "
-             "questions of one kind (dataset and question type), whose error rates differ widely. "
+             "questions of one kind (dataset and question type), whose error rates differ widely; minus question-only "
+             "is the critic's AUROC less the question-only baseline's on the same answers, with a paired CI. "
              "Identification is the mean of the accuracies on right and on wrong answers; tier-1 and tier-2 F1 are "
              "micro F1 of the error labels (from each wrong answer's observed cause) on the wrong answers; in %. "
              "The trained critics read their verdict off the threshold fitted on dev, as RAG-Critic uses them, and "
@@ -561,12 +574,16 @@ def _rerun_notes(metrics: Mapping[str, Any]) -> list[str]:
     """One line per recorded re-run of stage 05 on another machine (``scripts/record_critic_rerun.py``):
     its dev verdict AUROC against the shipped run's and the stage's seconds on each."""
     out = []
+    now = (metrics.get("05_critic_sft") or {}).get("verdict_calibration") or {}
     for r in (metrics.get(RERUNS_KEY) or {}).get("reruns", []):
         old = r.get("shipped") or {}
+        # an entry recorded against a critic that has since been replaced says so
+        then = ("" if not now or (old.get("dev_auroc"), old.get("threshold")) == (now.get("auroc"), now.get("threshold"))
+                else " then, since replaced")
         secs = (f"; the stage's cells took {_f(r.get('wall_seconds'), 0)} s against {_f(old.get('wall_seconds'), 0)} s"
                 if r.get("wall_seconds") is not None and old.get("wall_seconds") is not None else "")
         out.append(f"Stage 05 re-run on {r.get('machine', '?')} (class `{r.get('cpu_class', '?')}`, `{_RERUNS_FILE}`): "
-                   f"dev verdict AUROC {_f(r.get('dev_auroc'))} against {_f(old.get('dev_auroc'))} shipped "
+                   f"dev verdict AUROC {_f(r.get('dev_auroc'))} against {_f(old.get('dev_auroc'))} shipped{then} "
                    f"(`{old.get('cpu_class', '?')}`), a difference of {_signed(r.get('dev_auroc_diff'), 4)} "
                    f"({'within' if r.get('within_tolerance') else 'outside'} {_f(r.get('tolerance'), 2)}); threshold "
                    f"{_f(r.get('threshold'))} against {_f(old.get('threshold'))}, dev tier-1 F1 {_f(r.get('dev_tag1_f1'))} "
