@@ -227,12 +227,13 @@ def test_the_benchmark_renders_every_critic_in_the_file():
     text = render_block("benchmark", benchmark_metrics())
     table = [line for line in text.splitlines() if line.startswith("| ")]
     assert table == [
-        "| critic | n | verdict AUROC | 95% CI | within kinds (95% CI) | identification | on right | on wrong "
-        "| tier-1 F1 | tier-2 F1 | verdicts: Error / Correct / none |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-        "| SFT critic | 4 | 0.750 | 0.500..1.000 | – | 50.0 | 100.0 | 0.0 | 0.0 | 0.0 | 0 / 4 / 0 |",
-        "| heuristic | 4 | – | – | – | 75.0 | 50.0 | 100.0 | 22.6 | 10.0 | 3 / 1 / 0 |",
-        "| style-only baseline (answer surface; fit on dev) | – | 0.625 | 0.250..1.000 | – | – | – | – | – | – | – |",
+        "| critic | n | verdict AUROC | 95% CI | within kinds (95% CI) | minus question-only (95% CI) | identification "
+        "| on right | on wrong | tier-1 F1 | tier-2 F1 | verdicts: Error / Correct / none |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| SFT critic | 4 | 0.750 | 0.500..1.000 | – | – | 50.0 | 100.0 | 0.0 | 0.0 | 0.0 | 0 / 4 / 0 |",
+        "| heuristic | 4 | – | – | – | – | 75.0 | 50.0 | 100.0 | 22.6 | 10.0 | 3 / 1 / 0 |",
+        "| style-only baseline (answer surface; fit on dev) | – | 0.625 | 0.250..1.000 | – | – | – | – | – | – | – "
+        "| – |",
     ]
     assert text.startswith("4 benchmark samples: real answers to 4 test questions (no training question), 2 wrong "
                            "and 2 right.")
