@@ -234,6 +234,12 @@ def test_question_only_baseline_reads_the_question_alone() -> None:
     assert corpus.question_kind(bench[0]) == "tb/sum"
     one_verdict = corpus.question_only_baseline(fit[:1], bench, encode=encode, seed=0)
     assert one_verdict["verdict_auroc"] is None and "only one verdict" in one_verdict["why_none"]
+    # with no baseline each critic's paired entry is still there, undefined (the smoke run's train answers)
+    undefined = corpus.question_only_baseline(fit[:1], bench, encode=encode, seed=0,
+                                              critic_scores={"reads": [0.5] * len(bench)})
+    assert undefined["critics_minus_baseline"] == {"reads": {"diff": None, "ci_low": None, "ci_high": None}}
+    with pytest.raises(ValueError, match="reads"):
+        corpus.question_only_baseline(fit[:1], bench, encode=encode, seed=0, critic_scores={"reads": [0.5]})
     # a critic that reads the answer's verdict beats the question alone; one that copies it does not
     wrong = [s["judgement"] == "Error" for s in bench]
     vs = corpus.question_only_baseline(fit, bench, encode=encode, seed=0, n_boot=100, critic_scores={

@@ -455,15 +455,22 @@ def question_only_baseline(fit_on: Sequence[Mapping[str, Any]], bench: Sequence[
     ``critic_scores``: {critic: its "wrong" score per ``bench`` sample}; each gets
     ``critics_minus_baseline[critic]``, its AUROC minus the baseline's on the same answers with the
     paired interval (:func:`ragcritic_lib.evaluation.stats.paired_auroc_diff`, resampling questions):
-    whether the critic reads more than the question.
+    whether the critic reads more than the question; all three None where the baseline is undefined.
     """
     import numpy as np
 
     from ragcritic_lib.critic.probe import fit_probe, probe_scores
 
     out: dict[str, Any] = {"fit_on": len(fit_on), "features": "question embedding"}
+    for name, cs in (critic_scores or {}).items():
+        if len(cs) != len(bench):
+            raise ValueError(f"critic_scores[{name!r}] has {len(cs)} scores for {len(bench)} benchmark samples")
     if len({s["judgement"] for s in fit_on}) < 2 or len({s["judgement"] for s in bench}) < 2:
-        return _no_baseline(out, "the train answers or the benchmark hold only one verdict")
+        out = _no_baseline(out, "the train answers or the benchmark hold only one verdict")
+        if critic_scores:  # every critic keeps its entry, undefined like the baseline
+            undefined = ("diff", "ci_low", "ci_high")
+            out["critics_minus_baseline"] = {name: dict.fromkeys(undefined) for name in critic_scores}
+        return out
 
     def vectors(rows: Sequence[Mapping[str, Any]]) -> Any:
         return np.asarray(encode([" ".join(str(s["question"]).split()) for s in rows]), dtype=np.float64)
@@ -477,9 +484,6 @@ def question_only_baseline(fit_on: Sequence[Mapping[str, Any]], bench: Sequence[
         groups = [s.get("qkey") for s in bench]
         groups = groups if all(g is not None for g in groups) else None
         wrong = [s["judgement"] == ERROR for s in bench]
-        for name, cs in critic_scores.items():
-            if len(cs) != len(bench):
-                raise ValueError(f"critic_scores[{name!r}] has {len(cs)} scores for {len(bench)} benchmark samples")
         out["critics_minus_baseline"] = {name: paired_auroc_diff(list(cs), scores, wrong, seed=seed, n_boot=n_boot,
                                                                  groups=groups)
                                          for name, cs in critic_scores.items()}
