@@ -427,6 +427,7 @@ def restore(root: Path, *, force: bool = False, remote: str | None = None,
         if fetch:
             print(f"fetching {len(fetch)} output(s) from DVC remote {remote!r} ...", flush=True)
             repo.fetch(targets=[str(root / o.path) for o in fetch], remote=remote)
+        put = []
         for out in checkout:
             state = _workspace_state(repo, out)
             if state == "same":
@@ -436,8 +437,10 @@ def restore(root: Path, *, force: bool = False, remote: str | None = None,
             if state == "modified" and not force:
                 report.kept_modified.append(out.path)
                 continue
-            repo.checkout(targets=[str(root / out.path)], force=True)
-            report.restored.append(out.path)
+            put.append(out.path)
+        if put:  # one checkout: each call re-reads every dvc.yaml and dvc.lock (seconds a call)
+            repo.checkout(targets=[str(root / path) for path in put], force=True)
+            report.restored.extend(put)
         report.status = pipeline_status(repo)
     finally:
         _close(repo)
