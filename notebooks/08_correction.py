@@ -46,6 +46,8 @@ planner_candidates = "critique"
 zeroshot_planner_model = ""
 action_topk = 3
 answer_mode = "free"
+refine_notes = "extractive"
+action_rerank_depth = 10
 deep_topk = 8
 max_calls = 16
 timeout_s = 60.0
@@ -183,14 +185,18 @@ list(methods_for(datasets[0]))
 # answer setting (prefill: one line), as standard RAG (01) and the methods 09-13 do.
 gen_params = answer_gen_params(rag_cfg["prompt_variant"], rag_cfg["max_new_tokens"])
 retriever_cfg = runtime.retriever_config(params)
-# The cross-encoder reranks action retrievals and selects sentences for RefineDoc; GenerateAnswer
-# reads at most standard RAG's top_k passages (the embedded reader gets worse past three).
+# The cross-encoder reranks action retrievals (action_rerank_depth candidates) and selects
+# sentences for RefineDoc, its notes too with refine_notes: extractive (no generator call per
+# passage; on dev as good as the generator's notes at a third of the actions' generator calls:
+# reports/benchmarks/correction_recipes.json); GenerateAnswer reads at most standard RAG's top_k
+# passages (the embedded reader gets worse past three).
 reranker = CrossEncoderReranker(retriever_cfg["reranker"])
 action_sets = {ds: ActionSet(generator, setup.retriever(ds), gen_params=gen_params,
                              topk=rag_cfg["top_k"], max_doc_words=rag_cfg["max_passage_words"],
                              rag_variant=rag_cfg["prompt_variant"], reranker=reranker,
-                             rerank_depth=retriever_cfg["rerank_depth"], max_docs=rag_cfg["top_k"], table=table,
-                             answer_mode=answer_mode) for ds in datasets}
+                             rerank_depth=action_rerank_depth or retriever_cfg["rerank_depth"],
+                             max_docs=rag_cfg["top_k"], table=table, answer_mode=answer_mode, notes=refine_notes)
+               for ds in datasets}
 
 # %% [markdown]
 # ## When the critic acts: a threshold fitted on dev F1

@@ -103,6 +103,27 @@ def test_refine_and_summarize_keep_the_best_scored_sentences_in_text_order():
     assert prompts == []
 
 
+def test_extractive_notes_come_from_the_cross_encoder_without_a_generator_call():
+    acts, prompts = make(reranker=KeywordScorer(), notes="extractive")
+    q = "When was the Kestrel Bridge completed?"
+    # explain / exemplify: the passage plus its best sentence as the note; correct: the two best.
+    assert acts.refine_doc(q, CORPUS["d1"], "explain") == CORPUS["d1"] + "\nExplanation: It was completed in 1887."
+    assert acts.refine_doc(q, CORPUS["d1"], "exemplify") == CORPUS["d1"] + "\nExample: It was completed in 1887."
+    assert acts.refine_doc(q, CORPUS["d1"], "correct") == "Kestrel Bridge\nIt was completed in 1887. It is made of stone."
+    assert prompts == []
+    assert acts.events[-1]["selector"] == "cross-encoder"
+
+
+def test_llm_notes_ask_the_generator_and_extractive_notes_need_a_cross_encoder():
+    acts, prompts = make(reranker=KeywordScorer())
+    out = acts.refine_doc("When was the Kestrel Bridge completed?", CORPUS["d1"], "explain")
+    assert len(prompts) == 1 and out.startswith(CORPUS["d1"] + "\nExplanation: ")
+    with pytest.raises(ValueError, match="needs a reranker"):
+        make(notes="extractive")
+    with pytest.raises(ValueError, match="unknown note source 'model'"):
+        make(reranker=KeywordScorer(), notes="model")
+
+
 def test_delete_uses_the_cross_encoder_threshold():
     acts, _ = make(reranker=KeywordScorer())
     q = "When was the Kestrel Bridge completed?"

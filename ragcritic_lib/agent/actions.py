@@ -101,6 +101,13 @@ _REWRITE_EXAMPLES: dict[str, str] = {
 }
 # Refinements that ask the generator; the others are extractive and free.
 LLM_REFINE_MODES = frozenset({"explain", "correct", "exemplify"})
+NOTE_SOURCES = ("llm", "extractive")
+"""Who writes the notes of RefineDoc's explain / exemplify / correct: the generator (one call per
+passage) or the cross-encoder, which picks the passage's sentences that score best for the
+question (no generator call; the ``refine_notes`` key of stage correction)."""
+NOTE_KEEP_SENTENCES = {"explain": 1, "exemplify": 1, "correct": 2}
+"""Sentences an extractive note keeps (explain / exemplify: the one that matters most; correct:
+the facts, as RefineDoc(summarize) keeps them)."""
 
 FUNCTION_SIGNATURES = """\
 Retrieval(query: str, topk: int = 5) -> list[str]  # search the corpus, best passages first
@@ -377,6 +384,9 @@ class ActionSet:
             the candidate spans of the passages and the question (:func:`answer_candidates`) and
             the abstention; a free answer longer than :data:`SPAN_MODE_MAX_WORDS` is kept).
         max_candidates: at most this many options in span mode.
+        notes: who writes RefineDoc's explain / exemplify / correct (:data:`NOTE_SOURCES`):
+            "llm" (the generator, one call per passage) or "extractive" (the cross-encoder's best
+            sentences of the passage, no generator call; needs ``reranker``).
     """
 
     def __init__(
@@ -397,7 +407,13 @@ class ActionSet:
         exclude_context: bool = True,
         answer_mode: str = "free",
         max_candidates: int = 24,
+        notes: str = "llm",
     ) -> None:
+        if notes not in NOTE_SOURCES:
+            raise ValueError(f"unknown note source {notes!r}; choose from {NOTE_SOURCES}")
+        if notes == "extractive" and reranker is None:
+            raise ValueError("notes='extractive' needs a reranker (the cross-encoder picks the sentences)")
+        self.notes = notes
         if answer_mode not in ANSWER_MODES:
             raise ValueError(f"unknown answer mode {answer_mode!r}; choose from {ANSWER_MODES}")
         self.answer_mode, self.max_candidates = answer_mode, max_candidates
@@ -727,6 +743,16 @@ class ActionSet:
         if mode in ("refine", "summarize"):
             out = _join_title(title, self._extract(body, q_words, mode))
             self._log("RefineDoc", instruction=mode, output=out)
+            return out
+        if self.notes == "extractive" and scorer is not None and query:
+            picked = self._select_sentences(query, title, body, NOTE_KEEP_SENTENCES[mode])
+            if mode == "correct":
+                out = _join_title(title, picked)
+            else:
+                label = "Explanation" if mode == "explain" else "Example"
+                note = " ".join(picked.split()[:60])
+                out = f"{truncate_words(doc, self.max_doc_words)}\n{label}: {note}"
+            self._log("RefineDoc", instruction=mode, output=out, selector="cross-encoder")
             return out
         text = self._generate(self.refine_messages(query, doc, mode), self.aux_params)
         if text == PENDING:
