@@ -2,20 +2,26 @@
 
 Stage correction runs the same five action functions for every ladder row; what they cost is
 mostly generator calls: GenerateAnswer, and RefineDoc's explain / exemplify / correct, which ask
-the generator for a note on every passage (``correction.refine_notes: llm``). This benchmark runs
-the two rows that act most ("oracle critique": the judge's verdict, labels from the known causes,
-rule planner; "oracle verdict": the judge's verdict, the trained critic's labels, the trained
-planner) on the first ``correction.dev_questions`` *dev* questions (never test) under each recipe,
+the generator for a note on every passage (``correction.refine_notes: llm``), and RewriteQuery(expand),
+which asks it for an expanded query (``correction.rewrite_expand: llm``; pseudo-relevance feedback
+when the line is unusable) unless the expansion is pseudo-relevance feedback alone (``prf``). This
+benchmark runs the three rows that act most ("oracle critique": the judge's verdict, labels from the
+known causes, rule planner; "oracle verdict": the judge's verdict, the trained critic's labels, the
+trained planner; "fixed action": every answer called wrong, the table's default program, which
+expands the query) on the first ``correction.dev_questions`` *dev* questions (never test) under each recipe,
 with the generator's cache off so every recipe pays its own calls, and reports per recipe and
 row: the dev F1 change against standard RAG with its paired 95% CI, the change in the share the
 audited judge calls right, the actions' wall seconds and generator calls; and per recipe the
 paired per-question F1 difference against the first recipe (the stage default). A cheaper recipe
 whose difference CI holds 0 is as good on this evidence; the CPU class is recorded with the times.
 
-Written to ``reports/benchmarks/correction_recipes.json``.
+Written to ``reports/benchmarks/correction_recipes.json`` (the notes and rerank depth), or
+``--out`` (``correction_expand.json``: the expansion).
 
     .venv/bin/python benchmarks/bench_correction_recipes.py
     .venv/bin/python benchmarks/bench_correction_recipes.py --recipes llm:20,extractive:20 --questions 35
+    .venv/bin/python benchmarks/bench_correction_recipes.py --recipes extractive:10,extractive:10:prf \
+        --out reports/benchmarks/correction_expand.json
 """
 
 from __future__ import annotations
@@ -27,19 +33,25 @@ from pathlib import Path
 from typing import Any
 
 RECIPES = "llm:20,extractive:20,extractive:10"
-"""notes:rerank_depth per recipe; the first is the comparison's reference (the stage default)."""
+"""notes:rerank_depth[:expand] per recipe (expand defaults to llm); the first is the comparison's
+reference (the stage default)."""
 
 
 def parse_recipes(text: str) -> list[dict[str, Any]]:
-    """"notes:depth,..." -> [{"name", "notes", "rerank_depth"}]; one clear error on a bad item."""
-    from ragcritic_lib.agent.actions import NOTE_SOURCES
+    """"notes:depth[:expand],..." -> [{"name", "notes", "rerank_depth", "expand"}]; one clear error
+    on a bad item."""
+    from ragcritic_lib.agent.actions import EXPAND_SOURCES, NOTE_SOURCES
 
     out = []
     for item in [t.strip() for t in text.split(",") if t.strip()]:
-        notes, _, depth = item.partition(":")
-        if notes not in NOTE_SOURCES or not depth.isdigit() or int(depth) < 1:
-            raise SystemExit(f"--recipes: bad item {item!r}; want NOTES:DEPTH with NOTES in {NOTE_SOURCES}")
-        out.append({"name": f"{notes} notes, rerank depth {depth}", "notes": notes, "rerank_depth": int(depth)})
+        parts = item.split(":")
+        notes, depth, expand = (parts + ["llm"])[:3] if len(parts) == 2 else (parts + ["", "", ""])[:3]
+        if (len(parts) not in (2, 3) or notes not in NOTE_SOURCES or not depth.isdigit() or int(depth) < 1
+                or expand not in EXPAND_SOURCES):
+            raise SystemExit(f"--recipes: bad item {item!r}; want NOTES:DEPTH[:EXPAND] with NOTES in {NOTE_SOURCES}"
+                             f" and EXPAND in {EXPAND_SOURCES}")
+        name = f"{notes} notes, rerank depth {depth}" + (f", {expand} expand" if expand != "llm" else "")
+        out.append({"name": name, "notes": notes, "rerank_depth": int(depth), "expand": expand})
     if not out:
         raise SystemExit("--recipes: no recipe given")
     return out
@@ -47,7 +59,7 @@ def parse_recipes(text: str) -> list[dict[str, Any]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--recipes", default=RECIPES, help=f"notes:rerank_depth, comma-separated (default {RECIPES})")
+    parser.add_argument("--recipes", default=RECIPES, help=f"notes:rerank_depth[:expand], comma-separated (default {RECIPES})")
     parser.add_argument("--questions", type=int, default=0, help="dev questions (0 = correction.dev_questions)")
     parser.add_argument("--out", default="reports/benchmarks/correction_recipes.json")
     args = parser.parse_args()
@@ -55,7 +67,7 @@ def main() -> None:
 
     from ragcritic_lib import paths, runtime
     from ragcritic_lib.agent.actions import ActionSet
-    from ragcritic_lib.agent.ladder import KnownCauseCritic, ladder_records, ladder_table
+    from ragcritic_lib.agent.ladder import AlwaysErrorCritic, KnownCauseCritic, ladder_records, ladder_table
     from ragcritic_lib.agent.planner import RuleBasedPlanner, load_error_actions, load_trained_planner
     from ragcritic_lib.agent.workflow import OracleCritic, run_methods
     from ragcritic_lib.critic.critics import load_trained_critic
@@ -91,7 +103,8 @@ def main() -> None:
     methods = {"oracle critique": {"critic": KnownCauseCritic(load_known_causes(taxonomy=taxonomy), source_records=dev,
                                                               passage_meta=passage_metadata(corpus), **gold),
                                    "planner": rule_planner},
-               "oracle verdict": {"critic": OracleCritic(tagger=critic, **gold), "planner": planner}}
+               "oracle verdict": {"critic": OracleCritic(tagger=critic, **gold), "planner": planner},
+               "fixed action": {"critic": AlwaysErrorCritic(), "planner": rule_planner}}
     generator = runtime.load_generator(params, cache=False)  # every recipe pays its own generator calls
     retriever_cfg = runtime.retriever_config(params)
     reranker = CrossEncoderReranker(retriever_cfg["reranker"])
@@ -104,7 +117,8 @@ def main() -> None:
         actions = ActionSet(generator, retriever, gen_params=gen_params, topk=rag_cfg["top_k"],
                             max_doc_words=rag_cfg["max_passage_words"], rag_variant=rag_cfg["prompt_variant"],
                             reranker=reranker, rerank_depth=recipe["rerank_depth"], max_docs=rag_cfg["top_k"],
-                            table=table, answer_mode=cfg["answer_mode"], notes=recipe["notes"])
+                            table=table, answer_mode=cfg["answer_mode"], notes=recipe["notes"],
+                            expand=recipe["expand"])
         start = time.perf_counter()
         runs, costs = run_methods(dev, methods, actions=actions, max_calls=cfg["max_calls"],
                                   timeout_s=cfg["timeout_s"], table=table)

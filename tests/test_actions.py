@@ -158,6 +158,30 @@ def test_prf_terms_prefer_words_of_the_top_passages_that_the_background_lacks():
     assert prf_terms("q", ["Alpha beta", "gamma gamma"], n_terms=2) == ["Alpha", "beta"]
 
 
+def test_prf_expansion_asks_no_generator_and_matches_the_fallback():
+    question = "Which river does the Kestrel Bridge cross?"
+    llm_acts, _, _ = make_actions({"Query:": "banana smoothie recipe"})
+    fallback = llm_acts.functions()["RewriteQuery"](question, "expand")
+    acts, _, calls = make_actions({"Query:": "Kestrel Bridge river name and location"}, expand="prf")
+    assert acts.functions()["RewriteQuery"](question, "expand") == fallback
+    assert calls == [] and acts.events[-1]["source"] == "prf" and acts.events[-1]["fallback"] is None
+    # The other rewrite modes still ask the generator.
+    assert acts.functions()["RewriteQuery"](question, "clarify")[0] == "Kestrel Bridge river name and location"
+    assert len(calls) == 1
+
+
+def test_prf_expansion_without_feedback_terms_keeps_the_keyword_query():
+    acts, _, calls = make_actions(expand="prf")
+    acts.begin_sample(docs=["Which river"], prediction="x")  # feedback with nothing new to add
+    out = acts.functions()["RewriteQuery"]("Which river?", "expand")
+    assert out == ["river"] and calls == [] and acts.events[-1]["fallback"] == "keywords"
+
+
+def test_an_unknown_expand_source_is_one_clear_error():
+    with pytest.raises(ValueError, match="expand source 'web'"):
+        make_actions(expand="web")
+
+
 def test_expand_rewrite_falls_back_to_pseudo_relevance_feedback():
     acts, retriever, _ = make_actions({"Query:": "banana smoothie recipe"})
     out = acts.functions()["RewriteQuery"]("Which river does the Kestrel Bridge cross?", "expand")

@@ -19,3 +19,16 @@ def test_recipes_parse_in_order_with_the_first_as_reference():
 def test_a_bad_recipe_is_one_clear_error(text):
     with pytest.raises(SystemExit, match="--recipes"):
         bench.parse_recipes(text)
+
+
+def test_a_recipe_may_name_its_expansion_and_defaults_to_the_generator():
+    recipes = bench.parse_recipes("extractive:10,extractive:10:prf,extractive:10:llm")
+    assert [r["expand"] for r in recipes] == ["llm", "prf", "llm"]
+    assert recipes[1]["name"] == "extractive notes, rerank depth 10, prf expand"
+    assert recipes[0]["name"] == recipes[2]["name"] == "extractive notes, rerank depth 10"
+
+
+@pytest.mark.parametrize("text", ["extractive:10:web", "extractive:10:prf:x", "extractive::prf"])
+def test_a_bad_expansion_is_one_clear_error(text):
+    with pytest.raises(SystemExit, match="--recipes"):
+        bench.parse_recipes(text)

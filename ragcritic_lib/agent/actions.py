@@ -108,6 +108,10 @@ question (no generator call; the ``refine_notes`` key of stage correction)."""
 NOTE_KEEP_SENTENCES = {"explain": 1, "exemplify": 1, "correct": 2}
 """Sentences an extractive note keeps (explain / exemplify: the one that matters most; correct:
 the facts, as RefineDoc(summarize) keeps them)."""
+EXPAND_SOURCES = ("llm", "prf")
+"""Who expands a query for RewriteQuery(expand): the generator, falling back to pseudo-relevance
+feedback when its rewrite is unusable, or pseudo-relevance feedback alone (no generator call; the
+``rewrite_expand`` key of stage correction). The other rewrite modes always ask the generator."""
 
 FUNCTION_SIGNATURES = """\
 Retrieval(query: str, topk: int = 5) -> list[str]  # search the corpus, best passages first
@@ -387,6 +391,9 @@ class ActionSet:
         notes: who writes RefineDoc's explain / exemplify / correct (:data:`NOTE_SOURCES`):
             "llm" (the generator, one call per passage) or "extractive" (the cross-encoder's best
             sentences of the passage, no generator call; needs ``reranker``).
+        expand: who writes RewriteQuery(expand)'s query (:data:`EXPAND_SOURCES`): "llm" (the
+            generator; pseudo-relevance feedback when its line is unusable) or "prf" (the keyword
+            query plus pseudo-relevance-feedback terms, no generator call).
     """
 
     def __init__(
@@ -408,7 +415,11 @@ class ActionSet:
         answer_mode: str = "free",
         max_candidates: int = 24,
         notes: str = "llm",
+        expand: str = "llm",
     ) -> None:
+        if expand not in EXPAND_SOURCES:
+            raise ValueError(f"unknown expand source {expand!r}; choose from {EXPAND_SOURCES}")
+        self.expand = expand
         if notes not in NOTE_SOURCES:
             raise ValueError(f"unknown note source {notes!r}; choose from {NOTE_SOURCES}")
         if notes == "extractive" and reranker is None:
@@ -616,7 +627,8 @@ class ActionSet:
     def rewrite_query(self, query: str, instruction: str) -> list[str]:
         """Rewritten queries (model output that shares a content word with the query); when none
         is usable and the instruction is "expand", the keyword query plus pseudo-relevance-feedback
-        terms (:meth:`prf_expansion`); the keyword query is always the last element."""
+        terms (:meth:`prf_expansion`), which is also the whole expansion, without a generator call,
+        when ``expand="prf"``; the keyword query is always the last element."""
         query = _as_query(query)
         mode = _normalize_mode(instruction, REWRITE_INSTRUCTIONS, default="clarify")
         if _has_marker(query) or _has_marker(instruction):
@@ -625,6 +637,12 @@ class ActionSet:
         if not query:
             self._log("RewriteQuery", instruction=mode, output=[], fallback="empty_query")
             return [keywords] if keywords else []
+        if mode == "expand" and self.expand == "prf":
+            terms = self.prf_expansion(query, keywords)
+            out = ([f"{keywords} {' '.join(terms)}"] if terms else []) + [keywords]
+            self._log("RewriteQuery", instruction=mode, output=out, source="prf",
+                      fallback=None if terms else "keywords", **({"prf_terms": terms} if terms else {}))
+            return out
         text = self._generate(self.rewrite_messages(query, mode), self.aux_params)
         if text == PENDING:
             return [PENDING]
