@@ -31,15 +31,18 @@ max_passage_words = 60
 closed_book = True
 
 # %%
+import shutil
+
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from ragcritic_lib import runtime
+from ragcritic_lib import paths, runtime
 from ragcritic_lib.evaluation.summaries import recall_at_k, retrieval_rag_metrics, summarize_rag
 from ragcritic_lib.io import write_jsonl
 from ragcritic_lib.pipeline.outputs import save_figure
 from ragcritic_lib.pipeline.params import parse_dataset_counts
 from ragcritic_lib.pipeline.stage_models import setup_stage
+from ragcritic_lib.retrieval import export_indexes
 from ragcritic_lib.retrieval.rag import PROMPT_VARIANTS, answer_gen_params, run_standard_rag
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 
@@ -129,6 +132,24 @@ for ds in datasets:
             summary_rows.append({"dataset": ds, "split": split, "method": "closed-book", **{
                 k: closed[ds][split][k] for k in ("em", "f1", "acc", "prefix_rate", "truncation_rate", "n")}})
 pd.DataFrame(summary_rows)
+
+# %% [markdown]
+# ## The shipped indexes
+# The configured retriever's indexes (BM25's and the dense vectors of every passage) are written to
+# `data/indexes` as the index cache's content-addressed folders. This stage's outputs travel with
+# the repository, so a later stage on a new machine loads them instead of encoding the corpus
+# again (the trivia corpus takes minutes on two cores); a stage whose retriever settings or corpus
+# differ finds no matching folder and builds its own.
+
+# %%
+retriever_cfg = runtime.retriever_config(params)
+shipped_indexes = {ds: [f.name for f in export_indexes(retriever_cfg, runtime.load_corpus(params, ds), paths.INDEXES_DIR)]
+                   for ds in datasets}
+keep = {name for names in shipped_indexes.values() for name in names}
+for folder in paths.INDEXES_DIR.iterdir():  # indexes of an older corpus or configuration
+    if folder.name not in keep:
+        shutil.rmtree(folder)
+shipped_indexes
 
 # %% [markdown]
 # ## Prompt variants

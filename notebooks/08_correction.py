@@ -23,9 +23,10 @@
 # verdict with labels from the known error causes), each with a paired CI and p-value.
 #
 # The actions are built to change answers at this model size (`ragcritic_lib.agent.actions`):
-# retrieval skips the passages the answer already came from; an "expand" rewrite that the model
-# cannot write falls back to pseudo-relevance feedback (the keyword query plus the words that mark
-# the answer's own passages against the query's wider hits); the table's bridging program for
+# retrieval skips the passages the answer already came from; an "expand" rewrite is
+# pseudo-relevance feedback (the keyword query plus the words that mark the answer's own passages
+# against the query's wider hits; `rewrite_expand: llm` asks the model first, which at this size
+# writes no usable query four times in five); the table's bridging program for
 # "Data Insufficiency in Retrieval" answers the first sub-question and searches the last one
 # together with that answer; GenerateAnswer hears which answer was rejected where the table says
 # to rewrite it, and abstains when an unsupported answer stays unsupported.
@@ -47,6 +48,7 @@ zeroshot_planner_model = ""
 action_topk = 3
 answer_mode = "free"
 refine_notes = "extractive"
+rewrite_expand = "prf"
 action_rerank_depth = 10
 deep_topk = 8
 max_calls = 16
@@ -188,14 +190,16 @@ retriever_cfg = runtime.retriever_config(params)
 # The cross-encoder reranks action retrievals (action_rerank_depth candidates) and selects
 # sentences for RefineDoc, its notes too with refine_notes: extractive (no generator call per
 # passage; on dev as good as the generator's notes at a third of the actions' generator calls:
-# reports/benchmarks/correction_recipes.json); GenerateAnswer reads at most standard RAG's top_k
-# passages (the embedded reader gets worse past three).
+# reports/benchmarks/correction_recipes.json); rewrite_expand: prf expands a query without the
+# generator (on dev no worse, at half the fixed action's calls: correction_expand.json);
+# GenerateAnswer reads at most standard RAG's top_k passages (the embedded reader gets worse past three).
 reranker = CrossEncoderReranker(retriever_cfg["reranker"])
 action_sets = {ds: ActionSet(generator, setup.retriever(ds), gen_params=gen_params,
                              topk=rag_cfg["top_k"], max_doc_words=rag_cfg["max_passage_words"],
                              rag_variant=rag_cfg["prompt_variant"], reranker=reranker,
                              rerank_depth=action_rerank_depth or retriever_cfg["rerank_depth"],
-                             max_docs=rag_cfg["top_k"], table=table, answer_mode=answer_mode, notes=refine_notes)
+                             max_docs=rag_cfg["top_k"], table=table, answer_mode=answer_mode, notes=refine_notes,
+                             expand=rewrite_expand)
                for ds in datasets}
 
 # %% [markdown]

@@ -32,6 +32,7 @@ ASSETS_DIR = DATA_DIR / "assets"
 MODELS_DIR = ASSETS_DIR / "models"
 TAXONOMY_DIR = DATA_DIR / "taxonomy"
 TESTBED_DIR = DATA_DIR / "testbed"
+INDEXES_DIR = DATA_DIR / "indexes"  # the configured retriever's indexes, shipped by stage retrieval_rag
 
 CACHE_DIR = Path(os.environ.get("RAGCRITIC_CACHE_DIR", ROOT / ".cache")).resolve()
 LLM_CACHE_DIR = CACHE_DIR / "llm"

@@ -57,7 +57,9 @@ _RETRIEVERS_LOCK = threading.RLock()  # pool members sampled in threads share th
 
 
 def load_retriever(params: Mapping[str, Any], dataset: str, **overrides: Any):
-    """A retriever over the dataset's corpus built from ``common.retriever`` plus overrides."""
+    """A retriever over the dataset's corpus built from ``common.retriever`` plus overrides; its
+    indexes come from the ones stage retrieval_rag ships (``data/indexes``) when their content
+    keys match, else from the index cache, else they are built."""
     from ragcritic_lib.retrieval import build_retriever
 
     cfg = retriever_config(params, **overrides)
@@ -66,7 +68,7 @@ def load_retriever(params: Mapping[str, Any], dataset: str, **overrides: Any):
     key = (dataset, corpus_path, tuple(sorted((k, str(v)) for k, v in cfg.items())))
     with _RETRIEVERS_LOCK:
         if key not in _RETRIEVERS:
-            retriever = build_retriever(cfg, load_corpus(params, dataset))
+            retriever = build_retriever(cfg, load_corpus(params, dataset), shipped_dirs=[paths.INDEXES_DIR])
             # What built it, so that samples drawn with it are keyed by config and corpus content.
             retriever.provenance = {"config": cfg, "corpus_path": corpus_path}
             _RETRIEVERS[key] = retriever

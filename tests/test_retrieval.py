@@ -33,10 +33,13 @@ from ragcritic_lib.retrieval import (
     TextEncoder,
     build_retriever,
     corpus_fingerprint,
+    export_indexes,
+    index_keys,
     load_encoder,
     reciprocal_rank_fusion,
     validate_retriever_cfg,
 )
+from ragcritic_lib.retrieval.build import index_folder_name
 
 PASSAGES = [
     ("p01", "Mount Kilimanjaro", "Mount Kilimanjaro is a dormant volcano in Tanzania and the highest mountain in Africa."),
@@ -481,6 +484,40 @@ def test_build_retriever_hybrid_and_rerank(corpus: Corpus, tmp_path: Path, reran
     assert retriever.name == "hybrid(bm25+dense-flat)+rerank"
     hits = retriever.search_one("Who painted the Mona Lisa portrait?", 2)
     assert hits[0].doc_id == "p08" and len(hits) == 2
+
+
+def test_exported_indexes_load_without_encoding_and_bad_copies_are_skipped(corpus: Corpus, tmp_path: Path) -> None:
+    cache, shipped = tmp_path / "cache", tmp_path / "shipped"
+    cfg = {"kind": "hybrid"}
+    folders = export_indexes(cfg, corpus, shipped, cache_dir=cache, encoder=HashingEncoder())
+    assert sorted(f.name.split("-")[0] for f in folders) == ["bm25", "dense"]
+    assert sorted(p.name for p in shipped.iterdir()) == sorted(f.name for f in folders)  # no temp folder left
+    assert [f.name for f in folders] == [index_folder_name(k) for k in index_keys(cfg, corpus, encoder=HashingEncoder())]
+    q = [q for q, _ in KEYWORD_QUERIES]
+    reference = [[h.doc_id for h in hs] for hs in build_retriever(cfg, corpus, cache_dir=None,
+                                                                 encoder=HashingEncoder()).search(q, 3)]
+    # Another machine: an empty cache, the shipped folders read-only; nothing is encoded or written.
+    enc, other_cache = HashingEncoder(), tmp_path / "other"
+    loaded = build_retriever(cfg, corpus, cache_dir=other_cache, encoder=enc, shipped_dirs=[shipped])
+    assert enc.n_passages_encoded == 0 and not other_cache.exists()
+    assert [[h.doc_id for h in hs] for hs in loaded.search(q, 3)] == reference
+    # A shipped copy that does not load is skipped (and kept); the index is built in the cache instead.
+    dense = next(f for f in folders if f.name.startswith("dense-"))
+    (dense / "index.faiss").write_bytes(b"truncated")
+    enc2 = HashingEncoder()
+    rebuilt = build_retriever(cfg, corpus, cache_dir=other_cache, encoder=enc2, shipped_dirs=[shipped])
+    assert enc2.n_passages_encoded == len(corpus) and (dense / "index.faiss").read_bytes() == b"truncated"
+    assert [[h.doc_id for h in hs] for hs in rebuilt.search(q, 3)] == reference
+    # Exporting again replaces the bad copy; cache: false reads no shipped index either.
+    export_indexes(cfg, corpus, shipped, cache_dir=cache, encoder=HashingEncoder())
+    assert (dense / "index.faiss").read_bytes() != b"truncated"
+    enc3 = HashingEncoder()
+    build_retriever({**cfg, "cache": False}, corpus, encoder=enc3, shipped_dirs=[shipped])
+    assert enc3.n_passages_encoded == len(corpus)
+    # With an empty cache, an export keeps what the destination already holds and encodes nothing.
+    enc4 = HashingEncoder()
+    assert export_indexes(cfg, corpus, shipped, cache_dir=tmp_path / "empty", encoder=enc4) == folders
+    assert enc4.n_passages_encoded == 0
 
 
 def test_build_retriever_without_cache(corpus: Corpus, tmp_path: Path) -> None:

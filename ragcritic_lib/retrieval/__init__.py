@@ -54,6 +54,8 @@ from ragcritic_lib.retrieval.rerank import (  # noqa: F401 (the package's public
 )
 from ragcritic_lib.retrieval.build import (  # noqa: F401 (the package's public interface)
     build_retriever,
+    export_indexes,
+    index_keys,
     open_flashrag,
     validate_retriever_cfg,
 )

@@ -10,7 +10,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -94,19 +94,50 @@ def _key_digest(key: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
 
 
+def index_folder_name(key: Mapping[str, Any]) -> str:
+    """The content-addressed folder name of the index stored under ``key``."""
+    return f"{key['kind']}-{_key_digest(key)}"
+
+
+def _load_shipped(shipped_dirs: Sequence[Path], key: dict[str, Any],
+                  load: Callable[[Path], Retriever]) -> Retriever | None:
+    """The index under ``key`` from the first read-only folder that holds a loadable copy, else None
+    (a copy that fails to load is left in place and skipped, never deleted)."""
+    for base in shipped_dirs:
+        folder = Path(base) / index_folder_name(key)
+        if not folder.exists():
+            continue
+        try:
+            if read_json(folder / "meta.json").get("key") != key:
+                raise ValueError("key mismatch")
+            retriever = load(folder)
+        except Exception as exc:  # unusable copies fail in library-specific ways; all mean "look further"
+            logger.warning("shipped index %s unusable (%s: %s); skipped", folder, type(exc).__name__, exc)
+            continue
+        retriever.loaded_from_cache = True
+        logger.info("loaded %s index from %s", key["kind"], folder)
+        return retriever
+    return None
+
+
 def _cached_build(
     cache_dir: Path | None,
     key: dict[str, Any],
     build: Callable[[], Retriever],
     load: Callable[[Path], Retriever],
+    shipped_dirs: Sequence[Path] = (),
 ) -> Retriever:
-    """Load the index stored under ``key`` or build and store it (atomically, by rename).
+    """Load the index stored under ``key`` from a shipped folder or the cache, or build and store
+    it in the cache (atomically, by rename).
 
-    A folder that fails to load (missing, truncated, mismatched key) is discarded and rebuilt.
+    A cache folder that fails to load (missing, truncated, mismatched key) is discarded and rebuilt.
     """
+    shipped = _load_shipped(shipped_dirs, key, load)
+    if shipped is not None:
+        return shipped
     if cache_dir is None:
         return build()
-    folder = Path(cache_dir) / f"{key['kind']}-{_key_digest(key)}"
+    folder = Path(cache_dir) / index_folder_name(key)
     if folder.exists():
         try:
             meta = read_json(folder / "meta.json")
@@ -157,30 +188,34 @@ def build_retriever(
     *,
     cache_dir: str | os.PathLike[str] | None = paths.INDEX_CACHE_DIR,
     encoder: TextEncoder | None = None,
+    shipped_dirs: Sequence[str | os.PathLike[str]] = (),
 ) -> Retriever:
-    """Build (or load from the index cache) the retriever described by ``cfg``.
+    """Build (or load from shipped indexes or the index cache) the retriever described by ``cfg``.
 
     Args:
         cfg: the ``retriever`` params section; keys and defaults in :data:`RETRIEVER_DEFAULTS`.
         corpus: the passages to index.
         cache_dir: where content-addressed indexes live; None (or cfg ``cache: false``) disables.
         encoder: an already opened encoder to use instead of ``cfg["encoder"]``.
+        shipped_dirs: read-only folders of content-addressed indexes (:func:`export_indexes`),
+            looked in first; with cfg ``cache: false`` they are not read either.
 
     Returns:
         A :class:`Retriever`; its ``loaded_from_cache`` says whether any index was rebuilt.
     """
     c = validate_retriever_cfg(cfg)
     cache = Path(cache_dir) if (cache_dir is not None and c["cache"]) else None
+    shipped = [Path(d) for d in shipped_dirs] if c["cache"] else []
     fingerprint = corpus_fingerprint(corpus)
     base: Retriever
     if c["kind"] == "bm25":
-        base = _build_bm25(c, corpus, fingerprint, cache)
+        base = _build_bm25(c, corpus, fingerprint, cache, shipped)
     elif c["kind"] == "dense":
-        base = _build_dense(c, corpus, fingerprint, cache, encoder)
+        base = _build_dense(c, corpus, fingerprint, cache, encoder, shipped)
     else:
         members = [
-            _build_bm25(c, corpus, fingerprint, cache),
-            _build_dense(c, corpus, fingerprint, cache, encoder),
+            _build_bm25(c, corpus, fingerprint, cache, shipped),
+            _build_dense(c, corpus, fingerprint, cache, encoder, shipped),
         ]
         base = HybridRetriever(members, rrf_k=c["rrf_k"], depth=c["fusion_depth"])
     if c["rerank"]:
@@ -194,11 +229,11 @@ def build_retriever(
     return base
 
 
-def _build_bm25(c: Mapping[str, Any], corpus: Corpus, fingerprint: str, cache: Path | None) -> Retriever:
+def _bm25_key(c: Mapping[str, Any], fingerprint: str) -> dict[str, Any]:
     import bm25s
 
     _, stemmer_name = _stemmer()
-    key = {
+    return {
         "kind": "bm25",
         "corpus": fingerprint,
         "k1": float(c["bm25_k1"]),
@@ -208,6 +243,11 @@ def _build_bm25(c: Mapping[str, Any], corpus: Corpus, fingerprint: str, cache: P
         "stemmer": stemmer_name,
         "bm25s": bm25s.__version__,
     }
+
+
+def _build_bm25(c: Mapping[str, Any], corpus: Corpus, fingerprint: str, cache: Path | None,
+                shipped: Sequence[Path] = ()) -> Retriever:
+    key = _bm25_key(c, fingerprint)
     return _cached_build(
         cache,
         key,
@@ -215,38 +255,50 @@ def _build_bm25(c: Mapping[str, Any], corpus: Corpus, fingerprint: str, cache: P
             corpus, k1=c["bm25_k1"], b=c["bm25_b"], method=c["bm25_method"], num_threads=c["num_threads"]
         ),
         lambda folder: BM25Retriever.load(folder, corpus, num_threads=c["num_threads"], mmap=c["mmap"]),
+        shipped,
     )
 
 
-def _build_dense(
-    c: Mapping[str, Any], corpus: Corpus, fingerprint: str, cache: Path | None, encoder: TextEncoder | None
-) -> Retriever:
-    if encoder is None:
-        encoder = load_encoder(
-            c["encoder"],
-            encoder_type=c["encoder_type"],
-            device=c["device"],
-            batch_size=c["batch_size"],
-            query_prefix=c["query_prefix"],
-            pooling=c["pooling"],
-            max_length=c["max_length"],
-            num_threads=c["num_threads"],
-            show_progress=c["show_progress"],
-        )
+def _open_encoder(c: Mapping[str, Any]) -> TextEncoder:
+    return load_encoder(
+        c["encoder"],
+        encoder_type=c["encoder_type"],
+        device=c["device"],
+        batch_size=c["batch_size"],
+        query_prefix=c["query_prefix"],
+        pooling=c["pooling"],
+        max_length=c["max_length"],
+        num_threads=c["num_threads"],
+        show_progress=c["show_progress"],
+    )
+
+
+def _dense_index_params(c: Mapping[str, Any], n_passages: int) -> dict[str, Any]:
     index_type = c["index_factory"] or c["index"]
     index_params: dict[str, Any] = {"index": index_type}
     if c["index_factory"]:
         # Factory strings carry their own sizes; sampling and HNSW build depth still matter.
         factory = factory_string(c["index_factory"])
-        index_params.update(train_size=c["train_size"] or auto_train_size(len(corpus), factory))
+        index_params.update(train_size=c["train_size"] or auto_train_size(n_passages, factory))
         if "HNSW" in factory:
             index_params.update(ef_construction=c["hnsw_ef_construction"])
     elif c["index"] == "hnsw":
         index_params.update(hnsw_m=c["hnsw_m"], ef_construction=c["hnsw_ef_construction"])
     elif c["index"] == "ivf":
-        index_params.update(nlist=c["nlist"] if c["nlist"] > 0 else _auto_nlist(len(corpus)))
+        index_params.update(nlist=c["nlist"] if c["nlist"] > 0 else _auto_nlist(n_passages))
         if c["train_size"]:
             index_params.update(train_size=c["train_size"])
+    return index_params
+
+
+def _build_dense(
+    c: Mapping[str, Any], corpus: Corpus, fingerprint: str, cache: Path | None, encoder: TextEncoder | None,
+    shipped: Sequence[Path] = (),
+) -> Retriever:
+    if encoder is None:
+        encoder = _open_encoder(c)
+    index_type = c["index_factory"] or c["index"]
+    index_params = _dense_index_params(c, len(corpus))
     key = {"kind": "dense", "corpus": fingerprint, "encoder": encoder.identity(), **index_params}
     search_kw = {
         "index_type": index_type,
@@ -270,7 +322,67 @@ def _build_dense(
             **search_kw,
         ),
         lambda folder: DenseRetriever.load(folder, corpus, encoder, mmap=c["mmap"], **search_kw),
+        shipped,
     )
+
+
+def index_keys(cfg: Mapping[str, Any], corpus: Corpus, *, encoder: TextEncoder | None = None) -> list[dict[str, Any]]:
+    """The cache keys of the indexes the retriever ``cfg`` describes reads over ``corpus`` (one
+    for bm25 or dense, two for hybrid; a reranker has no index)."""
+    c = validate_retriever_cfg(cfg)
+    fingerprint = corpus_fingerprint(corpus)
+    keys = []
+    if c["kind"] in ("bm25", "hybrid"):
+        keys.append(_bm25_key(c, fingerprint))
+    if c["kind"] in ("dense", "hybrid"):
+        enc = encoder if encoder is not None else _open_encoder(c)
+        keys.append({"kind": "dense", "corpus": fingerprint, "encoder": enc.identity(),
+                     **_dense_index_params(c, len(corpus))})
+    return keys
+
+
+def _holds(folder: Path, key: Mapping[str, Any]) -> bool:
+    """Whether ``folder`` is an index stored under ``key`` (by its meta.json)."""
+    try:
+        return read_json(folder / "meta.json").get("key") == key
+    except Exception:  # missing or unreadable metadata: not that index
+        return False
+
+
+def export_indexes(
+    cfg: Mapping[str, Any],
+    corpus: Corpus,
+    dest: str | os.PathLike[str],
+    *,
+    cache_dir: str | os.PathLike[str] = paths.INDEX_CACHE_DIR,
+    encoder: TextEncoder | None = None,
+) -> list[Path]:
+    """Put the indexes of the retriever ``cfg`` over ``corpus`` into ``dest`` as the same
+    content-addressed folders as the index cache, for :func:`build_retriever`'s ``shipped_dirs``:
+    a stage ships them and later stages load them instead of re-encoding the corpus.
+
+    Each index is copied from the cache; one the cache lacks is kept as ``dest`` holds it, or
+    built into the cache and copied. Returns the folders, one per index of ``cfg``.
+    """
+    c = {**validate_retriever_cfg(cfg), "cache": True}
+    out = []
+    for key in index_keys(c, corpus, encoder=encoder):
+        src, target = Path(cache_dir) / index_folder_name(key), Path(dest) / index_folder_name(key)
+        if not _holds(src, key):
+            if _holds(target, key):
+                out.append(target)
+                continue
+            build_retriever(c, corpus, cache_dir=cache_dir, encoder=encoder)
+            if not _holds(src, key):
+                raise OSError(f"index cache {cache_dir}: could not store the {key['kind']} index to export it")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        _remove_dir(tmp)
+        shutil.copytree(src, tmp)
+        _remove_dir(target)
+        os.rename(tmp, target)
+        out.append(target)
+    return out
 
 
 # --------------------------------------------------------------------------------------------
