@@ -256,6 +256,12 @@ class HFBackend(LLM):
         # their shared token prefix once a call and reuse its key-value cache (off by default).
         self.share_prompt_prefix = False
         self.min_shared_prefix = 32
+        # Generating for many prompts whose turns before the last user turn are alike (one
+        # instruction and its worked examples, then each its own passages and question): encode
+        # those turns once and reuse their key-value cache (off by default; see _generate).
+        self.share_generation_prefix = False
+        self._turn_prefix: dict[str, str] = {}
+        self._prefix_kv: dict[tuple[int, ...], Any] = {}
 
         # End tokens: the model's generation config may list several (e.g. <|im_end|> and <|endoftext|>).
         eos = self.hf_model.generation_config.eos_token_id
@@ -283,19 +289,29 @@ class HFBackend(LLM):
             "no_repeat_ngram_size": self.no_repeat_ngram_size,
         }
 
-    def identity(self) -> dict[str, Any]:
-        # The batch shape a prompt is computed at (rows, width granularity) and the sampler are
-        # part of what decides its output, so entries made under other settings never match.
-        batching = {"rows": self.batch_size, "fill": "none", "pad_multiple": PAD_MULTIPLE, "sampler": "row-gumbel"}
-        return {**self._identity, "batching": batching}
-
     def render(self, prompt: Prompt) -> str:
         """The exact text the model reads for ``prompt`` (before tokenization)."""
         validate_prompt(prompt)
         return prompt if isinstance(prompt, str) else _render_chat(self.tokenizer, prompt)
 
     def _prepare(self, prompt: Prompt) -> str:
-        return self.render(prompt)
+        text = self.render(prompt)
+        if self.share_generation_prefix and not isinstance(prompt, str):
+            users = [i for i, m in enumerate(prompt) if m["role"] == "user"]
+            if users and users[-1] > 0:
+                head = self.tokenizer.apply_chat_template([dict(m) for m in prompt[: users[-1]]], tokenize=False,
+                                                          add_generation_prompt=False)
+                if text.startswith(head):
+                    self._turn_prefix[text] = head
+        return text
+
+    def identity(self) -> dict[str, Any]:
+        # The batch shape a prompt is computed at (rows, width granularity) and the sampler are
+        # part of what decides its output, so entries made under other settings never match.
+        batching = {"rows": self.batch_size, "fill": "none", "pad_multiple": PAD_MULTIPLE, "sampler": "row-gumbel"}
+        if self.share_generation_prefix:
+            batching["prefix"] = "turns before the last user turn, encoded once"
+        return {**self._identity, "batching": batching}
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -310,16 +326,71 @@ class HFBackend(LLM):
 
     def _generate(self, prompts: list[Any], params: GenParams) -> Iterator[tuple[int, Generation]]:
         encoded = [self.encode(t) for t in prompts]
-        for idx, width in plan_batches([len(ids) for ids in encoded], self.batch_size):
-            outs = self._generate_batch([encoded[i] for i in idx], params, width=width)
-            yield from zip(idx, outs)
+        prefixes = [self._prefix_ids(t, ids) for t, ids in zip(prompts, encoded)]
+        self._turn_prefix.clear()
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i, pre in enumerate(prefixes):
+            groups.setdefault(pre, []).append(i)
+        for pre, members in sorted(groups.items(), key=lambda kv: (len(kv[0]), kv[0])):
+            rest = [encoded[i][len(pre):] for i in members]
+            for idx, width in plan_batches([len(ids) for ids in rest], self.batch_size):
+                outs = self._generate_batch([rest[k] for k in idx], params, width=width, prefix=pre,
+                                            prompt_tokens=[len(encoded[members[k]]) for k in idx])
+                yield from zip([members[k] for k in idx], outs)
 
-    def _generate_batch(self, batch: list[list[int]], params: GenParams, *, width: int) -> list[Generation]:
-        """Generate one batch at a fixed width (``width`` columns, one row per prompt)."""
+    def _prefix_ids(self, text: str, ids: list[int]) -> tuple[int, ...]:
+        """The token ids of ``text``'s turns before its last user turn when they are encoded once
+        for all prompts that share them (``share_generation_prefix``), else ().
+
+        The prefix is a property of the prompt alone (its own earlier turns, whatever else the
+        call holds), so a prompt's output does not depend on its neighbours. It is used only when
+        it is at least ``min_shared_prefix`` tokens, the prompt's own tokens begin with it, and
+        the prompt keeps at least one token of its own.
+        """
+        head = self._turn_prefix.get(text)
+        if not self.share_generation_prefix or head is None:
+            return ()
+        pre = list(self.tokenizer(head, add_special_tokens=False)["input_ids"])
+        if len(pre) < self.min_shared_prefix or len(ids) <= len(pre) or ids[: len(pre)] != pre:
+            return ()
+        return tuple(pre)
+
+    def _prefix_cache(self, prefix: tuple[int, ...]) -> Any:
+        """The key-value cache of ``prefix`` alone (one row, no padding), computed once and kept
+        for the next calls (the few latest prefixes)."""
+        import torch
+
+        if prefix not in self._prefix_kv:
+            if len(self._prefix_kv) >= 4:
+                self._prefix_kv.pop(next(iter(self._prefix_kv)))
+            with torch.inference_mode():
+                out = self.hf_model(input_ids=torch.tensor([list(prefix)], device=self.device), use_cache=True,
+                                    **self._last_only)
+            self._prefix_kv[prefix] = out.past_key_values
+        return self._prefix_kv[prefix]
+
+    def _generate_batch(self, batch: list[list[int]], params: GenParams, *, width: int,
+                        prefix: tuple[int, ...] = (), prompt_tokens: list[int] | None = None) -> list[Generation]:
+        """Generate one batch at a fixed width (``width`` columns, one row per prompt).
+
+        With ``prefix`` the rows are the prompts' tokens after that shared prefix: the model reads
+        the prefix's cached keys and values (repeated once a row), then each row's padding
+        (masked) and its own tokens, so the prefix is not encoded again for every prompt.
+        """
+        import copy
+
         import torch
         from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
         input_ids, attention = _left_padded(batch, width, len(batch), self.pad_token_id)
+        extra: dict[str, Any] = {}
+        if prefix:
+            cache = copy.deepcopy(self._prefix_cache(prefix))
+            cache.batch_repeat_interleave(len(batch))
+            head = torch.tensor([list(prefix)] * len(batch), dtype=torch.long)
+            input_ids = torch.cat([head, input_ids], dim=1)
+            attention = torch.cat([torch.ones_like(head), attention], dim=1)
+            extra["past_key_values"] = cache
         # Sampling is greedy decoding over Gumbel-perturbed scores (_row_sampler), so HF's own
         # sampler, which draws for the whole batch from one stream, is never used.
         gen_cfg: dict[str, Any] = {
@@ -334,12 +405,12 @@ class HFBackend(LLM):
             gen_cfg["no_repeat_ngram_size"] = self.no_repeat_ngram_size
         processors = LogitsProcessorList()
         if not params.greedy:
-            seeds = [_row_seed(params.seed, ids) for ids in batch]
+            seeds = [_row_seed(params.seed, [*prefix, *ids]) for ids in batch]
             processors.append(_row_sampler(seeds, float(params.temperature), float(params.top_p)))
         stopping = StoppingCriteriaList()
         stop_rule = None
         if params.stop:
-            stop_rule = _stop_string_criteria(self.tokenizer, params.stop, width)
+            stop_rule = _stop_string_criteria(self.tokenizer, params.stop, len(prefix) + width)
             stopping.append(stop_rule)
 
         with torch.inference_mode():
@@ -349,16 +420,19 @@ class HFBackend(LLM):
                 generation_config=GenerationConfig(**gen_cfg),
                 logits_processor=processors,
                 stopping_criteria=stopping,
+                **extra,
             )
-        new_tokens = out[: len(batch), width:].tolist()
+        new_tokens = out[: len(batch), len(prefix) + width:].tolist()
         stopped_at = stop_rule.stopped_at if stop_rule is not None else {}
         return [
-            self._finish(ids, row, params, stopped_at.get(r))
+            self._finish(ids, row, params, stopped_at.get(r),
+                         n_prompt=prompt_tokens[r] if prompt_tokens is not None else None)
             for r, (ids, row) in enumerate(zip(batch, new_tokens))
         ]
 
     def _finish(
-        self, prompt_ids: list[int], row: list[int], params: GenParams, stopped_at: int | None
+        self, prompt_ids: list[int], row: list[int], params: GenParams, stopped_at: int | None,
+        n_prompt: int | None = None,
     ) -> Generation:
         eos = set(self.eos_token_ids)
         n_gen, ended = len(row), False
@@ -374,7 +448,7 @@ class HFBackend(LLM):
         length_hit = not ended and not found and n_gen >= params.max_new_tokens
         return Generation(
             text=text,
-            prompt_tokens=len(prompt_ids),
+            prompt_tokens=len(prompt_ids) if n_prompt is None else n_prompt,
             completion_tokens=n_gen,
             finish_reason="length" if length_hit else "stop",
         )

@@ -473,6 +473,7 @@ def rules() -> dict[str, dict[str, Rule]]:
             "planner_candidates": one_of(planner.PLANNER_CANDIDATE_SCOPES),
             "answer_mode": one_of(actions.ANSWER_MODES), "refine_notes": one_of(actions.NOTE_SOURCES),
             "rewrite_expand": one_of(actions.EXPAND_SOURCES), "action_rerank_depth": integer(0),
+            "answer_prefix": one_of(("whole", "shared")),
             "action_topk": count, "deep_topk": count,
             "max_calls": count, "timeout_s": number(0, low_open=True), "case_studies": some,
         },
