@@ -362,3 +362,17 @@ def test_a_partial_ship_with_nothing_up_to_date_refuses(repo):
     (repo / "out/a/x.txt").write_text("a=edited by hand\n")  # make_a's output and side's input
     with pytest.raises(shipping.ShippingError, match="no stage is up to date"):
         shipping.ship(repo, partial=True)
+
+
+def test_dvc_targets_name_the_file_then_whole_stages_then_single_paths(tmp_path):
+    out = lambda stage, path, cached=True: shipping.Output(stage, path, cached, "0" * 32, None, None)  # noqa: E731
+    every = [out("a", "out/a"), out("a", "built", cached=False), out("b", "b1"), out("b", "b2"), out("c", "c.txt")]
+    a, b1, b2, c = (o for o in every if o.cached)
+    project = str(tmp_path / "dvc.yaml")
+    # Every cached output: the file itself, one read of dvc.yaml and dvc.lock.
+    assert shipping._dvc_targets(tmp_path, every, [a, b1, b2, c]) == [[project]]
+    # Whole stages by name, then a stage of which only some outputs are chosen, by path, apart.
+    assert shipping._dvc_targets(tmp_path, every, [a, b2, c]) == [[f"{project}:a", f"{project}:c"], [str(tmp_path / "b2")]]
+    assert shipping._dvc_targets(tmp_path, every, [b1, b2]) == [[f"{project}:b"]]
+    assert shipping._dvc_targets(tmp_path, every, [b1]) == [[str(tmp_path / "b1")]]
+    assert shipping._dvc_targets(tmp_path, every, []) == []

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import posixpath
 import re
 import sys
@@ -236,11 +237,19 @@ def _package_of(file: Path, root: Path) -> str:
 def _imported_modules(file: Path, root: Path, *, check_only: bool = False) -> set[str]:
     """Dotted names of package modules that ``file`` imports (absolute or relative); imports marked
     ``# deps: check-only`` are left out unless ``check_only``."""
-    source = file.read_text(encoding="utf-8")
-    lines = source.splitlines()
-    tree = ast.parse(source, filename=str(file))
     in_package = file.is_relative_to(root / PACKAGE)
-    package = _package_of(file, root) if in_package else ""
+    package = _package_of(file, root) if in_package else None
+    return set(_modules_in_source(file.read_text(encoding="utf-8"), str(file), package, check_only))
+
+
+@functools.lru_cache(maxsize=4096)
+def _modules_in_source(source: str, filename: str, package: str | None, check_only: bool) -> frozenset[str]:
+    """:func:`_imported_modules` of one file's text (``package``: the package a relative import
+    resolves against, None outside the package). Keyed by the text itself, so an edited file is
+    parsed again; a check of every stage's closure parses each module once instead of once a
+    stage."""
+    lines = source.splitlines()
+    tree = ast.parse(source, filename=filename)
     found: set[str] = set()
     for node in ast.walk(tree):
         if (not check_only and isinstance(node, (ast.Import, ast.ImportFrom))
@@ -250,7 +259,7 @@ def _imported_modules(file: Path, root: Path, *, check_only: bool = False) -> se
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                if not in_package:
+                if package is None:
                     continue
                 anchor = package.split(".")
                 anchor = anchor[: len(anchor) - (node.level - 1)] if node.level > 1 else anchor
@@ -260,12 +269,19 @@ def _imported_modules(file: Path, root: Path, *, check_only: bool = False) -> se
             found.add(base)
             # ``from pkg import module`` names a submodule; ``from module import name`` does not.
             found.update(f"{base}.{alias.name}" for alias in node.names)
-    return {m for m in found if m == PACKAGE or m.startswith(PACKAGE + ".")}
+    return frozenset(m for m in found if m == PACKAGE or m.startswith(PACKAGE + "."))
 
 
 def _data_files(file: Path) -> list[Path]:
     """The files a module names in its module-level ``DATA_FILES`` tuple, beside the module."""
-    tree = ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
+    return [file.with_name(n) for n in _data_file_names(file.read_text(encoding="utf-8"), str(file))]
+
+
+@functools.lru_cache(maxsize=4096)
+def _data_file_names(source: str, filename: str) -> tuple[str, ...]:
+    """:func:`_data_files`'s names, from one file's text (cached by the text, as
+    :func:`_modules_in_source` is)."""
+    tree = ast.parse(source, filename=filename)
     for node in tree.body:
         if (isinstance(node, (ast.Assign, ast.AnnAssign))
                 and any(isinstance(t, ast.Name) and t.id == "DATA_FILES"
@@ -273,9 +289,9 @@ def _data_files(file: Path) -> list[Path]:
             try:
                 names = ast.literal_eval(node.value)
             except ValueError:
-                raise ValueError(f"{file}: DATA_FILES must be a literal tuple of file names") from None
-            return [file.with_name(str(n)) for n in names]
-    return []
+                raise ValueError(f"{filename}: DATA_FILES must be a literal tuple of file names") from None
+            return tuple(str(n) for n in names)
+    return ()
 
 
 def import_closure(source: str | Path, *, root: Path | None = None) -> set[str]:

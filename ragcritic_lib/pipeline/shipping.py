@@ -30,13 +30,14 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 STORE = "store"
 ASSETS = "data/assets"
+PROJECT_FILE = "dvc.yaml"
 MAX_FILE_BYTES = 50 * 10**6
 MAX_NEW_BYTES = 100 * 10**6
 _RUNNING = re.compile(r"Running stage '([^']+)'")
@@ -96,6 +97,25 @@ def outputs(repo) -> list[Output]:
                                 out.meta.nfiles if out.meta else None, out.meta.size if out.meta else None,
                                 bool(out.persist)))
     return found
+
+
+def _dvc_targets(root: Path, every: Sequence[Output], chosen: Sequence[Output]) -> list[list[str]]:
+    """DVC targets for ``chosen`` outputs, in at most two groups for one DVC call each:
+    ``dvc.yaml`` alone when every cached output is chosen (a fresh clone's restore), else
+    ``dvc.yaml:<stage>`` for a stage all of whose cached outputs are chosen, then the paths of
+    the rest. DVC reads dvc.yaml and dvc.lock once for the file, once for each stage target and
+    twice for each path target (about half a second a read once dvc.lock is large), and a call
+    that mixes stage and path targets reads them per target for all, hence the two groups."""
+    wanted = {o.path for o in chosen}
+    by_stage: dict[str, list[str]] = {}
+    for o in every:
+        if o.cached:
+            by_stage.setdefault(o.stage, []).append(o.path)
+    whole = sorted(stage for stage, paths in by_stage.items() if all(p in wanted for p in paths))
+    if by_stage and len(whole) == len(by_stage):
+        return [[str(root / PROJECT_FILE)]]
+    rest = [str(root / o.path) for o in chosen if o.stage not in whole]
+    return [group for group in ([f"{root / PROJECT_FILE}:{stage}" for stage in whole], rest) if group]
 
 
 def clear_persisted(root: Path) -> list[str]:
@@ -407,7 +427,8 @@ def restore(root: Path, *, force: bool = False, remote: str | None = None,
         cache = repo.cache.local
         store = None
         fetch, checkout = [], []
-        for out in outputs(repo):
+        every = outputs(repo)
+        for out in every:
             if not out.cached:
                 if _git_ignored(root, out.path):
                     _restore_rebuilt(repo, root, out, report, rebuilders)
@@ -426,7 +447,8 @@ def restore(root: Path, *, force: bool = False, remote: str | None = None,
             checkout.append(out)
         if fetch:
             print(f"fetching {len(fetch)} output(s) from DVC remote {remote!r} ...", flush=True)
-            repo.fetch(targets=[str(root / o.path) for o in fetch], remote=remote)
+            for targets in _dvc_targets(root, every, fetch):
+                repo.fetch(targets=targets, remote=remote)
         put = []
         for out in checkout:
             state = _workspace_state(repo, out)
@@ -438,8 +460,10 @@ def restore(root: Path, *, force: bool = False, remote: str | None = None,
                 report.kept_modified.append(out.path)
                 continue
             put.append(out.path)
-        if put:  # one checkout: each call re-reads every dvc.yaml and dvc.lock (seconds a call)
-            repo.checkout(targets=[str(root / path) for path in put], force=True)
+        if put:  # few checkouts: each call re-reads dvc.yaml and dvc.lock (seconds a call)
+            chosen = [out for out in checkout if out.path in set(put)]
+            for targets in _dvc_targets(root, every, chosen):
+                repo.checkout(targets=targets, force=True)
             report.restored.extend(put)
         report.status = pipeline_status(repo)
     finally:
@@ -518,7 +542,8 @@ def ship(root: Path, *, remote: str | None = None, max_file_bytes: int | None = 
         cache = repo.cache.local
         store = _store_odb(repo, remote)
         shipped, referenced, too_big = [], {}, []
-        for out in outputs(repo):
+        every = outputs(repo)
+        for out in every:
             if not out.cached:
                 continue
             if out.stage in stale:
@@ -551,7 +576,8 @@ def ship(root: Path, *, remote: str | None = None, max_file_bytes: int | None = 
             raise ShippingError(f"refusing to ship: {report.new_bytes / 1e6:.1f} MB of new objects, over the "
                                 f"{max_new_bytes / 1e6:.0f} MB a shipped run may add to the repository")
         if shipped:
-            repo.push(targets=[str(root / o.path) for o in shipped], remote=remote)
+            for targets in _dvc_targets(root, every, shipped):
+                repo.push(targets=targets, remote=remote)
         for oid in list(store.all()):
             if oid in referenced:
                 continue
