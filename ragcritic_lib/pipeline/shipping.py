@@ -103,9 +103,10 @@ def _dvc_targets(root: Path, every: Sequence[Output], chosen: Sequence[Output]) 
     """DVC targets for ``chosen`` outputs, in at most two groups for one DVC call each:
     ``dvc.yaml`` alone when every cached output is chosen (a fresh clone's restore), else
     ``dvc.yaml:<stage>`` for a stage all of whose cached outputs are chosen, then the paths of
-    the rest. DVC reads dvc.yaml and dvc.lock once for the file, once for each stage target and
-    twice for each path target (about half a second a read once dvc.lock is large), and a call
-    that mixes stage and path targets reads them per target for all, hence the two groups."""
+    the rest. DVC reads dvc.yaml and dvc.lock again for every target (about half a second once
+    dvc.lock is large), so the file alone costs one read and a stage's name one read for all its
+    outputs; a call that mixes stage and path targets takes DVC's slower path for all of them,
+    hence the two groups."""
     wanted = {o.path for o in chosen}
     by_stage: dict[str, list[str]] = {}
     for o in every:
