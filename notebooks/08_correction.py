@@ -216,9 +216,11 @@ action_sets = {ds: ActionSet(generator, setup.retriever(ds), gen_params=gen_para
 # `dev_questions` *dev* questions is critiqued as an error, planned and corrected once, and the
 # threshold on the critic's verdict margin (log P(Error) - log P(Correct)) is the one whose
 # corrections give the best mean dev F1; when no threshold beats correcting nothing, RAG-Critic
-# corrects nothing (and is flagged). A best-of-many fit on 70 questions is partly luck, so the
-# fitted threshold replaces the calibrated one only when the paired 95% CI of their per-question
-# dev F1 difference lies above 0 (`vs_default` in the report). Test questions never enter this fit.
+# corrects nothing (and is flagged). A best-of-many fit on 70 questions is partly luck, so it must
+# win twice beyond the paired 95% CI of the per-question dev F1 difference: the best threshold
+# against correcting nothing (`vs_none`; inside its CI the fit corrects nothing), then the fit
+# against the calibrated threshold, which it replaces only when that CI lies above 0
+# (`vs_default`). Test questions never enter this fit.
 #
 # The same dev corrections decide whether the critic also *verifies* its corrections
 # (`verify_corrections: dev_f1`): a new answer replaces the old one only when the critic's

@@ -337,11 +337,19 @@ def test_fit_critic_act_threshold_corrects_every_dev_answer_once_and_restores_th
                                          prefetch=False)
     assert critic.seen == [float("-inf")] and critic.threshold == 0.7  # every answer corrected; threshold restored
     assert [r["final_prediction"] for r in runs] == ["Danube", "Seine"]
-    # The best threshold (0.6) does no better than the calibrated one (0.7): the default stays.
-    assert fit["fitted_threshold"] == pytest.approx(0.6) and fit["f1_at_fitted"] == 1.0
-    assert fit["vs_default"] == {"delta": 0.0, "ci_low": 0.0, "ci_high": 0.0, "kept_default": True}
+    # On 2 answers the best threshold (0.6) cannot beat acting on none beyond its CI, so the fit acts
+    # on none; that does no better than the calibrated threshold (0.7) either: the default stays.
+    assert fit["best_threshold"] == pytest.approx(0.6) and fit["f1_at_best"] == 1.0
+    assert fit["vs_none"]["delta"] == 0.5 and fit["vs_none"]["ci_low"] <= 0 and fit["vs_none"]["acts"] is False
+    assert fit["fitted_threshold"] == float("inf") and fit["f1_at_fitted"] == 0.5
+    assert fit["vs_default"]["delta"] == -0.5 and fit["vs_default"]["kept_default"] is True
     assert fit["threshold"] == 0.7 and fit["acted"] == 1 and fit["f1_at_threshold"] == 1.0 and fit["acts"] is True
     assert fit["calibrated_threshold"] == 0.7 and fit["f1_at_calibrated"] == 1.0 and fit["f1_before"] == 0.5
+    # On 20 answers the same best threshold wins beyond its CI and is the fit's; it ties the calibrated one.
+    fit, _ = fit_critic_act_threshold(_river_records(copies=10), critic=Margins({"q1": 1.5, "q2": -0.3}),
+                                      planner=_AnswerAgain(), actions=_RiverActions(), prefetch=False)
+    assert fit["vs_none"]["ci_low"] > 0 and fit["vs_none"]["acts"] is True
+    assert fit["fitted_threshold"] == pytest.approx(0.6) and fit["vs_default"]["kept_default"] is True
     # q1's wrong answers lie below the calibrated threshold: on 20 dev answers acting on them wins beyond the CI.
     critic = Margins({"q1": 0.5, "q2": -0.3})
     fit, _ = fit_critic_act_threshold(_river_records(copies=10), critic=critic, planner=_AnswerAgain(),
@@ -353,6 +361,35 @@ def test_fit_critic_act_threshold_corrects_every_dev_answer_once_and_restores_th
     small, _ = fit_critic_act_threshold(_river_records(), critic=critic, planner=_AnswerAgain(),
                                         actions=_RiverActions(), prefetch=False)
     assert small["vs_default"]["kept_default"] is True and small["threshold"] == 0.7 and small["acts"] is False
+
+
+def test_dev_fit_acts_on_none_when_its_best_threshold_wins_by_one_answer():
+    """One fixed answer among 40 is a gain the dev questions cannot tell from luck: the fit acts on
+    none, and acting on none beats a calibrated threshold that breaks the 39 right answers."""
+    from ragcritic_lib.agent.ladder import fit_critic_act_threshold
+    from ragcritic_lib.critic.critics import ERROR, CriticParse
+
+    recs = _river_records()[:1] + [{**_river_records()[1], "id": f"2.{c}"} for c in range(39)]
+    margins = {"1": 2.0, **{f"2.{c}": -1.0 for c in range(39)}}
+
+    class Critic:
+        llm = None
+        threshold = -2.0
+        last_generations: list = []
+
+        def critique(self, records):
+            return [CriticParse(judgement=ERROR if margins[r["id"]] > self.threshold else "Correct",
+                                valid_json=True, margin=margins[r["id"]]) for r in records]
+
+    critic = Critic()
+    fit, runs = fit_critic_act_threshold(recs, critic=critic, planner=_AnswerAgain(), actions=_RiverActions(),
+                                         prefetch=False)
+    assert critic.threshold == -2.0 and [r["final_prediction"] for r in runs[:2]] == ["Danube", "Seine"]
+    assert fit["best_threshold"] == pytest.approx(0.5) and fit["f1_at_best"] == 1.0 and fit["f1_before"] == 0.975
+    assert fit["vs_none"]["delta"] == 0.025 and fit["vs_none"]["ci_low"] == 0.0 and fit["vs_none"]["acts"] is False
+    assert fit["fitted_threshold"] == float("inf") and fit["f1_at_calibrated"] == 0.025
+    assert fit["vs_default"]["ci_low"] > 0 and fit["vs_default"]["kept_default"] is False
+    assert fit["threshold"] == float("inf") and fit["acted"] == 0 and fit["acts"] is False
 
 
 def _verify_fit(verify, later, copies=10):

@@ -325,6 +325,12 @@ def test_reading_correction_ladder_per_dataset():
             "+0.045 (95% CI +0.009, +0.097), so the critic acts on no test answer.") in text
     text = _text(R.reading_correction({**m, "critic_verdict": {"dev_fit": {**none, "fitted_threshold": 0.5}}}))
     assert "The best dev threshold (+0.500, dev F1 0.250)" in text and "so the fitted one is used." in text
+    gated = {**none, "best_threshold": 6.563, "f1_at_best": 0.2502,
+             "vs_none": {"delta": 0.0, "ci_low": 0.0, "ci_high": 0.0001, "acts": False}}
+    text = _text(R.reading_correction({**m, "critic_verdict": {"mode": "dev_f1", "dev_fit": gated}}))
+    assert ("The best dev threshold (+6.563, dev F1 0.250) against acting on no dev answer: +0.000 (95% CI +0.000, "
+            "+0.000), so the fit acts on none (a fit must win beyond its CI).") in text
+    assert "so the critic acts on no test answer." in text
 
 
 # ------------------------------------------------------------------------------------ 09 / 10

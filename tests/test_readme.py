@@ -111,7 +111,7 @@ def test_the_dev_fit_against_its_default_is_reported_with_its_ci():
     metrics["08_correction"]["critic_verdict"]["dev_fit"].update(
         threshold=0.7, fitted_threshold=-0.25, f1_at_fitted=0.3, calibrated_threshold=0.7, f1_at_calibrated=0.26,
         vs_default={"delta": 0.04, "ci_low": -0.01, "ci_high": 0.09, "kept_default": True})
-    assert ("- RAG-Critic's acting threshold on 10 dev questions: the best fit, -0.250 (dev F1 0.300), against the "
+    assert ("- RAG-Critic's acting threshold on 10 dev questions: the fit, -0.250 (dev F1 0.300), against the "
             "critic's calibrated 0.700 (0.260): a dev difference of +0.040 (95% CI -0.010, +0.090), so the calibrated "
             "threshold stays; dev F1 uncorrected 0.250.\n") in render_block("ladder", metrics)
     fit = metrics["08_correction"]["critic_verdict"]["dev_fit"]
@@ -127,9 +127,21 @@ def test_a_dev_fit_that_acts_on_no_answer_says_so():
     metrics["08_correction"]["critic_verdict"]["dev_fit"].update(
         fitted_threshold=None, f1_at_fitted=0.25, calibrated_threshold=2.4, f1_at_calibrated=0.2,
         vs_default={"delta": 0.05, "ci_low": 0.01, "ci_high": 0.09, "kept_default": False})
-    assert ("- RAG-Critic's acting threshold on 10 dev questions: the best fit, acting on no answer (dev F1 0.250), "
+    assert ("- RAG-Critic's acting threshold on 10 dev questions: the fit, acting on no answer (dev F1 0.250), "
             "against the critic's calibrated 2.400 (0.200): a dev difference of +0.050 (95% CI +0.010, +0.090), so "
             "RAG-Critic corrects no test answer; dev F1 uncorrected 0.250.\n") in render_block("ladder", metrics)
+
+
+def test_a_best_threshold_inside_its_ci_against_acting_on_none_is_reported():
+    metrics = ladder_metrics()
+    metrics["08_correction"]["critic_verdict"]["dev_fit"].update(
+        best_threshold=6.5, f1_at_best=0.2502, vs_none={"delta": 0.0, "ci_low": 0.0, "ci_high": 0.0001, "acts": False},
+        fitted_threshold=None, f1_at_fitted=0.25, calibrated_threshold=2.4, f1_at_calibrated=0.2,
+        vs_default={"delta": 0.05, "ci_low": 0.01, "ci_high": 0.09, "kept_default": False})
+    block = render_block("ladder", metrics)
+    assert ("- RAG-Critic's best dev threshold, 6.500 (dev F1 0.250), against acting on no dev answer: +0.000 "
+            "(95% CI +0.000, +0.000), inside its CI, so the fit acts on none (a fit must win beyond its CI).\n"
+            "- RAG-Critic's acting threshold on 10 dev questions: the fit, acting on no answer") in block
 
 
 def test_a_critic_that_corrected_nothing_is_reported_in_words():

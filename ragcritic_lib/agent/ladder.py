@@ -397,10 +397,13 @@ def fit_critic_act_threshold(records: Sequence[Mapping[str, Any]], *, critic: An
     once, and :func:`fit_act_threshold` picks the margin above which correcting pays on F1. The
     critic's own ``threshold`` is restored; the caller sets the chosen one.
 
-    A fit chosen as the best of many thresholds on a few dev questions is partly luck, so the
-    default stays unless the fit beats it beyond its CI: the fitted threshold replaces the
-    critic's calibrated one (stage critic_dpo's) only when the paired bootstrap 95% CI of the
-    per-question dev F1 difference (fitted minus calibrated) lies above 0 (``vs_default``).
+    A fit chosen as the best of many thresholds on a few dev questions is partly luck, so it is
+    checked twice, each time by the paired bootstrap 95% CI of the per-question dev F1
+    difference. First against acting on none (``vs_none``): the best threshold
+    (``best_threshold``) is the fit's only when that CI lies above 0, else the fit acts on none
+    (``fitted_threshold`` inf). Then against the default: the fitted threshold replaces the
+    critic's calibrated one (stage critic_dpo's) only when the CI of fitted minus calibrated lies
+    above 0 (``vs_default``).
 
     ``verify`` decides whether the critic also verifies its corrections (``run_correction``'s
     ``verifier``: a new answer is kept only when the critic's margin for it, on the same question
@@ -411,7 +414,8 @@ def fit_critic_act_threshold(records: Sequence[Mapping[str, Any]], *, critic: An
     answer, which each step records as ``verification``.
 
     Returns:
-        (the chosen fit's report plus "calibrated_threshold", "f1_at_calibrated", "fitted_threshold",
+        (the chosen fit's report plus "best_threshold", "f1_at_best", "vs_none" ({"delta", "ci_low",
+        "ci_high", "acts"}), "calibrated_threshold", "f1_at_calibrated", "fitted_threshold",
         "f1_at_fitted", "vs_default" ({"delta", "ci_low", "ci_high", "kept_default"}) and "verify"
         (bool), and with verification considered "fits": {"unverified", "verified"} and
         "verify_vs_default"; the correction results).
@@ -443,6 +447,16 @@ def fit_critic_act_threshold(records: Sequence[Mapping[str, Any]], *, critic: An
 
     def _fit(after_f1: list[float]) -> tuple[dict[str, Any], list[float]]:
         rep = fit_act_threshold(margins, before, after_f1)
+        best = rep["threshold"]
+        # The best threshold must beat acting on none beyond its CI, or the fit acts on none: a
+        # gain of one answer's stray token is a choice the dev questions cannot make.
+        none_cmp = paired_comparison(at(best, after_f1), before, n_boot=n_boot, n_perm=n_boot, seed=seed)
+        pays = bool(rep["acts"]) and none_cmp["ci_low"] > 0
+        rep.update(best_threshold=best, f1_at_best=rep["f1_at_threshold"],
+                   vs_none={"delta": round(none_cmp["delta"], 4), "ci_low": round(none_cmp["ci_low"], 4),
+                            "ci_high": round(none_cmp["ci_high"], 4), "acts": pays})
+        if not pays:
+            rep.update(threshold=float("inf"), f1_at_threshold=rep["f1_before"], acted=0, acts=False)
         fitted, default = at(rep["threshold"], after_f1), at(calibrated, after_f1)
         cmp = paired_comparison(fitted, default, n_boot=n_boot, n_perm=n_boot, seed=seed)
         kept = not cmp["ci_low"] > 0  # the fitted threshold must beat the default beyond its CI

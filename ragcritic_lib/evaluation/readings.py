@@ -665,6 +665,12 @@ def reading_correction(metrics: Mapping[str, Any], *, alpha: float = 0.05) -> li
     for ds, v in (metrics.get("verdict_shares") or {}).items():
         text.append(f"The critic judged {_pct(v.get('error_share'))} of the {ds} answers wrong.")
     fit = (metrics.get("critic_verdict") or {}).get("dev_fit")
+    vn = (fit or {}).get("vs_none") or {}
+    if vn and fit.get("best_threshold") is not None:
+        text.append(f"The best dev threshold ({_signed(fit.get('best_threshold'))}, dev F1 {_f(fit.get('f1_at_best'))}) "
+                    f"against acting on no dev answer: {_signed(vn.get('delta'))} (95% CI {_signed(vn.get('ci_low'))}, "
+                    f"{_signed(vn.get('ci_high'))}), so "
+                    + ("the fit keeps it." if vn.get("acts") else "the fit acts on none (a fit must win beyond its CI)."))
     vs = (fit or {}).get("vs_default") or {}
     if vs:
         none = fit.get("fitted_threshold") is None

@@ -425,7 +425,15 @@ def render_ladder(metrics: Mapping[str, Any]) -> str:
             chosen = ("so the calibrated threshold stays" if vs["kept_default"]
                       else "so RAG-Critic corrects no test answer" if none else "so the fitted threshold replaces it")
             best = "acting on no answer" if none else _f(fit.get("fitted_threshold"))
-            notes.append(f"RAG-Critic's acting threshold on {fit['n']} dev questions: the best fit, "
+            vn = fit.get("vs_none")
+            if isinstance(vn, Mapping) and {"delta", "ci_low", "ci_high", "acts"} <= vn.keys() \
+                    and fit.get("best_threshold") is not None:
+                notes.append(f"RAG-Critic's best dev threshold, {_f(fit['best_threshold'])} (dev F1 "
+                             f"{_f(fit.get('f1_at_best'))}), against acting on no dev answer: {_signed(vn['delta'])} "
+                             f"(95% CI {_signed(vn['ci_low'])}, {_signed(vn['ci_high'])}), "
+                             + ("so the fit keeps it." if vn["acts"] else
+                                "inside its CI, so the fit acts on none (a fit must win beyond its CI)."))
+            notes.append(f"RAG-Critic's acting threshold on {fit['n']} dev questions: the fit, "
                          f"{best} (dev F1 {_f(fit.get('f1_at_fitted'))}), against the "
                          f"critic's calibrated {_f(fit.get('calibrated_threshold'))} ({_f(fit.get('f1_at_calibrated'))}): "
                          f"a dev difference of {_signed(vs['delta'])} (95% CI {_signed(vs['ci_low'])}, "
