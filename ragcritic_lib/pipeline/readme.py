@@ -428,9 +428,11 @@ def render_ladder(metrics: Mapping[str, Any]) -> str:
             vn = fit.get("vs_none")
             if isinstance(vn, Mapping) and {"delta", "ci_low", "ci_high", "acts"} <= vn.keys() \
                     and fit.get("best_threshold") is not None:
+                # four digits: the difference a one-answer fit makes is often below 0.001
                 notes.append(f"RAG-Critic's best dev threshold, {_f(fit['best_threshold'])} (dev F1 "
-                             f"{_f(fit.get('f1_at_best'))}), against acting on no dev answer: {_signed(vn['delta'])} "
-                             f"(95% CI {_signed(vn['ci_low'])}, {_signed(vn['ci_high'])}), "
+                             f"{_f(fit.get('f1_at_best'), 4)}), against acting on no dev answer: "
+                             f"{_signed(vn['delta'], 4)} (95% CI {_signed(vn['ci_low'], 4)}, "
+                             f"{_signed(vn['ci_high'], 4)}), "
                              + ("so the fit keeps it." if vn["acts"] else
                                 "inside its CI, so the fit acts on none (a fit must win beyond its CI)."))
             notes.append(f"RAG-Critic's acting threshold on {fit['n']} dev questions: the fit, "
