@@ -287,3 +287,30 @@ def test_split_model_builds_its_inputs_on_the_weights_device(tiny_dir) -> None:
     assert split.device.type == "cpu"
     t = split.tensor([1, 2, 3])
     assert t.device == split.device and t.tolist() == [1, 2, 3]
+
+
+def test_paired_auroc_interval_follows_the_shared_percentile_rule() -> None:
+    """The paired difference's ends are the inverted-CDF percentiles of its resamples (the rule of
+    every other interval), and ``groups`` resamples whole questions."""
+    import numpy as np
+
+    from ragcritic_lib.critic.train import paired_auroc_diff_ci
+    from ragcritic_lib.evaluation.stats import cluster_resamples
+
+    rng = random.Random(3)
+    y = [rng.random() < 0.4 for _ in range(80)]
+    a = [(0.8 if e else 0.3) + rng.random() for e in y]
+    b = [rng.random() for _ in y]
+    out = paired_auroc_diff_ci(a, b, y, seed=5, n_boot=200)
+    diffs = []
+    for idx in cluster_resamples(None, 80, 200, 5):
+        yy = [y[i] for i in idx]
+        diffs.append(auroc([a[i] for i in idx], yy) - auroc([b[i] for i in idx], yy))
+    assert out["low"] == pytest.approx(float(np.quantile(diffs, 0.025, method="inverted_cdf")), abs=1e-4)
+    assert out["high"] == pytest.approx(float(np.quantile(diffs, 0.975, method="inverted_cdf")), abs=1e-4)
+    groups = [i // 4 for i in range(80)]  # 20 questions of 4 answers each
+    by_question = paired_auroc_diff_ci(a, b, y, seed=5, n_boot=200, groups=groups)
+    assert by_question["diff"] == out["diff"]
+    assert (by_question["low"], by_question["high"]) != (out["low"], out["high"])
+    with pytest.raises(ValueError, match="groups has 79 entries"):
+        paired_auroc_diff_ci(a, b, y, seed=5, n_boot=10, groups=groups[:-1])

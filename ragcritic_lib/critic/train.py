@@ -42,6 +42,7 @@ from typing import Any
 from ragcritic_lib.critic.verdict import CORRECT, ERROR, VERDICT_PREFIX, verdict_tokens
 from ragcritic_lib.critic.flags import learning_curve  # noqa: F401 - re-exported
 from ragcritic_lib.evaluation.stats import auroc, bootstrap_auroc_ci  # noqa: F401 - re-exported
+from ragcritic_lib.evaluation.stats import cluster_resamples, percentile_interval
 
 METHODS = ("full", "lora")
 SELECT_BY = ("dev_auroc", "dev_loss", "dev_pairs")
@@ -684,26 +685,25 @@ def write_report(report: RunReport, path: str | Path) -> Path:
 # Comparing training methods on dev
 # --------------------------------------------------------------------------------------------
 def paired_auroc_diff_ci(a: Sequence[float], b: Sequence[float], is_error: Sequence[bool], *, seed: int,
-                         n_boot: int = 1000, alpha: float = 0.05) -> dict[str, Any]:
-    """AUROC(a) - AUROC(b) on the same dev answers, with a paired percentile bootstrap interval
-    (each resample draws answers and scores both methods on them)."""
+                         n_boot: int = 1000, alpha: float = 0.05,
+                         groups: Sequence[Any] | None = None) -> dict[str, Any]:
+    """AUROC(a) - AUROC(b) on the same dev answers, with a paired percentile bootstrap interval:
+    each resample draws answers (or, with ``groups``, whole groups of them, e.g. every answer to a
+    drawn question) and scores both methods on them; the ends follow the rule of every other
+    interval here (:func:`~ragcritic_lib.evaluation.stats.percentile_interval`)."""
     if not len(a) == len(b) == len(is_error):
         raise ValueError(f"paired scores differ in length: {len(a)}, {len(b)}, {len(is_error)} labels")
-    rng = random.Random(seed)
-    n, diffs = len(a), []
-    for _ in range(n_boot):
-        idx = [rng.randrange(n) for _ in range(n)]
+    diffs = []
+    for idx in cluster_resamples(groups, len(a), n_boot, seed):
         y = [is_error[i] for i in idx]
         x, z = auroc([a[i] for i in idx], y), auroc([b[i] for i in idx], y)
         if x is not None and z is not None:
             diffs.append(x - z)
     da, db = auroc(a, is_error), auroc(b, is_error)
     diff = None if da is None or db is None else round(da - db, 4)
-    if not diffs:
+    lo, hi = percentile_interval(diffs, alpha)
+    if lo is None or hi is None:
         return {"diff": diff, "low": None, "high": None}
-    diffs.sort()
-    lo = diffs[int(alpha / 2 * len(diffs))]
-    hi = diffs[min(len(diffs) - 1, int((1 - alpha / 2) * len(diffs)))]
     return {"diff": diff, "low": round(lo, 4), "high": round(hi, 4)}
 
 
