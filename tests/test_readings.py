@@ -328,8 +328,9 @@ def test_reading_correction_ladder_per_dataset():
     gated = {**none, "best_threshold": 6.563, "f1_at_best": 0.2502,
              "vs_none": {"delta": 0.0, "ci_low": 0.0, "ci_high": 0.0001, "acts": False}}
     text = _text(R.reading_correction({**m, "critic_verdict": {"mode": "dev_f1", "dev_fit": gated}}))
-    assert ("The best dev threshold (+6.563, dev F1 0.250) against acting on no dev answer: +0.000 (95% CI +0.000, "
-            "+0.000), so the fit acts on none (a fit must win beyond its CI).") in text
+    # four digits: the one-answer difference (CI high 0.0001) would read +0.000 in three
+    assert ("The best dev threshold (+6.563, dev F1 0.2502) against acting on no dev answer: +0.0000 (95% CI "
+            "+0.0000, +0.0001), so the fit acts on none (a fit must win beyond its CI).") in text
     assert "so the critic acts on no test answer." in text
 
 

@@ -449,7 +449,7 @@ def fit_critic_act_threshold(records: Sequence[Mapping[str, Any]], *, critic: An
         rep = fit_act_threshold(margins, before, after_f1)
         best = rep["threshold"]
         # The best threshold must beat acting on none beyond its CI, or the fit acts on none: a
-        # gain of one answer's stray token is a choice the dev questions cannot make.
+        # gain inside the noise of the dev questions is a choice they cannot make.
         none_cmp = paired_comparison(at(best, after_f1), before, n_boot=n_boot, n_perm=n_boot, seed=seed)
         pays = bool(rep["acts"]) and none_cmp["ci_low"] > 0
         rep.update(best_threshold=best, f1_at_best=rep["f1_at_threshold"],

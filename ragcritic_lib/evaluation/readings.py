@@ -667,9 +667,10 @@ def reading_correction(metrics: Mapping[str, Any], *, alpha: float = 0.05) -> li
     fit = (metrics.get("critic_verdict") or {}).get("dev_fit")
     vn = (fit or {}).get("vs_none") or {}
     if vn and fit.get("best_threshold") is not None:
-        text.append(f"The best dev threshold ({_signed(fit.get('best_threshold'))}, dev F1 {_f(fit.get('f1_at_best'))}) "
-                    f"against acting on no dev answer: {_signed(vn.get('delta'))} (95% CI {_signed(vn.get('ci_low'))}, "
-                    f"{_signed(vn.get('ci_high'))}), so "
+        # four digits, as README prints it: a fit that moves one answer often differs by under 0.001
+        text.append(f"The best dev threshold ({_signed(fit.get('best_threshold'))}, dev F1 {_f(fit.get('f1_at_best'), 4)}) "
+                    f"against acting on no dev answer: {_signed(vn.get('delta'), 4)} (95% CI "
+                    f"{_signed(vn.get('ci_low'), 4)}, {_signed(vn.get('ci_high'), 4)}), so "
                     + ("the fit keeps it." if vn.get("acts") else "the fit acts on none (a fit must win beyond its CI)."))
     vs = (fit or {}).get("vs_default") or {}
     if vs:
