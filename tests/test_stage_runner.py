@@ -92,3 +92,38 @@ def test_the_runner_records_the_stage_wall_time_in_its_metrics(tiny, tmp_path, m
     data = read_json(metrics)
     assert data["f1"] == 0.5 and data["environment"]["python"] == "3"
     assert data["environment"]["wall_seconds"] > 0
+
+
+def test_a_stage_process_skips_the_iri_grammar_and_still_validates_notebooks():
+    """In a fresh process, as a stage runs: jsonschema comes without its IRI checker, nbformat
+    still accepts a valid notebook and rejects a broken one, and other formats are still checked."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from ragcritic_lib.pipeline.stage import skip_iri_grammar\n"
+        "skip_iri_grammar()\n"
+        "import jsonschema, nbformat\n"
+        "assert sys.modules['rfc3987_syntax'] is None\n"
+        "assert 'iri' not in jsonschema.FormatChecker.checkers and 'email' in jsonschema.FormatChecker.checkers\n"
+        "nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell('1 + 1')])\n"
+        "nbformat.validate(nb)\n"
+        "del nb.cells[0]['source']\n"
+        "try:\n"
+        "    nbformat.validate(nb)\n"
+        "except nbformat.ValidationError:\n"
+        "    print('rejected')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "rejected"
+
+
+def test_skipping_the_iri_grammar_changes_nothing_once_jsonschema_is_loaded(monkeypatch):
+    import sys
+
+    import jsonschema  # noqa: F401 - loaded, as in this test process
+
+    monkeypatch.delitem(sys.modules, "rfc3987_syntax", raising=False)
+    stage.skip_iri_grammar()
+    assert "rfc3987_syntax" not in sys.modules
