@@ -567,9 +567,16 @@ def test_the_stage_time_table_is_per_cpu_class_and_says_what_is_not_recorded():
     text = readme.render_block("stage_times", metrics)
     assert "| stage | avx2 (float32) |" in text
     assert "| `00_assets` | 1.5 min |" in text and "| all stages | 28.5 min |" in text
+    assert "the stages recorded" not in text  # one class holds every stage: the total says it all
     not_run = {stem: m for stem, m in metrics.items() if stem != "08_planner_data"}  # a stage that has not run yet
     text = readme.render_block("stage_times", not_run)
     assert "| `08_planner_data` | not run yet |" in text and "| all stages | not recorded |" in text
+    assert "| the stages recorded | 18 of 19: 27.0 min |" in text
+    mixed = {stem: {"environment": {**m["environment"], "cpu_class": "amx"}} if stem == "12_repair" else m
+             for stem, m in metrics.items()}
+    text = readme.render_block("stage_times", mixed)
+    assert "| stage | amx (float32) | avx2 (float32) |" in text
+    assert "| the stages recorded | 1 of 19: 1.5 min | 18 of 19: 27.0 min |" in text
     del metrics["05_critic_sft"]["environment"]["wall_seconds"]
     text = readme.render_block("stage_times", metrics)
     assert "| `05_critic_sft` | not recorded |" in text and "| all stages | not recorded |" in text
@@ -577,6 +584,7 @@ def test_the_stage_time_table_is_per_cpu_class_and_says_what_is_not_recorded():
         metrics[stem]["environment"] = {"python": "3", "generator": gen}
     text = readme.render_block("stage_times", metrics)
     assert "| stage | CPU class not recorded |" in text and text.count("not recorded |") == 21  # 19 stages, the total and the header
+    assert "the stages recorded" not in text
 
 
 def test_a_stage_that_has_not_run_yet_is_listed_as_such_but_other_blocks_need_their_files(tmp_path):

@@ -1002,7 +1002,8 @@ def render_stage_times(metrics: Mapping[str, Any]) -> str:
 
     Read from ``environment.wall_seconds`` and ``environment.cpu_class`` (the stage runner writes
     them); a stage without them reads "not recorded", a stage without a metrics file "not run yet",
-    and the total "not recorded" while any stage does either.
+    and the total "not recorded" while any stage does either; a further row then sums, per class,
+    the stages recorded on it (how many, and their minutes): a lower bound on a cold run there.
     """
     envs = {stem: (metrics.get(stem) or {}).get("environment") or {} for stem in _STAGE_STEMS}
     classes = sorted({env["cpu_class"] for env in envs.values() if isinstance(env.get("cpu_class"), str)})
@@ -1028,6 +1029,11 @@ def render_stage_times(metrics: Mapping[str, Any]) -> str:
             cells.append(f"{m:.1f} min" if m is not None else "not recorded")
         rows.append([f"`{stem}`"] + cells)
     rows.append(["all stages"] + [f"{t:.1f} min" if t is not None else "not recorded" for t in totals.values()])
+    if any(t is None for t in totals.values()):  # a chain of mixed classes: what each class holds, summed
+        found = {cls: [m for m in (minutes(env, cls) for env in envs.values()) if m is not None] for cls in columns}
+        if any(found.values()):
+            rows.append(["the stages recorded"] + [f"{len(found[cls])} of {len(envs)}: {sum(found[cls]):.1f} min"
+                                                   for cls in columns])
     header = ["stage"] + [f"{cls} ({', '.join(dtypes[cls])})" if cls in dtypes else cls for cls in columns]
     intro = ("Each stage's own wall time in the committed run, from `environment.wall_seconds` of its "
              "`reports/metrics/<stem>.json` (written by the stage runner), per CPU class (`environment.cpu_class`; "
