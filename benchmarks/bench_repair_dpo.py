@@ -5,7 +5,7 @@ It takes the first ``--states`` failed answers of the train questions in
 ``data/error_sampling/d_error.jsonl`` (stage 02's output), builds the off-policy planner prompt of
 each in the given form (``ragcritic_lib.baselines.repair.build_planner_messages``), pairs two
 grammar plans per state (which plan is chosen does not change the cost of a step), and runs
-``--steps`` DPO steps of the recipe with each variant through ``ragcritic_lib.critic.training.train_dpo``,
+``--steps`` DPO steps of the recipe with each variant through ``ragcritic_lib.critic.cached_dpo.train_dpo``,
 as the stage does (RePAIR's beta 0.1 and max_length 1024). It prints the median prompt and
 sequence tokens, seconds per step (the first step included, as a stage pays it) and the speed-up
 against the first variant. Numbers only, no asserts. Run it alone: other load on the cores
@@ -41,7 +41,7 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from ragcritic_lib.baselines import repair
-    from ragcritic_lib.critic.training import train_dpo
+    from ragcritic_lib.critic.cached_dpo import train_dpo
 
     recs = [r for r in read_jsonl(args.records) if not r.get("correct")][: args.states]
     if not recs:

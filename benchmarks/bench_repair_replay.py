@@ -115,7 +115,8 @@ def main() -> None:
 
     from ragcritic_lib import runtime
     from ragcritic_lib.baselines import repair
-    from ragcritic_lib.critic.training import dpo_start, train_dpo
+    from ragcritic_lib.critic.cached_dpo import train_dpo
+    from ragcritic_lib.critic.training import dpo_start
     from ragcritic_lib.pipeline.params import load_params
 
     params = load_params()

@@ -314,3 +314,20 @@ def test_paired_auroc_interval_follows_the_shared_percentile_rule() -> None:
     assert (by_question["low"], by_question["high"]) != (out["low"], out["high"])
     with pytest.raises(ValueError, match="groups has 79 entries"):
         paired_auroc_diff_ci(a, b, y, seed=5, n_boot=10, groups=groups[:-1])
+
+
+def test_learning_rate_schedules_warm_up_then_decay_to_zero() -> None:
+    from ragcritic_lib.critic.train import TrainSettings, _lr_at
+
+    lin, cos = TrainSettings(learning_rate=1.0, warmup_ratio=0.2), TrainSettings(learning_rate=1.0, warmup_ratio=0.2,
+                                                                                  schedule="cosine")
+    total = 10  # 2 warm-up steps
+    for s in (lin, cos):
+        assert [_lr_at(k, total, s) for k in (0, 1, 2)] == [0.5, 1.0, 1.0]
+        assert _lr_at(total, total, s) == 0.0
+    assert _lr_at(6, total, lin) == pytest.approx(0.5)           # halfway down: linear
+    assert _lr_at(6, total, cos) == pytest.approx(0.5)           # and the cosine crosses it there
+    assert _lr_at(4, total, cos) > _lr_at(4, total, lin)         # the cosine stays higher early
+    assert _lr_at(8, total, cos) < _lr_at(8, total, lin)         # and lower late
+    with pytest.raises(ValueError, match="schedule 'step'"):
+        TrainSettings(schedule="step")

@@ -539,3 +539,72 @@ def test_training_cli_bad_arguments_are_one_line_before_any_loading(tmp_path, ca
     assert main(["sft", *args, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("python -m ragcritic_lib.critic.training: ") and message in err and len(err.splitlines()) == 1
+
+
+def _completion_logp(model, tok, prompt, completion):
+    """Summed log-probability of ``completion`` (+ end of turn) after the chat prompt, by one plain forward pass."""
+    import torch
+
+    p_ids = tok(tok.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True),
+                add_special_tokens=False)["input_ids"]
+    c_ids = tok(completion + tok.eos_token, add_special_tokens=False)["input_ids"]
+    ids = torch.tensor([p_ids + c_ids])
+    with torch.no_grad():
+        lp = torch.log_softmax(model(ids).logits[0].float(), -1)
+    return float(sum(lp[len(p_ids) - 1 + k, t] for k, t in enumerate(c_ids)))
+
+
+def test_cached_dpo_trainer_moves_the_full_model_towards_chosen_against_its_reference(tiny_model: Path,
+                                                                                       tmp_path: Path) -> None:
+    """``trainer: cached``: a fresh LoRA on the top layer starts at the reference (first loss log 2), one
+    epoch is ceil(pairs / batch) steps, the saved adapter touches the top layer only, and by a plain
+    forward pass of the whole model the chosen completion gains on the rejected one. Continuing that
+    adapter starts again at log 2: the reference is the adapter's own state, not the base."""
+    from peft import PeftModel
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    prompt = [{"role": "system", "content": "Write one plan."}, {"role": "user", "content": "Who wrote report 1?"}]
+    pairs = [{"prompt": prompt, "chosen": "Retrieval then GenerateAnswer", "rejected": "RefineDoc"}] * 5
+    recipe = {"trainer": "cached", "lora_top_layers": 1, "lora_r": 4, "lora_alpha": 8, "learning_rate": 0.05,
+              "per_device_train_batch_size": 2, "gradient_accumulation_steps": 1, "num_train_epochs": 1,
+              "warmup_steps": 0, "beta": 0.1, "cpu_bf16": False, "max_length": 512}
+    from ragcritic_lib.critic import cached_dpo
+
+    res = cached_dpo.train_dpo(pairs, recipe, tmp_path / "off", base_model=str(tiny_model))
+    assert (res.steps, res.examples, res.is_adapter, res.dropped_too_long) == (3, 5, True, 0)
+    assert res.log_history[0]["loss"] == pytest.approx(math.log(2), abs=1e-3)
+    assert res.log_history[-1]["loss"] < res.log_history[0]["loss"]
+    names = list(load_file(str(tmp_path / "off" / "adapter_model.safetensors")))
+    assert names and all(".layers.1." in n for n in names), names
+    assert res.recipe["adapted_layers"] == [1]
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_model))
+    base = AutoModelForCausalLM.from_pretrained(str(tiny_model))
+    gap = lambda m: _completion_logp(m, tok, prompt, pairs[0]["chosen"]) - _completion_logp(m, tok, prompt, pairs[0]["rejected"])  # noqa: E731
+    before = gap(base)
+    trained = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(tiny_model)), str(tmp_path / "off"))
+    assert gap(trained) > before + 0.1
+
+    on = cached_dpo.train_dpo(pairs[:2], recipe, tmp_path / "on", **dpo_start(res))
+    assert on.steps == 1 and on.log_history[0]["loss"] == pytest.approx(math.log(2), abs=1e-3)
+
+
+def test_cached_dpo_trainer_refuses_what_it_cannot_run(tiny_model: Path, tmp_path: Path) -> None:
+    from ragcritic_lib.critic.cached_dpo import train_dpo as cached_train_dpo
+
+    pairs = [{"prompt": [{"role": "user", "content": "q"}], "chosen": "a", "rejected": "b"}]
+    with pytest.raises(ValueError, match="trainer: cached runs through ragcritic_lib.critic.cached_dpo.train_dpo"):
+        train_dpo(pairs, {"trainer": "cached", "lora_top_layers": 1}, tmp_path / "t", base_model=str(tiny_model))
+    with pytest.raises(ValueError, match="recipe key 'trainer' must be one of trl, cached"):
+        load_recipe({"trainer": "fast"}, "dpo")
+    with pytest.raises(ValueError, match="recipe key 'trainer' 'cached' is for DPO recipes"):
+        load_recipe({"trainer": "cached"}, "sft")
+    with pytest.raises(ValueError, match="needs lora_top_layers > 0"):
+        cached_train_dpo(pairs, {"trainer": "cached"}, tmp_path / "a", base_model=str(tiny_model))
+    with pytest.raises(ValueError, match="sigmoid DPO loss only"):
+        cached_train_dpo(pairs, {"trainer": "cached", "lora_top_layers": 1, "loss_type": "ipo"}, tmp_path / "b",
+                         base_model=str(tiny_model))
+    with pytest.raises(ValueError, match="trains a LoRA adapter"):
+        cached_train_dpo(pairs, {"trainer": "cached", "lora_top_layers": 1, "peft": False}, tmp_path / "c",
+                         base_model=str(tiny_model))

@@ -599,7 +599,8 @@ def train_planner(
     init_adapter: str | None = None,
     overrides: Mapping[str, Any] | None = None,
 ) -> Any:
-    """One DPO phase on the planner (``ragcritic_lib.critic.training.train_dpo``).
+    """One DPO phase on the planner (``ragcritic_lib.critic.cached_dpo.train_dpo``: the recipe's
+    ``trainer`` says whether TRL or the cached trainer runs it).
 
     ``overrides`` replace recipe keys (e.g. RePAIR's beta 0.1 and a step budget). Returns None,
     leaving the planner as it was, when there are no pairs or none fits the recipe's
@@ -607,7 +608,7 @@ def train_planner(
     """
     if not pairs:
         return None
-    from ragcritic_lib.critic.training import train_dpo
+    from ragcritic_lib.critic.cached_dpo import train_dpo
 
     try:
         return train_dpo(dpo_rows(pairs), recipe, output_dir, base_model=base_model, init_adapter=init_adapter,

@@ -46,6 +46,7 @@ from ragcritic_lib.evaluation.stats import cluster_resamples, percentile_interva
 
 METHODS = ("full", "lora")
 SELECT_BY = ("dev_auroc", "dev_loss", "dev_pairs")
+SCHEDULES = ("linear", "cosine")
 
 
 @dataclass
@@ -67,11 +68,14 @@ class TrainSettings:
     verdict_weight: float = 1.0    # SFT loss: mean CE of the verdict tokens x this + mean CE of the other tokens (0: plain mean)
     seed: int = 13
     dtype: str = "auto"            # autocast dtype: auto (bf16 where supported) | bfloat16 | float32
+    schedule: str = "linear"       # learning rate after the warm-up: linear | cosine decay to 0
     select: str = "dev_auroc"      # weights kept: dev_auroc (the critic's own verdict margin) | dev_loss (its dev critiques' tokens) | dev_pairs (DPO: held-out pairs' loss)
 
     def __post_init__(self) -> None:
         if self.method not in (*METHODS, "best"):
             raise ValueError(f"critic training method {self.method!r}: choose one of {(*METHODS, 'best')}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"critic training schedule {self.schedule!r}: choose one of {SCHEDULES}")
         if self.select not in SELECT_BY:
             raise ValueError(f"critic training select {self.select!r}: choose one of {SELECT_BY}")
         if self.train_layers < 1:
@@ -326,7 +330,10 @@ def _lr_at(step: int, total: int, settings: TrainSettings) -> float:
     warm = max(1, int(settings.warmup_ratio * total))
     if step < warm:
         return settings.learning_rate * (step + 1) / warm
-    return settings.learning_rate * max(0.0, (total - step) / max(1, total - warm))
+    left = max(0.0, (total - step) / max(1, total - warm))  # 1 at the end of the warm-up, 0 at the end
+    if settings.schedule == "cosine":
+        return settings.learning_rate * 0.5 * (1.0 - math.cos(math.pi * left))
+    return settings.learning_rate * left
 
 
 def _batches(encoded: Sequence[Encoded], size: int, rng: random.Random) -> list[list[int]]:
@@ -607,7 +614,9 @@ def train_dpo(split: SplitModel, chosen: Sequence[Encoded], rejected: Sequence[E
     are kept, including the starting point (evaluated first), so DPO never leaves the critic
     worse on dev than SFT left it; whether it helped is in the report. ``dev_pairs`` (chosen,
     rejected, their caches) are held-out pairs: with ``select: dev_pairs`` the weights of their
-    lowest DPO loss against the same reference are kept (log 2 at the start).
+    lowest DPO loss against the same reference are kept (log 2 at the start). With neither dev
+    examples nor dev pairs (a policy that is not a critic, e.g. RePAIR's planner) nothing is
+    selected: the curve logs the training rows and the last weights stay.
     """
     import torch
 
@@ -639,10 +648,12 @@ def train_dpo(split: SplitModel, chosen: Sequence[Encoded], rejected: Sequence[E
         plan += [idx[i:i + settings.batch_size] for i in range(0, n, settings.batch_size)]
     plan = plan[: max(1, round(len(plan) * settings.epochs / epochs))]
     stats: list[tuple[float, float, float]] = []
-    stopper = _BestOnDev(split, tok, dev, dev_cache, settings, report, progress, pair_loss=pair_loss)
+    stopper = (_BestOnDev(split, tok, dev, dev_cache, settings, report, progress, pair_loss=pair_loss)
+               if dev or pair_loss is not None else None)
     seen, next_eval = 0, settings.eval_every
     t0 = time.time()
-    stopper.evaluate(0)  # the SFT starting point
+    if stopper is not None:
+        stopper.evaluate(0)  # the SFT starting point
     split.model.train()
     for step, batch in enumerate(plan):
         for g in opt.param_groups:
@@ -666,10 +677,17 @@ def train_dpo(split: SplitModel, chosen: Sequence[Encoded], rejected: Sequence[E
                    "reward_accuracy": round(sum(t[1] for t in stats) / len(stats), 4),
                    "reward_margin": round(sum(t[2] for t in stats) / len(stats), 4)}
             stats.clear()
-            if stopper.evaluate(seen, **row):
+            if stopper is None:
+                report.curve.append({"examples_seen": seen, **row})
+                if progress:
+                    progress(report.curve[-1])
+            elif stopper.evaluate(seen, **row):
                 report.stopped_early = step < len(plan) - 1
                 break
-    stopper.restore()
+    if stopper is not None:
+        stopper.restore()
+    else:
+        split.model.eval()
     report.seconds = round(time.time() - t0, 1)
     return report
 

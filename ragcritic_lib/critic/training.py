@@ -11,6 +11,7 @@ this module adds:
                                  costs the forward pass plus N layers' backward
     model_dtype ("float32" | "bfloat16" | "auto")           -> dtype the model is loaded in
     cpu_bf16 ("auto" | true | false, default "auto")        -> bf16 autocast on a CPU (below)
+    trainer ("trl" | "cached")   DPO only: "cached" runs in :mod:`ragcritic_lib.critic.cached_dpo`
 
 Anything else is one clear error naming the key and the file. Keys renamed between the
 transformers versions of the two environments (``activation_checkpointing`` in 5.23, called
@@ -22,13 +23,12 @@ Checkpoints during training are bounded (``save_total_limit``, default
 :data:`DEFAULT_SAVE_TOTAL_LIMIT`). Under a multi-process launcher, merging an adapter and
 writing a checkpoint happen on the main process only, and every process waits for it.
 
-Device handling: without a GPU
-the run is forced onto the CPU (``use_cpu=True``, ``fp16=False``) with float32 weights, and
-``bf16`` follows ``cpu_bf16``: "auto" turns bf16 autocast on where the CPU has AMX or
-AVX512-BF16 (the matrix products then run in bf16, the LoRA weights and the optimizer stay in
-float32: about 2x faster per step there) and off elsewhere, where bf16 would be emulated and
-slower; true / false force it. With GPUs the recipe applies as written. Multi-GPU and DeepSpeed ZeRO-3
-runs go through ``accelerate launch`` and the CLI of this module::
+Device handling: without a GPU the run is forced onto the CPU (``use_cpu=True``, ``fp16=False``)
+with float32 weights, and ``bf16`` follows ``cpu_bf16``: "auto" turns bf16 autocast on where the CPU
+has AMX or AVX512-BF16 (the matrix products then run in bf16, the LoRA weights and the optimizer
+stay in float32: about 2x faster per step there) and off elsewhere, where bf16 would be emulated and
+slower; true / false force it. With GPUs the recipe applies as written. Multi-GPU and DeepSpeed
+ZeRO-3 runs go through ``accelerate launch`` and the CLI of this module::
 
     accelerate launch --config_file configs/accelerate/deepspeed_zero3.yaml \\
         -m ragcritic_lib.critic.training sft --recipe configs/train/critic_sft_paper.yaml \\
@@ -71,8 +71,10 @@ OUR_KEYS = {
     "lora_top_layers": 0,
     "model_dtype": "float32",
     "cpu_bf16": "auto",
+    "trainer": "trl",
 }
 
+TRAINERS = ("trl", "cached")  # recipe key ``trainer``: who runs a DPO recipe
 # Trainer keys renamed between transformers releases: (newer name, older name). transformers 5.23
 # calls it activation_checkpointing (gradient_checkpointing is a deprecated alias); 5.19, the
 # version vLLM 0.32 allows in the GPU environment, knows only gradient_checkpointing.
@@ -206,6 +208,8 @@ def load_recipe(recipe: str | os.PathLike[str] | Mapping[str, Any], kind: str,
         problem = _value_problem(key, value, defaults.get(key, dataclasses.MISSING))
         if problem:
             raise ValueError(f"{source}: recipe key {key!r} {problem}; got {value!r}")
+    if kind != "dpo" and merged.get("trainer", "trl") != "trl":
+        raise ValueError(f"{source}: recipe key 'trainer' {merged['trainer']!r} is for DPO recipes; {kind} runs with TRL")
     return merged
 
 
@@ -222,6 +226,8 @@ def _value_problem(key: str, value: Any, default: Any) -> str | None:
     numbers, switches and lists that a recipe sets, and the dtypes we load models in."""
     if key == "model_dtype":
         return None if value in ("float32", "bfloat16", "auto") else 'must be "float32", "bfloat16" or "auto"'
+    if key == "trainer":
+        return None if value in TRAINERS else f"must be one of {', '.join(TRAINERS)}"
     if key == "lora_top_layers":
         ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
         return None if ok else "must be a whole number >= 0 (0 = every layer)"
@@ -545,6 +551,8 @@ def train_dpo(
     rows, dropped = _fit(to_dpo_rows(pairs), tok, cfg.max_length, ["chosen", "rejected"])
     if not rows:
         raise ValueError(f"no DPO pair fits max_length={cfg.max_length} ({dropped} too long)")
+    if resolved.get("trainer") == "cached":
+        raise ValueError(f"{recipe}: trainer: cached runs through ragcritic_lib.critic.cached_dpo.train_dpo")
     model: Any = str(base_model)
     if init_adapter and lora is not None:
         import torch
@@ -654,22 +662,16 @@ def load_train_result(path: str | os.PathLike[str]) -> TrainResult:
 # --------------------------------------------------------------------------------------------
 def loss_curve(log_history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Training rows of a log history (those with a ``loss``) as flat dicts with ``step`` first."""
-    rows = []
-    for r in log_history:
-        if "loss" not in r:
-            continue
-        row = {"step": int(r.get("step", len(rows) + 1))}
-        row.update({k.replace("/", "_"): v for k, v in r.items() if k != "step" and isinstance(v, (int, float))})
-        rows.append(row)
+    rows: list[dict[str, Any]] = []
+    for r in (r for r in log_history if "loss" in r):
+        rows.append({"step": int(r.get("step", len(rows) + 1)),
+                     **{k.replace("/", "_"): v for k, v in r.items() if k != "step" and isinstance(v, (int, float))}})
     return rows
 
 
 def curve_value(rows: Sequence[Mapping[str, Any]], column: str, index: int = -1) -> float | None:
-    """``rows[index][column]`` of a loss curve (:func:`loss_curve`'s rows) rounded to 4 digits.
-
-    None when the curve is empty or no row has the column; a row without it reads as NaN, as in
-    a DataFrame of the rows.
-    """
+    """``rows[index][column]`` of a loss curve (:func:`loss_curve`'s rows) rounded to 4 digits: None when
+    the curve is empty or no row has the column; a row without it reads as NaN, as in a DataFrame."""
     if not rows or not any(column in r for r in rows):
         return None
     return round(float(rows[index].get(column, float("nan"))), 4)
