@@ -60,14 +60,13 @@ case_studies = 2
 import pandas as pd
 
 from ragcritic_lib import paths, runtime
-from ragcritic_lib.agent.actions import ActionSet
 from ragcritic_lib.agent.ladder import (
     AlwaysErrorCritic, KnownCauseCritic, correction_metrics, fit_critic_act_threshold, ladder_records, ladder_table,
     plan_shares, verdict_quality, verdict_shares,
 )
 from ragcritic_lib.agent.planner import LLMPlanner, RuleBasedPlanner, load_error_actions, load_trained_planner
 from ragcritic_lib.agent.workflow import (
-    OracleCritic, action_usage, comparison_rows, cost_rows, iteration_table,
+    OracleCritic, action_usage, comparison_rows, correction_actions, cost_rows, iteration_table,
     method_slug, pick_case_studies, rag_cost, rejection_counts, render_case_study, run_methods, status_counts,
     unverified_round,
 )
@@ -78,7 +77,6 @@ from ragcritic_lib.io import read_json, read_jsonl, write_jsonl
 from ragcritic_lib.mining.sampling import passage_metadata
 from ragcritic_lib.pipeline.outputs import save_markdown, save_table
 from ragcritic_lib.pipeline.stage_models import setup_stage
-from ragcritic_lib.retrieval.rag import answer_gen_params
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 from ragcritic_lib.retrieval import CrossEncoderReranker
 from ragcritic_lib.mining.taxonomy import load_known_causes, load_taxonomy
@@ -146,11 +144,6 @@ print(f"planner trained on {planner_result['examples']} examples ({planner_data[
 
 # %%
 generator = setup.llm
-# Every GenerateAnswer prompt opens with the same instruction and worked examples (about 190 of its
-# ~500 tokens): answer_prefix: shared encodes them once and reuses their key-value cache (on 140 dev
-# questions 1.43x faster, F1 and judged share within their CIs; bf16 decodes a near tie differently
-# now and then: reports/benchmarks/answer_prefix.json). whole encodes every prompt whole.
-generator.share_generation_prefix = answer_prefix == "shared"
 # The critic notebook 07 benchmarked: the checkpoint notebook 06 calibrated, its prompt settings and threshold.
 # dev_f1 starts from the calibrated critic and replaces its threshold below, on the dev split.
 trained_critic = load_trained_critic(params, paths.resolve(critic_dir), taxonomy,
@@ -190,22 +183,25 @@ list(methods_for(datasets[0]))
 
 # %%
 # GenerateAnswer writes the answers with standard RAG's prompt variant, so it decodes with that variant's
-# answer setting (prefill: one line), as standard RAG (01) and the methods 09-13 do.
-gen_params = answer_gen_params(rag_cfg["prompt_variant"], rag_cfg["max_new_tokens"])
-retriever_cfg = runtime.retriever_config(params)
+# answer setting (prefill: one line), as standard RAG (01) and the methods 09-13 do; it reads at most
+# standard RAG's top_k passages (the embedded reader gets worse past three). Every GenerateAnswer
+# prompt opens with the same instruction and worked examples (about 190 of its ~500 tokens):
+# answer_prefix: shared encodes them once and reuses their key-value cache (on 140 dev questions
+# 1.43x faster, F1 and judged share within their CIs; bf16 decodes a near tie differently now and
+# then: reports/benchmarks/answer_prefix.json); whole encodes every prompt whole.
 # The cross-encoder reranks action retrievals (action_rerank_depth candidates) and selects
 # sentences for RefineDoc, its notes too with refine_notes: extractive (no generator call per
 # passage; on dev as good as the generator's notes at a third of the actions' generator calls:
 # reports/benchmarks/correction_recipes.json); rewrite_expand: prf expands a query without the
-# generator (on dev no worse, at half the fixed action's calls: correction_expand.json);
-# GenerateAnswer reads at most standard RAG's top_k passages (the embedded reader gets worse past three).
+# generator (on dev no worse, at half the fixed action's calls: correction_expand.json).
+# Notebook 08_planner_data builds its actions with the same call and these settings.
+retriever_cfg = runtime.retriever_config(params)
 reranker = CrossEncoderReranker(retriever_cfg["reranker"])
-action_sets = {ds: ActionSet(generator, setup.retriever(ds), gen_params=gen_params,
-                             topk=rag_cfg["top_k"], max_doc_words=rag_cfg["max_passage_words"],
-                             rag_variant=rag_cfg["prompt_variant"], reranker=reranker,
-                             rerank_depth=action_rerank_depth or retriever_cfg["rerank_depth"],
-                             max_docs=rag_cfg["top_k"], table=table, answer_mode=answer_mode, notes=refine_notes,
-                             expand=rewrite_expand)
+action_settings = {"answer_mode": answer_mode, "refine_notes": refine_notes, "rewrite_expand": rewrite_expand,
+                   "action_rerank_depth": action_rerank_depth, "answer_prefix": answer_prefix}
+action_sets = {ds: correction_actions(generator, setup.retriever(ds), settings=action_settings, rag=rag_cfg,
+                                      reranker=reranker, table=table,
+                                      default_rerank_depth=retriever_cfg["rerank_depth"])
                for ds in datasets}
 
 # %% [markdown]

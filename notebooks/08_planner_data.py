@@ -46,12 +46,12 @@ import random
 import pandas as pd
 
 from ragcritic_lib import paths, runtime
-from ragcritic_lib.agent.actions import ActionSet
 from ragcritic_lib.agent.outcomes import (
     PLANNER_TARGETS, candidate_jobs, execute_jobs, outcome_sft_examples, outcome_summary, outcome_targets,
     planner_data_metrics,
 )
 from ragcritic_lib.agent.planner import RuleBasedPlanner, load_error_actions, planner_sft_examples
+from ragcritic_lib.agent.workflow import correction_actions
 from ragcritic_lib.critic.training import run_training, write_loss_curve
 from ragcritic_lib.io import read_jsonl, write_json, write_jsonl
 from ragcritic_lib.mining.taxonomy import load_taxonomy
@@ -59,7 +59,6 @@ from ragcritic_lib.pipeline.params import parse_dataset_counts
 from ragcritic_lib.pipeline.stage_models import setup_stage
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 from ragcritic_lib.retrieval import CrossEncoderReranker
-from ragcritic_lib.retrieval.rag import answer_gen_params
 
 setup = setup_stage("planner_data")  # params and data/planner_data; the generator and retrievers load on first use
 params, seed, out_dir = setup.params, setup.seed, setup.out_dir
@@ -102,7 +101,6 @@ pd.Series({ds: sum(r.get("dataset") == ds for r in chosen) for ds in setup.datas
 
 # %%
 jobs = candidate_jobs(chosen, rule_planner, per_record=programs_per_record, seed=seed)
-gen_params = answer_gen_params(rag_cfg["prompt_variant"], rag_cfg["max_new_tokens"])
 retriever_cfg = runtime.retriever_config(params)
 reranker = CrossEncoderReranker(retriever_cfg["reranker"])
 outcomes = []
@@ -110,10 +108,9 @@ for ds in setup.datasets:
     mine = [j for j in jobs if j["record"].get("dataset") == ds]
     if not mine:
         continue
-    actions = ActionSet(setup.llm, setup.retriever(ds), gen_params=gen_params, topk=rag_cfg["top_k"],
-                        max_doc_words=rag_cfg["max_passage_words"], rag_variant=rag_cfg["prompt_variant"],
-                        reranker=reranker, rerank_depth=retriever_cfg["rerank_depth"], max_docs=rag_cfg["top_k"],
-                        table=table, answer_mode=correction["answer_mode"])
+    # The correction stage's own actions: its answer setting, notes, query expansion, rerank depth and prompt prefix
+    actions = correction_actions(setup.llm, setup.retriever(ds), settings=correction, rag=rag_cfg, reranker=reranker,
+                                 table=table, default_rerank_depth=retriever_cfg["rerank_depth"])
     outcomes += execute_jobs(mine, actions=actions, judge_metric=judge["judge_metric"],
                              judge_threshold=judge["judge_threshold"], max_calls=correction["max_calls"],
                              timeout_s=correction["timeout_s"], table=table)

@@ -223,8 +223,28 @@ def _action_set_answer_settings(source: str) -> list[str]:
     return found
 
 
+@pytest.mark.parametrize("stem", ["08_correction", "08_planner_data"])
+def test_correction_actions_answer_with_standard_rags_settings(stem):
+    # Both correction stages build their actions with workflow.correction_actions (its own test
+    # checks the answer setting it derives); here, that they hand it standard RAG's settings.
+    import ast
+
+    tree = ast.parse((NOTEBOOKS / f"{stem}.py").read_text(encoding="utf-8"))
+    assigned = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                names = t.elts if isinstance(t, ast.Tuple) else [t]
+                values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value] * len(names)
+                assigned.update({n.id: ast.unparse(v) for n, v in zip(names, values) if isinstance(n, ast.Name)})
+    rags = [ast.unparse(kw.value) for call in ast.walk(tree) if isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Name) and call.func.id == "correction_actions"
+            for kw in call.keywords if kw.arg == "rag"]
+    assert rags, stem
+    assert all(assigned.get(r, r).replace("'", '"') == 'params["retrieval_rag"]' for r in rags), (stem, rags)
+
+
 @pytest.mark.parametrize("stem, expected", [
-    ("08_correction", 'answer_gen_params(rag_cfg["prompt_variant"], rag_cfg["max_new_tokens"])'),
     ("12_repair", "setup.answer_gen"),
 ])
 def test_action_set_answers_with_standard_rags_setting(stem, expected):

@@ -15,6 +15,7 @@ from ragcritic_lib.agent.workflow import (
     TierFilterCritic,
     action_usage,
     comparison_rows,
+    correction_actions,
     cost_rows,
     iteration_table,
     pick_case_studies,
@@ -29,6 +30,7 @@ from ragcritic_lib.agent.workflow import (
 from ragcritic_lib.critic.critics import LLMCritic
 from ragcritic_lib.llm import CallableLLM, GenParams
 from ragcritic_lib.retrieval import Hit
+from ragcritic_lib.retrieval.rag import answer_gen_params
 from ragcritic_lib.mining.taxonomy import load_taxonomy
 
 D = {
@@ -410,3 +412,58 @@ def test_oracle_critic_asks_a_critic_for_error_critiques_when_it_can():
     out = OracleCritic(tagger=Forced()).critique([dict(S1), dict(S2)])
     assert out[0].tag1 == ["Erroneous Information"] and out[0].analysis == "forced"
     assert out[1].judgement == "Correct"
+
+
+# --------------------------------------------------------------------------------------------
+# The correction stage's action layer, shared with the planner's data stage
+# --------------------------------------------------------------------------------------------
+SETTINGS = {"answer_mode": "free", "refine_notes": "extractive", "rewrite_expand": "prf",
+            "action_rerank_depth": 10, "answer_prefix": "shared"}
+RAG = {"prompt_variant": "prefill", "max_new_tokens": 32, "top_k": 3, "max_passage_words": 60}
+
+
+def build_actions(llm=None, **changes):
+    llm = llm or CallableLLM(generator, name="gen")
+    return correction_actions(llm, TinyRetriever(), settings={**SETTINGS, **changes}, rag=RAG,
+                              reranker=object(), table=None, default_rerank_depth=20)
+
+
+def test_correction_actions_take_every_setting():
+    llm = CallableLLM(generator, name="gen")
+    acts = build_actions(llm)
+    assert (acts.notes, acts.expand, acts.answer_mode, acts.rerank_depth) == ("extractive", "prf", "free", 10)
+    assert acts.gen_params == answer_gen_params("prefill", 32)
+    assert llm.share_generation_prefix is True
+    assert build_actions(action_rerank_depth=0).rerank_depth == 20  # 0: the common retriever's depth
+    whole = CallableLLM(generator, name="gen")
+    build_actions(whole, answer_prefix="whole", refine_notes="llm", rewrite_expand="llm")
+    assert whole.share_generation_prefix is False
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"answer_prefix": "half"}, "correction.answer_prefix"),
+    ({"action_rerank_depth": -1}, "correction.action_rerank_depth"),
+    ({"action_rerank_depth": "10"}, "correction.action_rerank_depth"),
+    ({"refine_notes": "poems"}, "note source"),
+])
+def test_correction_actions_reject_a_bad_setting(changes, message):
+    with pytest.raises(ValueError, match=message):
+        build_actions(**changes)
+
+
+def test_correction_actions_name_a_missing_setting():
+    settings = {k: v for k, v in SETTINGS.items() if k != "rewrite_expand"}
+    with pytest.raises(KeyError, match="correction.rewrite_expand"):
+        correction_actions(CallableLLM(generator, name="gen"), TinyRetriever(), settings=settings, rag=RAG,
+                           reranker=object(), table=None, default_rerank_depth=20)
+
+
+def test_both_correction_stages_build_their_actions_with_the_same_call():
+    """The planner learns from outcomes of the actions it is used with: neither stage builds its own."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    for name in ("08_correction.py", "08_planner_data.py"):
+        source = (root / "notebooks" / name).read_text(encoding="utf-8")
+        assert "correction_actions(" in source, name
+        assert "ActionSet(" not in source, name

@@ -23,9 +23,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from ragcritic_lib.agent.actions import ActionSet
 from ragcritic_lib.agent.executor import ProgramError, ProgramRuntimeError, run_program
 from ragcritic_lib.agent.planner import PlannerContext, critic_feedback, passage_strings
 from ragcritic_lib.evaluation.scoring import aggregate, aggregate_by, score_prediction
+from ragcritic_lib.retrieval.rag import answer_gen_params
 from ragcritic_lib.paths import method_slug  # noqa: F401  (notebook 08 names its run files with it)
 
 STATUSES = (
@@ -39,6 +41,40 @@ STATUSES = (
     "not_verified",      # the program's answer was not preferred by the verifier; the old one stays
 )
 FAILED = frozenset({"no_program", "rejected", "runtime_error", "empty_answer"})
+
+
+ANSWER_PREFIXES = ("shared", "whole")
+
+
+def correction_actions(llm: Any, retriever: Any, *, settings: Mapping[str, Any], rag: Mapping[str, Any],
+                       reranker: Any, table: Any, default_rerank_depth: int) -> ActionSet:
+    """The correction stage's action layer over one dataset's retriever, built from its settings.
+
+    Stage 08_correction corrects with it and stage 08_planner_data runs the planner's candidate
+    programs through the same call, so the outcomes the planner learns from come from the actions
+    it is used with. ``settings`` holds the ``correction`` keys ``answer_mode``, ``refine_notes``,
+    ``rewrite_expand``, ``action_rerank_depth`` (0: ``default_rerank_depth``, the common
+    retriever's) and ``answer_prefix``; ``rag`` the ``retrieval_rag`` keys GenerateAnswer answers
+    with (its prompt variant and answer setting, ``top_k`` passages of at most
+    ``max_passage_words`` words). ``answer_prefix: shared`` turns on ``llm.share_generation_prefix``
+    (the opening every GenerateAnswer prompt shares is encoded once); ``whole`` turns it off.
+    """
+    missing = [k for k in ("answer_mode", "refine_notes", "rewrite_expand", "action_rerank_depth", "answer_prefix")
+               if k not in settings]
+    if missing:
+        raise KeyError(f"correction.{missing[0]}: missing from the correction settings")
+    if settings["answer_prefix"] not in ANSWER_PREFIXES:
+        raise ValueError(f"correction.answer_prefix: must be one of {' | '.join(ANSWER_PREFIXES)}, "
+                         f"got {settings['answer_prefix']!r}")
+    depth = settings["action_rerank_depth"]
+    if not isinstance(depth, int) or isinstance(depth, bool) or depth < 0:
+        raise ValueError(f"correction.action_rerank_depth: must be an integer >= 0, got {depth!r}")
+    llm.share_generation_prefix = settings["answer_prefix"] == "shared"
+    return ActionSet(llm, retriever, gen_params=answer_gen_params(rag["prompt_variant"], rag["max_new_tokens"]),
+                     topk=rag["top_k"], max_doc_words=rag["max_passage_words"], rag_variant=rag["prompt_variant"],
+                     reranker=reranker, rerank_depth=depth or default_rerank_depth, max_docs=rag["top_k"],
+                     table=table, answer_mode=settings["answer_mode"], notes=settings["refine_notes"],
+                     expand=settings["rewrite_expand"])
 
 
 # --------------------------------------------------------------------------------------------
