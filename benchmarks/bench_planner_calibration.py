@@ -109,8 +109,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from ragcritic_lib import runtime
-    from ragcritic_lib.agent.actions import ActionSet
     from ragcritic_lib.agent.ladder import fit_critic_act_threshold
+    from ragcritic_lib.agent.workflow import correction_actions
     from ragcritic_lib.agent.planner import (
         PlannerContext, RuleBasedPlanner, build_planner_messages, load_error_actions, load_trained_planner,
         passage_strings,
@@ -120,7 +120,6 @@ def main() -> None:
     from ragcritic_lib.mining.taxonomy import load_taxonomy
     from ragcritic_lib.pipeline.stage_models import setup_stage
     from ragcritic_lib.retrieval import CrossEncoderReranker
-    from ragcritic_lib.retrieval.rag import answer_gen_params
 
     setup = setup_stage("correction")
     params, cfg = setup.params, setup.params["correction"]
@@ -162,12 +161,10 @@ def main() -> None:
     merged = list(shipped)
     if changed:
         rag_cfg, retriever_cfg = params["retrieval_rag"], runtime.retriever_config(params)
-        actions = ActionSet(setup.llm, setup.retriever("testbed"),
-                            gen_params=answer_gen_params(rag_cfg["prompt_variant"], rag_cfg["max_new_tokens"]),
-                            topk=rag_cfg["top_k"], max_doc_words=rag_cfg["max_passage_words"],
-                            rag_variant=rag_cfg["prompt_variant"], reranker=CrossEncoderReranker(retriever_cfg["reranker"]),
-                            rerank_depth=retriever_cfg["rerank_depth"], max_docs=rag_cfg["top_k"], table=table,
-                            answer_mode=cfg["answer_mode"])
+        # The correction stage's own actions (its notes, expansion, rerank depth and prompt prefix)
+        actions = correction_actions(setup.llm, setup.retriever("testbed"), settings=cfg, rag=rag_cfg,
+                                     reranker=CrossEncoderReranker(retriever_cfg["reranker"]), table=table,
+                                     default_rerank_depth=retriever_cfg["rerank_depth"])
         critic = load_trained_critic(params, paths.resolve(cfg["critic_dir"]), taxonomy, verdict="calibrated",
                                      max_new_tokens=cfg["critic_max_new_tokens"], name="trained")
         originals = {str(r["id"]): r for r in read_jsonl(paths.stage_dir("retrieval_rag") / "testbed" / "dev.jsonl")}

@@ -21,15 +21,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ragcritic_lib import paths, runtime  # noqa: E402
-from ragcritic_lib.agent.actions import ActionSet  # noqa: E402
 from ragcritic_lib.agent.ladder import AlwaysErrorCritic, KnownCauseCritic, ladder_records, ladder_table  # noqa: E402
 from ragcritic_lib.agent.planner import RuleBasedPlanner, load_error_actions  # noqa: E402
-from ragcritic_lib.agent.workflow import run_methods  # noqa: E402
+from ragcritic_lib.agent.workflow import correction_actions, run_methods  # noqa: E402
 from ragcritic_lib.data.flashrag import dataset_paths, load_corpus_records  # noqa: E402
 from ragcritic_lib.io import read_jsonl  # noqa: E402
 from ragcritic_lib.mining.sampling import passage_metadata  # noqa: E402
 from ragcritic_lib.pipeline.params import load_params  # noqa: E402
-from ragcritic_lib.retrieval.rag import answer_gen_params  # noqa: E402
 from ragcritic_lib.retrieval import CrossEncoderReranker  # noqa: E402
 from ragcritic_lib.mining.taxonomy import load_known_causes, load_taxonomy  # noqa: E402
 
@@ -65,12 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     wanted = [r.strip() for r in args.rows.split(",") if r.strip()]
     methods = {k: v for k, v in methods.items() if k in wanted}
     retriever_cfg = runtime.retriever_config(params)
-    actions = ActionSet(runtime.load_generator(params), runtime.load_retriever(params, args.dataset),
-                        gen_params=answer_gen_params(rag_cfg["prompt_variant"], rag_cfg["max_new_tokens"]),
-                        topk=rag_cfg["top_k"], max_doc_words=rag_cfg["max_passage_words"],
-                        rag_variant=rag_cfg["prompt_variant"], reranker=CrossEncoderReranker(retriever_cfg["reranker"]),
-                        rerank_depth=retriever_cfg["rerank_depth"], max_docs=rag_cfg["top_k"], table=table,
-                        answer_mode=args.answer_mode)
+    # The correction stage's own actions, with this pilot's answer mode
+    actions = correction_actions(runtime.load_generator(params), runtime.load_retriever(params, args.dataset),
+                                 settings={**corr, "answer_mode": args.answer_mode}, rag=rag_cfg,
+                                 reranker=CrossEncoderReranker(retriever_cfg["reranker"]), table=table,
+                                 default_rerank_depth=retriever_cfg["rerank_depth"])
     start = time.perf_counter()
     runs, _ = run_methods(records, methods, actions=actions, max_calls=corr["max_calls"], timeout_s=corr["timeout_s"],
                           table=table)
