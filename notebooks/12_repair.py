@@ -14,7 +14,8 @@
 # %% [markdown]
 # # 12 · RePAIR: a planner trained by preference optimization to correct answers, without a taxonomy
 # RePAIR corrects a RAG answer by writing a short plan over the same action functions RAG-Critic's
-# planner uses (notebook 08), run by the same restricted executor. Its planner never sees an error
+# planner uses (notebook 08), run by the same restricted executor on the same action layer (08's
+# passages per answer, rerank depth, notes and query expansion). Its planner never sees an error
 # category: the state is the question, the passages, the answer and (in training) whether the
 # answer is right. The reward of a plan is the token F1 of the answer it produces.
 #
@@ -96,7 +97,8 @@ prompt = "compact"
 import pandas as pd
 
 from ragcritic_lib import paths, runtime
-from ragcritic_lib.agent.actions import ActionSet, count_action_calls
+from ragcritic_lib.agent.actions import count_action_calls
+from ragcritic_lib.agent.workflow import correction_actions
 from ragcritic_lib.baselines import (MeteredLLM, add_costs, dataset_costs, epochs_trained, is_wrong, jsonable,
                                      judge_params, mark_correct, per_dataset, records_cost, repair, stopwatch)
 from ragcritic_lib.io import write_jsonl
@@ -104,6 +106,7 @@ from ragcritic_lib.baselines.harness import save_method_answers
 from ragcritic_lib.baselines.stage_setup import setup_method
 from ragcritic_lib.critic.critics import HeuristicCritic
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
+from ragcritic_lib.retrieval import CrossEncoderReranker
 from ragcritic_lib.retrieval.rag import run_standard_rag
 from ragcritic_lib.mining.taxonomy import load_taxonomy
 from ragcritic_lib.critic.training import dpo_start
@@ -113,7 +116,22 @@ params, seed, rr, llm, test = setup.params, setup.seed, setup.rag, setup.llm, se
 datasets, retrievers, out_dir = setup.datasets, setup.load_retrievers(), setup.out_dir
 judge = HeuristicCritic(load_taxonomy())  # grounded rules only: reads passages and answer, no gold
 judge_flags = lambda recs: [p.judgement == "Correct" for p in judge.critique(recs)]  # noqa: E731
-act_kw = dict(gen_params=setup.answer_gen, topk=rr["top_k"], max_doc_words=rr["max_passage_words"], rag_variant=rr["prompt_variant"])
+# The correction stage's action layer (workflow.correction_actions with its settings), so RePAIR's plans
+# and RAG-Critic's programs run on the same actions: GenerateAnswer reads at most standard RAG's top_k
+# passages, the cross-encoder reranks retrievals and selects RefineDoc's sentences, expansion is
+# pseudo-relevance feedback. Only the shared prompt prefix, a speed setting, stays off: the
+# generator's prompts are encoded whole, as standard RAG's answers to the train and dev states are.
+retriever_cfg = runtime.retriever_config(params)
+reranker = CrossEncoderReranker(retriever_cfg["reranker"])
+action_settings = {**params["correction"], "answer_prefix": "whole"}
+
+
+def repair_actions(gen, ds: str):
+    """The action layer over dataset ``ds``'s retriever, its generator calls metered by ``gen``."""
+    return correction_actions(gen, retrievers[ds], settings=action_settings, rag=rr, reranker=reranker, table=None,
+                              default_rerank_depth=retriever_cfg["rerank_depth"])
+
+
 rag_kw = dict(k=rr["top_k"], variant=rr["prompt_variant"], gen_params=setup.answer_gen, max_passage_words=rr["max_passage_words"])
 # The candidate plans constrained decoding chooses among: the same texts the off-policy phase executes.
 programs = repair.grammar_programs(grammar_plans, topk=rr["top_k"])
@@ -143,7 +161,7 @@ planner = MeteredLLM(runtime.load_start_model(params, start))
 
 # %%
 gen_m = MeteredLLM(llm)
-actions = {ds: ActionSet(gen_m, retrievers[ds], **act_kw) for ds in datasets}
+actions = {ds: repair_actions(gen_m, ds) for ds in datasets}
 train, off = {}, []
 with stopwatch() as t_off:
     for ds in datasets:
@@ -268,7 +286,7 @@ pd.DataFrame({phase: {k: d[k] for k in ("chosen_reward", "top_share", "best_sing
 gen_test, out = MeteredLLM(llm), []
 with stopwatch() as t:
     for ds in datasets:
-        test_actions = ActionSet(gen_test, retrievers[ds], **act_kw)
+        test_actions = repair_actions(gen_test, ds)
         with per_dataset(ds, final_planner, gen_test):
             out += repair.repair_infer(final_planner, test[ds], test_actions, judged_correct=judge_flags(test[ds]),
                                        decoding=decoding, programs=programs, prompt=prompt,
