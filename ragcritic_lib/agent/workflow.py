@@ -52,7 +52,8 @@ def correction_actions(llm: Any, retriever: Any, *, settings: Mapping[str, Any],
 
     Stage 08_correction corrects with it and stage 08_planner_data runs the planner's candidate
     programs through the same call, so the outcomes the planner learns from come from the actions
-    it is used with. ``settings`` holds the ``correction`` keys ``answer_mode``, ``refine_notes``,
+    it is used with; stage 12_repair runs RePAIR's plans on it (with ``answer_prefix: whole``), so
+    the two planners are compared on the same actions. ``settings`` holds the ``correction`` keys ``answer_mode``, ``refine_notes``,
     ``rewrite_expand``, ``action_rerank_depth`` (0: ``default_rerank_depth``, the common
     retriever's) and ``answer_prefix``; ``rag`` the ``retrieval_rag`` keys GenerateAnswer answers
     with (its prompt variant and answer setting, ``top_k`` passages of at most
