@@ -870,9 +870,9 @@ def _baseline_rows(metrics: Mapping[str, Any]) -> list[list[str]]:
          f"{count(rp, 'training', 'onpolicy_states_with_pair')} with a preference pair)",
          f"{count(rp, 'test', 'executed')} test plans ran, {count(rp, 'test', 'distinct')} distinct"
          + (f"; the most common is {_pct(top[1])}% of them" if top else "")
-         + (f"; off-policy, the best single plan earns F1 {_f(pr['best_single_reward'])} "
-            f"({pr['best_single'].split(':')[-1]}) and the best plan per state {_f(pr['per_state_best_reward'])} "
-            f"({pr['tied_states']} of {pr['states']} states tie)"
+         + (f"; off-policy, the plan with the best mean F1 over the states it ran on earns "
+            f"{_f(pr['best_single_reward'])} ({pr['best_single'].split(':')[-1]}), and the best of the plans each "
+            f"state ran {_f(pr['per_state_best_reward'])} ({pr['tied_states']} of {pr['states']} states tie)"
             if isinstance(pr := _get(metrics, rp, "training").get("offpolicy_rewards"), Mapping) else "")],
         ["SIM-RAG",
          f"{count(sr, 'critic', 'balanced_train')} balanced examples ({count(sr, 'critic', 'distinct_train')} distinct, "
