@@ -205,10 +205,14 @@ def test_simrag_answers_with_standard_rags_variant():
 @pytest.mark.parametrize("stem", ["08_correction", "08_planner_data", "12_repair"])
 def test_correction_actions_answer_with_standard_rags_settings(stem):
     # RAG-Critic's two stages and RePAIR build their actions with workflow.correction_actions (its
-    # own test checks the answer setting it derives); here, that they hand it standard RAG's settings.
+    # own test checks the answer setting it derives), none with an ActionSet of its own, so the
+    # planner learns from the actions it is used with and RePAIR's plans run on them too; here,
+    # also that they hand it standard RAG's settings.
     import ast
 
-    tree = ast.parse((NOTEBOOKS / f"{stem}.py").read_text(encoding="utf-8"))
+    source = (NOTEBOOKS / f"{stem}.py").read_text(encoding="utf-8")
+    assert "ActionSet(" not in source, stem
+    tree = ast.parse(source)
     assigned = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign):

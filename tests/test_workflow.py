@@ -456,15 +456,3 @@ def test_correction_actions_name_a_missing_setting():
     with pytest.raises(KeyError, match="correction.rewrite_expand"):
         correction_actions(CallableLLM(generator, name="gen"), TinyRetriever(), settings=settings, rag=RAG,
                            reranker=object(), table=None, default_rerank_depth=20)
-
-
-def test_the_correction_stages_and_repair_build_their_actions_with_the_same_call():
-    """The planner learns from outcomes of the actions it is used with, and RePAIR's plans run on
-    them too: none of these stages builds its own."""
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    for name in ("08_correction.py", "08_planner_data.py", "12_repair.py"):
-        source = (root / "notebooks" / name).read_text(encoding="utf-8")
-        assert "correction_actions(" in source, name
-        assert "ActionSet(" not in source, name
