@@ -17,6 +17,7 @@ from ragcritic_lib.agent.workflow import (
     comparison_rows,
     correction_actions,
     cost_rows,
+    generating_model,
     iteration_table,
     pick_case_studies,
     records_at_iteration,
@@ -438,6 +439,20 @@ def test_correction_actions_take_every_setting():
     whole = CallableLLM(generator, name="gen")
     build_actions(whole, answer_prefix="whole", refine_notes="llm", rewrite_expand="llm")
     assert whole.share_generation_prefix is False
+
+
+def test_correction_actions_set_the_prefix_switch_on_the_model_under_a_cost_meter():
+    from ragcritic_lib.baselines import MeteredLLM
+
+    inner = CallableLLM(generator, name="gen")
+    inner.share_generation_prefix = False
+    metered = MeteredLLM(MeteredLLM(inner))
+    build_actions(metered)  # shared
+    assert inner.share_generation_prefix is True
+    assert "share_generation_prefix" not in vars(metered)  # not a flag the wrapper alone would hold
+    build_actions(metered, answer_prefix="whole")
+    assert inner.share_generation_prefix is False
+    assert generating_model(inner) is inner
 
 
 @pytest.mark.parametrize(("changes", "message"), [

@@ -46,6 +46,17 @@ FAILED = frozenset({"no_program", "rejected", "runtime_error", "empty_answer"})
 ANSWER_PREFIXES = ("shared", "whole")
 
 
+def generating_model(llm: Any) -> Any:
+    """The model under any wrappers that hold it as their ``llm`` attribute (a
+    :class:`ragcritic_lib.baselines.MeteredLLM` counting a method's cost); ``llm`` itself when it
+    is not wrapped."""
+    seen: set[int] = set()
+    while id(llm) not in seen and "llm" in getattr(llm, "__dict__", {}):
+        seen.add(id(llm))
+        llm = llm.__dict__["llm"]
+    return llm
+
+
 def correction_actions(llm: Any, retriever: Any, *, settings: Mapping[str, Any], rag: Mapping[str, Any],
                        reranker: Any, table: Any, default_rerank_depth: int) -> ActionSet:
     """The correction stage's action layer over one dataset's retriever, built from its settings.
@@ -57,8 +68,10 @@ def correction_actions(llm: Any, retriever: Any, *, settings: Mapping[str, Any],
     ``rewrite_expand``, ``action_rerank_depth`` (0: ``default_rerank_depth``, the common
     retriever's) and ``answer_prefix``; ``rag`` the ``retrieval_rag`` keys GenerateAnswer answers
     with (its prompt variant and answer setting, ``top_k`` passages of at most
-    ``max_passage_words`` words). ``answer_prefix: shared`` turns on ``llm.share_generation_prefix``
-    (the opening every GenerateAnswer prompt shares is encoded once); ``whole`` turns it off.
+    ``max_passage_words`` words). ``answer_prefix: shared`` turns on ``share_generation_prefix``
+    (the opening every GenerateAnswer prompt shares is encoded once); ``whole`` turns it off. The
+    switch is set on the model that generates: through a wrapper that holds it as its ``llm``
+    attribute (a cost meter, as RePAIR's stage passes), where a flag on the wrapper would be ignored.
     """
     missing = [k for k in ("answer_mode", "refine_notes", "rewrite_expand", "action_rerank_depth", "answer_prefix")
                if k not in settings]
@@ -70,7 +83,7 @@ def correction_actions(llm: Any, retriever: Any, *, settings: Mapping[str, Any],
     depth = settings["action_rerank_depth"]
     if not isinstance(depth, int) or isinstance(depth, bool) or depth < 0:
         raise ValueError(f"correction.action_rerank_depth: must be an integer >= 0, got {depth!r}")
-    llm.share_generation_prefix = settings["answer_prefix"] == "shared"
+    generating_model(llm).share_generation_prefix = settings["answer_prefix"] == "shared"
     return ActionSet(llm, retriever, gen_params=answer_gen_params(rag["prompt_variant"], rag["max_new_tokens"]),
                      topk=rag["top_k"], max_doc_words=rag["max_passage_words"], rag_variant=rag["prompt_variant"],
                      reranker=reranker, rerank_depth=depth or default_rerank_depth, max_docs=rag["top_k"],
