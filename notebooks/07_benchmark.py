@@ -42,6 +42,7 @@ from ragcritic_lib import paths, runtime
 from ragcritic_lib.critic import corpus as critic_corpus
 from ragcritic_lib.mining import sampling as mining
 from ragcritic_lib.critic.critics import HeuristicCritic, LLMCritic, critiques_to_records, load_trained_critic
+from ragcritic_lib.critic.probe import ProbeScorer
 from ragcritic_lib.critic.benchmark import (
     benchmark_metrics, benchmark_table, plot_per_label, score_critic, score_known_causes, verdict_scores,
     with_confidence,
@@ -118,6 +119,11 @@ critics = {
     "SFT+DPO critic": load_trained_critic(params, paths.stage_dir("critic_dpo"), taxonomy,
                                           max_new_tokens=max_new_tokens, name="sft+dpo:calibrated"),
 }
+# 06 keeps 05's verdict probe, so the two trained critics read the same one: one scorer (and its
+# memory of the answers it has read) then serves both, and each answer meets the frozen model once.
+sft_scorer, dpo_scorer = critics["SFT critic"].verdict_scorer, critics["SFT+DPO critic"].verdict_scorer
+if isinstance(sft_scorer, ProbeScorer) and isinstance(dpo_scorer, ProbeScorer) and dpo_scorer.probe == sft_scorer.probe:
+    critics["SFT+DPO critic"].verdict_scorer = sft_scorer
 if include_zeroshot:
     critics["base zero-shot"] = LLMCritic(setup.llm, taxonomy, "zeroshot", max_new_tokens=max_new_tokens, name="zeroshot",
                                           **view)
