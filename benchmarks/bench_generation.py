@@ -3,6 +3,12 @@
 For each dtype (fp32, bf16) and batch size (1, 8, 16) it prints the median over repeats of
 - prefill tok/s: one forward pass over the batch's prompts (what reading RAG passages costs),
 - decode tok/s: generated tokens per second after the prefill (exactly --new-tokens per row),
+  both at the layout ``HFBackend`` computes at: each prompt left-padded to
+  :func:`ragcritic_lib.llm.hf.padded_width` of its length, so every row carries a pad and
+  attention takes the masked path (``--layouts padded,unpadded`` adds rows without padding, the
+  layout this script timed until 4 December 2026: on 2 avx512_bf16 cores, batch 16 of 256-token
+  prompts, it decodes at 130 tok/s against the padded layout's 232, and prefills 1,287 real tokens/s
+  against 899, so it overstated the prefill and understated the decode the pipeline gets),
 - e2e tok/s: completion tokens per second through ``HFBackend.generate`` (tokenization,
   padding and early stops included; no cache),
 then, when llama-cpp-python is importable, the same prompt on the packaged GGUF at batch 1 as
@@ -52,6 +58,8 @@ def _parse() -> argparse.Namespace:
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--layouts", default="padded",
+                    help="padded (HFBackend's left-padded widths) and/or unpadded (no pad token), comma-separated")
     ap.add_argument("--quick", action="store_true", help="tiny run to check the script works")
     ap.add_argument("--invariance", type=int, default=0, metavar="N",
                     help="count answers that change with the batch composition, on N prompts")
@@ -82,12 +90,22 @@ def bench_hf(args: argparse.Namespace, dtype: str, batch_sizes: list[int]) -> li
     import torch
     from transformers import GenerationConfig
 
+    from ragcritic_lib.llm.hf import _left_padded, padded_width
+
     llm = HFBackend(args.model, dtype=dtype, device=args.device, cache=None)
+    layouts = [x.strip() for x in args.layouts.split(",") if x.strip()]
+    unknown = [x for x in layouts if x not in ("padded", "unpadded")]
+    if unknown or not layouts:
+        raise SystemExit(f"--layouts: padded and/or unpadded, got {args.layouts!r}")
     rows = []
-    for b in batch_sizes:
+    for layout, b in [(layout, b) for b in batch_sizes for layout in layouts]:
         batch = _prompts(llm, b, args.prompt_tokens)
-        input_ids = torch.tensor(batch, device=llm.device)
-        mask = torch.ones_like(input_ids)
+        if layout == "padded":  # as HFBackend._generate_batch computes a batch of equal-width prompts
+            input_ids, mask = _left_padded(batch, padded_width(args.prompt_tokens), b, llm.pad_token_id)
+            input_ids, mask = input_ids.to(llm.device), mask.to(llm.device)
+        else:
+            input_ids = torch.tensor(batch, device=llm.device)
+            mask = torch.ones_like(input_ids)
 
         def prefill() -> None:
             with torch.inference_mode():
@@ -108,6 +126,11 @@ def bench_hf(args: argparse.Namespace, dtype: str, batch_sizes: list[int]) -> li
         # contention the difference can vanish: report nan rather than a silly number.
         decode_s = t_gen - t_prefill if t_gen > t_prefill else float("nan")
 
+        if layout == "unpadded":  # HFBackend.generate always pads: its e2e row is the padded one
+            rows.append({"engine": "transformers", "dtype": dtype, "batch": b, "layout": layout,
+                         "prefill": b * args.prompt_tokens / t_prefill,
+                         "decode": b * (args.new_tokens - 1) / decode_s, "e2e": float("nan")})
+            continue
         texts = [llm.tokenizer.decode(ids) for ids in batch]
         llm.batch_size = b
         llm.generate(texts, GenParams(max_new_tokens=args.new_tokens, seed=-1))  # warm-up
@@ -117,7 +140,7 @@ def bench_hf(args: argparse.Namespace, dtype: str, batch_sizes: list[int]) -> li
             llm.generate(texts, GenParams(max_new_tokens=args.new_tokens, temperature=0.0, seed=r))
             e2e.append(llm.stats.completion_tokens / max(llm.stats.seconds, 1e-9))
         rows.append({
-            "engine": "transformers", "dtype": dtype, "batch": b,
+            "engine": "transformers", "dtype": dtype, "batch": b, "layout": layout,
             "prefill": b * args.prompt_tokens / t_prefill,
             "decode": b * (args.new_tokens - 1) / decode_s,
             "e2e": statistics.median(e2e),
@@ -240,10 +263,12 @@ def main() -> None:
         rows += bench_hf(args, dtype, batch_sizes)
     rows += bench_llama_cpp(args)
 
-    print(f"\n{'engine':<34}{'dtype':>10}{'batch':>7}{'prefill tok/s':>15}{'decode tok/s':>14}{'e2e tok/s':>11}")
+    print(f"\n{'engine':<34}{'dtype':>10}{'batch':>7}{'layout':>10}{'prefill tok/s':>15}{'decode tok/s':>14}"
+          f"{'e2e tok/s':>11}")
     for r in rows:
-        print(f"{r['engine']:<34}{r['dtype']:>10}{r['batch']:>7}{r['prefill']:>15.0f}{r['decode']:>14.1f}{r['e2e']:>11.1f}")
-    base = {(r["dtype"], r["batch"]): r for r in rows if r["engine"] == "transformers"}
+        print(f"{r['engine']:<34}{r['dtype']:>10}{r['batch']:>7}{r.get('layout', '-'):>10}{r['prefill']:>15.0f}"
+              f"{r['decode']:>14.1f}{r['e2e']:>11.1f}")
+    base = {(r["dtype"], r["batch"]): r for r in rows if r["engine"] == "transformers" and r["layout"] == "padded"}
     print()
     for (dtype, b), r in sorted(base.items()):
         one = base.get((dtype, 1))
