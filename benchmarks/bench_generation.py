@@ -126,19 +126,16 @@ def bench_hf(args: argparse.Namespace, dtype: str, batch_sizes: list[int]) -> li
         # contention the difference can vanish: report nan rather than a silly number.
         decode_s = t_gen - t_prefill if t_gen > t_prefill else float("nan")
 
-        if layout == "unpadded":  # HFBackend.generate always pads: its e2e row is the padded one
-            rows.append({"engine": "transformers", "dtype": dtype, "batch": b, "layout": layout,
-                         "prefill": b * args.prompt_tokens / t_prefill,
-                         "decode": b * (args.new_tokens - 1) / decode_s, "e2e": float("nan")})
-            continue
-        texts = [llm.tokenizer.decode(ids) for ids in batch]
-        llm.batch_size = b
-        llm.generate(texts, GenParams(max_new_tokens=args.new_tokens, seed=-1))  # warm-up
-        e2e = []
-        for r in range(args.repeats):
-            llm.stats.reset()
-            llm.generate(texts, GenParams(max_new_tokens=args.new_tokens, temperature=0.0, seed=r))
-            e2e.append(llm.stats.completion_tokens / max(llm.stats.seconds, 1e-9))
+        e2e = [float("nan")]  # HFBackend.generate always pads: the e2e number is the padded row's
+        if layout == "padded":
+            texts = [llm.tokenizer.decode(ids) for ids in batch]
+            llm.batch_size = b
+            llm.generate(texts, GenParams(max_new_tokens=args.new_tokens, seed=-1))  # warm-up
+            e2e = []
+            for r in range(args.repeats):
+                llm.stats.reset()
+                llm.generate(texts, GenParams(max_new_tokens=args.new_tokens, temperature=0.0, seed=r))
+                e2e.append(llm.stats.completion_tokens / max(llm.stats.seconds, 1e-9))
         rows.append({
             "engine": "transformers", "dtype": dtype, "batch": b, "layout": layout,
             "prefill": b * args.prompt_tokens / t_prefill,

@@ -125,8 +125,9 @@ def main() -> int:
     seconds = round(time.perf_counter() - start, 1)
     f1: list[list[float]] = [[] for _ in range(rounds + 1)]
     right: list[list[float]] = [[] for _ in range(rounds + 1)]
-    for rec in refined:
-        for r, answer in enumerate(answers_by_round(rec, rounds)):
+    answers = [answers_by_round(rec, rounds) for rec in refined]
+    for rec, per_round in zip(refined, answers):
+        for r, answer in enumerate(per_round):
             row = {**rec, "prediction": answer, **score_prediction(answer, list(rec.get("golden_answers") or []))}
             f1[r].append(float(row["f1"]))
             right[r].append(float(is_correct(row, metric=judge["metric"], threshold=judge["threshold"])))
@@ -141,8 +142,7 @@ def main() -> int:
     rows = []
     for r in range(rounds + 1):
         row: dict[str, Any] = {"round": r, "f1": round(sum(f1[r]) / n, 4), "judged": round(sum(right[r]) / n, 4),
-                               "changed_from_previous": 0 if r == 0 else sum(
-                                   answers_by_round(x, rounds)[r] != answers_by_round(x, rounds)[r - 1] for x in refined)}
+                               "changed_from_previous": 0 if r == 0 else sum(a[r] != a[r - 1] for a in answers)}
         if r:
             row.update(f1_vs_previous=ci(f1[r], f1[r - 1]), f1_vs_standard=ci(f1[r], f1[0]),
                        judged_vs_previous=ci(right[r], right[r - 1]), judged_vs_standard=ci(right[r], right[0]),
