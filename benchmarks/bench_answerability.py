@@ -20,7 +20,7 @@ Two candidate signals, both general, neither the testbed's (``--signal``):
   leans to "the passages do not say". Scored beside the reader's own answer in one call
   (:func:`reader_abstain_scores`), so a second run reads the LLM cache;
 - ``trained``: a **learned answerability judge**, the embedded sentence encoder (all-MiniLM-L6-v2,
-  ``critic_sft.verifier_model``) fine-tuned with a one-logit head (``critic.verifier.train_pairs``)
+  ``critic_body.verifier_model``) fine-tuned with a one-logit head (``critic.verifier.train_pairs``)
   on the *train* questions, retrieved as stage 01 retrieves (``retrieval_rag.top_k``), each labelled
   unanswerable or not by its gold answers (training labels only; dev picks the checkpoint, test is
   never seen). Four views are trained and reported side by side (:func:`answerability_rows`):
@@ -276,7 +276,7 @@ def train_views(params: Mapping[str, Any], args: argparse.Namespace, rag: Path) 
     for view in args.views:
         rows = contrast_rows(deep, k) if view == "contrast" else answerability_rows(train, view)[0]
         dev_rows, dev_owner = answerability_rows(dev, view)
-        model = EncoderVerifier(paths.resolve(params["critic_sft"]["verifier_model"]), max_length=256, seed=13)
+        model = EncoderVerifier(paths.resolve(params["critic_body"]["verifier_model"]), max_length=256, seed=13)
         # The sentence view has about 16 rows a question: one pass over them already sees each
         # question's passages more often than the other views' epochs do.
         epochs = min(args.epochs, 1.0) if view == "sentences" else args.epochs

@@ -178,12 +178,12 @@ def main() -> None:
                              cpu_class=klass, examples=n, seed=args.seed, body="probe", train_layers=0, passes=1.0,
                              cache_seconds=round(frozen, 1), projected_stage_minutes=proj)
         else:
-            folder = paths.resolve(sft["verifier_model"])
+            folder = paths.resolve(params["critic_body"]["verifier_model"])
             layers = int(name[len("verifier-top"):])
-            v = EncoderVerifier(folder, max_length=int(sft["verifier_max_length"]), seed=args.seed)
+            v = EncoderVerifier(folder, max_length=int(params["critic_body"]["verifier_max_length"]), seed=args.seed)
             rep = train_verifier(v, sub, dev_sub, VerifierSettings(
-                epochs=args.verifier_epochs, learning_rate=float(sft["verifier_learning_rate"]),
-                batch_size=int(sft["batch_size"]), max_length=int(sft["verifier_max_length"]),
+                epochs=args.verifier_epochs, learning_rate=float(params["critic_body"]["verifier_learning_rate"]),
+                batch_size=int(sft["batch_size"]), max_length=int(params["critic_body"]["verifier_max_length"]),
                 eval_every=max(1, n // 2), seed=args.seed, train_layers=layers), progress=print)
             pairs, _ = dev_pairs_and_labels(dev_sub)
             scores, eval_s = frontier.timed(lambda: v.scores(pairs))

@@ -1,9 +1,9 @@
 """Which of the frozen generator's layers the verdict probe should read: dev AUROC per layer set.
 
 Stage 05's verdict comes from a logistic probe on the frozen generator's hidden states at the
-verdict position, reading layer ``critic_sft.probe_layer`` and the final normed state. This
+verdict position, reading layer ``critic_body.probe_layer`` and the final normed state. This
 benchmark computes every layer's state there once, for the stage's own probe samples (the train
-samples of ``critic_sft.verdict_sources``: the generator's and the pool's real answers) and its
+samples of ``critic_body.verdict_sources``: the generator's and the pool's real answers) and its
 dev answers, then fits the stage's probe (:func:`ragcritic_lib.critic.probe.fit_probe`, C by
 5-fold cross-validated AUROC) on each layer set and scores dev: AUROC with its bootstrap 95% CI,
 and the paired bootstrap CI of its difference to the set the stage reads (``shipped``). Dev answers only,
@@ -50,7 +50,7 @@ from pathlib import Path
 from ragcritic_lib import paths
 
 def shipped_set(probe_layer: int) -> str:
-    """The set the stage reads: ``critic_sft.probe_layer`` beside the final state."""
+    """The set the stage reads: ``critic_body.probe_layer`` beside the final state."""
     return f"{int(probe_layer)}+last"
 
 
@@ -303,8 +303,8 @@ def main() -> None:
     from ragcritic_lib.pipeline.stage_metrics import cpu_class
 
     params = load_params()
-    sft, seed = params["critic_sft"], int(params["common"]["seed"])
-    base = runtime.resolve_base_model(params, sft["base_model"], key="critic_sft.base_model")
+    sft, seed = params["critic_body"], int(params["common"]["seed"])
+    base = runtime.resolve_base_model(params, params["critic_sft"]["base_model"], key="critic_sft.base_model")
     data_dir = paths.stage_dir("critic_data")
     examples, dev = read_jsonl(data_dir / "sft_train.jsonl"), read_jsonl(data_dir / "sft_dev.jsonl")
     samples = read_jsonl(data_dir / "train_samples.jsonl")

@@ -113,7 +113,7 @@ def main() -> None:
         def fit_and_report(rows, dev, test, max_length: int) -> str:
             """Train on ``rows`` (dev picks the checkpoint), score ``test``: its AUROC over all test
             questions and among the one-form ones, each with its bootstrap interval."""
-            model = EncoderVerifier(paths.resolve(params["critic_sft"]["verifier_model"]), max_length=max_length,
+            model = EncoderVerifier(paths.resolve(params["critic_body"]["verifier_model"]), max_length=max_length,
                                     seed=13)
             t0 = time.time()
             report = train_pairs(model, rows, [(a, b) for a, b, _ in dev], [y for *_, y in dev],

@@ -13,7 +13,7 @@ benchmark measures that share:
 - ``question only``: the embedded sentence encoder's embedding of the question text, nothing else
   (no answer, no passages), with the verdict probe's logistic regression
   (:func:`ragcritic_lib.critic.probe.fit_probe`, C by cross-validated AUROC) fitted on the probe's
-  training samples (train questions, ``critic_sft.verdict_sources``). A method could use it; it
+  training samples (train questions, ``critic_body.verdict_sources``). A method could use it; it
   shows how far the wording of a question carries the label.
 
 For each critic in ``data/benchmark/predictions`` with a verdict score (``margin``), and for both
@@ -110,7 +110,7 @@ def main() -> None:
     t0 = time.time()
     params = load_params()
     seed = int(params["common"]["seed"])
-    keep = {x.strip() for x in str(params["critic_sft"]["verdict_sources"]).split(",") if x.strip()}
+    keep = {x.strip() for x in str(params["critic_body"]["verdict_sources"]).split(",") if x.strip()}
     data_dir, bench_dir = paths.stage_dir("critic_data"), paths.stage_dir("benchmark")
     train = [s for s in read_jsonl(data_dir / "train_samples.jsonl") if not keep or s["source"] in keep]
     dev = read_jsonl(data_dir / "dev_samples.jsonl")

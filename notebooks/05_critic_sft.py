@@ -45,18 +45,9 @@ ship_max_mb = 24.0
 preview_samples = 4
 tag_check = 40
 base_model = ""
-verdict_body = "probe"
-verifier_model = "data/assets/models/all-minilm-l6-v2"
-verifier_epochs = 2.0
-verifier_learning_rate = 5e-05
-verifier_max_length = 256
-verdict_sources = "generator,pool"
-probe_layer = 18
-probe_answer_layer = 18
 
 # %%
-import random
-import time
+import shutil
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -67,9 +58,6 @@ from ragcritic_lib.critic.critics import calibrate_verdicts, load_trained_critic
 from ragcritic_lib.critic.data import critic_sft_metrics
 from ragcritic_lib.critic.flags import learning_curve
 from ragcritic_lib.critic.train import TrainSettings, run_cached_sft, run_trl_sft
-from ragcritic_lib.critic.probe import fit_probe, load_frozen, probe_scores, save_probe, verdict_features
-from ragcritic_lib.critic.verifier import EncoderVerifier, VerifierSettings, is_error_example, train_verifier
-from ragcritic_lib.evaluation.stats import auroc
 from ragcritic_lib.io import read_json, read_jsonl, write_json
 from ragcritic_lib.pipeline.outputs import save_figure
 from ragcritic_lib.pipeline.setup import setup_stage
@@ -131,57 +119,22 @@ pd.DataFrame(fit["comparison"]).T if fit["comparison"] else {k: fit[k] for k in 
 
 # %% [markdown]
 # ## The verdict's body
-# Which body scores the verdict was chosen on the measured recipe frontier
-# (`reports/benchmarks/critic_recipes.json`, docs/methods/rag-critic.md). With
-# `verdict_body = "generative"` it is the critic's own margin. With `"probe"`, a logistic
-# regression on the frozen generator's states at the verdict position (layer `probe_layer` and
-# the last layer; with `probe_answer_layer` > 0 also that layer's mean over the answer's tokens) is fitted on the training samples of `verdict_sources` (e.g. the real answers of
-# the generator and the pool; "" = all), its C by cross-validation; its learning curve fits it on
-# growing shares of those samples. With `"verifier"`, a small encoder verifier (`verifier_model`,
-# its top layers fine-tuned for `verifier_epochs` passes, the best dev AUROC kept) reads the
-# critic's own view of each answer. Either way the generative critic above still writes the tier
-# tags and the critique, the body ships beside it (`data/critic_sft/probe` or `verifier`), and every
-# later stage that loads this critic reads its verdict from there.
+# Stage `05_critic_body` fitted the verdict's own body (`critic_body.verdict_body`) on the
+# frozen generator, apart from this training: with `"probe"` a logistic probe on the generator's
+# states at the verdict position, with `"verifier"` a small encoder verifier, with
+# `"generative"` none (the critic's own margin scores the verdict). The body goes into this
+# critic's folder (`data/critic_sft/probe` or `verifier`), so it travels with the critic and
+# every later stage that loads the critic reads the verdict from there; the generative critic
+# trained above still writes the tier tags and the critique.
 
 # %%
-keep = {x.strip() for x in verdict_sources.split(",") if x.strip()}
-sources = [s["source"] for s in read_jsonl(data_dir / "train_samples.jsonl")]  # sft_train.jsonl is in this order
-body_examples = [e for e, src in zip(examples, sources) if not keep or src in keep]
-body_fit = None
-if verdict_body == "probe":
-    base_lm, base_tok = load_frozen(train_base)
-    t0 = time.time()
-    span_layer = probe_answer_layer or None
-    x_train = verdict_features(base_lm, base_tok, [e["messages"] for e in body_examples], layer=probe_layer,
-                               span_layer=span_layer)
-    x_dev = verdict_features(base_lm, base_tok, [e["messages"] for e in dev_examples], layer=probe_layer,
-                             span_layer=span_layer)
-    y_train, y_dev = [is_error_example(e) for e in body_examples], [is_error_example(e) for e in dev_examples]
-    order = random.Random(seed).sample(range(len(body_examples)), len(body_examples))
-    curve_rows = []
-    for share in (0.25, 0.5, 0.75, 1.0):  # the learning curve: the probe on growing shares of its samples
-        idx = order[: max(10, round(share * len(order)))]
-        part = fit_probe(x_train[idx], [y_train[i] for i in idx], seed=seed)
-        curve_rows.append({"examples_seen": len(idx), "dev_auroc": round(auroc(probe_scores(part, x_dev), y_dev), 4)})
-    probe = part
-    save_probe(out_dir / "probe", probe, model_dir=train_base, layer=probe_layer, span_layer=span_layer)
-    body_fit = {"body": "probe", "examples": len(body_examples), "layer": probe_layer, "C": probe["C"],
-                **({"answer_layer": span_layer} if span_layer else {}),
-                "seconds": round(time.time() - t0, 1), "curve": curve_rows, "sources": sorted(keep) or "all",
-                "best_dev_auroc": max(r["dev_auroc"] for r in curve_rows),
-                "best_at_examples": max(curve_rows, key=lambda r: r["dev_auroc"])["examples_seen"]}
-    del base_lm
-elif verdict_body == "verifier":
-    verifier = EncoderVerifier(paths.resolve(verifier_model), max_length=verifier_max_length, seed=seed)
-    body_fit = train_verifier(verifier, body_examples, dev_examples,
-                              VerifierSettings(epochs=verifier_epochs, learning_rate=verifier_learning_rate,
-                                               batch_size=batch_size, max_length=verifier_max_length,
-                                               eval_every=eval_every, seed=seed), progress=print).to_dict()
-    verifier.save(out_dir / "verifier")
-    body_fit = {**body_fit, "body": "verifier", "model": verifier_model, "epochs": verifier_epochs,
-                "learning_rate": verifier_learning_rate, "sources": sorted(keep) or "all"}
-if body_fit:
+verdict_dir = paths.stage_dir("critic_body")
+body_fit = read_json(verdict_dir / "verdict_body.json")
+if body_fit.get("body") in ("probe", "verifier"):
+    shutil.copytree(verdict_dir / body_fit["body"], out_dir / body_fit["body"], dirs_exist_ok=True)
     write_json(out_dir / "verdict_body.json", body_fit)
+else:
+    body_fit = None  # the generative critic scores its own verdict
 body_fit and {k: v for k, v in body_fit.items() if k != "curve"}
 
 # %%

@@ -145,7 +145,7 @@ save_figure(fig, "06_critic_dpo", "critic_dpo_loss");
 # ## Verdict calibration on the dev answers
 # As for the SFT critic (notebook 05): the verdict threshold on the margin
 # log P("Error") - log P("Correct") with the best balanced accuracy on the dev answers. When the
-# SFT critic's verdict has its own body (a probe or a verifier, `critic_sft.verdict_body`), DPO
+# SFT critic's verdict has its own body (a probe or a verifier, `critic_body.verdict_body`), DPO
 # aligns the critique and the body travels on with the aligned critic unchanged: its score is the
 # verdict, calibrated here again.
 

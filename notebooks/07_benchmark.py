@@ -155,8 +155,8 @@ for name, critic in critics.items():
     write_jsonl(out_dir / "predictions" / f"{name.replace(' ', '_').replace('/', '_')}.jsonl",
                 critiques_to_records(predictions[name], bench, name))
 style_baseline = critic_corpus.style_baseline(dev_questions, bench, seed=seed, n_boot=bootstrap)
-# the question-only baseline fits on the train answers the verdict probe fits on (critic_sft.verdict_sources)
-sources = {x.strip() for x in str(params["critic_sft"]["verdict_sources"]).split(",") if x.strip()}
+# the question-only baseline fits on the train answers the verdict probe fits on (critic_body.verdict_sources)
+sources = {x.strip() for x in str(params["critic_body"]["verdict_sources"]).split(",") if x.strip()}
 question_fit = [s for s in read_jsonl(paths.stage_dir("critic_data") / "train_samples.jsonl")
                 if not sources or s["source"] in sources]
 question_baseline = critic_corpus.question_only_baseline(

@@ -43,6 +43,24 @@ def test_a_curve_that_never_rises_is_flagged(curve, flagged):
     assert bool(found) is flagged and all("never rises" in f for f in found)
 
 
+def test_the_verdict_body_stage_flags_a_flat_curve_and_counts_its_dev_answers():
+    from ragcritic_lib.critic.data import critic_body_metrics
+
+    user = {"role": "user", "content": "Question: Who?\nPassages:\n[1] Ann did.\nAnswer to check: Ann\n"}
+    dev = [{"messages": [user, {"role": "assistant", "content": '{"Judgement": "%s"}' % v}]}
+           for v in ("Error", "Error", "Correct")]
+    flat = {"body": "probe", "examples": 40, "layer": 18, "C": 0.1, "seconds": 2.0, "sources": ["pool"],
+            "curve": [{"examples_seen": 10, "dev_auroc": 0.70}, {"examples_seen": 40, "dev_auroc": 0.71}]}
+    m = critic_body_metrics(verdict_body=flat, dev_examples=dev)
+    assert m["dev"] == {"n": 3, "errors": 2, "correct": 1}
+    assert m["degenerate"] == ["critic_body: the dev curve never rises (first 0.700, best later 0.710, 2 points)"]
+    assert "curve" not in m["verdict_body"] and [p["examples"] for p in m["learning_curve"]] == [10, 40]
+    rising = {**flat, "curve": [{"examples_seen": 10, "dev_auroc": 0.60}, {"examples_seen": 40, "dev_auroc": 0.71}]}
+    assert critic_body_metrics(verdict_body=rising, dev_examples=dev)["degenerate"] == []
+    generative = critic_body_metrics(verdict_body={"body": "generative"}, dev_examples=dev)
+    assert generative["learning_curve"] == [] and generative["degenerate"] == []
+
+
 def test_dpo_that_moves_nothing_or_learns_no_preference_is_flagged():
     assert flags.dpo_degenerate({"before": 0.70, "after": 0.7528}, {"last_reward_accuracy": 0.74}, GOOD_CAL) == []
     moved_nothing = flags.dpo_degenerate({"before": 0.75, "after": 0.7520}, {"last_reward_accuracy": 0.74}, GOOD_CAL)

@@ -105,7 +105,7 @@ def test_the_verifier_ships_only_what_it_trained_and_refuses_another_base(tmp_pa
     names = set(load_file(str(out / "verifier.safetensors")))
     assert names and all(n.startswith(("encoder.encoder.layer.0.", "head.")) for n in names)
     manifest = json.loads((out / "verifier.json").read_text())
-    assert manifest["trained_layers"] == 1 and manifest["base"]["params_key"] == "critic_sft.verifier_model"
+    assert manifest["trained_layers"] == 1 and manifest["base"]["params_key"] == "critic_body.verifier_model"
     (base / "model.safetensors").write_bytes((base / "model.safetensors").read_bytes() + b" ")
     with pytest.raises(ValueError, match="is not the one the verifier was trained on"):
         EncoderVerifier.load(out)

@@ -583,7 +583,7 @@ def test_every_reading_ends_with_the_provenance_entries_of_its_file():
     assert readings.provenance_sentences({"environment": {"python": "3"}}) == []
     assert readings.provenance_sentences({}) == []
     names = [n for n in readings.__all__ if n.startswith("reading_")]
-    assert len(names) == 18  # one per stage notebook
+    assert len(names) == 19  # one per stage notebook
     for name in names:
         assert hasattr(getattr(readings, name), "__wrapped__"), f"{name} does not print provenance"
     lines = readings.reading_tagging({"environment": {"provenance": [entry]}})

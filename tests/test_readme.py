@@ -561,30 +561,30 @@ def test_the_environment_line_names_the_cpu_class_and_each_provenance_entry():
 
 def test_the_stage_time_table_is_per_cpu_class_and_says_what_is_not_recorded():
     stems = readme.BLOCK_SOURCES["stage_times"]
-    assert stems[0] == "00_assets" and stems[-1] == "15_analysis" and len(stems) == 19
+    assert stems[0] == "00_assets" and stems[-1] == "15_analysis" and len(stems) == 20
     gen = {"backend": "hf", "device": "cpu", "dtype": "float32"}
     metrics = {stem: {"environment": {"python": "3", "generator": gen, "cpu_class": "avx2", "wall_seconds": 90.0}}
                for stem in stems}
     text = readme.render_block("stage_times", metrics)
     assert "| stage | avx2 (float32) |" in text
-    assert "| `00_assets` | 1.5 min |" in text and "| all stages | 28.5 min |" in text
+    assert "| `00_assets` | 1.5 min |" in text and "| all stages | 30.0 min |" in text
     assert "the stages recorded" not in text  # one class holds every stage: the total says it all
     not_run = {stem: m for stem, m in metrics.items() if stem != "08_planner_data"}  # a stage that has not run yet
     text = readme.render_block("stage_times", not_run)
     assert "| `08_planner_data` | not run yet |" in text and "| all stages | not recorded |" in text
-    assert "| the stages recorded | 18 of 19: 27.0 min |" in text
+    assert "| the stages recorded | 19 of 20: 28.5 min |" in text
     mixed = {stem: {"environment": {**m["environment"], "cpu_class": "amx"}} if stem == "12_repair" else m
              for stem, m in metrics.items()}
     text = readme.render_block("stage_times", mixed)
     assert "| stage | amx (float32) | avx2 (float32) |" in text
-    assert "| the stages recorded | 1 of 19: 1.5 min | 18 of 19: 27.0 min |" in text
+    assert "| the stages recorded | 1 of 20: 1.5 min | 19 of 20: 28.5 min |" in text
     del metrics["05_critic_sft"]["environment"]["wall_seconds"]
     text = readme.render_block("stage_times", metrics)
     assert "| `05_critic_sft` | not recorded |" in text and "| all stages | not recorded |" in text
     for stem in stems:  # a run before cpu_class and wall_seconds were recorded
         metrics[stem]["environment"] = {"python": "3", "generator": gen}
     text = readme.render_block("stage_times", metrics)
-    assert "| stage | CPU class not recorded |" in text and text.count("not recorded |") == 21  # 19 stages, the total and the header
+    assert "| stage | CPU class not recorded |" in text and text.count("not recorded |") == 22  # 20 stages, the total and the header
     assert "the stages recorded" not in text
 
 

@@ -59,14 +59,19 @@ def test_every_stage_ran_and_wrote_its_outputs(smoke_repo):
 def test_the_verdict_body_travels_with_the_critic_to_every_stage_that_loads_it(smoke_repo):
     root, _ = smoke_repo
     body = json.loads((root / "reports/metrics/05_critic_sft.json").read_text()).get("verdict_body")
-    if body:  # critic_sft.verdict_body: probe or verifier
-        assert (root / "data/critic_sft" / body["body"]).is_dir()
+    fitted = json.loads((root / "reports/metrics/05_critic_body.json").read_text())["verdict_body"]
+    if body:  # critic_body.verdict_body: probe or verifier, fitted in 05_critic_body
+        assert body == fitted, "stage 05_critic_sft reports another body than the one 05_critic_body fitted"
+        for stage in ("critic_body", "critic_sft"):
+            assert (root / "data" / stage / body["body"]).is_dir()
         assert (root / "data/critic_dpo" / body["body"]).is_dir(), "stage 06 left the verdict's body behind"
-    sft = yaml.safe_load((root / "params.yaml").read_text())["critic_sft"]
-    if sft["verdict_body"] == "probe":  # the probe reads the answer span exactly when the params say so
-        want = int(sft.get("probe_answer_layer") or 0) or None
+    else:
+        assert fitted["body"] == "generative"
+    verdict = yaml.safe_load((root / "params.yaml").read_text())["critic_body"]
+    if verdict["verdict_body"] == "probe":  # the probe reads the answer span exactly when the params say so
+        want = int(verdict.get("probe_answer_layer") or 0) or None
         assert body.get("answer_layer") == want
-        for stage in ("critic_sft", "critic_dpo"):
+        for stage in ("critic_body", "critic_sft", "critic_dpo"):
             shipped = json.loads((root / "data" / stage / "probe" / "probe.json").read_text())
             assert shipped.get("span_layer") == want, f"{stage}'s probe: span_layer is not {want}"
 

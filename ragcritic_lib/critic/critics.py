@@ -984,7 +984,7 @@ def load_trained_critic(params: Mapping[str, Any], critic_dir: str | Any, taxono
     checkpoint = next((critic_dir / d for d in ("model", "merged") if (critic_dir / d).is_dir()), None) \
         or paths.require(critic_dir / "adapter")
     llm = runtime.load_trained_model(params, checkpoint)  # a shipped form, a full checkpoint, or LoRA on its base
-    scorer = None  # the verdict's own body, fitted beside the critic (critic_sft.verdict_body)
+    scorer = None  # the verdict's own body, fitted in stage 05_critic_body (critic_body.verdict_body)
     if (critic_dir / "probe").is_dir():
         from ragcritic_lib.critic.probe import ProbeScorer
 

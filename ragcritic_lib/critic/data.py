@@ -385,16 +385,42 @@ def critic_sft_metrics(*, data: Mapping[str, Any], evidence: Mapping[str, Any], 
         "method_decision": fit.get("decision"),
         **({"ship": dict(fit["ship"])} if fit.get("ship") else {}),
         "learning_curve": verdict_curve,
-        **({"critique_learning_curve": critique_curve, "verdict_body": {
-            k: verdict_body[k] for k in ("body", "model", "layer", "answer_layer", "C", "examples", "epochs",
-                                         "learning_rate", "steps", "seconds", "best_dev_auroc", "best_at_examples",
-                                         "sources")
-            if k in verdict_body}} if verdict_body else {}),
+        **({"critique_learning_curve": critique_curve, "verdict_body": body_summary(verdict_body)}
+           if verdict_body else {}),
         "preview_parse_failures": sum(not p.ok for p in preview),
         "verdict_calibration": _rounded_calibration(calibration),
         **({"dev_tags": dict(dev_tags)} if dev_tags else {}),
         "degenerate": sft_degenerate(verdict_curve, calibration, tags=dev_tags),
     }
+
+
+def body_summary(verdict_body: Mapping[str, Any]) -> dict[str, Any]:
+    """What the metrics say of a verdict body's report (the stage 05_critic_body's
+    ``verdict_body.json``): its kind and what fitted it, without its curve."""
+    return {k: verdict_body[k] for k in ("body", "model", "layer", "answer_layer", "C", "examples", "epochs",
+                                         "learning_rate", "steps", "seconds", "best_dev_auroc", "best_at_examples",
+                                         "sources") if k in verdict_body}
+
+
+def critic_body_metrics(*, verdict_body: Mapping[str, Any], dev_examples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The verdict body stage's metrics (``reports/metrics/05_critic_body.json``, schema
+    ``CriticBodyMetrics``).
+
+    Args:
+        verdict_body: the body's report (``body``: probe, verifier or generative; for a fitted
+            body also ``examples``, ``curve`` of ``{examples_seen, dev_auroc}`` and what fitted it).
+        dev_examples: the dev examples its curve is scored on (``sft_dev.jsonl``); counted by
+            their verdict.
+    """
+    from ragcritic_lib.critic.flags import curve_degenerate, learning_curve
+    from ragcritic_lib.critic.verifier import is_error_example
+
+    fitted = verdict_body.get("body") in ("probe", "verifier")
+    curve = learning_curve(verdict_body, int(verdict_body["examples"])) if fitted else []
+    errors = sum(bool(is_error_example(e)) for e in dev_examples)
+    return {"verdict_body": body_summary(verdict_body), "learning_curve": curve,
+            "dev": {"n": len(dev_examples), "errors": errors, "correct": len(dev_examples) - errors},
+            "degenerate": curve_degenerate(curve, "critic_body")}
 
 
 def critic_dpo_metrics(*, pair_counts: Mapping[str, Any], balance: Mapping[str, Any], beta: float,

@@ -1,4 +1,5 @@
-"""Flags that catch a critic at chance: the ``degenerate`` lists of stages 05, 06 and 07.
+"""Flags that catch a critic at chance: the ``degenerate`` lists of stages 05 (the verdict's body
+and the SFT critic), 06 and 07.
 
 A small critic can train, calibrate and score without having learned anything: it writes one
 verdict for every answer, its dev curve never leaves where it started, DPO leaves it where SFT
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["CURVE_MIN_RISE", "DPO_MIN_MOVE", "one_verdict", "sft_degenerate", "dpo_degenerate",
+__all__ = ["CURVE_MIN_RISE", "DPO_MIN_MOVE", "one_verdict", "sft_degenerate", "curve_degenerate", "dpo_degenerate",
            "benchmark_critic_degenerate"]
 
 CURVE_MIN_RISE = 0.02   # dev AUROC a learning curve must gain over its first point to count as rising
@@ -54,14 +55,20 @@ def sft_degenerate(curve: Sequence[Mapping[str, Any]], calibration: Mapping[str,
     """Stage 05: one verdict on dev, a learning curve whose best dev AUROC is not ``min_rise``
     above its first point (needs two points with an AUROC), or critiques that name no gold
     tier-1 label on dev (:func:`tags_degenerate`)."""
-    flags = one_verdict(calibration, "critic_sft") + tags_degenerate(tags, "critic_sft")
-    points = [(p.get("examples_seen", p.get("examples")), v) for p in curve if (v := _number(p.get("dev_auroc"))) is not None]
-    if len(points) >= 2:
-        first, best = points[0][1], max(v for _, v in points[1:])
-        if best < first + min_rise:
-            flags.append(f"critic_sft: the dev curve never rises (first {first:.3f}, best later {best:.3f}, "
-                         f"{len(points)} points)")
-    return flags
+    return (one_verdict(calibration, "critic_sft") + tags_degenerate(tags, "critic_sft")
+            + curve_degenerate(curve, "critic_sft", min_rise))
+
+
+def curve_degenerate(curve: Sequence[Mapping[str, Any]], who: str, min_rise: float = CURVE_MIN_RISE) -> list[str]:
+    """A dev learning curve whose best AUROC after its first point is not ``min_rise`` above that
+    point (needs two points with an AUROC; stages 05_critic_body and 05_critic_sft)."""
+    points = [v for p in curve if (v := _number(p.get("dev_auroc"))) is not None]
+    if len(points) < 2:
+        return []
+    first, best = points[0], max(points[1:])
+    if best >= first + min_rise:
+        return []
+    return [f"{who}: the dev curve never rises (first {first:.3f}, best later {best:.3f}, {len(points)} points)"]
 
 
 def dpo_degenerate(dev_auroc: Mapping[str, Any], train: Mapping[str, Any], calibration: Mapping[str, Any],

@@ -146,7 +146,7 @@ class EncoderVerifier:
         self.encoder.train(was)
         return out
 
-    def save(self, out_dir: str | Path, *, base_key: str = "critic_sft.verifier_model") -> Path:
+    def save(self, out_dir: str | Path, *, base_key: str = "critic_body.verifier_model") -> Path:
         """What training changed, in ``out_dir``: the trained top layers and the head
         (``verifier.safetensors``, float32) and a manifest naming the base encoder by folder and
         content hash (``verifier.json``). The base stays where it is (the embedded default rebuilds

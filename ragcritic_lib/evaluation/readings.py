@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 __all__ = [
     "change_sentence", "comparison_block", "provenance_sentences", "reading_analysis", "reading_assets", "reading_benchmark",
     "reading_comparison", "reading_correction", "reading_crag", "reading_critic_data", "reading_critic_dpo", "reading_critic_sft",
+    "reading_critic_body",
     "reading_error_sampling", "reading_ragec", "reading_repair", "reading_retrieval_rag", "reading_self_refine",
     "reading_simrag", "reading_tagging", "reading_taxonomy", "reading_testbed",
 ]
@@ -440,22 +441,47 @@ def reading_critic_sft(metrics: Mapping[str, Any]) -> list[str]:
                     + saved + (" (training stopped early)." if train.get("stopped_early") else "."))
     body = metrics.get("verdict_body") or {}
     if body:
-        what = (f"a logistic probe on the frozen generator's states at the verdict position (layer {body.get('layer')} "
-                f"and the last), fitted on {body.get('examples', 0)} samples" if body.get("body") == "probe" else
-                f"an encoder verifier ({body.get('model', '?')}) trained for {_f(body.get('epochs'), 1)} passes over "
-                f"{body.get('examples', 0)} samples")
-        sources = body.get("sources")
-        text.append(f"The verdict is scored by {what}" + (f" of the sources {', '.join(sources)}" if isinstance(sources, list)
-                                                          else "") +
-                    f" in {body.get('seconds') or 0:.0f} s: best dev AUROC {_f(body.get('best_dev_auroc'))} at "
-                    f"{body.get('best_at_examples', 0)} samples (the curve above is its own); the generative critic "
-                    f"writes the tier tags and the critique (its own best dev AUROC {_f(train.get('best_dev_auroc'))}).")
+        text.append(_body_sentence(body) + " (stage 05_critic_body; the curve above is its own); the generative "
+                    f"critic writes the tier tags and the critique (its own best dev AUROC {_f(train.get('best_dev_auroc'))}).")
     text.append(_loss_sentence("SFT", train))
     text += _calibration_sentence(metrics.get("verdict_calibration") or {})
     text += _tags_sentence(metrics.get("dev_tags") or {})
     if metrics.get("preview_parse_failures"):
         text.append(f"{metrics['preview_parse_failures']} of the preview critiques did not parse.")
     text += _ship_sentence(metrics.get("ship") or {})
+    return text
+
+
+def _body_sentence(body: Mapping[str, Any]) -> str:
+    """What scores the verdict (a fitted ``verdict_body``: probe or verifier), on how many
+    samples, and its best dev AUROC; no closing stop."""
+    what = (f"a logistic probe on the frozen generator's states at the verdict position (layer {body.get('layer')} "
+            f"and the last" + (f", and layer {body['answer_layer']}'s mean over the answer" if body.get("answer_layer")
+                               else "") + f"), fitted on {body.get('examples', 0)} samples"
+            if body.get("body") == "probe" else
+            f"an encoder verifier ({body.get('model', '?')}) trained for {_f(body.get('epochs'), 1)} passes over "
+            f"{body.get('examples', 0)} samples")
+    sources = body.get("sources")
+    return (f"The verdict is scored by {what}" + (f" of the sources {', '.join(sources)}" if isinstance(sources, list)
+                                                  else "") +
+            f" in {body.get('seconds') or 0:.0f} s: best dev AUROC {_f(body.get('best_dev_auroc'))} at "
+            f"{body.get('best_at_examples', 0)} samples")
+
+
+@_with_provenance
+def reading_critic_body(metrics: Mapping[str, Any]) -> list[str]:
+    """05_critic_body: which body scores the verdict, its learning curve on dev, and its flags."""
+    body, dev = metrics.get("verdict_body") or {}, metrics.get("dev") or {}
+    if body.get("body") not in ("probe", "verifier"):
+        return ["No body of its own scores the verdict (critic_body.verdict_body is generative): the critic "
+                "trained in stage 05_critic_sft scores it with its own margin."]
+    text = [_body_sentence(body) + "."]
+    curve = [r for r in metrics.get("learning_curve") or [] if _known(r.get("dev_auroc"))]
+    if curve:
+        text.append(f"Dev AUROC against training samples ({dev.get('n', 0)} dev answers, {dev.get('correct', 0)} right): "
+                    + ", ".join(f"{_f(r['dev_auroc'])} at {r['examples_seen']}" for r in curve) + ".")
+    flags = metrics.get("degenerate") or []
+    text.append("Flagged: " + "; ".join(flags) + "." if flags else "No degeneracy flag: the curve rises.")
     return text
 
 

@@ -516,10 +516,12 @@ class MethodDecision(TypedDict):
 
 
 class VerdictBodySummary(TypedDict, total=False):
-    """``verdict_body`` of 05: the verdict's own body (``critic_sft.verdict_body``: probe or verifier)."""
-    body: Literal["probe", "verifier"]
+    """``verdict_body`` of 05_critic_body and 05_critic_sft: the verdict's own body
+    (``critic_body.verdict_body``: probe or verifier; generative, in 05_critic_body only,
+    when the critic's own margin scores the verdict)."""
+    body: Literal["probe", "verifier", "generative"]
     layer: Count
-    answer_layer: Count   # the probe's answer-span layer (critic_sft.probe_answer_layer), when it reads one
+    answer_layer: Count   # the probe's answer-span layer (critic_body.probe_answer_layer), when it reads one
     C: NonNegative
     model: str
     examples: Count
@@ -530,6 +532,14 @@ class VerdictBodySummary(TypedDict, total=False):
     best_dev_auroc: Fraction | None
     best_at_examples: Count
     sources: list[str] | str   # the training samples' sources ("all": every source)
+
+
+class CriticBodyMetrics(StageMetrics):
+    """``05_critic_body.json``."""
+    verdict_body: VerdictBodySummary
+    learning_curve: list[LearningPoint]
+    dev: dict[str, Count]
+    degenerate: Reasons
 
 
 class TierTags(TypedDict):
@@ -1106,6 +1116,7 @@ SCHEMAS: dict[str, type] = {
     "03_tagging": TaggingMetrics,
     "04_taxonomy": TaxonomyMetrics,
     "05_critic_data": CriticDataMetrics,
+    "05_critic_body": CriticBodyMetrics,
     "05_critic_sft": CriticSftMetrics,
     "06_critic_dpo": CriticDpoMetrics,
     "07_benchmark": BenchmarkMetrics,

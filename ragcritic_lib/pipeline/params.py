@@ -441,11 +441,14 @@ def rules() -> dict[str, dict[str, Rule]]:
             "recipe": input_path(), "max_steps": steps(),
             "launcher": one_of(LAUNCHERS), "accelerate_config": input_path(empty_ok=True),
             "num_processes": some, "merge_dtype": one_of(SAVE_DTYPES), "preview_samples": some, "tag_check": some,
-            "base_model": BASE_MODEL, "verdict_body": one_of(("generative", "probe", "verifier")),
+            "base_model": BASE_MODEL,
+        },
+        "critic_body": {  # the verdict's own body, fitted on the frozen base of critic_sft.base_model
+            "verdict_body": one_of(("generative", "probe", "verifier")), "verdict_sources": text(empty_ok=True),
             "probe_layer": integer(1), "probe_answer_layer": integer(0),
             "verifier_model": input_path(), "verifier_epochs": number(0, low_open=True),
             "verifier_learning_rate": number(0, low_open=True), "verifier_max_length": tokens,
-            "verdict_sources": text(empty_ok=True),
+            "batch_size": count, "eval_every": count,
         },
         "critic_dpo": {
             "k_coarse": some, "k_fine": some, "max_train_samples": count, "max_pairs": count,
