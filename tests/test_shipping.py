@@ -226,6 +226,17 @@ def test_ship_prunes_objects_no_output_names_and_stages_the_store(repo):
     assert sorted(p for p in staged if p.startswith("dvc-store/files/")) == sorted(f"dvc-store/{p}" for p in second)
 
 
+def test_ship_reads_the_git_objects_and_says_when_they_pass_the_budget(repo):
+    report = shipping.ship(repo)
+    # A small repository: the size is read as a number and nothing is over budget.
+    assert isinstance(report.git_objects_kib, int) and report.git_objects_kib >= 0
+    assert "over budget" not in report.summary()
+    heavy = shipping.ShipReport(git_objects_before="loose 0 bytes, packed 242.13 MiB",
+                                git_objects_kib=shipping.GIT_OBJECTS_BUDGET_KIB + 1)
+    assert "over budget: git objects 150 MiB" in heavy.summary()
+    assert "over budget" not in shipping.ShipReport(git_objects_kib=shipping.GIT_OBJECTS_BUDGET_KIB).summary()
+
+
 def test_restore_names_a_modified_tracked_output_and_force_puts_it_back(shipped):
     _, clone = shipped
     shipping.restore(clone, rebuilders=REBUILD)

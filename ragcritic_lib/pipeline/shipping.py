@@ -40,6 +40,9 @@ ASSETS = "data/assets"
 PROJECT_FILE = "dvc.yaml"
 MAX_FILE_BYTES = 50 * 10**6
 MAX_NEW_BYTES = 100 * 10**6
+# What a clone of the embedded default should weigh in git objects. Pruning keeps the store's
+# tree small, but every object a ship committed stays in git history: past this, ship says so.
+GIT_OBJECTS_BUDGET_KIB = 150 * 1024
 _RUNNING = re.compile(r"Running stage '([^']+)'")
 
 
@@ -496,6 +499,7 @@ class ShipReport:
     largest: tuple[str, int] = ("", 0)
     staged: list[str] = field(default_factory=list)
     git_objects_before: str = ""
+    git_objects_kib: int | None = None   # loose + packed, `git count-objects -v`
     not_up_to_date: list[str] = field(default_factory=list)  # stages a partial ship left out
 
     def summary(self) -> str:
@@ -512,13 +516,25 @@ class ShipReport:
         if self.git_objects_before:
             lines.append("git objects before this ship (`git count-objects -vH`): " + self.git_objects_before
                          + f"; a commit adds at most {self.new_bytes / mb:.1f} MB before compression")
+        if self.git_objects_kib is not None and self.git_objects_kib > GIT_OBJECTS_BUDGET_KIB:
+            lines.append(f"over budget: git objects {self.git_objects_kib / 1024:.0f} MiB, past the "
+                         f"{GIT_OBJECTS_BUDGET_KIB / 1024:.0f} MiB a clone should weigh; objects pruned "
+                         "from the store stay in git history (docs/reproduce.md, 'What a clone weighs')")
         return "\n".join(lines)
 
 
-def _count_objects(root: Path) -> str:
-    out = _git(root, "count-objects", "-vH", check=False)
-    fields = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
-    return f"loose {fields.get('size', '?')}, packed {fields.get('size-pack', '?')}"
+def _count_objects(root: Path) -> tuple[str, int | None]:
+    """`git count-objects` as the report prints it, and loose + packed KiB (None if unread)."""
+    fields = {}
+    for flag in ("-vH", "-v"):
+        out = _git(root, "count-objects", flag, check=False)
+        fields[flag] = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
+    human = fields["-vH"]
+    try:
+        kib = int(fields["-v"]["size"]) + int(fields["-v"]["size-pack"])
+    except (KeyError, ValueError):
+        kib = None
+    return f"loose {human.get('size', '?')}, packed {human.get('size-pack', '?')}", kib
 
 
 def ship(root: Path, *, remote: str | None = None, max_file_bytes: int | None = MAX_FILE_BYTES,
@@ -528,7 +544,8 @@ def ship(root: Path, *, remote: str | None = None, max_file_bytes: int | None = 
     ``partial``: a run that spans sittings ships the stages that are up to date and leaves out the
     others (named in the report); store objects that their ``dvc.lock`` entries name are kept."""
     root = Path(root).resolve()
-    report = ShipReport(git_objects_before=_count_objects(root))
+    objects_text, objects_kib = _count_objects(root)
+    report = ShipReport(git_objects_before=objects_text, git_objects_kib=objects_kib)
     repo = _repo(root)
     try:
         remote = remote or _default_remote(repo)
