@@ -514,7 +514,7 @@ class ShipReport:
             f"staged for commit: {', '.join(self.staged) or 'nothing'} (not committed)",
         ]
         if self.git_objects_before:
-            lines.append("git objects before this ship (`git count-objects -vH`): " + self.git_objects_before
+            lines.append("git objects before this ship (`git count-objects -v`): " + self.git_objects_before
                          + f"; a commit adds at most {self.new_bytes / mb:.1f} MB before compression")
         if self.git_objects_kib is not None and self.git_objects_kib > GIT_OBJECTS_BUDGET_KIB:
             lines.append(f"over budget: git objects {self.git_objects_kib / 1024:.0f} MiB, past the "
@@ -524,17 +524,14 @@ class ShipReport:
 
 
 def _count_objects(root: Path) -> tuple[str, int | None]:
-    """`git count-objects` as the report prints it, and loose + packed KiB (None if unread)."""
-    fields = {}
-    for flag in ("-vH", "-v"):
-        out = _git(root, "count-objects", flag, check=False)
-        fields[flag] = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
-    human = fields["-vH"]
+    """Loose and packed git objects as the report prints them, and their KiB (None if unread)."""
+    out = _git(root, "count-objects", "-v", check=False)
+    fields = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
     try:
-        kib = int(fields["-v"]["size"]) + int(fields["-v"]["size-pack"])
+        loose, packed = int(fields["size"]), int(fields["size-pack"])
     except (KeyError, ValueError):
-        kib = None
-    return f"loose {human.get('size', '?')}, packed {human.get('size-pack', '?')}", kib
+        return "unread", None
+    return f"loose {loose / 1024:.2f} MiB, packed {packed / 1024:.2f} MiB", loose + packed
 
 
 def ship(root: Path, *, remote: str | None = None, max_file_bytes: int | None = MAX_FILE_BYTES,
