@@ -588,6 +588,41 @@ def test_the_stage_time_table_is_per_cpu_class_and_says_what_is_not_recorded():
     assert "the stages recorded" not in text
 
 
+def test_a_timed_copy_fills_another_class_only_while_its_stage_is_unchanged():
+    stems = readme.BLOCK_SOURCES["stage_times"]
+    gen = {"backend": "hf", "device": "cpu", "dtype": "bfloat16"}
+    metrics = {stem: {"environment": {"generator": gen, "cpu_class": "avx512_bf16", "wall_seconds": 60.0}}
+               for stem in stems}
+    copy = {"stage": "critic_sft", "stem": "05_critic_sft", "date": "2026-12-05", "cpu_class": "avx2",
+            "dtype": "float32", "wall_seconds": 2400.0, "fingerprint": "f1"}
+    metrics[readme.STAGE_COPIES_KEY] = {"copies": [copy, {**copy, "date": "2026-12-01", "wall_seconds": 9000.0}],
+                                        "fingerprints": {"critic_sft": "f1"}}
+    text = readme.render_block("stage_times", metrics)
+    assert "| stage | avx2 (float32) | avx512_bf16 (bfloat16) |" in text
+    assert "| `05_critic_sft` | 40.0 min (copy) | 1.0 min |" in text   # the latest copy of the committed code
+    assert "| `00_assets` | not recorded | 1.0 min |" in text
+    assert "| the stages recorded | 1 of 20: 40.0 min (1 in copies) | 20 of 20: 20.0 min |" in text
+    assert "(copy): the stage alone, cold, in a restored copy" in text and "2026-12-05" in text
+    metrics[readme.STAGE_COPIES_KEY]["fingerprints"] = {"critic_sft": "f2"}   # the stage changed since
+    text = readme.render_block("stage_times", metrics)
+    assert "(copy)" not in text and "| stage | avx512_bf16 (bfloat16) |" in text
+    # A copy on the committed run's own class does not replace the committed time.
+    metrics[readme.STAGE_COPIES_KEY] = {"copies": [{**copy, "cpu_class": "avx512_bf16"}],
+                                        "fingerprints": {"critic_sft": "f1"}}
+    text = readme.render_block("stage_times", metrics)
+    assert "| `05_critic_sft` | 1.0 min |" in text and "(copy)" not in text
+
+
+def test_a_bad_stage_copy_record_is_one_clear_error(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("<!-- BEGIN generated: stage_times -->\n<!-- END generated: stage_times -->\n", encoding="utf-8")
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "stage_copies.json").write_text('{"copies": [{"stage": "a"}]}', encoding="utf-8")
+    with pytest.raises(ReadmeDataError, match=r"stage_copies.json: copies\[0\] lacks stem"):
+        readme.check([page], tmp_path / "metrics", root=tmp_path)
+
+
 def test_a_stage_that_has_not_run_yet_is_listed_as_such_but_other_blocks_need_their_files(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("<!-- BEGIN generated: stage_times -->\n<!-- END generated: stage_times -->\n", encoding="utf-8")

@@ -78,3 +78,50 @@ def test_the_marker_is_out_of_the_copys_commits_and_out_of_its_copies(tmp_path):
     assert (dest / "link").is_symlink() and (dest / "link").read_text() == "a stage output"
     assert not (dest / workspace.BUILT_MARKER).exists() and (built / workspace.BUILT_MARKER).exists()
     assert (dest / ".git" / "HEAD").exists()
+
+
+_LOCK = """schema: '2.0'
+stages:
+  a:
+    cmd: python -m x notebooks/01_a.py
+    deps:
+    - path: notebooks/01_a.py
+      md5: 111
+    params:
+      params.yaml:
+        a.k: 1
+    outs:
+    - path: data/a
+      md5: aaa.dir
+"""
+
+
+def test_a_stage_fingerprint_follows_what_its_run_read_not_what_it_wrote(tmp_path):
+    (tmp_path / "dvc.lock").write_text(_LOCK)
+    first = workspace.lock_fingerprints(tmp_path)["a"]
+    (tmp_path / "dvc.lock").write_text(_LOCK.replace("aaa.dir", "bbb.dir"))   # another output: same run
+    assert workspace.lock_fingerprints(tmp_path)["a"] == first
+    (tmp_path / "dvc.lock").write_text(_LOCK.replace("md5: 111", "md5: 112"))  # other code
+    assert workspace.lock_fingerprints(tmp_path)["a"] != first
+    (tmp_path / "dvc.lock").write_text(_LOCK.replace("a.k: 1", "a.k: 2"))      # other params
+    assert workspace.lock_fingerprints(tmp_path)["a"] != first
+    assert workspace.lock_fingerprints(tmp_path / "none") == {}
+
+
+def test_timed_copies_are_appended_and_a_bad_record_names_its_entry(tmp_path):
+    import pytest
+
+    f = tmp_path / "b" / "stage_copies.json"
+    assert workspace.load_copies(f) == []
+    entry = {"stage": "a", "stem": "01_a", "date": "2026-12-05", "cpu_class": "avx2", "dtype": "float32",
+             "wall_seconds": 61.0, "fingerprint": "f"}
+    workspace.record_copy(f, entry)
+    assert [e["wall_seconds"] for e in workspace.record_copy(f, {**entry, "wall_seconds": 62.0})] == [61.0, 62.0]
+    with pytest.raises(workspace.CopyRecordError, match="lacks fingerprint"):
+        workspace.record_copy(f, {k: v for k, v in entry.items() if k != "fingerprint"})
+    f.write_text(json.dumps({"copies": [entry, {**entry, "wall_seconds": "long"}]}))
+    with pytest.raises(workspace.CopyRecordError, match=r"copies\[1\]\.wall_seconds"):
+        workspace.load_copies(f)
+    f.write_text("{")
+    with pytest.raises(workspace.CopyRecordError, match="not JSON"):
+        workspace.load_copies(f)

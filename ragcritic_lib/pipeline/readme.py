@@ -997,24 +997,49 @@ def render_papers(metrics: Mapping[str, Any]) -> str:
     return _compose(intro, ["what", "paper", "here"], rows, notes)
 
 
+STAGE_COPIES_KEY = "stage_copies"   # where check() puts the timed copies and the lock's stage fingerprints
+
+
+def _copy_times(metrics: Mapping[str, Any]) -> dict[tuple[str, str], Mapping[str, Any]]:
+    """(stem, cpu class) -> the latest timed copy of that stage on that class whose fingerprint is the
+    committed dvc.lock's for the stage (a copy of older code or inputs is left out)."""
+    data = metrics.get(STAGE_COPIES_KEY) or {}
+    prints = data.get("fingerprints") or {}
+    out: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for entry in sorted(data.get("copies") or [], key=lambda e: str(e.get("date"))):
+        if prints.get(entry.get("stage")) == entry.get("fingerprint") and isinstance(entry.get("cpu_class"), str):
+            out[(str(entry["stem"]), entry["cpu_class"])] = entry
+    return out
+
+
 def render_stage_times(metrics: Mapping[str, Any]) -> str:
-    """Each stage's wall time, one column per CPU class the metrics files record.
+    """Each stage's wall time, one column per CPU class the metrics files (or timed copies) record.
 
     Read from ``environment.wall_seconds`` and ``environment.cpu_class`` (the stage runner writes
     them); a stage without them reads "not recorded", a stage without a metrics file "not run yet",
     and the total "not recorded" while any stage does either; a further row then sums, per class,
-    the stages recorded on it (how many, and their minutes): a lower bound on a cold run there.
+    the stages recorded on it (how many, and their minutes): a lower bound on a cold run there. A
+    class the committed run of a stage was not made on shows the stage's cold run in a restored
+    copy (``reports/benchmarks/stage_copies.json``) when one of the committed code and inputs exists,
+    marked "(copy)".
     """
     envs = {stem: (metrics.get(stem) or {}).get("environment") or {} for stem in _STAGE_STEMS}
-    classes = sorted({env["cpu_class"] for env in envs.values() if isinstance(env.get("cpu_class"), str)})
+    copies = _copy_times(metrics)
+    classes = sorted({env["cpu_class"] for env in envs.values() if isinstance(env.get("cpu_class"), str)}
+                     | {cls for stem, cls in copies if stem in envs})
     columns = classes or ["CPU class not recorded"]
     dtypes = {cls: sorted({str((env.get("generator") or {}).get("dtype")) for env in envs.values()
-                           if env.get("cpu_class") == cls}) for cls in classes}
+                           if env.get("cpu_class") == cls}
+                          | {str(c.get("dtype")) for (stem, c_cls), c in copies.items() if c_cls == cls and stem in envs})
+              for cls in classes}
 
-    def minutes(env: Mapping[str, Any], cls: str) -> float | None:
+    def minutes(stem: str, env: Mapping[str, Any], cls: str) -> tuple[float | None, bool]:
         seconds = env.get("wall_seconds")
-        ok = env.get("cpu_class") == cls and isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
-        return seconds / 60 if ok else None
+        if env.get("cpu_class") == cls and isinstance(seconds, (int, float)) and not isinstance(seconds, bool):
+            return seconds / 60, False
+        if (stem, cls) in copies:
+            return copies[(stem, cls)]["wall_seconds"] / 60, True
+        return None, False
 
     rows, totals = [], {cls: 0.0 for cls in columns}
     for stem, env in envs.items():
@@ -1024,21 +1049,34 @@ def render_stage_times(metrics: Mapping[str, Any]) -> str:
             continue
         cells = []
         for cls in columns:
-            m = minutes(env, cls)
+            m, copied = minutes(stem, env, cls)
             totals[cls] = totals[cls] + m if m is not None and totals[cls] is not None else None
-            cells.append(f"{m:.1f} min" if m is not None else "not recorded")
+            cells.append((f"{m:.1f} min" + (" (copy)" if copied else "")) if m is not None else "not recorded")
         rows.append([f"`{stem}`"] + cells)
     rows.append(["all stages"] + [f"{t:.1f} min" if t is not None else "not recorded" for t in totals.values()])
     if any(t is None for t in totals.values()):  # a chain of mixed classes: what each class holds, summed
-        found = {cls: [m for m in (minutes(env, cls) for env in envs.values()) if m is not None] for cls in columns}
+        found = {cls: [minutes(stem, env, cls) for stem, env in envs.items() if stem in metrics] for cls in columns}
+        found = {cls: [(m, c) for m, c in vals if m is not None] for cls, vals in found.items()}
         if any(found.values()):
-            rows.append(["the stages recorded"] + [f"{len(found[cls])} of {len(envs)}: {sum(found[cls]):.1f} min"
-                                                   for cls in columns])
+            def cell(vals: list[tuple[float, bool]]) -> str:
+                n_copies = sum(c for _, c in vals)
+                return (f"{len(vals)} of {len(envs)}: {sum(m for m, _ in vals):.1f} min"
+                        + (f" ({n_copies} in copies)" if n_copies else ""))
+            rows.append(["the stages recorded"] + [cell(found[cls]) for cls in columns])
     header = ["stage"] + [f"{cls} ({', '.join(dtypes[cls])})" if cls in dtypes else cls for cls in columns]
     intro = ("Each stage's own wall time in the committed run, from `environment.wall_seconds` of its "
              "`reports/metrics/<stem>.json` (written by the stage runner), per CPU class (`environment.cpu_class`; "
              "amx, avx512_bf16, avx2 or cuda) with the generator's dtype.")
-    return "\n".join([intro, ""] + _table(header, rows))
+    shown = sorted({(stem, cls) for stem, cls in copies if stem in metrics
+                    and (envs[stem].get("cpu_class") != cls or not isinstance(envs[stem].get("wall_seconds"), (int, float)))})
+    note = []
+    if shown:
+        dates = sorted({str(copies[k]["date"]) for k in shown})
+        note = ["", "(copy): the stage alone, cold, in a restored copy of the repository on that class "
+                "(`benchmarks/bench_stage_copy.py`, `reports/benchmarks/stage_copies.json`; "
+                + ", ".join(dates) + "), reading the committed outputs of the stages before it, with the code, "
+                "inputs and params of the committed run; its outputs were not kept."]
+    return "\n".join([intro, ""] + _table(header, rows) + note)
 
 
 # docs/methods/<page>.md: one block a method, "method_<key>", with the method's rows of the comparison
@@ -1496,6 +1534,14 @@ def check(files: Sequence[Path], metrics_dir: str | Path = paths.METRICS_DIR,
                 metrics[key] = json.loads(bfile.read_text(encoding="utf-8"))
             except json.JSONDecodeError as exc:
                 raise ReadmeDataError(f"{bfile}: not JSON ({exc})") from None
+    if any("stage_times" in block_names(text, shown[f]) for f, text in texts.items()):
+        from ragcritic_lib.pipeline.workspace import CopyRecordError, load_copies, lock_fingerprints
+
+        try:
+            copies = load_copies(Path(metrics_dir).parent / "benchmarks" / "stage_copies.json")
+        except CopyRecordError as exc:
+            raise ReadmeDataError(str(exc)) from None
+        metrics[STAGE_COPIES_KEY] = {"copies": copies, "fingerprints": lock_fingerprints(Path(root)) if copies else {}}
     metrics[LOCK_STALE_KEY] = stale_in_lock(root)
     report = []
     for f, text in texts.items():

@@ -127,3 +127,70 @@ def run_timed(cmd: list[str], cwd: Path, env: dict[str, str], log: Path | None =
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{output[-6000:]}")
     return seconds, output
+
+
+# ---------------------------------------------------------------------------------------------
+# One stage timed cold in a restored copy (benchmarks/bench_stage_copy.py): a stage's time on a CPU
+# class that its committed run was not made on, without replacing the committed outputs.
+
+STAGE_COPIES_FILE = "reports/benchmarks/stage_copies.json"
+COPY_KEYS = ("stage", "stem", "date", "cpu_class", "dtype", "wall_seconds", "fingerprint")
+
+
+class CopyRecordError(ValueError):
+    """A stage-copy record file or entry that cannot be read; the message names the file and key."""
+
+
+def lock_fingerprints(root: Path = paths.ROOT) -> dict[str, str]:
+    """Per stage of ``dvc.lock``: a short sha256 of its command, its dependencies' paths and md5s,
+    and its params as recorded, i.e. of what a run of the stage read. Two runs with one fingerprint
+    ran the same code on the same inputs and settings; outputs do not enter."""
+    import yaml
+
+    lock = Path(root) / "dvc.lock"
+    if not lock.is_file():
+        return {}
+    stages = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages") or {}
+    out = {}
+    for name, st in stages.items():
+        deps = sorted([str(d.get("path")), str(d.get("md5") or d.get("hash") or "")] for d in st.get("deps") or [])
+        key = json.dumps({"cmd": st.get("cmd"), "deps": deps, "params": st.get("params") or {}},
+                         sort_keys=True, ensure_ascii=False, default=str)
+        out[name] = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return out
+
+
+def load_copies(file: Path) -> list[dict]:
+    """The entries of a stage-copy record file (``{"copies": [...]}``); [] when the file is absent.
+    Raises :class:`CopyRecordError` naming the file and the entry or key that is wrong."""
+    file = Path(file)
+    if not file.exists():
+        return []
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise CopyRecordError(f"{file}: not JSON ({exc})") from None
+    copies = data.get("copies") if isinstance(data, dict) else None
+    if not isinstance(copies, list):
+        raise CopyRecordError(f"{file}: want an object with a list under 'copies'")
+    for i, entry in enumerate(copies):
+        missing = [k for k in COPY_KEYS if not isinstance(entry, dict) or k not in entry]
+        if missing:
+            raise CopyRecordError(f"{file}: copies[{i}] lacks {', '.join(missing)}")
+        secs = entry["wall_seconds"]
+        if not isinstance(secs, (int, float)) or isinstance(secs, bool) or secs <= 0:
+            raise CopyRecordError(f"{file}: copies[{i}].wall_seconds must be a positive number, not {secs!r}")
+    return copies
+
+
+def record_copy(file: Path, entry: dict) -> list[dict]:
+    """Append one timed copy to the record file (created when absent); returns every entry."""
+    file = Path(file)
+    copies = load_copies(file)
+    missing = [k for k in COPY_KEYS if k not in entry]
+    if missing:
+        raise CopyRecordError(f"a stage-copy entry lacks {', '.join(missing)}")
+    copies.append(dict(entry))
+    file.parent.mkdir(parents=True, exist_ok=True)
+    file.write_text(json.dumps({"copies": copies}, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return copies
