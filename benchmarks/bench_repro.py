@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ragcritic_lib.io import file_sha256  # noqa: E402
-from ragcritic_lib.pipeline.workspace import copy_repository, pipeline_env, run_timed  # noqa: E402
+from ragcritic_lib.pipeline.workspace import run_timed, temporary_copy  # noqa: E402
 
 
 def stage_seconds(root: Path) -> dict[str, float]:
@@ -136,10 +134,7 @@ def main() -> None:
             parser.error(f"--compare-only: {args.compare_only} has no reports/metrics folder")
         print_comparison(compare_results(ROOT, args.compare_only))
         return
-    tmp = Path(tempfile.mkdtemp(prefix="ragcritic-repro-"))
-    root = copy_repository(tmp / "repo")
-    env = pipeline_env(root, tmp / "cache")
-    try:
+    with temporary_copy("ragcritic-repro-", keep=args.keep) as (tmp, root, env):
         if args.profile:
             run_timed([sys.executable, "-m", "ragcritic_lib.pipeline.profiles", args.profile], root, env)
         repro = ["dvc", "repro", *(args.target or [])]
@@ -152,11 +147,6 @@ def main() -> None:
         print(f"no-op dvc repro: {noop:.2f} s")
         if args.compare:
             print_comparison(compare_results(ROOT, root))
-    finally:
-        if args.keep:
-            print(f"kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

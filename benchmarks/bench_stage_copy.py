@@ -24,9 +24,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,11 +32,10 @@ sys.path.insert(0, str(ROOT))
 
 from ragcritic_lib.pipeline.workspace import (  # noqa: E402
     STAGE_COPIES_FILE,
-    copy_repository,
     lock_fingerprints,
-    pipeline_env,
     record_copy,
     run_timed,
+    temporary_copy,
 )
 
 
@@ -64,10 +61,7 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the temporary copy")
     args = parser.parse_args()
     stem = stage_stem(ROOT, args.stage)
-    tmp = Path(tempfile.mkdtemp(prefix="ragcritic-copy-"))
-    root = copy_repository(tmp / "repo")
-    env = pipeline_env(root, tmp / "cache")
-    try:
+    with temporary_copy("ragcritic-copy-", keep=args.keep) as (tmp, root, env):
         restore_s, _ = run_timed([sys.executable, "-m", "ragcritic_lib.pipeline.shipping", "restore"], root, env,
                                  log=tmp / "restore.log")
         print(f"restored the shipped outputs in {restore_s:.0f} s", flush=True)
@@ -89,11 +83,6 @@ def main() -> None:
         if args.record:
             record_copy(ROOT / STAGE_COPIES_FILE, entry)
             print(f"recorded in {STAGE_COPIES_FILE}")
-    finally:
-        if args.keep:
-            print(f"kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -11,12 +11,15 @@ fingerprint of the source it was copied from (:func:`mark_built`); a later test 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from ragcritic_lib import paths
@@ -114,6 +117,22 @@ def pipeline_env(root: Path, cache_dir: Path) -> dict[str, str]:
         "PYTHONPATH": str(root),
     })
     return env
+
+
+@contextlib.contextmanager
+def temporary_copy(prefix: str, *, keep: bool = False) -> Iterator[tuple[Path, Path, dict[str, str]]]:
+    """A copy of the repository (:func:`copy_repository`) in a new temporary folder, with caches of
+    its own (:func:`pipeline_env`): yields (the folder, the copy's root, the environment to run it
+    with); the folder is removed afterwards unless ``keep``, which prints where it is."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        root = copy_repository(tmp / "repo")
+        yield tmp, root, pipeline_env(root, tmp / "cache")
+    finally:
+        if keep:
+            print(f"kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def run_timed(cmd: list[str], cwd: Path, env: dict[str, str], log: Path | None = None) -> tuple[float, str]:
