@@ -1041,7 +1041,7 @@ def render_stage_times(metrics: Mapping[str, Any]) -> str:
             return copies[(stem, cls)]["wall_seconds"] / 60, True
         return None, False
 
-    rows, totals = [], {cls: 0.0 for cls in columns}
+    rows, totals, copy_dates = [], {cls: 0.0 for cls in columns}, set()
     for stem, env in envs.items():
         if stem not in metrics:
             totals = {cls: None for cls in columns}
@@ -1050,6 +1050,8 @@ def render_stage_times(metrics: Mapping[str, Any]) -> str:
         cells = []
         for cls in columns:
             m, copied = minutes(stem, env, cls)
+            if copied:
+                copy_dates.add(str(copies[(stem, cls)]["date"]))
             totals[cls] = totals[cls] + m if m is not None and totals[cls] is not None else None
             cells.append((f"{m:.1f} min" + (" (copy)" if copied else "")) if m is not None else "not recorded")
         rows.append([f"`{stem}`"] + cells)
@@ -1067,14 +1069,11 @@ def render_stage_times(metrics: Mapping[str, Any]) -> str:
     intro = ("Each stage's own wall time in the committed run, from `environment.wall_seconds` of its "
              "`reports/metrics/<stem>.json` (written by the stage runner), per CPU class (`environment.cpu_class`; "
              "amx, avx512_bf16, avx2 or cuda) with the generator's dtype.")
-    shown = sorted({(stem, cls) for stem, cls in copies if stem in metrics
-                    and (envs[stem].get("cpu_class") != cls or not isinstance(envs[stem].get("wall_seconds"), (int, float)))})
     note = []
-    if shown:
-        dates = sorted({str(copies[k]["date"]) for k in shown})
+    if copy_dates:
         note = ["", "(copy): the stage alone, cold, in a restored copy of the repository on that class "
                 "(`benchmarks/bench_stage_copy.py`, `reports/benchmarks/stage_copies.json`; "
-                + ", ".join(dates) + "), reading the committed outputs of the stages before it, with the code, "
+                + ", ".join(sorted(copy_dates)) + "), reading the committed outputs of the stages before it, with the code, "
                 "inputs and params of the committed run; its outputs were not kept."]
     return "\n".join([intro, ""] + _table(header, rows) + note)
 
