@@ -64,7 +64,8 @@ def main() -> None:
     with temporary_copy("ragcritic-copy-", keep=args.keep) as (tmp, root, env):
         restore_s, _ = run_timed([sys.executable, "-m", "ragcritic_lib.pipeline.shipping", "restore"], root, env,
                                  log=tmp / "restore.log")
-        print(f"restored the shipped outputs in {restore_s:.0f} s", flush=True)
+        print(f"restored the shipped outputs in {restore_s:.0f} s; the stage's output goes to "
+              f"{tmp / 'repro.log'} as it runs", flush=True)
         repro_s, _ = run_timed(["dvc", "repro", "-s", "-f", args.stage], root, env, log=tmp / "repro.log")
         metrics = json.loads((root / "reports" / "metrics" / f"{stem}.json").read_text(encoding="utf-8"))
         envm = metrics.get("environment") or {}

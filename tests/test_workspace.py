@@ -125,3 +125,24 @@ def test_timed_copies_are_appended_and_a_bad_record_names_its_entry(tmp_path):
     f.write_text("{")
     with pytest.raises(workspace.CopyRecordError, match="not JSON"):
         workspace.load_copies(f)
+
+
+def test_a_timed_run_writes_its_log_as_it_goes_and_fails_with_its_tail(tmp_path):
+    import os
+    import sys
+
+    import pytest
+
+    env = dict(os.environ)
+    log = tmp_path / "run.log"
+    script = "import sys; print('to stdout', flush=True); print('to stderr', file=sys.stderr, flush=True)"
+    seconds, out = workspace.run_timed([sys.executable, "-c", script], tmp_path, env, log=log)
+    assert seconds >= 0
+    assert "to stdout" in out and "to stderr" in out
+    assert log.read_text(encoding="utf-8") == out
+    _, quiet = workspace.run_timed([sys.executable, "-c", "print('no log kept')"], tmp_path, env)
+    assert quiet.strip() == "no log kept"
+    failing = "import sys; print('the last words'); sys.exit(3)"
+    with pytest.raises(RuntimeError, match=r"failed \(3\):\n(.|\n)*the last words"):
+        workspace.run_timed([sys.executable, "-c", failing], tmp_path, env, log=tmp_path / "failed.log")
+    assert "the last words" in (tmp_path / "failed.log").read_text(encoding="utf-8")

@@ -136,13 +136,21 @@ def temporary_copy(prefix: str, *, keep: bool = False) -> Iterator[tuple[Path, P
 
 
 def run_timed(cmd: list[str], cwd: Path, env: dict[str, str], log: Path | None = None) -> tuple[float, str]:
-    """Run a command, return (seconds, combined output); raises with the output tail on failure."""
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
-    seconds = time.perf_counter() - start
-    output = proc.stdout + proc.stderr
-    if log is not None:
-        log.write_text(output)
+    """Run a command, return (seconds, combined output); raises with the output tail on failure.
+
+    With ``log`` the output goes to that file as the command writes it (stdout and stderr
+    interleaved), so a long run can be followed with ``tail -f``; without it, to a temporary file.
+    """
+    with contextlib.ExitStack() as stack:
+        if log is None:
+            sink = stack.enter_context(tempfile.TemporaryFile(mode="w+", encoding="utf-8"))
+        else:
+            sink = stack.enter_context(open(log, "w+", encoding="utf-8"))
+        start = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=sink, stderr=subprocess.STDOUT, text=True)
+        seconds = time.perf_counter() - start
+        sink.seek(0)
+        output = sink.read()
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{output[-6000:]}")
     return seconds, output
