@@ -7,7 +7,10 @@ without shipping anything. It copies the files git sees into a temporary folder,
 shipped output there (`python -m ragcritic_lib.pipeline.shipping restore`, as `make restore`),
 then runs `dvc repro -s -f STAGE` with empty LLM and index caches and reads the stage runner's
 `environment.wall_seconds` from the copy's metrics file. The stage's inputs are the committed
-outputs of its upstream stages, whatever class made them.
+outputs of its upstream stages, whatever class made them. The copy's metrics are set beside the
+committed file's (`vs_committed`: how many numbers are equal or within 0.01, the largest
+differences, the texts that changed), so a record says whether the class reproduces the results
+as well as how long it took.
 
 With `--record` the time goes to `reports/benchmarks/stage_copies.json` with the stage's
 fingerprint (its command, dependencies and params in the copy's `dvc.lock`):
@@ -32,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from ragcritic_lib.pipeline.workspace import (  # noqa: E402
     STAGE_COPIES_FILE,
+    compare_metrics,
     lock_fingerprints,
     record_copy,
     run_timed,
@@ -69,6 +73,8 @@ def main() -> None:
         repro_s, _ = run_timed(["dvc", "repro", "-s", "-f", args.stage], root, env, log=tmp / "repro.log")
         metrics = json.loads((root / "reports" / "metrics" / f"{stem}.json").read_text(encoding="utf-8"))
         envm = metrics.get("environment") or {}
+        committed_file = ROOT / "reports" / "metrics" / f"{stem}.json"
+        committed = json.loads(committed_file.read_text(encoding="utf-8")) if committed_file.is_file() else {}
         entry = {
             "stage": args.stage, "stem": stem, "date": dt.date.today().isoformat(),
             "cpu_class": envm.get("cpu_class"), "dtype": (envm.get("generator") or {}).get("dtype"),
@@ -76,6 +82,7 @@ def main() -> None:
             "fingerprint": lock_fingerprints(root).get(args.stage),
             "committed_fingerprint": lock_fingerprints(ROOT).get(args.stage),
             "note": args.note,
+            "vs_committed": compare_metrics(committed, metrics),
         }
         print(json.dumps(entry, indent=1))
         if entry["fingerprint"] != entry["committed_fingerprint"]:

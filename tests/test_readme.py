@@ -603,6 +603,13 @@ def test_a_timed_copy_fills_another_class_only_while_its_stage_is_unchanged():
     assert "| `00_assets` | not recorded | 1.0 min |" in text
     assert "| the stages recorded | 1 of 20: 40.0 min (1 in copies) | 20 of 20: 20.0 min |" in text
     assert "(copy): the stage alone, cold, in a restored copy" in text and "2026-12-05" in text
+    assert "How a copy's metrics compare" not in text   # a record without the comparison says nothing of it
+    copy["vs_committed"] = {"numbers": 40, "equal": 31, "within_0.01": 38, "max_abs_diff": 0.02,
+                            "largest": [{"key": "train.loss", "committed": 0.51, "copy": 0.53}],
+                            "texts": 6, "texts_equal": 6, "changed_texts": [], "only_committed": 0, "only_copy": 0}
+    text = readme.render_block("stage_times", metrics)
+    assert ("`05_critic_sft` on avx2, 31 of 40 numbers equal (38 within 0.01), the largest change "
+            "`train.loss` 0.51 → 0.53, 6 of 6 other values equal.") in text
     metrics[readme.STAGE_COPIES_KEY]["fingerprints"] = {"critic_sft": "f2"}   # the stage changed since
     text = readme.render_block("stage_times", metrics)
     assert "(copy)" not in text and "| stage | avx512_bf16 (bfloat16) |" in text

@@ -146,3 +146,22 @@ def test_a_timed_run_writes_its_log_as_it_goes_and_fails_with_its_tail(tmp_path)
     with pytest.raises(RuntimeError, match=r"failed \(3\):\n(.|\n)*the last words"):
         workspace.run_timed([sys.executable, "-c", failing], tmp_path, env, log=tmp_path / "failed.log")
     assert "the last words" in (tmp_path / "failed.log").read_text(encoding="utf-8")
+
+
+def test_a_copys_metrics_are_compared_with_the_committed_ones_times_left_out():
+    committed = {"environment": {"wall_seconds": 100.0, "cpu_class": "avx512_bf16"},
+                 "critic": {"auroc": 0.776, "n": 280, "train": {"seconds": 12.0}, "flag": False},
+                 "rows": [{"f1": 0.25}, {"f1": 0.30}], "mode": "dev_f1", "gone": 1.0}
+    copy = {"environment": {"wall_seconds": 300.0, "cpu_class": "avx2"},
+            "critic": {"auroc": 0.781, "n": 280, "train": {"seconds": 40.0}, "flag": True},
+            "rows": [{"f1": 0.25}, {"f1": 0.34}], "mode": "dev_f1", "new": 2}
+    vs = workspace.compare_metrics(committed, copy)
+    assert vs["numbers"] == 4 and vs["equal"] == 2 and vs["within_0.01"] == 3   # auroc, n, rows[0], rows[1]
+    assert vs["max_abs_diff"] == 0.04
+    assert [d["key"] for d in vs["largest"]] == ["rows[1].f1", "critic.auroc"]
+    assert vs["largest"][0] == {"key": "rows[1].f1", "committed": 0.30, "copy": 0.34}
+    assert vs["texts"] == 2 and vs["texts_equal"] == 1
+    assert vs["changed_texts"] == [{"key": "critic.flag", "committed": False, "copy": True}]
+    assert vs["only_committed"] == 1 and vs["only_copy"] == 1
+    same = workspace.compare_metrics(committed, committed)
+    assert same["equal"] == same["numbers"] == 5 and same["largest"] == [] and same["max_abs_diff"] == 0.0

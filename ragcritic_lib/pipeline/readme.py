@@ -1075,7 +1075,25 @@ def render_stage_times(metrics: Mapping[str, Any]) -> str:
                 "(`benchmarks/bench_stage_copy.py`, `reports/benchmarks/stage_copies.json`; "
                 + ", ".join(sorted(copy_dates)) + "), reading the committed outputs of the stages before it, with the code, "
                 "inputs and params of the committed run; its outputs were not kept."]
+        agreement = [_copy_agreement(stem, cls, c["vs_committed"]) for (stem, cls), c in sorted(copies.items())
+                     if stem in metrics and isinstance(c.get("vs_committed"), Mapping)]
+        if agreement:
+            note += ["", "How a copy's metrics compare with the committed run's (`vs_committed` in the record; "
+                     "times left out): " + "; ".join(agreement) + "."]
     return "\n".join([intro, ""] + _table(header, rows) + note)
+
+
+def _copy_agreement(stem: str, cls: str, vs: Mapping[str, Any]) -> str:
+    """One copy's agreement with the committed metrics, in words: equal numbers, the largest change."""
+    text = (f"`{stem}` on {cls}, {vs.get('equal', 0)} of {vs.get('numbers', 0)} numbers equal "
+            f"({vs.get('within_0.01', 0)} within 0.01)")
+    largest = vs.get("largest") or []
+    if largest:
+        top = largest[0]
+        text += f", the largest change `{top.get('key')}` {top.get('committed')} → {top.get('copy')}"
+    if vs.get("texts"):
+        text += f", {vs.get('texts_equal', 0)} of {vs.get('texts')} other values equal"
+    return text
 
 
 # docs/methods/<page>.md: one block a method, "method_<key>", with the method's rows of the comparison

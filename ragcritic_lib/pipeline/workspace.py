@@ -221,3 +221,55 @@ def record_copy(file: Path, entry: dict) -> list[dict]:
     file.parent.mkdir(parents=True, exist_ok=True)
     file.write_text(json.dumps({"copies": copies}, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return copies
+
+
+def _leaves(obj: object, prefix: str = "") -> Iterator[tuple[str, object]]:
+    """(dotted key, value) for every scalar in nested dicts and lists; list items as ``key[i]``."""
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            yield from _leaves(value, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(obj, list):
+        for i, value in enumerate(obj):
+            yield from _leaves(value, f"{prefix}[{i}]")
+    else:
+        yield prefix, obj
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def compare_metrics(committed: dict, copy: dict, *, shown: int = 5) -> dict:
+    """How a copy's stage metrics differ from the committed run's: a stage run on another CPU class
+    (or the same one) gives slightly different answers, and this says how many.
+
+    Every scalar is compared except the ``environment`` block and keys ending in ``seconds`` (times
+    differ on every run): ``numbers`` (numeric keys in both), how many are ``equal`` and within 0.01,
+    the ``max_abs_diff``, the ``largest`` differences (key, committed, copy; at most ``shown``),
+    ``texts`` and ``texts_equal`` for the other scalars (strings, flags, nulls) with the first
+    ``changed_texts``, and how many keys only one side has (``only_committed``, ``only_copy``).
+    """
+    def keep(key: str) -> bool:
+        head = key.split(".", 1)[0].split("[", 1)[0]
+        last = key.rsplit(".", 1)[-1].split("[", 1)[0]
+        return head != "environment" and not last.endswith("seconds")
+
+    ours = {k: v for k, v in _leaves(committed) if keep(k)}
+    theirs = {k: v for k, v in _leaves(copy) if keep(k)}
+    both = [k for k in ours if k in theirs]
+    numeric = [k for k in both if _is_number(ours[k]) and _is_number(theirs[k])]
+    diffs = sorted(((abs(float(theirs[k]) - float(ours[k])), k) for k in numeric), key=lambda d: (-d[0], d[1]))
+    texts = [k for k in both if k not in set(numeric)]
+    changed = [k for k in texts if ours[k] != theirs[k]]
+    return {
+        "numbers": len(numeric),
+        "equal": sum(d == 0 for d, _ in diffs),
+        "within_0.01": sum(d <= 0.01 for d, _ in diffs),
+        "max_abs_diff": round(diffs[0][0], 6) if diffs else 0.0,
+        "largest": [{"key": k, "committed": ours[k], "copy": theirs[k]} for d, k in diffs[:shown] if d > 0],
+        "texts": len(texts),
+        "texts_equal": len(texts) - len(changed),
+        "changed_texts": [{"key": k, "committed": ours[k], "copy": theirs[k]} for k in changed[:shown]],
+        "only_committed": len(set(ours) - set(theirs)),
+        "only_copy": len(set(theirs) - set(ours)),
+    }
