@@ -43,6 +43,23 @@ from ragcritic_lib.pipeline.workspace import (  # noqa: E402
 )
 
 
+# The main results of a stage's metrics file, set first in the comparison with the committed run.
+HEADLINES: dict[str, tuple[str, ...]] = {
+    "01_retrieval_rag": ("rag.testbed.test.f1", "closed_book.testbed.test.f1"),
+    "05_critic_body": ("verdict_body.best_dev_auroc",),
+    "05_critic_sft": ("verdict_calibration.threshold", "dev_tags.tag1.f1"),
+    "06_critic_dpo": ("dev_auroc.after", "pairs.total"),
+    "07_benchmark": ("critics.SFT critic.verdict_auroc", "critics.SFT critic.identification.acc_avg",
+                     "critics.SFT critic.classification.tag1_f1"),
+    "08_correction": ("ladder.testbed.RAG-Critic (1 iter).delta_f1", "ladder.testbed.oracle verdict.delta_f1"),
+    "09_self_refine": ("scores.testbed.f1",),
+    "10_crag": ("scores.testbed.f1",),
+    "11_simrag": ("scores.testbed.f1",),
+    "12_repair": ("scores.testbed.f1", "test.top_share"),
+    "13_ragec": ("answers.testbed.diagnosed",),
+}
+
+
 def stage_stem(root: Path, stage: str) -> str:
     """The notebook stem a dvc.yaml stage runs (its metrics file's name); one clear error otherwise."""
     import yaml
@@ -82,7 +99,7 @@ def main() -> None:
             "fingerprint": lock_fingerprints(root).get(args.stage),
             "committed_fingerprint": lock_fingerprints(ROOT).get(args.stage),
             "note": args.note,
-            "vs_committed": compare_metrics(committed, metrics),
+            "vs_committed": compare_metrics(committed, metrics, headline=HEADLINES.get(stem, ())),
         }
         print(json.dumps(entry, indent=1))
         if entry["fingerprint"] != entry["committed_fingerprint"]:

@@ -610,6 +610,9 @@ def test_a_timed_copy_fills_another_class_only_while_its_stage_is_unchanged():
     text = readme.render_block("stage_times", metrics)
     assert ("`05_critic_sft` on avx2, 31 of 40 numbers equal (38 within 0.01), the largest change "
             "`train.loss` 0.51 → 0.53, 6 of 6 other values equal.") in text
+    copy["vs_committed"]["headline"] = [{"key": "dev.auroc", "committed": 0.786, "copy": 0.781}]
+    text = readme.render_block("stage_times", metrics)
+    assert "`05_critic_sft` on avx2, `dev.auroc` 0.786 → 0.781; 31 of 40 numbers equal" in text
     metrics[readme.STAGE_COPIES_KEY]["fingerprints"] = {"critic_sft": "f2"}   # the stage changed since
     text = readme.render_block("stage_times", metrics)
     assert "(copy)" not in text and "| stage | avx512_bf16 (bfloat16) |" in text

@@ -151,17 +151,23 @@ def test_a_timed_run_writes_its_log_as_it_goes_and_fails_with_its_tail(tmp_path)
 def test_a_copys_metrics_are_compared_with_the_committed_ones_times_left_out():
     committed = {"environment": {"wall_seconds": 100.0, "cpu_class": "avx512_bf16"},
                  "critic": {"auroc": 0.776, "n": 280, "train": {"seconds": 12.0}, "flag": False},
+                 "seconds": {"test": 5.0},
                  "rows": [{"f1": 0.25}, {"f1": 0.30}], "mode": "dev_f1", "gone": 1.0}
     copy = {"environment": {"wall_seconds": 300.0, "cpu_class": "avx2"},
             "critic": {"auroc": 0.781, "n": 280, "train": {"seconds": 40.0}, "flag": True},
+            "seconds": {"test": 9.0},
             "rows": [{"f1": 0.25}, {"f1": 0.34}], "mode": "dev_f1", "new": 2}
     vs = workspace.compare_metrics(committed, copy)
     assert vs["numbers"] == 4 and vs["equal"] == 2 and vs["within_0.01"] == 3   # auroc, n, rows[0], rows[1]
     assert vs["max_abs_diff"] == 0.04
-    assert [d["key"] for d in vs["largest"]] == ["rows[1].f1", "critic.auroc"]
-    assert vs["largest"][0] == {"key": "rows[1].f1", "committed": 0.30, "copy": 0.34}
+    assert [d["key"] for d in vs["largest"]] == ["rows[1].f1", "critic.auroc"]   # ranked by relative change
+    assert vs["largest"][0] == {"key": "rows[1].f1", "committed": 0.30, "copy": 0.34, "relative": 0.1176}
     assert vs["texts"] == 2 and vs["texts_equal"] == 1
     assert vs["changed_texts"] == [{"key": "critic.flag", "committed": False, "copy": True}]
     assert vs["only_committed"] == 1 and vs["only_copy"] == 1
+    assert vs["headline"] == []
+    named = workspace.compare_metrics(committed, copy, headline=("critic.auroc", "critic.n", "gone", "absent"))
+    assert named["headline"] == [{"key": "critic.auroc", "committed": 0.776, "copy": 0.781},
+                                 {"key": "critic.n", "committed": 280, "copy": 280}]   # only keys both hold
     same = workspace.compare_metrics(committed, committed)
     assert same["equal"] == same["numbers"] == 5 and same["largest"] == [] and same["max_abs_diff"] == 0.0

@@ -1085,8 +1085,9 @@ def render_stage_times(metrics: Mapping[str, Any]) -> str:
 
 def _copy_agreement(stem: str, cls: str, vs: Mapping[str, Any]) -> str:
     """One copy's agreement with the committed metrics, in words: equal numbers, the largest change."""
-    text = (f"`{stem}` on {cls}, {vs.get('equal', 0)} of {vs.get('numbers', 0)} numbers equal "
-            f"({vs.get('within_0.01', 0)} within 0.01)")
+    heads = [f"`{h.get('key')}` {h.get('committed')} → {h.get('copy')}" for h in vs.get("headline") or []]
+    text = (f"`{stem}` on {cls}, " + (", ".join(heads) + "; " if heads else "")
+            + f"{vs.get('equal', 0)} of {vs.get('numbers', 0)} numbers equal ({vs.get('within_0.01', 0)} within 0.01)")
     largest = vs.get("largest") or []
     if largest:
         top = largest[0]

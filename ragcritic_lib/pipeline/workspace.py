@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ragcritic_lib import paths
@@ -239,34 +239,41 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def compare_metrics(committed: dict, copy: dict, *, shown: int = 5) -> dict:
+def compare_metrics(committed: dict, copy: dict, *, shown: int = 5, headline: Sequence[str] = ()) -> dict:
     """How a copy's stage metrics differ from the committed run's: a stage run on another CPU class
     (or the same one) gives slightly different answers, and this says how many.
 
-    Every scalar is compared except the ``environment`` block and keys ending in ``seconds`` (times
-    differ on every run): ``numbers`` (numeric keys in both), how many are ``equal`` and within 0.01,
-    the ``max_abs_diff``, the ``largest`` differences (key, committed, copy; at most ``shown``),
+    Every scalar is compared except the ``environment`` block and keys with a part ending in
+    ``seconds`` (times differ on every run): ``numbers`` (numeric keys in both), how many are
+    ``equal`` and within 0.01, the ``max_abs_diff``, the ``largest`` differences relative to the
+    larger of the two values, so that counts and rates rank alike (key, committed, copy, relative;
+    at most ``shown``),
     ``texts`` and ``texts_equal`` for the other scalars (strings, flags, nulls) with the first
     ``changed_texts``, and how many keys only one side has (``only_committed``, ``only_copy``).
+    ``headline`` names the stage's main results (dotted keys, as ``largest`` writes them): each one
+    both sides hold goes under ``headline`` with its two values, whatever its difference.
     """
     def keep(key: str) -> bool:
-        head = key.split(".", 1)[0].split("[", 1)[0]
-        last = key.rsplit(".", 1)[-1].split("[", 1)[0]
-        return head != "environment" and not last.endswith("seconds")
+        parts = [part.split("[", 1)[0] for part in key.split(".")]
+        return parts[0] != "environment" and not any(part.endswith("seconds") for part in parts)
 
     ours = {k: v for k, v in _leaves(committed) if keep(k)}
     theirs = {k: v for k, v in _leaves(copy) if keep(k)}
     both = [k for k in ours if k in theirs]
     numeric = [k for k in both if _is_number(ours[k]) and _is_number(theirs[k])]
-    diffs = sorted(((abs(float(theirs[k]) - float(ours[k])), k) for k in numeric), key=lambda d: (-d[0], d[1]))
+    diffs = [(abs(float(theirs[k]) - float(ours[k])), k) for k in numeric]
+    relative = sorted(((d / max(abs(float(ours[k])), abs(float(theirs[k]))), k) for d, k in diffs if d > 0),
+                      key=lambda r: (-r[0], r[1]))
     texts = [k for k in both if k not in set(numeric)]
     changed = [k for k in texts if ours[k] != theirs[k]]
     return {
+        "headline": [{"key": k, "committed": ours[k], "copy": theirs[k]} for k in headline if k in ours and k in theirs],
         "numbers": len(numeric),
         "equal": sum(d == 0 for d, _ in diffs),
         "within_0.01": sum(d <= 0.01 for d, _ in diffs),
-        "max_abs_diff": round(diffs[0][0], 6) if diffs else 0.0,
-        "largest": [{"key": k, "committed": ours[k], "copy": theirs[k]} for d, k in diffs[:shown] if d > 0],
+        "max_abs_diff": round(max((d for d, _ in diffs), default=0.0), 6),
+        "largest": [{"key": k, "committed": ours[k], "copy": theirs[k], "relative": round(r, 4)}
+                    for r, k in relative[:shown]],
         "texts": len(texts),
         "texts_equal": len(texts) - len(changed),
         "changed_texts": [{"key": k, "committed": ours[k], "copy": theirs[k]} for k in changed[:shown]],
