@@ -247,9 +247,9 @@ def compare_metrics(committed: dict, copy: dict, *, shown: int = 5, headline: Se
     ``seconds`` (times differ on every run): ``numbers`` (numeric keys in both), how many are
     ``equal`` and within 0.01, the ``max_abs_diff``, the ``largest`` differences relative to the
     larger of the two values, so that counts and rates rank alike (key, committed, copy, relative;
-    at most ``shown``),
-    ``texts`` and ``texts_equal`` for the other scalars (strings, flags, nulls) with the first
-    ``changed_texts``, and how many keys only one side has (``only_committed``, ``only_copy``).
+    at most ``shown``), ``texts`` and ``texts_equal`` for the other scalars (strings, flags, nulls)
+    with the first ``changed_texts``, and how many keys only one side has (``only_committed``,
+    ``only_copy``).
     ``headline`` names the stage's main results (dotted keys, as ``largest`` writes them): each one
     both sides hold goes under ``headline`` with its two values, whatever its difference.
     """
@@ -264,7 +264,7 @@ def compare_metrics(committed: dict, copy: dict, *, shown: int = 5, headline: Se
     diffs = [(abs(float(theirs[k]) - float(ours[k])), k) for k in numeric]
     relative = sorted(((d / max(abs(float(ours[k])), abs(float(theirs[k]))), k) for d, k in diffs if d > 0),
                       key=lambda r: (-r[0], r[1]))
-    texts = [k for k in both if k not in set(numeric)]
+    texts = [k for k in both if not (_is_number(ours[k]) and _is_number(theirs[k]))]
     changed = [k for k in texts if ours[k] != theirs[k]]
     return {
         "headline": [{"key": k, "committed": ours[k], "copy": theirs[k]} for k in headline if k in ours and k in theirs],
