@@ -46,12 +46,14 @@ from ragcritic_lib.pipeline.workspace import (  # noqa: E402
 # The main results of a stage's metrics file, set first in the comparison with the committed run.
 HEADLINES: dict[str, tuple[str, ...]] = {
     "01_retrieval_rag": ("rag.testbed.test.f1", "closed_book.testbed.test.f1"),
+    "02_error_sampling": ("error_rate", "llm_teacher_agreement.judgement_agreement"),
     "05_critic_body": ("verdict_body.best_dev_auroc",),
     "05_critic_sft": ("verdict_calibration.threshold", "dev_tags.tag1.f1"),
     "06_critic_dpo": ("dev_auroc.after", "pairs.total"),
     "07_benchmark": ("critics.SFT critic.verdict_auroc", "critics.SFT critic.identification.acc_avg",
                      "critics.SFT critic.classification.tag1_f1"),
     "08_correction": ("ladder.testbed.RAG-Critic (1 iter).delta_f1", "ladder.testbed.oracle verdict.delta_f1"),
+    "08_planner_data": ("outcomes.helped", "outcomes.made_right", "outcomes.mean_delta_f1"),
     "09_self_refine": ("scores.testbed.f1",),
     "10_crag": ("scores.testbed.f1",),
     "11_simrag": ("scores.testbed.f1",),
