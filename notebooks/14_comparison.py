@@ -56,7 +56,8 @@ from ragcritic_lib.baselines import (
     comparison_table, jsonable, load_method_results, markdown_table, records_cost, score_records,
 )
 from ragcritic_lib.baselines.compare import (
-    answerability_split, comparison_metrics, comparison_summary, degenerate_list, method_comparison, rag_critic_training,
+    answerability_split, comparison_metrics, comparison_summary, degenerate_list, ladder_steps, method_comparison,
+    rag_critic_training,
 )
 from ragcritic_lib.baselines.harness import load_method_run, shared_test_sets
 from ragcritic_lib.io import read_json
@@ -223,13 +224,31 @@ pd.DataFrame([{"dataset": ds, "part": part, "n": block["n"], "row": name, **vals
               for name, vals in block["rows"].items()]
              ).pivot_table(index="row", columns="part", values=["delta_f1", "share_f1"], sort=False).round(3)
 
+# %% [markdown]
+# ## The ladder one part at a time
+# Two ladder rows that differ in one part answer the same questions, so their paired difference
+# is what that part alone does: the verdict (RAG-Critic + rule planner to oracle verdict + rule
+# planner), the labels (oracle verdict + rule planner to oracle critique) and the planner (oracle
+# verdict to oracle verdict + rule planner). Each step on all questions and on the answerable and
+# unanswerable ones apart, with how many answers of each row are abstentions; descriptive.
+
+# %%
+steps = {ds: ladder_steps({"standard RAG": records["standard RAG"],
+                           **{name[len("ladder: "):]: recs for name, recs in ladder.items()}}, dataset=ds,
+                          n_boot=n_boot, n_perm=n_perm, alpha=ci_alpha, seed=seed, **judge)
+         for ds in datasets}
+pd.DataFrame([{"dataset": ds, "step": f"{st['changes']}: {st['from']} -> {st['to']}", "part": part, **vals}
+              for ds, block in steps.items() for st in block["steps"] for part, vals in st["parts"].items()]
+             ).pivot_table(index="step", columns="part", values=["delta_f1", "ci_low", "ci_high"], sort=False).round(3)
+
 # %%
 cols = ["dataset", "method", "n", "em", "f1", "acc", "delta_f1", "ci_low", "ci_high", "p", "p_holm",
         "calls_per_question", "training_calls", "training_steps", "training_seconds"]
 save_table(table[cols], "14_comparison", "comparison", formats=("csv",))
 save_markdown(markdown_table(table[cols].to_dict("records"), cols), "14_comparison", "comparison")
 metrics = comparison_metrics(comparison=comparison, extra_rows=extra_rows, summaries=summaries, rows=rows, flags=flags,
-                             training=rc_training, run_metrics=run_metrics, answerability=answerability)
+                             training=rc_training, run_metrics=run_metrics, answerability=answerability,
+                             steps=steps)
 write_stage_metrics("14_comparison", jsonable(metrics))
 sorted(metrics)
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ragcritic_lib.baselines.compare import (
-    reading, answerability_split,
+    reading, answerability_split, ladder_steps,
     comparison_summary, degenerate_list, holm_adjust, method_comparison, rag_critic_training,
 )
 from ragcritic_lib.evaluation.stats import paired_mde
@@ -274,3 +274,36 @@ def test_answerability_split_leaves_out_a_part_too_small_and_names_a_record_with
     broken[2]["golden_answers"] = []
     with pytest.raises(ValueError, match="'q2' has no golden_answers"):
         answerability_split({"standard RAG": broken, "Same": base}, n_boot=50, n_perm=50)
+
+
+def test_ladder_steps_pair_each_row_with_the_one_before_it_and_count_abstentions():
+    # Four answerable questions and two unanswerable ones. "labels" turns two answerable
+    # abstentions back into answers (+0.5 F1 each) and one unanswerable answer into an abstention
+    # (+1.0); "verdict" changes nothing; a step whose row is absent is named, not run.
+    abst, gold = "insufficient information", "Paris"
+    before = _gold_records([(0.0, gold, abst)] * 2 + [(0.5, gold, "Paris France")] * 2 + [(0.0, abst, "1984")] * 2)
+    after = _gold_records([(0.5, gold, "Paris France")] * 4 + [(1.0, abst, abst), (0.0, abst, "1984")])
+    steps = (("verdict", "critic", "gold"), ("labels", "gold", "causes"), ("planner", "gold", "trained"))
+    out = ladder_steps({"critic": before, "gold": before, "causes": after}, steps=steps, n_boot=300, n_perm=300,
+                       judge_metric="f1", judge_threshold=0.5)
+    assert [s["changes"] for s in out["steps"]] == ["verdict", "labels"]
+    assert out["missing"] == ["planner: trained"]
+    same, labels = (s["parts"] for s in out["steps"])
+    assert same["all"]["delta_f1"] == 0.0 and same["all"]["n"] == 6
+    assert labels["answerable"]["n"] == 4 and labels["answerable"]["delta_f1"] == pytest.approx(0.25)
+    assert labels["unanswerable"]["n"] == 2 and labels["unanswerable"]["delta_f1"] == pytest.approx(0.5)
+    assert labels["all"]["delta_f1"] == pytest.approx((0.5 * 2 + 1.0) / 6)
+    assert labels["answerable"]["delta_judge_acc"] == pytest.approx(0.5)  # two of four turn right by the F1 judge
+    assert out["abstentions"]["gold"] == {"all": 2, "answerable": 2, "unanswerable": 0}
+    assert out["abstentions"]["causes"] == {"all": 1, "answerable": 0, "unanswerable": 1}
+
+
+def test_ladder_steps_refuse_rows_on_other_questions_and_records_without_gold():
+    base = _gold_records([(0.5, "Paris", "Paris")] * 4)
+    with pytest.raises(ValueError, match="different question set"):
+        ladder_steps({"a": base, "b": base[:3]}, steps=(("x", "a", "b"),), n_boot=50, n_perm=50)
+    broken = [dict(r) for r in base]
+    broken[1]["golden_answers"] = []
+    with pytest.raises(ValueError, match="'q1' has no golden_answers"):
+        ladder_steps({"a": broken, "b": base}, steps=(("x", "a", "b"),), n_boot=50, n_perm=50)
+    assert ladder_steps({"a": base}, steps=(("x", "a", "b"),)) == {"steps": [], "abstentions": {}, "missing": ["x: b"]}

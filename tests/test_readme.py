@@ -832,6 +832,46 @@ def test_the_comparison_and_the_ladder_say_where_their_change_comes_from():
     assert note.format(f1="none", judged="oracle critique", carried="oracle critique +0.092 of +0.100") in ladder
 
 
+def ladder_steps_metrics():
+    def part(n, delta, low, high, judge, jlow, jhigh):
+        return {"n": n, "delta_f1": delta, "ci_low": low, "ci_high": high, "p": 0.5, "delta_judge_acc": judge,
+                "judge_ci_low": jlow, "judge_ci_high": jhigh}
+    metrics = comparison_metrics()
+    metrics["14_comparison"]["ladder_steps"] = {"testbed": {
+        "steps": [{"changes": "labels", "from": "oracle verdict + rule planner", "to": "oracle critique",
+                   "parts": {"all": part(10, 0.06, 0.035, 0.086, 0.02, 0.0, 0.046),
+                             "answerable": part(8, 0.04, 0.022, 0.058, -0.004, -0.021, 0.008),
+                             "unanswerable": part(2, 0.175, 0.05, 0.325, 0.175, 0.05, 0.325)}}],
+        "abstentions": {"standard RAG": {"all": 4, "answerable": 3, "unanswerable": 1},
+                        "oracle verdict + rule planner": {"all": 7, "answerable": 6, "unanswerable": 1},
+                        "oracle critique": {"all": 3, "answerable": 1, "unanswerable": 2}},
+        "missing": []}}
+    return metrics
+
+
+def test_the_ladder_steps_table_and_note_read_each_step_on_every_part():
+    lines = render_block("ladder_steps", ladder_steps_metrics()).splitlines()
+    assert lines[0].startswith("The correction ladder one part at a time")
+    assert lines[2] == "| step | questions | n | ΔF1 (95% CI) | Δ right (95% CI) | abstentions |"
+    assert lines[4] == ("| labels: oracle verdict + rule planner → oracle critique | all | 10 | +0.060 (+0.035, +0.086) "
+                        "| +0.020 (+0.000, +0.046) | 7 → 3 |")
+    assert lines[6] == "|  | unanswerable | 2 | +0.175 (+0.050, +0.325) | +0.175 (+0.050, +0.325) | 1 → 2 |"
+    ladder = render_block("ladder", {**ladder_metrics(), **ladder_steps_metrics()}).splitlines()
+    assert ("- One part at a time (descriptive; `reports/metrics/14_comparison.json` `ladder_steps`): the row after a "
+            "step against the row before it, ΔF1 (95% CI) on all, answerable and unanswerable questions, and the "
+            "answers it leaves abstaining on answerable / unanswerable ones: the labels (oracle verdict + rule planner "
+            "→ oracle critique) +0.060 (+0.035, +0.086), answerable +0.040 (+0.022, +0.058), unanswerable +0.175 "
+            "(+0.050, +0.325), abstaining 6 / 1 → 1 / 2. Standard RAG abstains on 3 / 1.") in ladder
+    # Without the steps neither the table nor the note.
+    assert not any("One part at a time" in line for line in render_block("ladder", ladder_metrics()).splitlines())
+    with pytest.raises(ReadmeDataError, match="ladder_steps"):
+        render_block("ladder_steps", comparison_metrics())
+    broken = ladder_steps_metrics()
+    del broken["14_comparison"]["ladder_steps"]["testbed"]["abstentions"]["oracle critique"]
+    with pytest.raises(ReadmeDataError, match="abstentions.oracle critique"):
+        render_block("ladder_steps", broken)
+
+
 def _lock_root(tmp_path, dep_md5: str, *, with_manifest: bool = True):
     import hashlib
 

@@ -240,6 +240,84 @@ def answerability_split(
     return out
 
 
+LADDER_STEPS: tuple[tuple[str, str, str], ...] = (
+    ("verdict", "RAG-Critic + rule planner", "oracle verdict + rule planner"),
+    ("labels", "oracle verdict + rule planner", "oracle critique"),
+    ("planner", "oracle verdict", "oracle verdict + rule planner"),
+)
+"""The correction ladder's one-part steps, ``(what changes, the row before, the row after)``
+(:data:`ragcritic_lib.agent.ladder.LADDER_ROWS`): the critic's verdict becomes the judge's (the
+critic's labels and the rule planner stay); the critic's labels become the known causes (the
+judge's verdict and the rule planner stay); the trained planner becomes the rule planner (the
+judge's verdict and the critic's labels stay)."""
+
+
+def ladder_steps(
+    results: Mapping[str, Sequence[Mapping[str, Any]]], *, steps: Sequence[tuple[str, str, str]] = LADDER_STEPS,
+    dataset: str = "testbed", n_boot: int = 1000, n_perm: int = 10000, alpha: float = 0.05, seed: int = 0,
+    judge_metric: str | None = None, judge_threshold: float = 0.5,
+) -> dict[str, Any]:
+    """What each one-part step of the correction ladder does: the row after it against the row
+    before it, paired per question, on all questions and on the answerable and unanswerable ones
+    apart, and how often each row's answer is an abstention.
+
+    Two ladder rows that differ in one part (``steps``) answer the same questions, so the paired
+    difference between them is what that part alone does; split by answerability (as
+    :func:`answerability_split`, after the run: no method sees the split) it says whether a step
+    gains by abstaining where the question is unanswerable or by answering where it is not.
+
+    Returns:
+        {"steps": [{"changes", "from", "to", "parts": {"all" | "answerable" | "unanswerable": {"n",
+        "delta_f1", "ci_low", "ci_high", "p", and with ``judge_metric`` "delta_judge_acc",
+        "judge_ci_low", "judge_ci_high"}}}], "abstentions": {row of ``results``: {part: answers
+        that are abstentions}}, "missing": [steps left out because a row is absent from ``results``, as
+        "changes: row"]}. A part with fewer than 2 questions is left out.
+
+    Raises:
+        ValueError: as :func:`method_comparison` (rows that answered different questions), and a
+            record without gold answers.
+    """
+    from ragcritic_lib.evaluation.truth import is_unanswerable
+    from ragcritic_lib.mining.evidence import is_abstention
+
+    out: dict[str, Any] = {"steps": [], "abstentions": {}, "missing": []}
+    part_of: dict[str, str] = {}
+    for changes, before, after in steps:
+        absent = [row for row in (before, after) if row not in results]
+        if absent:
+            out["missing"] += [f"{changes}: {row}" for row in absent]
+            continue
+        if not part_of:
+            for qid, rec in _by_id(before, results[before], dataset).items():
+                golds = rec.get("golden_answers")
+                if not golds:
+                    raise ValueError(f"{before}: record {qid!r} has no golden_answers to tell whether it is answerable")
+                part_of[qid] = ANSWERABILITY_PARTS[int(is_unanswerable(list(golds)))]
+        parts: dict[str, Any] = {}
+        for part in ("all", *ANSWERABILITY_PARTS):
+            ids = {q for q, p in part_of.items() if part in ("all", p)}
+            if len(ids) < 2:
+                continue
+            subset = {row: [r for r in results[row] if dataset_name(r) == dataset and str(r["id"]) in ids]
+                      for row in (before, after)}
+            block = method_comparison(subset, baseline=before, dataset=dataset, n_boot=n_boot, n_perm=n_perm,
+                                      alpha=alpha, seed=seed, judge_metric=judge_metric, judge_threshold=judge_threshold)
+            row = block[after]
+            keep = {"n": row["n"], **{k: row[k] for k in ("delta_f1", "ci_low", "ci_high", "p")}}
+            if judge_metric:
+                keep.update({k: row[k] for k in ("delta_judge_acc", "judge_ci_low", "judge_ci_high")})
+            parts[part] = keep
+        out["steps"].append({"changes": changes, "from": before, "to": after, "parts": parts})
+    for row in results if part_of else ():
+        recs = _by_id(row, results[row], dataset)
+        if set(recs) != set(part_of):
+            raise ValueError(f"{row}: answered a different question set than the ladder's steps on {dataset!r}")
+        out["abstentions"][row] = {part: sum(1 for q, p in part_of.items()
+                                             if part in ("all", p) and is_abstention(str(recs[q].get("prediction", ""))))
+                                   for part in ("all", *ANSWERABILITY_PARTS)}
+    return out
+
+
 def degenerate_list(flags: Mapping[str, Sequence[str] | None]) -> list[str]:
     """``{method: [reason, ...]}`` as sorted "method: reason" strings, each once (empty when none).
 
@@ -257,7 +335,8 @@ def degenerate_list(flags: Mapping[str, Sequence[str] | None]) -> list[str]:
 def comparison_metrics(*, comparison: Mapping[str, Any], extra_rows: Mapping[str, Any], summaries: Mapping[str, Any],
                        rows: Sequence[Mapping[str, Any]], flags: Mapping[str, Sequence[str] | None],
                        training: Mapping[str, Any], run_metrics: Mapping[str, Mapping[str, Any]],
-                       answerability: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                       answerability: Mapping[str, Any] | None = None,
+                       steps: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The comparison stage's metrics (``reports/metrics/14_comparison.json``, schema
     ``ComparisonMetrics``) before ``jsonable`` (the reading takes them as they are).
 
@@ -270,6 +349,8 @@ def comparison_metrics(*, comparison: Mapping[str, Any], extra_rows: Mapping[str
         run_metrics: {method: its stage's metrics}, whose ``seconds`` are gathered.
         answerability: {dataset: :func:`answerability_split`} over the comparison's rows, the
             oracle and ablation rows and the correction ladder's rows (absent when None).
+        steps: {dataset: :func:`ladder_steps`} over the correction ladder's rows, kept as
+            ``ladder_steps`` (absent when None).
     """
     return {
         "comparison": comparison, "oracle_and_ablation_rows": extra_rows, "summary": summaries,
@@ -277,6 +358,7 @@ def comparison_metrics(*, comparison: Mapping[str, Any], extra_rows: Mapping[str
         "rag_critic_training": training,
         "stage_seconds": {name: mt.get("seconds") for name, mt in run_metrics.items()},
         **({"answerability": answerability} if answerability is not None else {}),
+        **({"ladder_steps": steps} if steps is not None else {}),
     }
 
 

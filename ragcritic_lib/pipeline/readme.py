@@ -55,6 +55,7 @@ BLOCK_SOURCES: dict[str, tuple[str, ...]] = {
     "judge": ("02_error_sampling", "08_correction"),
     "comparison_details": ("14_comparison",),
     "answerability": ("14_comparison",),
+    "ladder_steps": ("14_comparison",),
     "baselines": ("09_self_refine", "10_crag", "11_simrag", "12_repair", "13_ragec"),
     "papers": ("01_retrieval_rag", "02_error_sampling", "03_tagging", "04_taxonomy", "05_critic_sft",
                "06_critic_dpo", "07_benchmark", "08_correction", "13_ragec", "14_comparison"),
@@ -485,7 +486,8 @@ def render_ladder(metrics: Mapping[str, Any]) -> str:
             + (f" The critic refused {q['not_verified']} further corrections (their old answers stay)."
                if q.get("not_verified") else ""))
     ladder_note = _answerability_note(metrics, [_LADDER_PREFIX + name for name in _ordered(rows)], prefix=_LADDER_PREFIX)
-    notes += [*([ladder_note] if ladder_note else []), _flags_line(_flags(metrics, stem)), environment_line(metrics, stem)]
+    steps_note = _ladder_steps_note(metrics)
+    notes += [*([ladder_note] if ladder_note else []), *([steps_note] if steps_note else []), _flags_line(_flags(metrics, stem)), environment_line(metrics, stem)]
     intro = (f"Every row answers the same {n} testbed test questions; ΔF1 is the change against standard RAG "
              "with a paired bootstrap 95% CI and a paired permutation p; the paired MDE is the smallest change "
              "its paired differences could detect (0 for a row that changed no answer). \"right\" is the share "
@@ -1391,6 +1393,76 @@ def _answerability_note(metrics: Mapping[str, Any], names: Sequence[str], *, pre
             + ("; ".join(carried) or "nothing") + ".")
 
 
+def _ladder_steps(metrics: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
+    """``14_comparison.json`` ``ladder_steps.testbed.steps`` when there are any, else None."""
+    if "14_comparison" not in metrics:
+        return None
+    steps = ((_get(metrics, "14_comparison").get("ladder_steps") or {}).get("testbed") or {}).get("steps")
+    return steps if isinstance(steps, list) and steps else None
+
+
+def _abstaining(metrics: Mapping[str, Any], row: str) -> str:
+    """``126 / 31``: the row's answers that are abstentions on the answerable / unanswerable questions."""
+    key = ("ladder_steps", "testbed", "abstentions", row)
+    return " / ".join(str(int(_number(metrics, "14_comparison", *key, part))) for part in ("answerable", "unanswerable"))
+
+
+def _ladder_steps_note(metrics: Mapping[str, Any]) -> str | None:
+    """One sentence: what each one-part step of the ladder does to F1, on all, answerable and
+    unanswerable questions, and how the answers left abstaining move (README's ladder)."""
+    steps = _ladder_steps(metrics)
+    if steps is None:
+        return None
+    stem = "14_comparison"
+    said = []
+    for i, st in enumerate(steps):
+        parts = st.get("parts") or {}
+        if not {"all", "answerable", "unanswerable"} <= parts.keys():
+            raise ReadmeDataError(f"{_file(stem)}: ladder_steps.testbed.steps[{i}] lacks a part of all / answerable / unanswerable")
+        changes = [_change({stem: {"p": parts}}, stem, "p", part) for part in ("all", "answerable", "unanswerable")]
+        said.append(f"the {st['changes']} ({st['from']} → {st['to']}) {changes[0]}, answerable {changes[1]}, "
+                    f"unanswerable {changes[2]}, abstaining {_abstaining(metrics, st['from'])} → "
+                    f"{_abstaining(metrics, st['to'])}")
+    base = ((_get(metrics, stem, "ladder_steps", "testbed").get("abstentions") or {}).get(BASELINE))
+    return ("One part at a time (descriptive; `reports/metrics/14_comparison.json` `ladder_steps`): the row after a "
+            "step against the row before it, ΔF1 (95% CI) on all, answerable and unanswerable questions, and the "
+            "answers it leaves abstaining on answerable / unanswerable ones: " + "; ".join(said) + "."
+            + (f" Standard RAG abstains on {_abstaining(metrics, BASELINE)}." if base else ""))
+
+
+def render_ladder_steps(metrics: Mapping[str, Any]) -> str:
+    """The correction ladder one part at a time: each step's paired change, on all, answerable
+    and unanswerable questions (``14_comparison.json`` ``ladder_steps.testbed``)."""
+    stem = "14_comparison"
+    steps = _ladder_steps(metrics)
+    if steps is None:
+        raise ReadmeDataError(f"{_file(stem)}: missing key ladder_steps.testbed.steps")
+    rows = []
+    for i, st in enumerate(steps):
+        for part in ("all", "answerable", "unanswerable"):
+            key = ("ladder_steps", "testbed", "steps", i, "parts", part)
+            block = {stem: {"p": (st.get("parts") or {}).get(part)}}
+            if block[stem]["p"] is None:
+                raise ReadmeDataError(f"{_file(stem)}: missing key {'.'.join(map(str, key))}")
+            rows.append([f"{st['changes']}: {st['from']} → {st['to']}" if part == "all" else "", part,
+                         str(int(_number(block, stem, "p", "n"))), _change(block, stem, "p"),
+                         _change(block, stem, "p", fields=("delta_judge_acc", "judge_ci_low", "judge_ci_high")),
+                         f"{_abstaining_part(metrics, st['from'], part)} → {_abstaining_part(metrics, st['to'], part)}"])
+    intro = ("The correction ladder one part at a time: two of its rows that differ in one part answer the same "
+             "testbed test questions, so the later row against the earlier one, paired per question, is what that "
+             "part alone does (bootstrap 95% CIs). The verdict step gives the rule-planned critic the judge's verdict; "
+             "the labels step gives it the known causes in place of the critic's labels; the planner step swaps the "
+             "trained planner for the rule planner under the judge's verdict. Split by answerability after the run "
+             "(no method sees it); the last column counts the answers each row leaves as an abstention. Descriptive: "
+             "no correction across steps.")
+    header = ["step", "questions", "n", "ΔF1 (95% CI)", "Δ right (95% CI)", "abstentions"]
+    return _compose(intro, header, rows, [environment_line(metrics, stem)])
+
+
+def _abstaining_part(metrics: Mapping[str, Any], row: str, part: str) -> str:
+    return str(int(_number(metrics, "14_comparison", "ladder_steps", "testbed", "abstentions", row, part)))
+
+
 def render_answerability(metrics: Mapping[str, Any]) -> str:
     """Every row of the comparison and of the correction ladder on the answerable and the
     unanswerable questions apart (``14_comparison.json`` ``answerability.testbed``)."""
@@ -1440,6 +1512,7 @@ _RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "command_times": render_command_times,
     "smoke_times": render_smoke_times,
     "answerability": render_answerability,
+    "ladder_steps": render_ladder_steps,
     **{card: (lambda metrics, card=card: render_method_card(card, metrics)) for card in METHOD_CARDS},
 }
 
