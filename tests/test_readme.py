@@ -140,7 +140,8 @@ def test_a_best_threshold_inside_its_ci_against_acting_on_none_is_reported():
         vs_default={"delta": 0.05, "ci_low": 0.01, "ci_high": 0.09, "kept_default": False})
     block = render_block("ladder", metrics)
     assert ("- RAG-Critic's best dev threshold, 6.500 (dev F1 0.2502), against acting on no dev answer: +0.0000 "
-            "(95% CI +0.0000, +0.0001), inside its CI, so the fit acts on none (a fit must win beyond its CI).\n"
+            "(95% CI +0.0000, +0.0001), inside its CI, so the fit picks acting on none (a fit must win beyond "
+            "its CI), then meets the calibrated threshold (next line).\n"
             "- RAG-Critic's acting threshold on 10 dev questions: the fit, acting on no answer") in block
 
 

@@ -435,7 +435,8 @@ def render_ladder(metrics: Mapping[str, Any]) -> str:
                              f"{_signed(vn['delta'], 4)} (95% CI {_signed(vn['ci_low'], 4)}, "
                              f"{_signed(vn['ci_high'], 4)}), "
                              + ("so the fit keeps it." if vn["acts"] else
-                                "inside its CI, so the fit acts on none (a fit must win beyond its CI)."))
+                                "inside its CI, so the fit picks acting on none (a fit must win beyond its CI), then meets the "
+                                "calibrated threshold (next line)."))
             notes.append(f"RAG-Critic's acting threshold on {fit['n']} dev questions: the fit, "
                          f"{best} (dev F1 {_f(fit.get('f1_at_fitted'))}), against the "
                          f"critic's calibrated {_f(fit.get('calibrated_threshold'))} ({_f(fit.get('f1_at_calibrated'))}): "
