@@ -1021,10 +1021,10 @@ def render_stage_times(metrics: Mapping[str, Any]) -> str:
     Read from ``environment.wall_seconds`` and ``environment.cpu_class`` (the stage runner writes
     them); a stage without them reads "not recorded", a stage without a metrics file "not run yet",
     and the total "not recorded" while any stage does either; a further row then sums, per class,
-    the stages recorded on it (how many, and their minutes): a lower bound on a cold run there. A
-    class the committed run of a stage was not made on shows the stage's cold run in a restored
-    copy (``reports/benchmarks/stage_copies.json``) when one of the committed code and inputs exists,
-    marked "(copy)".
+    the stages recorded on it (how many, and their minutes): a lower bound on a cold run there. The
+    stage's cold run in a restored copy (``reports/benchmarks/stage_copies.json``), when one of the
+    committed code and inputs exists on a class, is shown for that class, marked "(copy)", in place
+    of the committed run's time: a copy always starts from empty caches, a committed run may not.
     """
     envs = {stem: (metrics.get(stem) or {}).get("environment") or {} for stem in _STAGE_STEMS}
     copies = _copy_times(metrics)
@@ -1038,10 +1038,10 @@ def render_stage_times(metrics: Mapping[str, Any]) -> str:
 
     def minutes(stem: str, env: Mapping[str, Any], cls: str) -> tuple[float | None, bool]:
         seconds = env.get("wall_seconds")
-        if env.get("cpu_class") == cls and isinstance(seconds, (int, float)) and not isinstance(seconds, bool):
-            return seconds / 60, False
         if (stem, cls) in copies:
             return copies[(stem, cls)]["wall_seconds"] / 60, True
+        if env.get("cpu_class") == cls and isinstance(seconds, (int, float)) and not isinstance(seconds, bool):
+            return seconds / 60, False
         return None, False
 
     rows, totals, copy_dates = [], {cls: 0.0 for cls in columns}, set()
