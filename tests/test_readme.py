@@ -872,6 +872,10 @@ def test_the_ladder_steps_table_and_note_read_each_step_on_every_part():
     del broken["14_comparison"]["ladder_steps"]["testbed"]["abstentions"]["oracle critique"]
     with pytest.raises(ReadmeDataError, match="abstentions.oracle critique"):
         render_block("ladder_steps", broken)
+    broken = ladder_steps_metrics()
+    del broken["14_comparison"]["ladder_steps"]["testbed"]["steps"][0]["parts"]["unanswerable"]
+    with pytest.raises(ReadmeDataError, match=r"ladder_steps\.testbed\.steps\.0\.parts\.unanswerable"):
+        render_block("ladder", {**ladder_metrics(), **broken})
 
 
 def _lock_root(tmp_path, dep_md5: str, *, with_manifest: bool = True):

@@ -179,6 +179,24 @@ def comparison_summary(block: Mapping[str, Mapping[str, Any]], *, baseline: str 
 ANSWERABILITY_PARTS = ("answerable", "unanswerable")
 
 
+def _answerability_of(method: str, records: Sequence[Mapping[str, Any]], dataset: str) -> dict[str, str]:
+    """{question id: "answerable" | "unanswerable"} from each record's gold answers (unanswerable
+    when every gold answer is an abstention, :func:`ragcritic_lib.evaluation.truth.is_unanswerable`).
+
+    Raises:
+        ValueError: a record without gold answers (naming ``method`` and the id), as :func:`_by_id`.
+    """
+    from ragcritic_lib.evaluation.truth import is_unanswerable
+
+    part_of = {}
+    for qid, rec in _by_id(method, records, dataset).items():
+        golds = rec.get("golden_answers")
+        if not golds:
+            raise ValueError(f"{method}: record {qid!r} has no golden_answers to tell whether it is answerable")
+        part_of[qid] = ANSWERABILITY_PARTS[int(is_unanswerable(list(golds)))]
+    return part_of
+
+
 def answerability_split(
     results: Mapping[str, Sequence[Mapping[str, Any]]], *, baseline: str = "standard RAG",
     dataset: str = "testbed", n_boot: int = 1000, n_perm: int = 10000, alpha: float = 0.05, seed: int = 0,
@@ -203,19 +221,11 @@ def answerability_split(
     Raises:
         ValueError: as :func:`method_comparison`, and a baseline record without gold answers.
     """
-    from ragcritic_lib.evaluation.truth import is_unanswerable
-
     if baseline not in results:
         raise KeyError(f"baseline {baseline!r} missing from results ({sorted(results)})")
-    base = _by_id(baseline, results[baseline], dataset)
-    if not base:
+    part_of = _answerability_of(baseline, results[baseline], dataset)
+    if not part_of:
         raise ValueError(f"baseline {baseline!r} has no question on dataset {dataset!r}")
-    part_of = {}
-    for qid, rec in base.items():
-        golds = rec.get("golden_answers")
-        if not golds:
-            raise ValueError(f"{baseline}: record {qid!r} has no golden_answers to tell whether it is answerable")
-        part_of[qid] = ANSWERABILITY_PARTS[int(is_unanswerable(list(golds)))]
     n_all = len(part_of)
     out: dict[str, dict[str, Any]] = {}
     for part in ANSWERABILITY_PARTS:
@@ -277,7 +287,6 @@ def ladder_steps(
         ValueError: as :func:`method_comparison` (rows that answered different questions), and a
             record without gold answers.
     """
-    from ragcritic_lib.evaluation.truth import is_unanswerable
     from ragcritic_lib.mining.evidence import is_abstention
 
     out: dict[str, Any] = {"steps": [], "abstentions": {}, "missing": []}
@@ -287,12 +296,7 @@ def ladder_steps(
         if absent:
             out["missing"] += [f"{changes}: {row}" for row in absent]
             continue
-        if not part_of:
-            for qid, rec in _by_id(before, results[before], dataset).items():
-                golds = rec.get("golden_answers")
-                if not golds:
-                    raise ValueError(f"{before}: record {qid!r} has no golden_answers to tell whether it is answerable")
-                part_of[qid] = ANSWERABILITY_PARTS[int(is_unanswerable(list(golds)))]
+        part_of = part_of or _answerability_of(before, results[before], dataset)
         parts: dict[str, Any] = {}
         for part in ("all", *ANSWERABILITY_PARTS):
             ids = {q for q, p in part_of.items() if part in ("all", p)}

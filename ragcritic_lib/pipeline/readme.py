@@ -435,8 +435,8 @@ def render_ladder(metrics: Mapping[str, Any]) -> str:
                              f"{_signed(vn['delta'], 4)} (95% CI {_signed(vn['ci_low'], 4)}, "
                              f"{_signed(vn['ci_high'], 4)}), "
                              + ("so the fit keeps it." if vn["acts"] else
-                                "inside its CI, so the fit picks acting on none (a fit must win beyond its CI), then meets the "
-                                "calibrated threshold (next line)."))
+                                "inside its CI, so the fit picks acting on none (a fit must win beyond its CI), "
+                                "then meets the calibrated threshold (next line)."))
             notes.append(f"RAG-Critic's acting threshold on {fit['n']} dev questions: the fit, "
                          f"{best} (dev F1 {_f(fit.get('f1_at_fitted'))}), against the "
                          f"critic's calibrated {_f(fit.get('calibrated_threshold'))} ({_f(fit.get('f1_at_calibrated'))}): "
@@ -488,7 +488,8 @@ def render_ladder(metrics: Mapping[str, Any]) -> str:
                if q.get("not_verified") else ""))
     ladder_note = _answerability_note(metrics, [_LADDER_PREFIX + name for name in _ordered(rows)], prefix=_LADDER_PREFIX)
     steps_note = _ladder_steps_note(metrics)
-    notes += [*([ladder_note] if ladder_note else []), *([steps_note] if steps_note else []), _flags_line(_flags(metrics, stem)), environment_line(metrics, stem)]
+    notes += [*filter(None, [ladder_note, steps_note]), _flags_line(_flags(metrics, stem)),
+              environment_line(metrics, stem)]
     intro = (f"Every row answers the same {n} testbed test questions; ΔF1 is the change against standard RAG "
              "with a paired bootstrap 95% CI and a paired permutation p; the paired MDE is the smallest change "
              "its paired differences could detect (0 for a row that changed no answer). \"right\" is the share "
@@ -1402,10 +1403,22 @@ def _ladder_steps(metrics: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
     return steps if isinstance(steps, list) and steps else None
 
 
-def _abstaining(metrics: Mapping[str, Any], row: str) -> str:
-    """``126 / 31``: the row's answers that are abstentions on the answerable / unanswerable questions."""
+_STEP_PARTS = ("all", "answerable", "unanswerable")
+
+
+def _step_part(metrics: Mapping[str, Any], i: int, part: str) -> dict[str, Any]:
+    """Step ``i``'s block on ``part`` as ``{"14_comparison": {"p": block}}``, ready for :func:`_number`
+    and :func:`_change`, or one error naming the step's real key path."""
+    block = ((_ladder_steps(metrics) or [{}])[i].get("parts") or {}).get(part)
+    if not isinstance(block, Mapping):
+        raise ReadmeDataError(f"{_file('14_comparison')}: missing key ladder_steps.testbed.steps.{i}.parts.{part}")
+    return {"14_comparison": {"p": block}}
+
+
+def _abstaining(metrics: Mapping[str, Any], row: str, parts: Sequence[str] = ("answerable", "unanswerable")) -> str:
+    """``126 / 31``: the row's answers that are abstentions on each of ``parts``."""
     key = ("ladder_steps", "testbed", "abstentions", row)
-    return " / ".join(str(int(_number(metrics, "14_comparison", *key, part))) for part in ("answerable", "unanswerable"))
+    return " / ".join(str(int(_number(metrics, "14_comparison", *key, part))) for part in parts)
 
 
 def _ladder_steps_note(metrics: Mapping[str, Any]) -> str | None:
@@ -1414,21 +1427,17 @@ def _ladder_steps_note(metrics: Mapping[str, Any]) -> str | None:
     steps = _ladder_steps(metrics)
     if steps is None:
         return None
-    stem = "14_comparison"
     said = []
     for i, st in enumerate(steps):
-        parts = st.get("parts") or {}
-        if not {"all", "answerable", "unanswerable"} <= parts.keys():
-            raise ReadmeDataError(f"{_file(stem)}: ladder_steps.testbed.steps[{i}] lacks a part of all / answerable / unanswerable")
-        changes = [_change({stem: {"p": parts}}, stem, "p", part) for part in ("all", "answerable", "unanswerable")]
+        changes = [_change(_step_part(metrics, i, part), "14_comparison", "p") for part in _STEP_PARTS]
         said.append(f"the {st['changes']} ({st['from']} → {st['to']}) {changes[0]}, answerable {changes[1]}, "
                     f"unanswerable {changes[2]}, abstaining {_abstaining(metrics, st['from'])} → "
                     f"{_abstaining(metrics, st['to'])}")
-    base = ((_get(metrics, stem, "ladder_steps", "testbed").get("abstentions") or {}).get(BASELINE))
+    baseline = BASELINE in (_get(metrics, "14_comparison", "ladder_steps", "testbed").get("abstentions") or {})
     return ("One part at a time (descriptive; `reports/metrics/14_comparison.json` `ladder_steps`): the row after a "
             "step against the row before it, ΔF1 (95% CI) on all, answerable and unanswerable questions, and the "
             "answers it leaves abstaining on answerable / unanswerable ones: " + "; ".join(said) + "."
-            + (f" Standard RAG abstains on {_abstaining(metrics, BASELINE)}." if base else ""))
+            + (f" Standard RAG abstains on {_abstaining(metrics, BASELINE)}." if baseline else ""))
 
 
 def render_ladder_steps(metrics: Mapping[str, Any]) -> str:
@@ -1440,15 +1449,12 @@ def render_ladder_steps(metrics: Mapping[str, Any]) -> str:
         raise ReadmeDataError(f"{_file(stem)}: missing key ladder_steps.testbed.steps")
     rows = []
     for i, st in enumerate(steps):
-        for part in ("all", "answerable", "unanswerable"):
-            key = ("ladder_steps", "testbed", "steps", i, "parts", part)
-            block = {stem: {"p": (st.get("parts") or {}).get(part)}}
-            if block[stem]["p"] is None:
-                raise ReadmeDataError(f"{_file(stem)}: missing key {'.'.join(map(str, key))}")
+        for part in _STEP_PARTS:
+            block = _step_part(metrics, i, part)
             rows.append([f"{st['changes']}: {st['from']} → {st['to']}" if part == "all" else "", part,
                          str(int(_number(block, stem, "p", "n"))), _change(block, stem, "p"),
                          _change(block, stem, "p", fields=("delta_judge_acc", "judge_ci_low", "judge_ci_high")),
-                         f"{_abstaining_part(metrics, st['from'], part)} → {_abstaining_part(metrics, st['to'], part)}"])
+                         f"{_abstaining(metrics, st['from'], (part,))} → {_abstaining(metrics, st['to'], (part,))}"])
     intro = ("The correction ladder one part at a time: two of its rows that differ in one part answer the same "
              "testbed test questions, so the later row against the earlier one, paired per question, is what that "
              "part alone does (bootstrap 95% CIs). The verdict step gives the rule-planned critic the judge's verdict; "
@@ -1458,10 +1464,6 @@ def render_ladder_steps(metrics: Mapping[str, Any]) -> str:
              "no correction across steps.")
     header = ["step", "questions", "n", "ΔF1 (95% CI)", "Δ right (95% CI)", "abstentions"]
     return _compose(intro, header, rows, [environment_line(metrics, stem)])
-
-
-def _abstaining_part(metrics: Mapping[str, Any], row: str, part: str) -> str:
-    return str(int(_number(metrics, "14_comparison", "ladder_steps", "testbed", "abstentions", row, part)))
 
 
 def render_answerability(metrics: Mapping[str, Any]) -> str:
