@@ -931,3 +931,54 @@ def test_the_environment_line_says_a_stage_read_replaced_outputs():
         "**Not up to date:** `07_benchmark` read outputs of `critic_sft` that has since run again and outputs of "
         "`critic_dpo`, itself not up to date (`dvc.lock`); its numbers are those of its last run until it and the "
         "stages before it re-run (`dvc repro`).")
+
+
+def test_the_stage_times_sum_a_cold_run_over_both_bf16_classes():
+    stems = readme.BLOCK_SOURCES["stage_times"]
+    gen = {"backend": "hf", "device": "cpu", "dtype": "bfloat16"}
+    metrics = {stem: {"environment": {"generator": gen, "cpu_class": "avx512_bf16", "wall_seconds": 60.0}}
+               for stem in stems}
+    metrics["08_correction"]["environment"] = {"generator": {**gen, "dtype": "float32"}, "cpu_class": "avx2",
+                                               "wall_seconds": 6000.0}
+    metrics["13_ragec"]["environment"]["wall_seconds"] = 6.0   # a warm-cache run on avx512_bf16
+    base = {"dtype": "bfloat16", "date": "2026-12-06"}
+    metrics[readme.STAGE_COPIES_KEY] = {
+        "copies": [{**base, "stage": "correction", "stem": "08_correction", "cpu_class": "amx", "wall_seconds": 1200.0,
+                    "fingerprint": "c"},
+                   {**base, "stage": "ragec", "stem": "13_ragec", "cpu_class": "amx", "wall_seconds": 300.0,
+                    "fingerprint": "r"},
+                   {**base, "stage": "ragec", "stem": "13_ragec", "cpu_class": "avx512_bf16", "wall_seconds": 420.0,
+                    "fingerprint": "r"},
+                   {**base, "stage": "crag", "stem": "10_crag", "cpu_class": "avx2", "dtype": "float32",
+                    "wall_seconds": 9000.0, "fingerprint": "g"}],
+        "fingerprints": {"correction": "c", "ragec": "r", "crag": "g"}}
+    text = readme.render_block("stage_times", metrics)
+    # 18 committed bf16 runs of 1 min, 08's amx copy (20 min) and 13's slower copy (7 min); avx2 left out
+    assert ("per stage the slowest copy on either class, else its committed run there: 20 of 20 stages, 45.0 min "
+            "(2 from copies, 18 from committed runs). The budget of a cold `dvc repro` there is 150 min") in text
+    del metrics[readme.STAGE_COPIES_KEY]["copies"][0]   # 08 then has no time on either class
+    text = readme.render_block("stage_times", metrics)
+    assert "19 of 20 stages, 25.0 min (1 from copies, 18 from committed runs); not timed on either class: `08_correction`. The budget" in text
+    for stem in stems:
+        metrics[stem]["environment"]["cpu_class"] = "avx2"
+    metrics[readme.STAGE_COPIES_KEY]["copies"] = []
+    assert "AVX512-BF16 or AMX together" not in readme.render_block("stage_times", metrics)
+
+
+def test_the_unverified_round_at_one_threshold_is_one_row():
+    metrics = ladder_metrics()
+    rows = metrics["08_correction"]["ladder"]["testbed"]
+    rows["RAG-Critic (1 iter, unverified)"] = copy.deepcopy(rows["fixed action"])
+    rows["RAG-Critic (1 iter, unverified, same threshold)"] = copy.deepcopy(rows["fixed action"])
+    fit = metrics["08_correction"]["critic_verdict"]["dev_fit"]
+    fit.update(threshold=0.5, f1_at_threshold=0.27, verify=True,
+               fits={"verified": {"f1_at_threshold": 0.27, "threshold": 0.5},
+                     "unverified": {"f1_at_threshold": 0.26, "threshold": 0.5}})
+    text = render_block("ladder", metrics)
+    assert "| RAG-Critic (1 iter, unverified) |" in text and "same threshold) |" not in text
+    assert "at the unverified fit's threshold, here the verified one's too." in text
+    rows["RAG-Critic (1 iter, unverified, same threshold)"]["f1"] = 0.3   # a different threshold reads other answers
+    fit["fits"]["unverified"]["threshold"] = 0.7
+    text = render_block("ladder", metrics)
+    assert "| RAG-Critic (1 iter, unverified, same threshold) |" in text
+    assert "at the unverified fit's threshold and at the verified one." in text

@@ -393,7 +393,10 @@ def _ladder_rows(metrics: Mapping[str, Any], dataset: str) -> list[list[str]]:
             _DASH if base else _count_with_change(row, "corrected", "corrected_delta_f1"),
             _DASH if base else _count_with_change(row, "corrected_right", "corrected_right_delta_f1"),
         ])
-    return out
+    # The unverified round at the verified threshold, equal in every number to the row before it
+    # when the unverified fit chose that threshold too, is the same answers read twice: shown once.
+    return [row for i, row in enumerate(out)
+            if not (i and row[0].endswith(", same threshold)") and row[1:] == out[i - 1][1:])]
 
 
 _LADDER_HEADER = ("row", "n", "F1", "ΔF1 (95% CI)", "p", "paired MDE", "right", "Δ right (95% CI)",
@@ -459,9 +462,12 @@ def render_ladder(metrics: Mapping[str, Any]) -> str:
                 notes.append("RAG-Critic's critic also verifies its corrections (a new answer is kept only when "
                              f"the critic judges it less likely wrong than the old one), {how}: dev F1 "
                              f"{_f(v.get('f1_at_threshold'))} verified (threshold {_f(v.get('threshold'))}) against "
-                             f"{_f(u.get('f1_at_threshold'))} unverified (threshold {_f(u.get('threshold'))}). The "
-                             "\"unverified\" rows are the same run's first round with every new answer kept, as "
-                             "Algorithm 1 reads, at the unverified fit's threshold and at the verified one.")
+                             f"{_f(u.get('f1_at_threshold'))} unverified (threshold {_f(u.get('threshold'))}). "
+                             + ("The \"unverified\" row is the same run's first round with every new answer kept, as "
+                                "Algorithm 1 reads, at the unverified fit's threshold, here the verified one's too."
+                                if u.get("threshold") == v.get("threshold") else
+                                "The \"unverified\" rows are the same run's first round with every new answer kept, as "
+                                "Algorithm 1 reads, at the unverified fit's threshold and at the verified one."))
             else:
                 notes.append(f"Verifying corrections with the critic did not win on dev (dev F1 "
                              f"{_f(v.get('f1_at_threshold'))} verified, {_f(u.get('f1_at_threshold'))} unverified), "
@@ -1070,6 +1076,7 @@ def render_stage_times(metrics: Mapping[str, Any]) -> str:
                         + (f" ({n_copies} in copies)" if n_copies else ""))
             rows.append(["the stages recorded"] + [cell(found[cls]) for cls in columns])
     header = ["stage"] + [f"{cls} ({', '.join(dtypes[cls])})" if cls in dtypes else cls for cls in columns]
+    group = _bf16_group_line(envs, metrics, copies)
     intro = ("Each stage's own wall time in the committed run, from `environment.wall_seconds` of its "
              "`reports/metrics/<stem>.json` (written by the stage runner), per CPU class (`environment.cpu_class`; "
              "amx, avx512_bf16, avx2 or cuda) with the generator's dtype.")
@@ -1084,7 +1091,44 @@ def render_stage_times(metrics: Mapping[str, Any]) -> str:
         if agreement:
             note += ["", "How a copy's metrics compare with the committed run's (`vs_committed` in the record; "
                      "times left out): " + "; ".join(agreement) + "."]
-    return "\n".join([intro, ""] + _table(header, rows) + note)
+    return "\n".join([intro, ""] + _table(header, rows) + ([""] + group if group else []) + note)
+
+
+BF16_CLASSES = ("amx", "avx512_bf16")
+COLD_REPRO_BUDGET_MIN = 150   # docs/reproduce.md's budget table: a cold `dvc repro` on either class
+"""The CPU classes whose generator runs in bfloat16; the budgets speak of them together."""
+
+
+def _bf16_group_line(envs: Mapping[str, Mapping[str, Any]], metrics: Mapping[str, Any],
+                     copies: Mapping[tuple[str, str], Mapping[str, Any]]) -> list[str]:
+    """One sentence: a cold run's time on AVX512-BF16 or AMX, summed per stage over both classes.
+
+    Each stage counts with its slowest timed copy on either class (a copy is cold by construction),
+    else with its slowest committed run there (which may have found warm caches); the sentence
+    says how many stages each kind gave and which are missing. Empty when neither class holds a
+    time.
+    """
+    picked: dict[str, tuple[float, bool]] = {}
+    for stem, env in envs.items():
+        if stem not in metrics:
+            continue
+        cold = [copies[(stem, c)]["wall_seconds"] / 60 for c in BF16_CLASSES if (stem, c) in copies]
+        seconds = env.get("wall_seconds")
+        if cold:
+            picked[stem] = (max(cold), True)
+        elif env.get("cpu_class") in BF16_CLASSES and isinstance(seconds, (int, float)) and not isinstance(seconds, bool):
+            picked[stem] = (seconds / 60, False)
+    if not picked:
+        return []
+    n_cold = sum(c for _, c in picked.values())
+    missing = [f"`{stem}`" for stem in envs if stem not in picked]
+    text = (f"On AVX512-BF16 or AMX together (the classes whose generator runs in bfloat16, which the budgets "
+            f"name together), per stage the slowest copy on either class, else its committed run there: "
+            f"{len(picked)} of {len(envs)} stages, {sum(m for m, _ in picked.values()):.1f} min "
+            f"({n_cold} from copies, {len(picked) - n_cold} from committed runs)")
+    text += f"; not timed on either class: {', '.join(missing)}" if missing else ""
+    return [text + f". The budget of a cold `dvc repro` there is {COLD_REPRO_BUDGET_MIN} min; a committed run may "
+            "have found its LLM calls cached, a copy never does."]
 
 
 def _copy_agreement(stem: str, cls: str, vs: Mapping[str, Any]) -> str:
