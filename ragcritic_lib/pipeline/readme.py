@@ -1095,8 +1095,8 @@ def render_stage_times(metrics: Mapping[str, Any]) -> str:
 
 
 BF16_CLASSES = ("amx", "avx512_bf16")
-COLD_REPRO_BUDGET_MIN = 150   # docs/reproduce.md's budget table: a cold `dvc repro` on either class
 """The CPU classes whose generator runs in bfloat16; the budgets speak of them together."""
+COLD_REPRO_BUDGET_MIN = 150   # docs/reproduce.md's budget table: a cold `dvc repro` on either class
 
 
 def _bf16_group_line(envs: Mapping[str, Mapping[str, Any]], metrics: Mapping[str, Any],
@@ -1104,7 +1104,7 @@ def _bf16_group_line(envs: Mapping[str, Mapping[str, Any]], metrics: Mapping[str
     """One sentence: a cold run's time on AVX512-BF16 or AMX, summed per stage over both classes.
 
     Each stage counts with its slowest timed copy on either class (a copy is cold by construction),
-    else with its slowest committed run there (which may have found warm caches); the sentence
+    else with its committed run there (which may have found warm caches); the sentence
     says how many stages each kind gave and which are missing. Empty when neither class holds a
     time.
     """
