@@ -982,3 +982,36 @@ def test_the_unverified_round_at_one_threshold_is_one_row():
     text = render_block("ladder", metrics)
     assert "| RAG-Critic (1 iter, unverified, same threshold) |" in text
     assert "at the unverified fit's threshold and at the verified one." in text
+
+
+def test_provenance_entries_of_the_same_classes_are_joined_into_one_sentence():
+    entries = ["read data/a made in bfloat16 on avx512_bf16; this stage ran in float32 on avx2",
+               "read data/b, reports/metrics/b.json made in bfloat16 on avx512_bf16; this stage ran in float32 on avx2",
+               "read data/c made in float32 on avx2; this stage ran in float32 on amx",
+               "read data/a made in bfloat16 on avx512_bf16; this stage ran in float32 on avx2",
+               "something else entirely"]
+    assert readme.grouped_provenance(entries) == [
+        "read data/a, data/b, reports/metrics/b.json made in bfloat16 on avx512_bf16; this stage ran in float32 on avx2",
+        "read data/c made in float32 on avx2; this stage ran in float32 on amx",
+        "something else entirely"]
+    env = {"python": "3.11.7", "generator": {"backend": "hf", "device": "cpu", "dtype": "float32"},
+           "cpu_class": "avx2", "wall_seconds": 61.0, "provenance": entries[:2]}
+    line = readme.environment_line({"14_comparison": {"environment": env}}, "14_comparison")
+    assert line.count("Provenance: ") == 1 and line.endswith("read data/a, data/b, reports/metrics/b.json made in "
+                                                            "bfloat16 on avx512_bf16; this stage ran in float32 on avx2.")
+
+
+def test_the_ladder_split_names_its_last_rag_critic_round_as_the_comparison_row():
+    metrics = {**ladder_metrics(), **answerability_metrics()}
+    rows = metrics["08_correction"]["ladder"]["testbed"]
+    for name in ("RAG-Critic (1 iter)", "RAG-Critic (2 iter)"):
+        rows[name] = copy.deepcopy(rows["fixed action"])
+    split = metrics["14_comparison"]["answerability"]["testbed"]
+    split["answerable"]["rows"]["RAG-Critic"] = _split_row(-0.1, -0.2, -0.01, 0.0, -0.1, 0.1, -0.08)
+    split["unanswerable"]["rows"]["RAG-Critic"] = _split_row(0.1, 0.0, 0.5, 0.0, 0.0, 0.0, 0.02)
+    assert readme._final_round_row(rows) == "RAG-Critic (2 iter)"
+    assert readme._final_round_row(["oracle critique"]) is None
+    (note,) = [line for line in render_block("ladder", metrics).splitlines() if "Answerable and" in line]
+    # the comparison's RAG-Critic is the ladder's final round: shown under that row's name, once
+    assert "wholly below 0: RAG-Critic (2 iter);" in note and "RAG-Critic (1 iter)" not in note
+    assert "carry: RAG-Critic (2 iter) +0.020 of -0.060; oracle critique +0.092 of +0.100." in note

@@ -215,7 +215,32 @@ def environment_line(metrics: Mapping[str, Any], stem: str) -> str:
     if why:
         stale.append(f"**Not up to date:** `{stem}` read {' and '.join(why)} (`dvc.lock`); its numbers are those "
                      "of its last run until it and the stages before it re-run (`dvc repro`).")
-    return " ".join([line] + [f"Provenance: {p}." for p in env.get("provenance") or []] + stale)
+    return " ".join([line] + [f"Provenance: {p}." for p in grouped_provenance(env.get("provenance") or [])] + stale)
+
+
+_PROVENANCE_ENTRY = re.compile(r"read (?P<read>.+) made in (?P<made>.+); this stage ran in (?P<ran>.+)")
+
+
+def grouped_provenance(entries: Sequence[Any]) -> list[str]:
+    """``environment.provenance`` with the entries that name the same making and running classes
+    joined into one ("read a, b made in bfloat16 on amx; this stage ran in float32 on avx2"), in the
+    order each group first appears; an entry of another form stays as it is."""
+    out: list[str | tuple[str, str]] = []  # an entry as it is, or the key of its group
+    groups: dict[tuple[str, str], list[str]] = {}
+    for entry in entries:
+        if not isinstance(entry, str):
+            continue
+        m = _PROVENANCE_ENTRY.fullmatch(entry)
+        if m is None:
+            out.append(entry)
+            continue
+        key = (m["made"], m["ran"])
+        if key not in groups:
+            groups[key] = []
+            out.append(key)
+        groups[key] += [r for r in m["read"].split(", ") if r not in groups[key]]
+    return [f"read {', '.join(groups[e])} made in {e[0]}; this stage ran in {e[1]}" if isinstance(e, tuple) else e
+            for e in out]
 
 
 LOCK_STALE_KEY = "dvc_lock_stale"  # where check() puts stale_in_lock()
@@ -492,7 +517,12 @@ def render_ladder(metrics: Mapping[str, Any]) -> str:
                "into an abstention." if q["acted"] else "It corrected no answer.")
             + (f" The critic refused {q['not_verified']} further corrections (their old answers stay)."
                if q.get("not_verified") else ""))
-    ladder_note = _answerability_note(metrics, [_LADDER_PREFIX + name for name in _ordered(rows)], prefix=_LADDER_PREFIX)
+    # The comparison's "RAG-Critic" is the ladder's last round (its final answers); the other
+    # RAG-Critic rows have no answerability split.
+    final = _final_round_row(rows)
+    ladder_note = _answerability_note(metrics, ["RAG-Critic" if name == final else _LADDER_PREFIX + name
+                                                for name in _ordered(rows)],
+                                      prefix=_LADDER_PREFIX, labels={"RAG-Critic": final} if final else None)
     steps_note = _ladder_steps_note(metrics)
     notes += [*filter(None, [ladder_note, steps_note]), _flags_line(_flags(metrics, stem)),
               environment_line(metrics, stem)]
@@ -1395,6 +1425,16 @@ def render_probe_layers_train_cv(metrics: Mapping[str, Any]) -> str:
 _LADDER_PREFIX = "ladder: "  # how the comparison stage names the correction ladder's rows in ``answerability``
 
 
+_ROUND_ROW = re.compile(r"RAG-Critic \((\d+) iter\)")
+
+
+def _final_round_row(rows: Iterable[str]) -> str | None:
+    """The ladder's RAG-Critic row of the most rounds ("RAG-Critic (2 iter)"), whose answers are the
+    comparison's "RAG-Critic" row (its final answers), or None when the ladder names no round."""
+    rounds = {name: int(m[1]) for name in rows if (m := _ROUND_ROW.fullmatch(name))}
+    return max(rounds, key=lambda name: rounds[name]) if rounds else None
+
+
 def _answerability(metrics: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """``14_comparison.json`` ``answerability.testbed`` when both parts are there, else None."""
     if "14_comparison" not in metrics:
@@ -1405,11 +1445,12 @@ def _answerability(metrics: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return parts
 
 
-def _answerability_note(metrics: Mapping[str, Any], names: Sequence[str], *, prefix: str = "") -> str | None:
+def _answerability_note(metrics: Mapping[str, Any], names: Sequence[str], *, prefix: str = "",
+                        labels: Mapping[str, str] | None = None) -> str | None:
     """One sentence: which rows' ΔF1 (and change in the share judged right) lies wholly above or
     below 0 on the answerable questions, and how much of each row's whole ΔF1 the unanswerable
     questions carry. ``names`` are rows as the comparison stage names them; ``prefix`` is cut
-    from the names shown."""
+    from the names shown, and ``labels`` gives a row another name to show."""
     parts = _answerability(metrics)
     if parts is None:
         return None
@@ -1417,7 +1458,7 @@ def _answerability_note(metrics: Mapping[str, Any], names: Sequence[str], *, pre
     names = [n for n in names if n in parts["answerable"]["rows"] and n in parts["unanswerable"]["rows"]]
     if not names:
         return None
-    shown = {n: n[len(prefix):] if prefix and n.startswith(prefix) else n for n in names}
+    shown = {n: (labels or {}).get(n) or (n[len(prefix):] if prefix and n.startswith(prefix) else n) for n in names}
 
     def which(fields: tuple[str, str]) -> str:
         above, below = [], []
