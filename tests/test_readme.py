@@ -1015,3 +1015,13 @@ def test_the_ladder_split_names_its_last_rag_critic_round_as_the_comparison_row(
     # the comparison's RAG-Critic is the ladder's final round: shown under that row's name, once
     assert "wholly below 0: RAG-Critic (2 iter);" in note and "RAG-Critic (1 iter)" not in note
     assert "carry: RAG-Critic (2 iter) +0.020 of -0.060; oracle critique +0.092 of +0.100." in note
+
+
+def test_a_repeated_unverified_round_is_left_out_of_every_list_of_ladder_rows():
+    row = {"f1": 0.2, "delta_f1": -0.004}
+    ladder = {"RAG-Critic (1 iter, unverified)": row, "RAG-Critic (1 iter, unverified, same threshold)": dict(row),
+              "RAG-Critic (2 iter)": {"f1": 0.3}}
+    names = list(ladder)
+    assert readme._without_repeated_round(names, ladder) == ["RAG-Critic (1 iter, unverified)", "RAG-Critic (2 iter)"]
+    ladder["RAG-Critic (1 iter, unverified, same threshold)"] = {"f1": 0.1, "delta_f1": -0.1}  # another threshold
+    assert readme._without_repeated_round(names, ladder) == names

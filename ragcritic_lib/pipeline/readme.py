@@ -424,6 +424,14 @@ def _ladder_rows(metrics: Mapping[str, Any], dataset: str) -> list[list[str]]:
             if not (i and row[0].endswith(", same threshold)") and row[1:] == out[i - 1][1:])]
 
 
+def _without_repeated_round(names: Sequence[str], ladder: Mapping[str, Any]) -> list[str]:
+    """``names`` without the unverified round at the verified threshold ("..., same threshold)")
+    where its ladder row equals the row named before it: the same answers read twice, shown once
+    (as :func:`_ladder_rows` does in the ladder's own table)."""
+    return [name for i, name in enumerate(names)
+            if not (i and name.endswith(", same threshold)") and ladder.get(name) == ladder.get(names[i - 1]))]
+
+
 _LADDER_HEADER = ("row", "n", "F1", "ΔF1 (95% CI)", "p", "paired MDE", "right", "Δ right (95% CI)",
                   "changed (ΔF1)", "of them right before (ΔF1)")
 
@@ -739,7 +747,8 @@ def render_ladder_by_type(metrics: Mapping[str, Any]) -> str:
     """The ladder's F1 change per question type (``08_correction.json`` ``ladder.testbed_by_type``)."""
     stem = "08_correction"
     by_type = ("ladder", "testbed_by_type")
-    names = [n for n in _ordered(_get(metrics, stem, "ladder", "testbed")) if n != BASELINE]
+    ladder = _get(metrics, stem, "ladder", "testbed")
+    names = _without_repeated_round([n for n in _ordered(ladder) if n != BASELINE], ladder)
     rows = []
     for qtype in _get(metrics, stem, *by_type):
         rows.append([qtype, str(int(_number(metrics, stem, *by_type, qtype, BASELINE, "n"))),
@@ -990,7 +999,8 @@ def render_papers(metrics: Mapping[str, Any]) -> str:
 
     lad = ("ladder", "testbed")
     ladder = _get(metrics, "08_correction", *lad)
-    shown = [name for name in ladder if name.startswith("RAG-Critic") or name == "oracle critique"]
+    shown = _without_repeated_round([name for name in ladder if name.startswith("RAG-Critic")
+                                     or name == "oracle critique"], ladder)
     correction = "; ".join(f"{name} {_change(metrics, '08_correction', *lad, name)}" for name in shown)
     correction += f" on {int(_number(metrics, '08_correction', *lad, BASELINE, 'n'))} test questions"
 
