@@ -1025,3 +1025,20 @@ def test_a_repeated_unverified_round_is_left_out_of_every_list_of_ladder_rows():
     assert readme._without_repeated_round(names, ladder) == ["RAG-Critic (1 iter, unverified)", "RAG-Critic (2 iter)"]
     ladder["RAG-Critic (1 iter, unverified, same threshold)"] = {"f1": 0.1, "delta_f1": -0.1}  # another threshold
     assert readme._without_repeated_round(names, ladder) == names
+
+
+def test_the_benchmark_reports_the_identification_ceiling_of_the_verdict_scores():
+    metrics = benchmark_metrics()
+    assert "ceiling" not in render_block("benchmark", metrics)
+    row = {"auroc": 0.75, "identification": 0.5, "oracle_identification": 0.73,
+           "oracle_identification_ci": [0.69, 0.7783], "auroc_for_target": 0.8299}
+    metrics[readme.BOUND_KEY] = {"target": 0.75, "critics": {"SFT critic": row}}
+    assert ("- The best identification any threshold gives these verdict scores "
+            "(`reports/benchmarks/identification_bound.json`; an oracle that reads the test labels, a ceiling and "
+            "never a setting): SFT critic 73.0% (69.0%..77.8%) against 50.0% at the dev threshold. On these answers no "
+            "threshold reaches 75%; with equal-variance normal scores 75% needs a verdict AUROC of about 0.83."
+            ) in render_block("benchmark", metrics)
+    row["oracle_identification"] = 0.8
+    assert ". The target is 75%;" in render_block("benchmark", metrics)
+    metrics["07_benchmark"]["critics"]["SFT critic"]["verdict_auroc"] = 0.8   # the benchmark has run again since
+    assert "was written for another benchmark run; re-run" in render_block("benchmark", metrics)

@@ -606,7 +606,7 @@ def render_benchmark(metrics: Mapping[str, Any]) -> str:
                       f"{int(_number(metrics, critic_stem, *cal, 'n_error'))} wrong, "
                       f"{int(_number(metrics, critic_stem, *cal, 'n_correct'))} right; `{_file(critic_stem)}`)")
     notes = ["Verdict AUROC on the dev answers the threshold was fitted on: " + "; ".join(aurocs) + "."]
-    notes += _rerun_notes(metrics)
+    notes += _rerun_notes(metrics) + _identification_bound_notes(metrics)
     if "degenerate" in _get(metrics, stem):
         notes.append(_flags_line(_flags(metrics, stem)))
     notes.append(environment_line(metrics, stem))
@@ -647,6 +647,49 @@ def _rerun_notes(metrics: Mapping[str, Any]) -> list[str]:
                    f"{_f(r.get('threshold'))} against {_f(old.get('threshold'))}, dev tier-1 F1 {_f(r.get('dev_tag1_f1'))} "
                    f"against {_f(old.get('dev_tag1_f1'))}{secs}.")
     return out
+
+
+BOUND_KEY = "identification_bound"   # where check() puts reports/benchmarks/identification_bound.json
+_BOUND_FILE = "reports/benchmarks/identification_bound.json"
+
+
+def _identification_bound_notes(metrics: Mapping[str, Any]) -> list[str]:
+    """One line from ``benchmarks/bench_identification_bound.py``: the best identification any
+    threshold gives the trained critics' verdict scores on the benchmark (an oracle that reads the
+    test labels), beside the identification at the dev threshold, and the AUROC an equal-variance
+    binormal model needs for the target. Critics with the same row are named together; a record
+    whose AUROC is not the current benchmark's says it is out of date."""
+    data = metrics.get(BOUND_KEY) or {}
+    rows: dict[tuple[Any, ...], list[str]] = {}
+    for name, r in (data.get("critics") or {}).items():
+        key = tuple(r.get(k) for k in ("auroc", "identification", "oracle_identification"))
+        rows.setdefault((key, tuple(r.get("oracle_identification_ci") or ())), []).append(name)
+    said, below = [], True
+    current = (metrics.get("07_benchmark") or {}).get("critics") or {}
+    order = {name: i for i, name in enumerate(current)}
+    target = data.get("target")
+    for ((area, shipped, best), ci), names in rows.items():
+        names = sorted(names, key=lambda n: order.get(n, len(order)))
+        stale = any(abs((current.get(n) or {}).get("verdict_auroc", -1) - area) > 5e-4 for n in names)
+        if stale:
+            return [f"`{_BOUND_FILE}` was written for another benchmark run; re-run "
+                    "`benchmarks/bench_identification_bound.py` to read the identification ceiling."]
+        lo, hi = ci if len(ci) == 2 else (None, None)
+        below = below and isinstance(best, (int, float)) and isinstance(target, (int, float)) and best < target
+        said.append(f"{' and '.join(names)} {_pct1(best)} ({_pct1(lo)}..{_pct1(hi)}) against {_pct1(shipped)} at the "
+                    "dev threshold")
+    if not said:
+        return []
+    need = next(iter((data.get("critics") or {}).values())).get("auroc_for_target")
+    goal = f"{100 * target:g}%" if isinstance(target, (int, float)) else "the target"
+    return [f"The best identification any threshold gives these verdict scores (`{_BOUND_FILE}`; an oracle that reads "
+            f"the test labels, a ceiling and never a setting): " + "; ".join(said)
+            + (f". On these answers no threshold reaches {goal}" if below else f". The target is {goal}")
+            + f"; with equal-variance normal scores {goal} needs a verdict AUROC of about {_f(need, 2)}."]
+
+
+def _pct1(x: Any) -> str:
+    return f"{100 * x:.1f}%" if isinstance(x, (int, float)) and not isinstance(x, bool) else "n/a"
 
 
 def _training_cost(row: Mapping[str, Any]) -> str:
@@ -1715,6 +1758,7 @@ def check(files: Sequence[Path], metrics_dir: str | Path = paths.METRICS_DIR,
     for blocks, file_name, key in (({"baselines", "method_simrag"}, "simrag_critic.json", SIMRAG_BENCH_KEY),
                                    ({"critic_recipes"}, "critic_recipes.json", RECIPES_KEY),
                                    ({"benchmark"}, "critic_reruns.json", RERUNS_KEY),
+                                   ({"benchmark"}, "identification_bound.json", BOUND_KEY),
                                    ({"probe_layers"}, "probe_layers.json", PROBE_LAYERS_KEY),
                                    ({"probe_layers_train_cv"}, "probe_layers_train_cv.json", PROBE_TRAIN_CV_KEY)):
         bfile = Path(metrics_dir).parent / "benchmarks" / file_name
