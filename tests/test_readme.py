@@ -952,13 +952,18 @@ def test_the_stage_times_sum_a_cold_run_over_both_bf16_classes():
                    {**base, "stage": "crag", "stem": "10_crag", "cpu_class": "avx2", "dtype": "float32",
                     "wall_seconds": 9000.0, "fingerprint": "g"}],
         "fingerprints": {"correction": "c", "ragec": "r", "crag": "g"}}
+    metrics["10_crag"]["environment"]["wall_seconds"] = 180.0   # a slower host than the copy's below
+    metrics[readme.STAGE_COPIES_KEY]["copies"].append({**base, "stage": "crag", "stem": "10_crag",
+                                                       "cpu_class": "avx512_bf16", "wall_seconds": 90.0,
+                                                       "fingerprint": "g"})
     text = readme.render_block("stage_times", metrics)
-    # 18 committed bf16 runs of 1 min, 08's amx copy (20 min) and 13's slower copy (7 min); avx2 left out
-    assert ("per stage the slowest copy on either class, else its committed run there: 20 of 20 stages, 45.0 min "
+    # 17 committed bf16 runs of 1 min, 10's slower committed run (3 min, not its faster copy), 08's amx
+    # copy (20 min) and 13's slower copy (7 min, not its warm committed run); avx2 left out
+    assert ("per stage the slowest of its copies and its committed run on either class: 20 of 20 stages, 47.0 min "
             "(2 from copies, 18 from committed runs). The budget of a cold `dvc repro` there is 150 min") in text
     del metrics[readme.STAGE_COPIES_KEY]["copies"][0]   # 08 then has no time on either class
     text = readme.render_block("stage_times", metrics)
-    assert "19 of 20 stages, 25.0 min (1 from copies, 18 from committed runs); not timed on either class: `08_correction`. The budget" in text
+    assert "19 of 20 stages, 27.0 min (1 from copies, 18 from committed runs); not timed on either class: `08_correction`. The budget" in text
     for stem in stems:
         metrics[stem]["environment"]["cpu_class"] = "avx2"
     metrics[readme.STAGE_COPIES_KEY]["copies"] = []

@@ -1186,27 +1186,28 @@ def _bf16_group_line(envs: Mapping[str, Mapping[str, Any]], metrics: Mapping[str
                      copies: Mapping[tuple[str, str], Mapping[str, Any]]) -> list[str]:
     """One sentence: a cold run's time on AVX512-BF16 or AMX, summed per stage over both classes.
 
-    Each stage counts with its slowest timed copy on either class (a copy is cold by construction),
-    else with its committed run there (which may have found warm caches); the sentence
-    says how many stages each kind gave and which are missing. Empty when neither class holds a
-    time.
+    Each stage counts with the slowest of its times on either class: its timed copies (cold by
+    construction) and its committed run there (which may have found warm caches, so it is taken
+    only where it is the slower: hosts of one class differ in speed, and a copy on a fast host must
+    not hide a slower cold run). The sentence says how many stages each kind gave and which are
+    missing. Empty when neither class holds a time.
     """
     picked: dict[str, tuple[float, bool]] = {}
     for stem, env in envs.items():
         if stem not in metrics:
             continue
-        cold = [copies[(stem, c)]["wall_seconds"] / 60 for c in BF16_CLASSES if (stem, c) in copies]
+        times = [(copies[(stem, c)]["wall_seconds"] / 60, True) for c in BF16_CLASSES if (stem, c) in copies]
         seconds = env.get("wall_seconds")
-        if cold:
-            picked[stem] = (max(cold), True)
-        elif env.get("cpu_class") in BF16_CLASSES and isinstance(seconds, (int, float)) and not isinstance(seconds, bool):
-            picked[stem] = (seconds / 60, False)
+        if env.get("cpu_class") in BF16_CLASSES and isinstance(seconds, (int, float)) and not isinstance(seconds, bool):
+            times.append((seconds / 60, False))
+        if times:
+            picked[stem] = max(times, key=lambda t: (t[0], t[1]))
     if not picked:
         return []
     n_cold = sum(c for _, c in picked.values())
     missing = [f"`{stem}`" for stem in envs if stem not in picked]
     text = (f"On AVX512-BF16 or AMX together (the classes whose generator runs in bfloat16, which the budgets "
-            f"name together), per stage the slowest copy on either class, else its committed run there: "
+            f"name together), per stage the slowest of its copies and its committed run on either class: "
             f"{len(picked)} of {len(envs)} stages, {sum(m for m, _ in picked.values()):.1f} min "
             f"({n_cold} from copies, {len(picked) - n_cold} from committed runs)")
     text += f"; not timed on either class: {', '.join(missing)}" if missing else ""
