@@ -400,7 +400,7 @@ def _ladder_rows(metrics: Mapping[str, Any], dataset: str) -> list[list[str]]:
     rows = _get(metrics, stem, "ladder", dataset)
     mdes = _get(metrics, stem, "ladder").get(f"{dataset}_paired_mde_f1", {})
     out = []
-    for name in _ordered(rows):
+    for name in _without_repeated_round(_ordered(rows), rows):
         key = ("ladder", dataset, name)
         base = name == BASELINE
         row = rows[name]
@@ -418,16 +418,13 @@ def _ladder_rows(metrics: Mapping[str, Any], dataset: str) -> list[list[str]]:
             _DASH if base else _count_with_change(row, "corrected", "corrected_delta_f1"),
             _DASH if base else _count_with_change(row, "corrected_right", "corrected_right_delta_f1"),
         ])
-    # The unverified round at the verified threshold, equal in every number to the row before it
-    # when the unverified fit chose that threshold too, is the same answers read twice: shown once.
-    return [row for i, row in enumerate(out)
-            if not (i and row[0].endswith(", same threshold)") and row[1:] == out[i - 1][1:])]
+    return out
 
 
 def _without_repeated_round(names: Sequence[str], ladder: Mapping[str, Any]) -> list[str]:
     """``names`` without the unverified round at the verified threshold ("..., same threshold)")
-    where its ladder row equals the row named before it: the same answers read twice, shown once
-    (as :func:`_ladder_rows` does in the ladder's own table)."""
+    where its ladder row equals the row named before it (the unverified fit chose the verified
+    threshold too): the same answers read twice, shown once in every table of the ladder."""
     return [name for i, name in enumerate(names)
             if not (i and name.endswith(", same threshold)") and ladder.get(name) == ladder.get(names[i - 1]))]
 
