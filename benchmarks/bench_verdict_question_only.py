@@ -21,8 +21,14 @@ references: test AUROC with its percentile bootstrap 95% interval (resampling qu
 paired difference to ``question only`` with its interval, and the AUROC *within* kinds: the
 share of (wrong, right) pairs of answers to questions of the same kind that the score orders
 right (pairs across kinds are left out, so the kinds' base rates cannot help), with its interval.
-The dev answers get the same references beside the shipped verdict probe's scores. Reads stage
-outputs only, writes one JSON; numbers, no asserts, and nothing here is tuned on test.
+The dev answers get the same references beside the shipped verdict probe's scores.
+
+Whether the question-only score adds to the verdict (``fusion``): each score standardized by its
+mean and spread on the dev answers (no labels), then mixed as ``(1 - w) * verdict + w * question
+only``. Dev gets w = 0.25, 0.5 and 0.75, each with its paired AUROC difference to the verdict alone
+(resampling questions); test gets only the equal mix (w = 0.5), fixed before any test number is
+read, for each critic with a margin, beside that critic alone. Reads stage outputs only, writes one
+JSON; numbers, no asserts, and nothing here is tuned on test.
 
     .venv/bin/python benchmarks/bench_verdict_question_only.py    # a few minutes on 2 CPU cores
 """
@@ -92,6 +98,39 @@ def score_row(scores: Sequence[float], is_error: Sequence[bool], kinds: Sequence
     return row
 
 
+def standardizer(values: Sequence[float]):
+    """z-scores by the mean and spread of ``values`` (a spread of 0 counts as 1)."""
+    import statistics
+
+    mu = statistics.fmean(values)
+    sd = statistics.pstdev(values) or 1.0
+    return lambda xs: [(float(x) - mu) / sd for x in xs]
+
+
+def fuse(verdict: Sequence[float], question: Sequence[float], w: float) -> list[float]:
+    """``(1 - w) * verdict + w * question``, both already on one scale."""
+    if len(verdict) != len(question):
+        raise ValueError(f"fuse: {len(verdict)} verdict scores for {len(question)} question scores")
+    return [(1.0 - w) * v + w * q for v, q in zip(verdict, question)]
+
+
+def paired_diff(a: Sequence[float], b: Sequence[float], is_error: Sequence[bool], groups: Sequence[Hashable],
+                *, seed: int, n_boot: int) -> dict[str, Any]:
+    """AUROC(a) - AUROC(b) on the same answers, with its interval from resampling ``groups``."""
+    from ragcritic_lib.evaluation.stats import auroc
+
+    def diff(idx):
+        ys = [is_error[i] for i in idx]
+        x, y = auroc([a[i] for i in idx], ys), auroc([b[i] for i in idx], ys)
+        return None if x is None or y is None else x - y
+
+    return {"diff": round(diff(range(len(a))), 4), "ci": interval(diff, len(a), groups, seed=seed, n_boot=n_boot)}
+
+
+DEV_WEIGHTS = (0.25, 0.5, 0.75)
+TEST_WEIGHT = 0.5
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=paths.ROOT / "reports" / "benchmarks" / "verdict_question_only.json")
@@ -153,7 +192,19 @@ def main() -> None:
                 if all(isinstance(p.get("margin"), (int, float)) for p in preds):
                     scored[preds[0]["critic"]] = [float(p["margin"]) for p in preds]
         reference = references["question only"][split]
-        out["splits"][split] = {
+        if split == "dev":
+            z_verdict = standardizer(scored["verdict probe (stage 05)"])
+            z_question = standardizer(reference)
+        fusion: dict[str, Any] = {}
+        for name in [n for n in scored if n not in references]:
+            for w in (DEV_WEIGHTS if split == "dev" else (TEST_WEIGHT,)):
+                mixed = fuse(z_verdict(scored[name]), z_question(reference), w)
+                row = score_row(mixed, y, kinds, groups, reference=None, seed=seed, n_boot=args.boot)
+                row["vs_verdict_alone"] = paired_diff(mixed, scored[name], y, groups, seed=seed, n_boot=args.boot)
+                fusion[f"{name} + question only (w={w})"] = row
+                print(f"{split:4s} {name} + question only w={w}: AUROC {row['auroc']:.3f} {row['auroc_ci']}  "
+                      f"vs alone {row['vs_verdict_alone']['diff']:+.3f} {row['vs_verdict_alone']['ci']}", flush=True)
+        out["splits"][split] = {"fusion": fusion,
             "samples": len(rows), "errors": int(sum(y)),
             "kinds": {k: {"errors": e, "samples": n} for k, (e, n) in sorted(per_kind.items())},
             "scores": {name: score_row(sc, y, kinds, groups, reference=None if name == "question only" else reference,

@@ -50,3 +50,23 @@ def test_a_row_has_intervals_around_its_values_and_a_paired_difference() -> None
     vs = row["vs_question_only"]
     assert vs["diff"] == pytest.approx(1.0 - auroc(weak, wrong), abs=1e-4) and vs["ci"][0] <= vs["diff"] <= vs["ci"][1]
     assert "vs_question_only" not in bench.score_row(weak, wrong, kinds, groups, reference=None, seed=3, n_boot=50)
+
+
+def test_fusion_mixes_standardized_scores_and_reports_its_paired_gain() -> None:
+    z = bench.standardizer([1.0, 3.0])
+    assert z([1.0, 3.0, 2.0]) == pytest.approx([-1.0, 1.0, 0.0])
+    assert bench.standardizer([2.0, 2.0])([2.0, 3.0]) == pytest.approx([0.0, 1.0])  # no spread: a scale of 1
+    assert bench.fuse([1.0, -1.0], [0.0, 2.0], 0.25) == pytest.approx([0.75, -0.25])
+    with pytest.raises(ValueError, match="2 verdict scores for 1"):
+        bench.fuse([1.0, 2.0], [0.0], 0.5)
+    # A verdict that misorders one pair and a question score that orders it: the mix gains, and the
+    # paired difference says so with an interval around it.
+    n = 40
+    wrong = [i % 2 == 0 for i in range(n)]
+    verdict = [float(w) for w in wrong]
+    verdict[0], verdict[1] = 0.0, 1.0
+    question = [0.5 * float(w) for w in wrong]
+    mixed = bench.fuse(verdict, question, 0.5)
+    vs = bench.paired_diff(mixed, verdict, wrong, [f"q{i}" for i in range(n)], seed=1, n_boot=200)
+    assert vs["diff"] > 0 and vs["ci"][0] <= vs["diff"] <= vs["ci"][1]
+    assert bench.paired_diff(verdict, verdict, wrong, list(range(n)), seed=1, n_boot=50)["diff"] == 0
