@@ -5,13 +5,17 @@
     python benchmarks/bench_repro.py --compare       # ... then compare with this checkout's results
     python benchmarks/bench_repro.py --target retrieval_rag --target taxonomy --keep  # stages 00-04 only
     python benchmarks/bench_repro.py --compare-only /tmp/ragcritic-repro-XXXX/repo  # a kept copy
+    python benchmarks/bench_repro.py --target benchmark --out reports/benchmarks/repro_critic_chain.json
 
 Cold = empty LLM and index caches (the asset wheels already downloaded are reused). Prints the
 total, each stage's wall time (from papermill's record in the executed notebooks) and the no-op
 time. With --compare it then sets the copy's results beside this checkout's (whose outputs must
 be checked out: `dvc checkout`): per metrics file, every number that differs, leaving out keys
 that name times or cache hits; per output folder under data/, the files whose bytes differ.
-Nothing is asserted: a reader decides what a difference means.
+Nothing is asserted: a reader decides what a difference means. With --out the run is also written
+as JSON (:func:`repro_record`): the CPU class, the cold and no-op times, each stage's own wall time
+from its metrics (`environment.wall_seconds`) and their sum, so the time of one `dvc repro` can be
+set beside the sum of the stages timed one by one (`reports/benchmarks/stage_copies.json`).
 """
 
 from __future__ import annotations
@@ -67,6 +71,30 @@ def json_diffs(a: Any, b: Any, path: str = "") -> Iterator[tuple[str, Any, Any]]
             yield from json_diffs(x, y, f"{path}[{i}]")
     elif a != b:
         yield path, a, b
+
+
+def repro_record(root: Path, ran: list[str], *, targets: list[str] | None, profile: str | None, cold: float,
+                 noop: float, cpu_class: str, date: str) -> dict[str, Any]:
+    """One timed `dvc repro` of the copy at ``root`` as a JSON-ready record: for each stage that ran
+    (``ran``: notebook stems, as :func:`stage_seconds` finds them; the copy's other metrics files are
+    the committed ones) the stage runner's ``environment.wall_seconds``, their sum, and the whole
+    command's cold and no-op seconds. A stage without a numeric wall time is named in
+    ``unreadable``."""
+    stages: dict[str, float] = {}
+    unreadable: list[str] = []
+    for f in [root / "reports" / "metrics" / f"{stem}.json" for stem in sorted(ran)]:
+        try:
+            wall = json.loads(f.read_text(encoding="utf-8"))["environment"]["wall_seconds"]
+        except (OSError, ValueError, KeyError, TypeError):
+            wall = None
+        if isinstance(wall, (int, float)) and not isinstance(wall, bool):
+            stages[f.stem] = round(float(wall), 1)
+        else:
+            unreadable.append(f.name)
+    return {"date": date, "cpu_class": cpu_class, "profile": profile or "default",
+            "targets": targets or "all stages", "cold_seconds": round(cold, 1), "noop_seconds": round(noop, 2),
+            "stage_wall_seconds": stages, "stages_sum_seconds": round(sum(stages.values()), 1),
+            "outside_stages_seconds": round(cold - sum(stages.values()), 1), "unreadable": unreadable}
 
 
 def compare_results(src: Path, copy: Path) -> dict[str, Any]:
@@ -128,6 +156,8 @@ def main() -> None:
                         help="then compare the copy's results with this checkout's")
     parser.add_argument("--compare-only", type=Path, default=None, metavar="COPY",
                         help="only compare an existing copy (a kept run's repo folder) with this checkout")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="also write the run as JSON (the CPU class, cold and no-op times, each stage's wall time)")
     args = parser.parse_args()
     if args.compare_only is not None:
         if not (args.compare_only / "reports" / "metrics").is_dir():
@@ -145,6 +175,16 @@ def main() -> None:
         for stage, secs in stage_seconds(root).items():
             print(f"  {stage:<24} {secs:8.1f} s")
         print(f"no-op dvc repro: {noop:.2f} s")
+        if args.out is not None:
+            import datetime as dt
+
+            from ragcritic_lib.pipeline.stage_metrics import cpu_class
+
+            record = repro_record(root, sorted(stage_seconds(root)), targets=args.target, profile=args.profile, cold=cold, noop=noop,
+                                  cpu_class=cpu_class("cpu"), date=dt.date.today().isoformat())
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+            print(f"-> {args.out}: the stages' own times sum to {record['stages_sum_seconds']:.1f} s")
         if args.compare:
             print_comparison(compare_results(ROOT, root))
 

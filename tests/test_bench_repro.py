@@ -52,3 +52,19 @@ def test_compare_results_names_differing_numbers_and_files(tmp_path):
     assert row["files"] == 3 and row["same"] == 1
     assert row["differ"] == ["data/critic/adapter/adapter_config.json"]
     assert row["missing"] == ["data/critic/only_here.json"]
+
+
+def test_repro_record_sums_the_stages_that_ran_and_names_the_unreadable(tmp_path):
+    metrics = tmp_path / "reports" / "metrics"
+    metrics.mkdir(parents=True)
+    (metrics / "01_a.json").write_text(json.dumps({"environment": {"wall_seconds": 100.04}}))
+    (metrics / "02_b.json").write_text(json.dumps({"environment": {"wall_seconds": 50}}))
+    (metrics / "03_c.json").write_text(json.dumps({"environment": {}}))
+    (metrics / "09_committed.json").write_text(json.dumps({"environment": {"wall_seconds": 999}}))
+    rec = bench.repro_record(tmp_path, ["01_a", "02_b", "03_c", "04_absent"], targets=["b"], profile=None,
+                             cold=200.0, noop=1.234, cpu_class="avx2", date="2026-12-06")
+    assert rec["stage_wall_seconds"] == {"01_a": 100.0, "02_b": 50.0}  # 09 did not run: not counted
+    assert rec["stages_sum_seconds"] == 150.0 and rec["outside_stages_seconds"] == 50.0
+    assert rec["unreadable"] == ["03_c.json", "04_absent.json"]
+    assert rec["targets"] == ["b"] and rec["profile"] == "default" and rec["noop_seconds"] == 1.23
+    json.dumps(rec)
