@@ -180,8 +180,8 @@ def main() -> None:
 
             from ragcritic_lib.pipeline.stage_metrics import cpu_class
 
-            record = repro_record(root, sorted(stage_seconds(root)), targets=args.target, profile=args.profile, cold=cold, noop=noop,
-                                  cpu_class=cpu_class("cpu"), date=dt.date.today().isoformat())
+            record = repro_record(root, sorted(stage_seconds(root)), targets=args.target, profile=args.profile,
+                                  cold=cold, noop=noop, cpu_class=cpu_class("cpu"), date=dt.date.today().isoformat())
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
             print(f"-> {args.out}: the stages' own times sum to {record['stages_sum_seconds']:.1f} s")

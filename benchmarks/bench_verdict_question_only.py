@@ -69,6 +69,19 @@ def interval(stat, n: int, groups: Sequence[Hashable], *, seed: int, n_boot: int
     return (None, None) if lo is None else (round(lo, 4), round(hi, 4))
 
 
+def paired_diff(a: Sequence[float], b: Sequence[float], is_error: Sequence[bool], groups: Sequence[Hashable],
+                *, seed: int, n_boot: int) -> dict[str, Any]:
+    """AUROC(a) - AUROC(b) on the same answers, with its interval from resampling ``groups``."""
+    from ragcritic_lib.evaluation.stats import auroc
+
+    def diff(idx):
+        ys = [is_error[i] for i in idx]
+        x, y = auroc([a[i] for i in idx], ys), auroc([b[i] for i in idx], ys)
+        return None if x is None or y is None else x - y
+
+    return {"diff": round(diff(range(len(a))), 4), "ci": interval(diff, len(a), groups, seed=seed, n_boot=n_boot)}
+
+
 def score_row(scores: Sequence[float], is_error: Sequence[bool], kinds: Sequence[Hashable],
               groups: Sequence[Hashable], *, reference: Sequence[float] | None, seed: int, n_boot: int) -> dict:
     """AUROC, within-kind AUROC and (with ``reference``) the paired AUROC difference to it, each with
@@ -77,10 +90,6 @@ def score_row(scores: Sequence[float], is_error: Sequence[bool], kinds: Sequence
         auroc, bootstrap_auroc_ci, bootstrap_within_group_auroc_ci, within_group_auroc,
     )
 
-    def pick(values, idx):
-        return [values[i] for i in idx]
-
-    n = len(scores)
     row: dict[str, Any] = {"auroc": round(auroc(scores, is_error), 4),
                            "auroc_ci": bootstrap_auroc_ci(scores, is_error, seed=seed, n_boot=n_boot, groups=groups)}
     within = within_group_auroc(scores, is_error, kinds)
@@ -88,13 +97,7 @@ def score_row(scores: Sequence[float], is_error: Sequence[bool], kinds: Sequence
     row["within_kind_ci"] = bootstrap_within_group_auroc_ci(scores, is_error, kinds, seed=seed, n_boot=n_boot,
                                                             groups=groups)
     if reference is not None:
-        def diff(idx):
-            ys = pick(is_error, idx)
-            a, b = auroc(pick(scores, idx), ys), auroc(pick(reference, idx), ys)
-            return None if a is None or b is None else a - b
-
-        row["vs_question_only"] = {"diff": round(diff(range(n)), 4),
-                                   "ci": interval(diff, n, groups, seed=seed, n_boot=n_boot)}
+        row["vs_question_only"] = paired_diff(scores, reference, is_error, groups, seed=seed, n_boot=n_boot)
     return row
 
 
@@ -112,19 +115,6 @@ def fuse(verdict: Sequence[float], question: Sequence[float], w: float) -> list[
     if len(verdict) != len(question):
         raise ValueError(f"fuse: {len(verdict)} verdict scores for {len(question)} question scores")
     return [(1.0 - w) * v + w * q for v, q in zip(verdict, question)]
-
-
-def paired_diff(a: Sequence[float], b: Sequence[float], is_error: Sequence[bool], groups: Sequence[Hashable],
-                *, seed: int, n_boot: int) -> dict[str, Any]:
-    """AUROC(a) - AUROC(b) on the same answers, with its interval from resampling ``groups``."""
-    from ragcritic_lib.evaluation.stats import auroc
-
-    def diff(idx):
-        ys = [is_error[i] for i in idx]
-        x, y = auroc([a[i] for i in idx], ys), auroc([b[i] for i in idx], ys)
-        return None if x is None or y is None else x - y
-
-    return {"diff": round(diff(range(len(a))), 4), "ci": interval(diff, len(a), groups, seed=seed, n_boot=n_boot)}
 
 
 DEV_WEIGHTS = (0.25, 0.5, 0.75)
