@@ -5,7 +5,9 @@ The committed run of each stage was made on one CPU class (its metrics' `environ
 and the budget speaks of every class: this times a stage on the class of the machine at hand
 without shipping anything. It copies the files git sees into a temporary folder, restores every
 shipped output there (`python -m ragcritic_lib.pipeline.shipping restore`, as `make restore`),
-then runs `dvc repro -s -f STAGE` with empty LLM and index caches and reads the stage runner's
+deletes the stage's own `persist: true` outputs (the logs it appends to and would resume from,
+restored with the rest; `clear-persisted --stage`), then runs `dvc repro -s -f STAGE` with empty
+LLM and index caches and reads the stage runner's
 `environment.wall_seconds` from the copy's metrics file. The stage's inputs are the committed
 outputs of its upstream stages, whatever class made them. The copy's metrics are set beside the
 committed file's (`vs_committed`: how many numbers are equal or within 0.01, the largest
@@ -37,6 +39,7 @@ from ragcritic_lib.pipeline.workspace import (  # noqa: E402
     STAGE_COPIES_FILE,
     compare_metrics,
     lock_fingerprints,
+    persisted_outputs,
     record_copy,
     run_timed,
     temporary_copy,
@@ -87,7 +90,9 @@ def main() -> None:
     with temporary_copy("ragcritic-copy-", keep=args.keep) as (tmp, root, env):
         restore_s, _ = run_timed([sys.executable, "-m", "ragcritic_lib.pipeline.shipping", "restore"], root, env,
                                  log=tmp / "restore.log")
-        print(f"restored the shipped outputs in {restore_s:.0f} s; the stage's output goes to "
+        _, cleared = run_timed([sys.executable, "-m", "ragcritic_lib.pipeline.shipping", "clear-persisted",
+                                "--stage", args.stage], root, env)
+        print(f"restored the shipped outputs in {restore_s:.0f} s; {cleared.strip()}; the stage's output goes to "
               f"{tmp / 'repro.log'} as it runs", flush=True)
         repro_s, _ = run_timed(["dvc", "repro", "-s", "-f", args.stage], root, env, log=tmp / "repro.log")
         metrics = json.loads((root / "reports" / "metrics" / f"{stem}.json").read_text(encoding="utf-8"))
@@ -99,6 +104,7 @@ def main() -> None:
             "cpu_class": envm.get("cpu_class"), "dtype": (envm.get("generator") or {}).get("dtype"),
             "wall_seconds": envm.get("wall_seconds"), "repro_seconds": round(repro_s, 1),
             "fingerprint": lock_fingerprints(root).get(args.stage),
+            "cleared": persisted_outputs(root).get(args.stage, []),
             "committed_fingerprint": lock_fingerprints(ROOT).get(args.stage),
             "note": args.note,
             "vs_committed": compare_metrics(committed, metrics, headline=HEADLINES.get(stem, ())),

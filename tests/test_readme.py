@@ -625,6 +625,25 @@ def test_a_timed_copy_shows_its_cold_time_only_while_its_stage_is_unchanged():
     assert "| `05_critic_sft` | 40.0 min (copy) |" in text and "| `00_assets` | 1.0 min |" in text
 
 
+def test_a_copy_that_resumed_from_its_stages_restored_log_is_not_a_cold_time():
+    stems = readme.BLOCK_SOURCES["stage_times"]
+    gen = {"backend": "hf", "device": "cpu", "dtype": "bfloat16"}
+    metrics = {stem: {"environment": {"generator": gen, "cpu_class": "avx512_bf16", "wall_seconds": 60.0}}
+               for stem in stems}
+    copy = {"stage": "error_sampling", "stem": "02_error_sampling", "date": "2026-12-06", "cpu_class": "avx2",
+            "dtype": "float32", "wall_seconds": 1200.0, "fingerprint": "f1"}
+    metrics[readme.STAGE_COPIES_KEY] = {"copies": [copy], "fingerprints": {"error_sampling": "f1"},
+                                        "persisted": {"error_sampling": ["data/error_sampling/samples"]}}
+    text = readme.render_block("stage_times", metrics)
+    assert "(copy)" not in text   # made before the copy deleted the stage's persisted log: it resumed from it
+    copy["cleared"] = ["data/error_sampling/samples"]
+    text = readme.render_block("stage_times", metrics)
+    assert "| `02_error_sampling` | 20.0 min (copy) | 1.0 min |" in text
+    metrics[readme.STAGE_COPIES_KEY]["persisted"] = {}   # a stage without persisted outputs needs no `cleared`
+    del copy["cleared"]
+    assert "| `02_error_sampling` | 20.0 min (copy) | 1.0 min |" in readme.render_block("stage_times", metrics)
+
+
 def test_a_bad_stage_copy_record_is_one_clear_error(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("<!-- BEGIN generated: stage_times -->\n<!-- END generated: stage_times -->\n", encoding="utf-8")

@@ -296,9 +296,23 @@ def test_clear_persisted_deletes_exactly_the_persist_outputs(repo):
     text = (repo / "dvc.yaml").read_text().replace("    outs: [side.txt]\n",
                                                      "    outs:\n      - side.txt:\n          persist: true\n")
     (repo / "dvc.yaml").write_text(text)
+    assert shipping.clear_persisted(repo, stages=["make_c"]) == []   # another stage's log stays
+    assert (repo / "side.txt").exists()
     assert shipping.clear_persisted(repo) == ["side.txt"]
     assert not (repo / "side.txt").exists() and (repo / "c.txt").exists()
     assert shipping.clear_persisted(repo) == []
+
+
+def test_clear_persisted_of_one_stage_deletes_its_logs_only_and_names_an_unknown_stage(repo):
+    text = (repo / "dvc.yaml").read_text().replace("    outs: [side.txt]\n",
+                                                     "    outs:\n      - side.txt:\n          persist: true\n")
+    (repo / "dvc.yaml").write_text(text)
+    with pytest.raises(shipping.ShippingError, match="no stage 'sdie'.*side"):
+        shipping.clear_persisted(repo, stages=["sdie"])
+    assert (repo / "side.txt").exists()
+    out = _run([sys.executable, "-m", "ragcritic_lib.pipeline.shipping", "--root", str(repo), "clear-persisted",
+                "--stage", "side"], repo)
+    assert "deleted: side.txt" in out and not (repo / "side.txt").exists()
 
 
 def test_the_project_persists_the_sample_logs_a_cold_run_must_forget():

@@ -108,6 +108,19 @@ def test_a_stage_fingerprint_follows_what_its_run_read_not_what_it_wrote(tmp_pat
     assert workspace.lock_fingerprints(tmp_path / "none") == {}
 
 
+def test_persisted_outputs_are_read_per_stage_from_dvc_yaml(tmp_path):
+    (tmp_path / "dvc.yaml").write_text(
+        "stages:\n"
+        "  sample:\n    cmd: x\n    outs:\n    - data/log:\n        persist: true\n    - data/out\n"
+        "    - data/table:\n        cache: false\n"
+        "  other:\n    cmd: y\n    outs: [data/o]\n")
+    assert workspace.persisted_outputs(tmp_path) == {"sample": ["data/log"]}
+    assert workspace.persisted_outputs(tmp_path / "none") == {}
+    project = workspace.persisted_outputs()   # the project's: the logs a cold copy must delete first
+    assert project.get("error_sampling") == ["data/error_sampling/samples"]
+    assert project.get("benchmark") == ["data/benchmark/test_pool"]
+
+
 def test_timed_copies_are_appended_and_a_bad_record_names_its_entry(tmp_path):
     import pytest
 

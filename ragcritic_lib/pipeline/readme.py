@@ -1092,12 +1092,15 @@ STAGE_COPIES_KEY = "stage_copies"   # where check() puts the timed copies and th
 
 def _copy_times(metrics: Mapping[str, Any]) -> dict[tuple[str, str], Mapping[str, Any]]:
     """(stem, cpu class) -> the latest timed copy of that stage on that class whose fingerprint is the
-    committed dvc.lock's for the stage (a copy of older code or inputs is left out)."""
+    committed dvc.lock's for the stage (a copy of older code or inputs is left out) and that ran
+    cold: a stage with ``persist: true`` outputs counts only where the copy deleted them first
+    (its ``cleared``), since restored they let the stage resume instead of running."""
     data = metrics.get(STAGE_COPIES_KEY) or {}
-    prints = data.get("fingerprints") or {}
+    prints, persisted = data.get("fingerprints") or {}, data.get("persisted") or {}
     out: dict[tuple[str, str], Mapping[str, Any]] = {}
     for entry in sorted(data.get("copies") or [], key=lambda e: str(e.get("date"))):
-        if prints.get(entry.get("stage")) == entry.get("fingerprint") and isinstance(entry.get("cpu_class"), str):
+        cold = set(persisted.get(entry.get("stage")) or ()) <= set(entry.get("cleared") or ())
+        if prints.get(entry.get("stage")) == entry.get("fingerprint") and isinstance(entry.get("cpu_class"), str) and cold:
             out[(str(entry["stem"]), entry["cpu_class"])] = entry
     return out
 
@@ -1766,13 +1769,14 @@ def check(files: Sequence[Path], metrics_dir: str | Path = paths.METRICS_DIR,
             except json.JSONDecodeError as exc:
                 raise ReadmeDataError(f"{bfile}: not JSON ({exc})") from None
     if any("stage_times" in block_names(text, shown[f]) for f, text in texts.items()):
-        from ragcritic_lib.pipeline.workspace import CopyRecordError, load_copies, lock_fingerprints
+        from ragcritic_lib.pipeline.workspace import CopyRecordError, load_copies, lock_fingerprints, persisted_outputs
 
         try:
             copies = load_copies(Path(metrics_dir).parent / "benchmarks" / "stage_copies.json")
         except CopyRecordError as exc:
             raise ReadmeDataError(str(exc)) from None
-        metrics[STAGE_COPIES_KEY] = {"copies": copies, "fingerprints": lock_fingerprints(Path(root)) if copies else {}}
+        metrics[STAGE_COPIES_KEY] = {"copies": copies, "fingerprints": lock_fingerprints(Path(root)) if copies else {},
+                                     "persisted": persisted_outputs(Path(root)) if copies else {}}
     metrics[LOCK_STALE_KEY] = stale_in_lock(root)
     report = []
     for f, text in texts.items():

@@ -17,7 +17,8 @@ content-addressed objects (``files/md5/xx/...``). One line points it elsewhere
   naming the others, whose objects already in the store stay there.
 * ``status`` prints what ``restore`` would find, changing nothing.
 * ``clear-persisted`` deletes the ``persist: true`` outputs (logged samples that ``dvc repro
-  --force`` would reuse): ``make pipeline-cold`` runs it before a forced repro.
+  --force`` would reuse): ``make pipeline-cold`` runs it before a forced repro; ``--stage S``
+  deletes only stage S's (``benchmarks/bench_stage_copy.py`` times a stage cold in a restored copy).
 
 ``python -m ragcritic_lib.pipeline.shipping {restore,ship,status}`` (``make restore``, ``make ship``).
 """
@@ -122,16 +123,23 @@ def _dvc_targets(root: Path, every: Sequence[Output], chosen: Sequence[Output]) 
     return [group for group in ([f"{root / PROJECT_FILE}:{stage}" for stage in whole], rest) if group]
 
 
-def clear_persisted(root: Path) -> list[str]:
+def clear_persisted(root: Path, stages: Sequence[str] | None = None) -> list[str]:
     """Delete every ``persist: true`` output (what ``dvc repro --force`` would keep and reuse):
-    the first step of a cold run. Returns the paths deleted."""
+    the first step of a cold run. With ``stages``, only those stages' (a cold run of one stage in a
+    restored copy: its own logs restored with the shipped outputs would make it a warm one).
+    Returns the paths deleted; a stage that dvc.yaml does not name is a :class:`ShippingError`."""
     import shutil
 
     repo = _repo(root)
     try:
-        persisted = [o.path for o in outputs(repo) if o.persist]
+        every = outputs(repo)
+        names = {stage.name for stage in repo.index.stages}
     finally:
         _close(repo)
+    unknown = sorted(set(stages or ()) - names)
+    if unknown:
+        raise ShippingError(f"{PROJECT_FILE} has no stage {', '.join(map(repr, unknown))}; stages: {', '.join(sorted(names))}")
+    persisted = [o.path for o in every if o.persist and (stages is None or o.stage in stages)]
     gone = []
     for rel in persisted:
         path = Path(root) / rel
@@ -733,7 +741,8 @@ def main(argv: Iterable[str] | None = None) -> int:
     s.add_argument("--partial", action="store_true",
                    help="ship the stages that are up to date and name the others (a run that spans sittings)")
     sub.add_parser("status", help="where each output would come from; changes nothing")
-    sub.add_parser("clear-persisted", help="delete the persist: true outputs (before a cold `dvc repro --force`)")
+    c = sub.add_parser("clear-persisted", help="delete the persist: true outputs (before a cold `dvc repro --force`)")
+    c.add_argument("--stage", action="append", default=None, help="only this stage's (repeatable)")
     args = ap.parse_args(list(argv) if argv is not None else None)
     root = args.root.resolve()
     try:
@@ -748,7 +757,7 @@ def main(argv: Iterable[str] | None = None) -> int:
             print(report.summary())
             return 0
         if args.command == "clear-persisted":
-            gone = clear_persisted(root)
+            gone = clear_persisted(root, args.stage)
             print("deleted: " + (", ".join(gone) if gone else "nothing (no persisted output in the workspace)"))
             return 0
         return _print_status(root, args.remote)

@@ -187,6 +187,23 @@ def lock_fingerprints(root: Path = paths.ROOT) -> dict[str, str]:
     return out
 
 
+def persisted_outputs(root: Path = paths.ROOT) -> dict[str, list[str]]:
+    """Per stage of ``dvc.yaml`` with any: its ``persist: true`` outputs (logs the stage appends to
+    and resumes from, which ``dvc repro --force`` keeps). A timed copy of such a stage is cold only
+    when they were deleted first (``shipping clear-persisted --stage``)."""
+    import yaml
+
+    spec = Path(root) / "dvc.yaml"
+    stages = (yaml.safe_load(spec.read_text(encoding="utf-8")) or {}).get("stages") or {} if spec.is_file() else {}
+    out: dict[str, list[str]] = {}
+    for name, st in stages.items():
+        kept = [next(iter(o)) for o in (st or {}).get("outs") or []
+                if isinstance(o, dict) and isinstance(next(iter(o.values())), dict) and next(iter(o.values())).get("persist")]
+        if kept:
+            out[name] = kept
+    return out
+
+
 def load_copies(file: Path) -> list[dict]:
     """The entries of a stage-copy record file (``{"copies": [...]}``); [] when the file is absent.
     Raises :class:`CopyRecordError` naming the file and the entry or key that is wrong."""
