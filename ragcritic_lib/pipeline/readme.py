@@ -1168,7 +1168,9 @@ def render_stage_times(metrics: Mapping[str, Any]) -> str:
         note = ["", "(copy): the stage alone, cold, in a restored copy of the repository on that class "
                 "(`benchmarks/bench_stage_copy.py`, `reports/benchmarks/stage_copies.json`; "
                 + ", ".join(sorted(copy_dates)) + "), reading the committed outputs of the stages before it, with the code, "
-                "inputs and params of the committed run; its outputs were not kept."]
+                "inputs and params of the committed run; its outputs were not kept. A stage that appends to a "
+                "`persist: true` log is shown only from a copy that deleted the log first: restored with the "
+                "shipped outputs, the log lets the stage resume instead of generating."]
         agreement = [_copy_agreement(stem, cls, c["vs_committed"]) for (stem, cls), c in sorted(copies.items())
                      if stem in metrics and isinstance(c.get("vs_committed"), Mapping)]
         if agreement:
