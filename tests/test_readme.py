@@ -589,13 +589,17 @@ def test_the_stage_time_table_is_per_cpu_class_and_says_what_is_not_recorded():
     assert "the stages recorded" not in text
 
 
-def test_a_timed_copy_shows_its_cold_time_only_while_its_stage_is_unchanged():
-    stems = readme.BLOCK_SOURCES["stage_times"]
+def _one_minute_stages_and_a_copy(stage: str, stem: str, seconds: float) -> tuple[dict, dict]:
+    """Every stage committed at 1 min on avx512_bf16, and an avx2 copy record of ``stage``."""
     gen = {"backend": "hf", "device": "cpu", "dtype": "bfloat16"}
-    metrics = {stem: {"environment": {"generator": gen, "cpu_class": "avx512_bf16", "wall_seconds": 60.0}}
-               for stem in stems}
-    copy = {"stage": "critic_sft", "stem": "05_critic_sft", "date": "2026-12-05", "cpu_class": "avx2",
-            "dtype": "float32", "wall_seconds": 2400.0, "fingerprint": "f1"}
+    metrics = {s: {"environment": {"generator": gen, "cpu_class": "avx512_bf16", "wall_seconds": 60.0}}
+               for s in readme.BLOCK_SOURCES["stage_times"]}
+    return metrics, {"stage": stage, "stem": stem, "date": "2026-12-05", "cpu_class": "avx2",
+                     "dtype": "float32", "wall_seconds": seconds, "fingerprint": "f1"}
+
+
+def test_a_timed_copy_shows_its_cold_time_only_while_its_stage_is_unchanged():
+    metrics, copy = _one_minute_stages_and_a_copy("critic_sft", "05_critic_sft", 2400.0)
     metrics[readme.STAGE_COPIES_KEY] = {"copies": [copy, {**copy, "date": "2026-12-01", "wall_seconds": 9000.0}],
                                         "fingerprints": {"critic_sft": "f1"}}
     text = readme.render_block("stage_times", metrics)
@@ -626,12 +630,7 @@ def test_a_timed_copy_shows_its_cold_time_only_while_its_stage_is_unchanged():
 
 
 def test_a_copy_that_resumed_from_its_stages_restored_log_is_not_a_cold_time():
-    stems = readme.BLOCK_SOURCES["stage_times"]
-    gen = {"backend": "hf", "device": "cpu", "dtype": "bfloat16"}
-    metrics = {stem: {"environment": {"generator": gen, "cpu_class": "avx512_bf16", "wall_seconds": 60.0}}
-               for stem in stems}
-    copy = {"stage": "error_sampling", "stem": "02_error_sampling", "date": "2026-12-06", "cpu_class": "avx2",
-            "dtype": "float32", "wall_seconds": 1200.0, "fingerprint": "f1"}
+    metrics, copy = _one_minute_stages_and_a_copy("error_sampling", "02_error_sampling", 1200.0)
     metrics[readme.STAGE_COPIES_KEY] = {"copies": [copy], "fingerprints": {"error_sampling": "f1"},
                                         "persisted": {"error_sampling": ["data/error_sampling/samples"]}}
     text = readme.render_block("stage_times", metrics)
