@@ -57,10 +57,10 @@ from ragcritic_lib.baselines import (
 )
 from ragcritic_lib.baselines.compare import (
     answerability_split, comparison_metrics, comparison_summary, degenerate_list, ladder_steps, method_comparison,
-    rag_critic_training,
+    planner_choices, rag_critic_training,
 )
 from ragcritic_lib.baselines.harness import load_method_run, shared_test_sets
-from ragcritic_lib.io import read_json
+from ragcritic_lib.io import read_json, read_jsonl
 from ragcritic_lib.pipeline.outputs import save_figure, save_markdown, save_table
 from ragcritic_lib.pipeline.setup import setup_stage
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
@@ -241,6 +241,30 @@ pd.DataFrame([{"dataset": ds, "step": f"{st['changes']}: {st['from']} -> {st['to
               for ds, block in steps.items() for st in block["steps"] for part, vals in st["parts"].items()]
              ).pivot_table(index="step", columns="part", values=["delta_f1", "ci_low", "ci_high"], sort=False).round(3)
 
+# %% [markdown]
+# ## Where a planner's plans concentrate
+# Notebook 08 flags a planner whose most frequent program is over 60% of its plans. Its plans
+# follow the critique: the critic's labels decide which programs of the error-action table are
+# offered, and the trained planner chooses among them only where more than one is. For every
+# planning row of notebook 08 (its result files, each dataset it ran on): the plans and the top
+# program's share (as 08's `plan_shares`), the label sets the critiques named and the top set's
+# share, the share of plans that are their label set's usual program (1.0: the program follows
+# the labels alone), and, for the trained planner, the plans it had one option for and the top
+# program's share of those it chose; descriptive.
+
+# %%
+correction_dir = Path(rag_critic_results.format(dataset="_")).parent.parent
+planners = {}
+for ds, shares in (m08.get("plan_shares") or {}).items():
+    planners[ds] = {}
+    for name, share in shares.items():
+        source = correction_dir / ds / f"{paths.method_slug(name)}_test.jsonl"
+        planners[ds][name] = planner_choices(read_jsonl(paths.require(source)))
+        if planners[ds][name]["plans"] != share.get("plans"):
+            raise ValueError(f"{source}: {planners[ds][name]['plans']} plans, but 08_correction.json "
+                             f"plan_shares.{ds}.{name}.plans says {share.get('plans')}")
+pd.DataFrame([{"dataset": ds, "row": name, **vals} for ds, rows in planners.items() for name, vals in rows.items()])
+
 # %%
 cols = ["dataset", "method", "n", "em", "f1", "acc", "delta_f1", "ci_low", "ci_high", "p", "p_holm",
         "calls_per_question", "training_calls", "training_steps", "training_seconds"]
@@ -248,7 +272,7 @@ save_table(table[cols], "14_comparison", "comparison", formats=("csv",))
 save_markdown(markdown_table(table[cols].to_dict("records"), cols), "14_comparison", "comparison")
 metrics = comparison_metrics(comparison=comparison, extra_rows=extra_rows, summaries=summaries, rows=rows, flags=flags,
                              training=rc_training, run_metrics=run_metrics, answerability=answerability,
-                             steps=steps)
+                             steps=steps, planners=planners)
 write_stage_metrics("14_comparison", jsonable(metrics))
 sorted(metrics)
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ragcritic_lib.baselines.compare import (
-    reading, answerability_split, ladder_steps,
+    reading, answerability_split, ladder_steps, planner_choices,
     comparison_summary, degenerate_list, holm_adjust, method_comparison, rag_critic_training,
 )
 from ragcritic_lib.evaluation.stats import paired_mde
@@ -307,3 +307,34 @@ def test_ladder_steps_refuse_rows_on_other_questions_and_records_without_gold():
     with pytest.raises(ValueError, match="'q1' has no golden_answers"):
         ladder_steps({"a": broken, "b": base}, steps=(("x", "a", "b"),), n_boot=50, n_perm=50)
     assert ladder_steps({"a": base}, steps=(("x", "a", "b"),)) == {"steps": [], "abstentions": {}, "missing": ["x: b"]}
+
+
+def _planned(dataset, tag1, program, n_options=None, option=0):
+    info = {} if n_options is None else {"n_options": n_options, "option": option}
+    return {"id": f"{dataset}-{len(program)}", "metadata": {"dataset": dataset},
+            "steps": [{"iteration": 1, "critic": {"judgement": "Error", "tag1": tag1, "tag2": []},
+                       "program": program, "planner_info": info},
+                      {"iteration": 2, "critic": {"judgement": "Correct"}, "status": "accepted"}]}
+
+
+def test_planner_choices_split_a_concentrated_planner_into_its_labels_and_its_choices():
+    # Trained planner: two answers whose critique left one option (program A), three chosen among
+    # several: A, A, then B for another label set. Four of five plans are A (80%).
+    trained = [_planned("testbed", ["X"], "A", 1), _planned("testbed", "X", "A", 1),
+               _planned("testbed", ["Y", "X"], "A", 3, 1), _planned("testbed", ["X", "Y"], "A", 3, 1),
+               _planned("testbed", ["Z"], "B", 2, 0), _planned("trivia", ["Z"], "C", 2, 1)]
+    out = planner_choices(trained, dataset="testbed")
+    assert out == {"plans": 5, "distinct": 2, "top_share": 0.8, "label_sets": 3, "top_label_share": 0.4,
+                   "label_fixed_share": 1.0, "chooses": True, "forced": 2, "chosen": 3, "chosen_top_share": 0.6667}
+    assert planner_choices(trained)["plans"] == 6  # every dataset
+    # One label set that got two programs: only the usual one counts as following the labels.
+    mixed = [_planned("testbed", ["X"], "A", 2, 0), _planned("testbed", ["X"], "A", 2, 0),
+             _planned("testbed", ["X"], "B", 2, 1)]
+    assert planner_choices(mixed)["label_fixed_share"] == pytest.approx(0.6667)
+    # A rule planner has no options: it neither is forced nor chooses.
+    rule = planner_choices([_planned("testbed", ["X"], "A"), _planned("testbed", ["Y"], "B")])
+    assert rule["chooses"] is False and rule["forced"] is None and rule["chosen_top_share"] is None
+    assert rule["top_share"] == 0.5 and rule["label_sets"] == 2
+    # Nothing planned: zero plans and no shares.
+    empty = planner_choices([{"id": "q", "steps": [{"critic": {"judgement": "Correct"}}]}])
+    assert empty["plans"] == 0 and empty["top_share"] is None and empty["label_fixed_share"] is None

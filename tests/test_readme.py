@@ -896,6 +896,36 @@ def test_the_ladder_steps_table_and_note_read_each_step_on_every_part():
         render_block("ladder", {**ladder_metrics(), **broken})
 
 
+def test_the_ladder_locates_a_planner_flag_from_the_comparison_stages_counts():
+    metrics = {**ladder_metrics(), **comparison_metrics()}
+    metrics["08_correction"]["degenerate"] = ["planner:testbed/oracle verdict", "planner:trivia/RAG-Critic",
+                                              "critic:testbed/RAG-Critic one verdict"]
+    choices = {"plans": 223, "distinct": 5, "top_share": 0.6502, "label_sets": 11, "top_label_share": 0.3318,
+               "label_fixed_share": 1.0, "chooses": True, "forced": 94, "chosen": 129, "chosen_top_share": 0.6047}
+    forced = {**choices, "plans": 30, "distinct": 1, "top_share": 1.0, "label_sets": 1, "top_label_share": 1.0,
+              "forced": 30, "chosen": 0, "chosen_top_share": None}
+    metrics["14_comparison"]["planner_choices"] = {"testbed": {"oracle verdict": choices},
+                                                   "trivia": {"RAG-Critic": forced}}
+    line = [x for x in render_block("ladder", metrics).splitlines() if x.startswith("- Flagged")][0]
+    assert line == (
+        "- Flagged as degenerate (`degenerate`; where a flagged planner's plans concentrate: "
+        "`reports/metrics/14_comparison.json` `planner_choices`): `planner:testbed/oracle verdict` (223 plans of 5 "
+        "programs, the top 65.0%; the critiques named 11 label sets (the top 33.2%), and 100.0% of plans are their "
+        "label set's usual program; the labels left one option for 94, and of the 129 plans chosen among several "
+        "the top program is 60.5%); `planner:trivia/RAG-Critic` (30 plans of 1 program, the top 100.0%; the "
+        "critiques named 1 label set (the top 100.0%), and 100.0% of plans are their label set's usual program; "
+        "the labels left one option for 30, so the planner chose none); `critic:testbed/RAG-Critic one verdict`.")
+    # Without 14's counts the flags stand alone, as before.
+    del metrics["14_comparison"]["planner_choices"]
+    assert ("- Flagged as degenerate (`degenerate`): `planner:testbed/oracle verdict`; `planner:trivia/RAG-Critic`; "
+            "`critic:testbed/RAG-Critic one verdict`.") in render_block("ladder", metrics).splitlines()
+    # A block with a key missing is one error naming it.
+    metrics["14_comparison"]["planner_choices"] = {"testbed": {"oracle verdict": {**choices}}}
+    del metrics["14_comparison"]["planner_choices"]["testbed"]["oracle verdict"]["forced"]
+    with pytest.raises(ReadmeDataError, match=r"planner_choices\.testbed\.oracle verdict\.forced"):
+        render_block("ladder", metrics)
+
+
 def _lock_root(tmp_path, dep_md5: str, *, with_manifest: bool = True):
     import hashlib
 

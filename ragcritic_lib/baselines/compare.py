@@ -8,6 +8,7 @@ p-value Holm-corrected across the compared methods, plus the cost of each method
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -322,6 +323,57 @@ def ladder_steps(
     return out
 
 
+def planner_choices(records: Sequence[Mapping[str, Any]], *, dataset: str | None = None) -> dict[str, Any]:
+    """Where one correction row's plans come from: its critic's labels or its planner's choice.
+
+    A planner that writes one program for most answers (notebook 08's ``plan_shares``, flagged
+    above 60%) may do so because the critique leaves it one program to run, because the critic
+    names one label set for most answers, or because it picks one program whatever it is offered.
+    This counts each: the plans (every round's, as ``plan_shares``) with their distinct programs
+    and the top one's share; the label sets the critiques named (each step's critique's tier-1
+    and tier-2 labels) and the top set's share; the share of plans that are their label set's
+    most frequent program (1.0: the program is a function of the labels alone); and, for a planner
+    that chooses among candidates (``planner_info.n_options``), the plans it had one option for
+    (``forced``), those it chose among several for (``chosen``) and the top program's share of the
+    chosen ones. A rule planner's program follows the labels by construction: it has no
+    ``forced`` or ``chosen`` (None).
+
+    Args:
+        records: the row's result records, each with its ``steps`` (notebook 08's files).
+        dataset: only records of this dataset (``dataset_name``); None: all.
+
+    Returns:
+        {"plans", "distinct", "top_share", "label_sets", "top_label_share", "label_fixed_share",
+        "chooses", "forced", "chosen", "chosen_top_share"}; shares None where nothing was counted.
+    """
+    steps = [step for r in records if dataset is None or dataset_name(r) == dataset
+             for step in r.get("steps") or () if isinstance(step, Mapping) and step.get("program")]
+    plans = [(str(step["program"]), step.get("planner_info") or {}) for step in steps]
+
+    def top_share(items: Sequence[Any]) -> float | None:
+        return round(Counter(items).most_common(1)[0][1] / len(items), 4) if items else None
+
+    def named(critique: Any, key: str) -> tuple[str, ...]:
+        value = critique.get(key) if isinstance(critique, Mapping) else None
+        return tuple(sorted({str(v) for v in ([value] if isinstance(value, str) else value or ())}))
+
+    labels = [(named(step.get("critic"), "tag1"), named(step.get("critic"), "tag2")) for step in steps]
+    by_labels: dict[tuple, Counter] = {}
+    for (program, _), key in zip(plans, labels):
+        by_labels.setdefault(key, Counter())[program] += 1
+    options = [info.get("n_options") for _, info in plans]
+    chooses = any(isinstance(n, int) and not isinstance(n, bool) for n in options)
+    chosen = [program for (program, _), n in zip(plans, options) if isinstance(n, int) and n > 1]
+    return {
+        "plans": len(plans), "distinct": len({p for p, _ in plans}), "top_share": top_share([p for p, _ in plans]),
+        "label_sets": len(by_labels), "top_label_share": top_share(labels),
+        "label_fixed_share": (round(sum(c.most_common(1)[0][1] for c in by_labels.values()) / len(plans), 4)
+                              if plans else None),
+        "chooses": chooses, "forced": sum(1 for n in options if n == 1) if chooses else None,
+        "chosen": len(chosen) if chooses else None, "chosen_top_share": top_share(chosen) if chooses else None,
+    }
+
+
 def degenerate_list(flags: Mapping[str, Sequence[str] | None]) -> list[str]:
     """``{method: [reason, ...]}`` as sorted "method: reason" strings, each once (empty when none).
 
@@ -340,7 +392,8 @@ def comparison_metrics(*, comparison: Mapping[str, Any], extra_rows: Mapping[str
                        rows: Sequence[Mapping[str, Any]], flags: Mapping[str, Sequence[str] | None],
                        training: Mapping[str, Any], run_metrics: Mapping[str, Mapping[str, Any]],
                        answerability: Mapping[str, Any] | None = None,
-                       steps: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                       steps: Mapping[str, Any] | None = None,
+                       planners: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The comparison stage's metrics (``reports/metrics/14_comparison.json``, schema
     ``ComparisonMetrics``) before ``jsonable`` (the reading takes them as they are).
 
@@ -355,6 +408,8 @@ def comparison_metrics(*, comparison: Mapping[str, Any], extra_rows: Mapping[str
             oracle and ablation rows and the correction ladder's rows (absent when None).
         steps: {dataset: :func:`ladder_steps`} over the correction ladder's rows, kept as
             ``ladder_steps`` (absent when None).
+        planners: {dataset: {row: :func:`planner_choices`}} over the correction rows that plan,
+            kept as ``planner_choices`` (absent when None).
     """
     return {
         "comparison": comparison, "oracle_and_ablation_rows": extra_rows, "summary": summaries,
@@ -363,6 +418,7 @@ def comparison_metrics(*, comparison: Mapping[str, Any], extra_rows: Mapping[str
         "stage_seconds": {name: mt.get("seconds") for name, mt in run_metrics.items()},
         **({"answerability": answerability} if answerability is not None else {}),
         **({"ladder_steps": steps} if steps is not None else {}),
+        **({"planner_choices": planners} if planners is not None else {}),
     }
 
 

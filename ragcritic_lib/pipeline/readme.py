@@ -356,6 +356,38 @@ def _flags_line(flags: Sequence[str]) -> str:
     return "Flagged as degenerate (`degenerate`): " + "; ".join(f"`{f}`" for f in flags) + "."
 
 
+_PLANNER_FLAG = re.compile(r"planner:(?P<dataset>[^/]+)/(?P<row>.+)")
+
+
+def _planner_flag(metrics: Mapping[str, Any], flag: str) -> str:
+    """A ``planner:<dataset>/<row>`` flag of notebook 08 with where its plans concentrate
+    (``14_comparison.json`` ``planner_choices``), or the flag alone where 14 did not count that row."""
+    m = _PLANNER_FLAG.fullmatch(flag)
+    if not m or "14_comparison" not in metrics:
+        return f"`{flag}`"
+    block = ((_get(metrics, "14_comparison").get("planner_choices") or {}).get(m["dataset"]) or {}).get(m["row"])
+    if not isinstance(block, Mapping):
+        return f"`{flag}`"
+    key = ("planner_choices", m["dataset"], m["row"])
+    def count(field: str, noun: str) -> str:
+        n = int(_number(metrics, "14_comparison", *key, field))
+        return f"{n} {noun}" + ("" if n == 1 else "s")
+
+    said = (f"{count('plans', 'plan')} of {count('distinct', 'program')}, the top "
+            f"{_pct(_number(metrics, '14_comparison', *key, 'top_share', nullable=True))}%; the critiques named "
+            f"{count('label_sets', 'label set')} (the top "
+            f"{_pct(_number(metrics, '14_comparison', *key, 'top_label_share', nullable=True))}%), and "
+            f"{_pct(_number(metrics, '14_comparison', *key, 'label_fixed_share', nullable=True))}% of plans are "
+            "their label set's usual program")
+    if block.get("chooses"):
+        forced, chosen = (int(_number(metrics, "14_comparison", *key, k)) for k in ("forced", "chosen"))
+        top = _number(metrics, "14_comparison", *key, "chosen_top_share", nullable=True)
+        said += (f"; the labels left one option for {forced}" + (
+            f", and of the {chosen} plans chosen among several the top program is {_pct(top)}%" if chosen
+            else ", so the planner chose none"))
+    return f"`{flag}` ({said})"
+
+
 def _flags(metrics: Mapping[str, Any], stem: str) -> list[str]:
     flags = _get(metrics, stem, "degenerate")
     if not isinstance(flags, list):
@@ -529,8 +561,12 @@ def render_ladder(metrics: Mapping[str, Any]) -> str:
                                                 for name in _ordered(rows)],
                                       prefix=_LADDER_PREFIX, labels={"RAG-Critic": final} if final else None)
     steps_note = _ladder_steps_note(metrics)
-    notes += [*filter(None, [ladder_note, steps_note]), _flags_line(_flags(metrics, stem)),
-              environment_line(metrics, stem)]
+    flags = _flags(metrics, stem)
+    located = [_planner_flag(metrics, f) for f in flags]
+    flags_line = (_flags_line(flags) if located == [f"`{f}`" for f in flags] else
+                  "Flagged as degenerate (`degenerate`; where a flagged planner's plans concentrate: "
+                  "`reports/metrics/14_comparison.json` `planner_choices`): " + "; ".join(located) + ".")
+    notes += [*filter(None, [ladder_note, steps_note]), flags_line, environment_line(metrics, stem)]
     intro = (f"Every row answers the same {n} testbed test questions; ΔF1 is the change against standard RAG "
              "with a paired bootstrap 95% CI and a paired permutation p; the paired MDE is the smallest change "
              "its paired differences could detect (0 for a row that changed no answer). \"right\" is the share "
