@@ -190,7 +190,9 @@ def lock_fingerprints(root: Path = paths.ROOT) -> dict[str, str]:
 def persisted_outputs(root: Path = paths.ROOT) -> dict[str, list[str]]:
     """Per stage of ``dvc.yaml`` with any: its ``persist: true`` outputs (logs the stage appends to
     and resumes from, which ``dvc repro --force`` keeps). A timed copy of such a stage is cold only
-    when they were deleted first (``shipping clear-persisted --stage``)."""
+    when they were deleted first (``shipping clear-persisted --stage``). A plain YAML read, so the
+    README's writer need not load DVC; ``clear-persisted`` reads the same outputs through DVC, and
+    a test holds the two equal on the project's dvc.yaml."""
     import yaml
 
     spec = Path(root) / "dvc.yaml"
