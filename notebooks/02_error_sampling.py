@@ -32,10 +32,14 @@ teacher = "grounded"
 teacher_config = ""
 llm_teacher_subset = 24
 audit_teacher_rows = -1
+audit_teacher_max_new_tokens = 48
 teacher_few_shot = 2
 teacher_max_new_tokens = 160
+teacher_prefix = "shared"
 
 # %%
+from functools import partial
+
 import matplotlib.pyplot as plt
 import pandas as pd
 
@@ -117,7 +121,7 @@ save_figure(ax.figure, "02_error_sampling", "error_rate_by_member");
 # %%
 primary, grounded, llm_teacher = build_teachers(
     params, teacher=teacher, teacher_config=teacher_config, llm_subset=llm_teacher_subset,
-    few_shot=teacher_few_shot, max_new_tokens=teacher_max_new_tokens)
+    few_shot=teacher_few_shot, max_new_tokens=teacher_max_new_tokens, prefix=teacher_prefix)
 judged, rationale_report = mining.attach_rationales(judged, primary, fallback=grounded)
 # BEGIN SOLUTION hint: split the judged records into the error pool and the correct pool
 errors, correct = mining.split_pools(judged)
@@ -158,8 +162,10 @@ for r, x in list(zip(subset, llm_rationales))[:2]:
 # runs and its output parses) is compared with those labels: on the choosing rows (train and dev
 # answers, which may pick the default judge) and on the test rows (which only report), with
 # Wilson 95% intervals. The LLM teacher judges `audit_teacher_rows` rows spread over the file
-# (all by default, about 2 s a row; the smoke and workshop profiles take a few). Without a labelled
-# audit the metrics say that none exists.
+# (all by default, about 0.7 s a row on 2 bf16 cores; the smoke and workshop profiles take a few).
+# Only its verdict is read, which it writes first, so its output is capped at
+# `audit_teacher_max_new_tokens` (greedy decoding writes the same first tokens under any cap).
+# Without a labelled audit the metrics say that none exists.
 
 # %%
 audit_file = paths.DATA_DIR / "audit" / "audit.jsonl"
@@ -167,7 +173,8 @@ audit_source = audit_file.relative_to(paths.ROOT).as_posix()
 if audit_file.exists():
     judge_audit = audit.judge_audit(audit.read_audit(audit_file), metrics=mining.JUDGE_METRICS,
                                     threshold=judge_threshold, source=audit_source,
-                                    teacher=llm_teacher.rationales if llm_teacher else None,
+                                    teacher=partial(llm_teacher.rationales, max_new_tokens=audit_teacher_max_new_tokens)
+                                    if llm_teacher else None,
                                     teacher_rows=audit_teacher_rows)
     print(f"audit: {judge_audit['n']} rows ({judge_audit['n_test']} test); best on the choosing rows: "
           f"{judge_audit['best_choosing']} (configured: {judge_metric})")

@@ -29,6 +29,7 @@ max_tag_tokens = 25
 llm_teacher_subset = 24
 teacher_few_shot = 2
 teacher_max_new_tokens = 160
+teacher_prefix = "shared"
 
 # %%
 import matplotlib.pyplot as plt
@@ -48,7 +49,7 @@ params, seed, out_dir = setup.params, setup.seed, setup.out_dir
 errors = read_jsonl(paths.stage_dir("error_sampling") / "d_error.jsonl")
 primary, grounded, llm_teacher = build_teachers(
     params, teacher=teacher, teacher_config=teacher_config, llm_subset=llm_teacher_subset,
-    few_shot=teacher_few_shot, max_new_tokens=teacher_max_new_tokens,
+    few_shot=teacher_few_shot, max_new_tokens=teacher_max_new_tokens, prefix=teacher_prefix,
     min_tags=min_tags, max_tags=max_tags, surface_noise=surface_noise)
 print(f"{len(errors)} error records; primary tagger: {primary.name}; grounded vocabulary: {vocabulary_size()} phrasings")
 

@@ -145,6 +145,45 @@ def test_llm_teacher_prompts_parsing_and_failure_counts():
     assert rep["cluster_name"]["failures"] == 1
 
 
+def test_llm_teacher_shares_the_prefix_for_its_own_calls_only_and_caps_on_request():
+    seen = []
+
+    def fn(prompt, params):
+        seen.append((llm.share_generation_prefix, params.max_new_tokens))
+        return '{"Judgement": "Error", "Error_analysis": "x"}'
+
+    llm = CallableLLM(fn)
+    llm.share_generation_prefix = False  # what a backend that offers it holds between calls
+    shared = LLMTeacher(llm, few_shot=2, max_new_tokens=160, share_prefix=True)
+    shared.rationales([RECORD])
+    shared.rationales([{**RECORD, "id": "q2"}], max_new_tokens=48)
+    shared.tags([RECORD])
+    assert seen == [(True, 160), (True, 48), (True, 160)]
+    assert llm.share_generation_prefix is False  # the pool's generator is left as it was
+
+    llm.share_generation_prefix = True  # another stage's setting ...
+    LLMTeacher(llm, few_shot=2).name_clusters([["a", "b"]])
+    assert seen[-1] == (False, 32) and llm.share_generation_prefix is True  # ... does not leak in or out
+
+    def failing(prompt, params):
+        raise RuntimeError("server down")
+
+    broken = CallableLLM(failing)
+    broken.share_generation_prefix = False
+    with pytest.raises(RuntimeError):
+        LLMTeacher(broken, share_prefix=True).rationales([RECORD])
+    assert broken.share_generation_prefix is False
+    # A backend without the setting (a served model) is called as it is.
+    assert LLMTeacher(CallableLLM(lambda p, g: "{}"), share_prefix=True).rationales([RECORD])[0].valid is False
+
+
+def test_build_teachers_names_a_bad_prefix_setting():
+    from ragcritic_lib.mining.teachers import build_teachers
+
+    with pytest.raises(ValueError, match="teacher_prefix"):
+        build_teachers({"common": {"seed": 0}}, teacher="grounded", prefix="half")
+
+
 def test_llm_teacher_few_shot_rotation_is_deterministic():
     t = LLMTeacher(CallableLLM(lambda p, g: "{}"), few_shot=1)
     a = t.rationale_messages(RECORD)

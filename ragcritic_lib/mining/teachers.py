@@ -20,12 +20,16 @@ import json
 import random
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ragcritic_lib.mining.evidence import compute_evidence, error_causes
+from ragcritic_lib.mining.teacher_prompts import (
+    NAME_SYSTEM, NAME_TASK, RATIONALE_EXAMPLES, RATIONALE_SYSTEM, RATIONALE_TASK, TAG_EXAMPLES, TAG_SYSTEM, TAG_TASK,
+)
 from ragcritic_lib.io import read_yaml
 from ragcritic_lib.lenient_json import MAX_PARSE_CHARS, loads_lenient, strip_fences
 from ragcritic_lib.text import TAG_STOPWORDS
@@ -282,90 +286,8 @@ class Teacher(ABC):
 
 
 # ============================================================================================
-# LLM teacher
+# LLM teacher (its prompts: ragcritic_lib.mining.teacher_prompts)
 # ============================================================================================
-
-RATIONALE_SYSTEM = (
-    "You check answers written by a retrieval-augmented question answering system and explain "
-    "precisely why a wrong answer is wrong."
-)
-RATIONALE_TASK = (
-    "You get a question, the passages retrieved for it, the answer a model gave and the reference "
-    "answer.\n\n{body}\n\n"
-    "Decide whether the model answer is correct. Reply with one JSON object and nothing else.\n"
-    'If it is wrong: {{"Judgement": "Error", "Error_analysis": "<why it is wrong: what the passages '
-    'say, what the model did, what it should have done>"}}\n'
-    'If it is correct: {{"Judgement": "Correct", "Error_analysis": ""}}'
-)
-TAG_SYSTEM = (
-    "You label the errors of retrieval-augmented question answering systems with short, specific "
-    "error tags, to help improve such systems."
-)
-TAG_TASK = (
-    "Read the error analysis below and name each distinct kind of error it describes.\n\n"
-    "Error analysis: {analysis}\n\n"
-    "Give 2 to 4 error tags in your own words, a few words each, with one sentence of explanation "
-    'each. Reply with a JSON list only: [{{"tag": "...", "explanation": "..."}}]'
-)
-NAME_SYSTEM = "You summarize groups of error tags into one category name."
-NAME_TASK = (
-    "These error tags were grouped together by clustering. They describe wrong answers of a "
-    "retrieval-augmented question answering system.\n\n{tags}\n\n"
-    "Write one short name (3 to 8 words) for the kind of error they share. "
-    'Reply with JSON only: {{"name": "..."}}'
-)
-
-# Worked examples (our own). They rotate per record so a weak model cannot copy one fixed set.
-RATIONALE_EXAMPLES: tuple[tuple[str, str], ...] = (
-    (
-        "Question: Which river flows through the city of Porto?\n"
-        "Passages:\n[1] Porto\nPorto is a coastal city in northwest Portugal on the estuary of the Douro river.\n"
-        "[2] Lisbon\nLisbon lies on the Tagus estuary.\n"
-        "Model answer: Tagus\nReference answer: Douro",
-        '{"Judgement": "Error", "Error_analysis": "Passage [1] states that Porto lies on the Douro, '
-        'but the model took the river of Lisbon from passage [2], mixing up the two cities."}',
-    ),
-    (
-        "Question: In which year did the Harlow Bridge open?\n"
-        "Passages:\n[1] Harlow Town\nHarlow Town is a market town known for its Saturday market.\n"
-        "Model answer: 1931\nReference answer: 1874",
-        '{"Judgement": "Error", "Error_analysis": "No retrieved passage mentions the bridge, so the '
-        'evidence was missing; the model still guessed a year instead of saying the information is '
-        'insufficient."}',
-    ),
-    (
-        "Question: Who composed the opera Carmen?\n"
-        "Passages:\n[1] Carmen\nCarmen is an opera in four acts by the French composer Georges Bizet.\n"
-        "Model answer: Georges Bizet\nReference answer: Bizet",
-        '{"Judgement": "Correct", "Error_analysis": ""}',
-    ),
-)
-TAG_EXAMPLES: tuple[tuple[str, str], ...] = (
-    (
-        "The passage states that Porto lies on the Douro, but the model took the river of Lisbon "
-        "from another passage, mixing up the two cities.",
-        '[{"tag": "Confused two cities", "explanation": "The answer belongs to Lisbon, not Porto."}, '
-        '{"tag": "Ignored the relevant passage", "explanation": "The passage naming the Douro was retrieved but not used."}]',
-    ),
-    (
-        "No retrieved passage mentions the bridge, so the evidence was missing; the model still "
-        "guessed a year instead of saying the information is insufficient.",
-        '[{"tag": "Key document not retrieved", "explanation": "None of the passages is about the bridge."}, '
-        '{"tag": "Guessed without evidence", "explanation": "The year is not supported by any passage."}]',
-    ),
-    (
-        "The response repeats the question several times and stops at the length limit without "
-        "ever stating a final answer.",
-        '[{"tag": "Repetitive output", "explanation": "The same sentence is repeated."}, '
-        '{"tag": "No final answer given", "explanation": "The response never commits to an answer."}]',
-    ),
-    (
-        "The question asks for the total revenue of both divisions, but the answer gives only the "
-        "figure of the first division found in passage [2].",
-        '[{"tag": "Partial numeric answer", "explanation": "Only one of the two figures was used."}, '
-        '{"tag": "Missed part of the question", "explanation": "The question asked for a sum."}]',
-    ),
-)
 
 
 def _stable_index(key: str, n: int) -> int:
@@ -392,21 +314,45 @@ class LLMTeacher(Teacher):
         few_shot: worked examples per prompt (0-3), rotated per record.
         max_new_tokens: generation cap for rationales and tags (names use 32).
         max_passage_chars: passages are cut to this length in Stage-1 prompts.
+        share_prefix: encode the turns before a prompt's last user turn (the instruction and the
+            worked examples, shared by every prompt of one rotation) once per call, where the
+            backend offers it (``share_generation_prefix``); off, every prompt is encoded whole.
+            ``benchmarks/bench_answer_prefix.py --prompts teacher`` measures both.
     """
 
     name = "llm"
 
-    def __init__(self, llm: Any, *, few_shot: int = 2, max_new_tokens: int = 160, max_passage_chars: int = 400):
+    def __init__(self, llm: Any, *, few_shot: int = 2, max_new_tokens: int = 160, max_passage_chars: int = 400,
+                 share_prefix: bool = False):
         super().__init__()
         self.llm = llm
         self.few_shot = few_shot
         self.max_new_tokens = max_new_tokens
         self.max_passage_chars = max_passage_chars
+        self.share_prefix = share_prefix
 
     def _params(self, max_new_tokens: int) -> Any:
         from ragcritic_lib.llm import GenParams
 
         return GenParams(max_new_tokens=max_new_tokens, temperature=0.0)
+
+    @contextmanager
+    def _prefix_setting(self) -> Iterator[None]:
+        # The backend may be shared with other work of the stage (the pool's generator), so the
+        # setting holds for the teacher's own calls only.
+        if not hasattr(self.llm, "share_generation_prefix"):
+            yield
+            return
+        before = self.llm.share_generation_prefix
+        self.llm.share_generation_prefix = self.share_prefix
+        try:
+            yield
+        finally:
+            self.llm.share_generation_prefix = before
+
+    def _generate(self, prompts: list[Any], max_new_tokens: int, desc: str) -> list[Any]:
+        with self._prefix_setting():
+            return list(self.llm.generate(prompts, self._params(max_new_tokens), desc=desc))
 
     def _shots(self, examples: Sequence[tuple[str, str]], key: str, wrap: str) -> list[dict[str, str]]:
         msgs: list[dict[str, str]] = []
@@ -446,9 +392,11 @@ class LLMTeacher(Teacher):
         return [{"role": "system", "content": NAME_SYSTEM},
                 {"role": "user", "content": NAME_TASK.format(tags=listing)}]
 
-    def rationales(self, records: Sequence[Mapping[str, Any]]) -> list[Rationale]:
-        gens = self.llm.generate([self.rationale_messages(r) for r in records],
-                                 self._params(self.max_new_tokens), desc="teacher: rationales")
+    def rationales(self, records: Sequence[Mapping[str, Any]], max_new_tokens: int | None = None) -> list[Rationale]:
+        """Stage-1 rationales of ``records``; ``max_new_tokens`` overrides the cap for a caller that
+        reads only the verdict (written first, so greedy decoding keeps it under a shorter cap)."""
+        gens = self._generate([self.rationale_messages(r) for r in records],
+                              max_new_tokens or self.max_new_tokens, "teacher: rationales")
         out = []
         for g in gens:
             parsed = parse_rationale(g.text)
@@ -457,8 +405,7 @@ class LLMTeacher(Teacher):
         return out
 
     def tags(self, records: Sequence[Mapping[str, Any]]) -> list[TagOutput]:
-        gens = self.llm.generate([self.tag_messages(r) for r in records],
-                                 self._params(self.max_new_tokens), desc="teacher: tags")
+        gens = self._generate([self.tag_messages(r) for r in records], self.max_new_tokens, "teacher: tags")
         out = []
         for g in gens:
             parsed = parse_tag_output(g.text)
@@ -467,8 +414,7 @@ class LLMTeacher(Teacher):
         return out
 
     def name_clusters(self, member_tags: Sequence[Sequence[str]]) -> list[ClusterName]:
-        gens = self.llm.generate([self.name_messages(t) for t in member_tags], self._params(32),
-                                 desc="teacher: cluster names")
+        gens = self._generate([self.name_messages(t) for t in member_tags], 32, "teacher: cluster names")
         out = []
         for g, tags in zip(gens, member_tags):
             parsed = parse_cluster_name(g.text)
@@ -737,6 +683,7 @@ def teacher_agreement(
 # ============================================================================================
 
 TEACHER_CHOICES = ("grounded", "llm")
+PREFIX_CHOICES = ("whole", "shared")  # how the LLM teacher's prompts are encoded (LLMTeacher.share_prefix)
 
 
 def teacher_llm(params: Mapping[str, Any], teacher_config: str = "") -> Any:
@@ -772,18 +719,23 @@ def build_teachers(
     llm_subset: int = 0,
     few_shot: int = 2,
     max_new_tokens: int = 160,
+    prefix: str = "whole",
     **grounded_options: Any,
 ) -> tuple[Teacher, GroundedTeacher, LLMTeacher | None]:
     """(primary teacher, grounded teacher, LLM teacher or None) for a notebook.
 
-    The LLM is loaded only when it is the primary teacher or ``llm_subset > 0``;
-    ``grounded_options`` go to :class:`GroundedTeacher` (min_tags, max_tags, surface_noise).
+    The LLM is loaded only when it is the primary teacher or ``llm_subset > 0``; ``prefix``
+    (``whole`` or ``shared``) sets :class:`LLMTeacher`'s ``share_prefix``; ``grounded_options`` go
+    to :class:`GroundedTeacher` (min_tags, max_tags, surface_noise).
     """
     if teacher not in TEACHER_CHOICES:
         raise ValueError(f"teacher must be one of {TEACHER_CHOICES}, got {teacher!r}")
+    if prefix not in PREFIX_CHOICES:
+        raise ValueError(f"teacher_prefix must be one of {PREFIX_CHOICES}, got {prefix!r}")
     grounded = GroundedTeacher(seed=int(params["common"]["seed"]), **grounded_options)
     llm_t = None
     if teacher == "llm" or llm_subset > 0:
-        llm_t = LLMTeacher(teacher_llm(params, teacher_config), few_shot=few_shot, max_new_tokens=max_new_tokens)
+        llm_t = LLMTeacher(teacher_llm(params, teacher_config), few_shot=few_shot, max_new_tokens=max_new_tokens,
+                           share_prefix=prefix == "shared")
     primary: Teacher = llm_t if teacher == "llm" and llm_t is not None else grounded
     return primary, grounded, llm_t
