@@ -97,8 +97,9 @@ def main() -> None:
     parser.add_argument("--prompts", choices=sorted(OUTS), default="reader", help="which prompt set")
     parser.add_argument("--questions", type=int, default=140,
                         help="reader: dev questions of the first dataset; teacher: choosing rows (<= 0: all)")
-    parser.add_argument("--verdict-tokens", type=int, default=48,
-                        help="teacher: a third recipe, shared and capped at this many new tokens (0: none)")
+    parser.add_argument("--verdict-tokens", type=int, default=None,
+                        help="teacher: a third recipe, shared and capped at this many new tokens "
+                             "(default: LLMTeacher.verdicts' cap, VERDICT_TOKENS; 0: none)")
     parser.add_argument("--out", default="", help=f"report path (default: {OUTS})")
     args = parser.parse_args()
     if args.prompts == "reader" and args.questions < 2:
@@ -110,6 +111,10 @@ def main() -> None:
     from ragcritic_lib.pipeline.stage_metrics import cpu_class
 
     params = load_params()
+    if args.verdict_tokens is None:
+        from ragcritic_lib.mining.teachers import VERDICT_TOKENS
+
+        args.verdict_tokens = VERDICT_TOKENS
     build = reader_set if args.prompts == "reader" else teacher_set
     meta, prompts, gen_params, score = build(params, args.questions)
     generator = runtime.load_generator(params, cache=False)  # both recipes pay every call

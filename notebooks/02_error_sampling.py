@@ -32,14 +32,11 @@ teacher = "grounded"
 teacher_config = ""
 llm_teacher_subset = 24
 audit_teacher_rows = -1
-audit_teacher_max_new_tokens = 48
 teacher_few_shot = 2
 teacher_max_new_tokens = 160
 teacher_prefix = "shared"
 
 # %%
-from functools import partial
-
 import matplotlib.pyplot as plt
 import pandas as pd
 
@@ -163,8 +160,8 @@ for r, x in list(zip(subset, llm_rationales))[:2]:
 # answers, which may pick the default judge) and on the test rows (which only report), with
 # Wilson 95% intervals. The LLM teacher judges `audit_teacher_rows` rows spread over the file
 # (all by default, about 0.7 s a row on 2 bf16 cores; the smoke and workshop profiles take a few).
-# Only its verdict is read, which it writes first, so its output is capped at
-# `audit_teacher_max_new_tokens` (greedy decoding writes the same first tokens under any cap).
+# Only its verdict is read, which it writes first, so it writes `LLMTeacher.verdicts`: its
+# rationales cut at 48 new tokens (greedy decoding writes the same first tokens under any cap).
 # Without a labelled audit the metrics say that none exists.
 
 # %%
@@ -173,8 +170,7 @@ audit_source = audit_file.relative_to(paths.ROOT).as_posix()
 if audit_file.exists():
     judge_audit = audit.judge_audit(audit.read_audit(audit_file), metrics=mining.JUDGE_METRICS,
                                     threshold=judge_threshold, source=audit_source,
-                                    teacher=partial(llm_teacher.rationales, max_new_tokens=audit_teacher_max_new_tokens)
-                                    if llm_teacher else None,
+                                    teacher=llm_teacher.verdicts if llm_teacher else None,
                                     teacher_rows=audit_teacher_rows)
     print(f"audit: {judge_audit['n']} rows ({judge_audit['n_test']} test); best on the choosing rows: "
           f"{judge_audit['best_choosing']} (configured: {judge_metric})")

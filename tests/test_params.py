@@ -54,8 +54,6 @@ REJECTED = [
     ("testbed", {"frac_dev": 0.5, "frac_test": 0.5}, "testbed.frac_dev + testbed.frac_test: 0.5 + 0.5 = 1, must be < 1"),
     ("critic_data", {"min_correct_share": 1.5}, "critic_data.min_correct_share: must be in [0, 1], got 1.5"),
     ("critic_sft", {"method": "adapters"}, "critic_sft.method: must be one of full | lora | best, got 'adapters'"),
-    ("error_sampling", {"teacher_prefix": "half"}, "error_sampling.teacher_prefix: must be one of whole | shared, got 'half'"),
-    ("error_sampling", {"audit_teacher_max_new_tokens": 0}, "error_sampling.audit_teacher_max_new_tokens: must be >= 1"),
     ("critic_data", {"train_questions": "testbed=many"}, "critic_data.train_questions"),
     ("testbed", {"domains": "finance,,law"}, "testbed.domains: empty item in 'finance,,law'"),
     ("testbed", {"domains": "finance,mars"}, "testbed.domains: 'mars' (not one of finance,law,medical,places,sports)"),

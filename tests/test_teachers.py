@@ -8,7 +8,7 @@ import pytest
 from ragcritic_lib.llm import CallableLLM
 from ragcritic_lib.mining.tagging import tag_key
 from ragcritic_lib.mining.teachers import (
-    CAUSE_NAMES, TAG_VOCABULARY, GroundedTeacher, LLMTeacher, Rationale, TagOutput, loads_lenient,
+    CAUSE_NAMES, TAG_VOCABULARY, VERDICT_TOKENS, GroundedTeacher, LLMTeacher, Rationale, TagOutput, loads_lenient,
     parse_cluster_name, parse_rationale, parse_tag_output, teacher_agreement, vocabulary_size,
 )
 
@@ -156,9 +156,11 @@ def test_llm_teacher_shares_the_prefix_for_its_own_calls_only_and_caps_on_reques
     llm.share_generation_prefix = False  # what a backend that offers it holds between calls
     shared = LLMTeacher(llm, few_shot=2, max_new_tokens=160, share_prefix=True)
     shared.rationales([RECORD])
-    shared.rationales([{**RECORD, "id": "q2"}], max_new_tokens=48)
+    shared.verdicts([{**RECORD, "id": "q2"}])
     shared.tags([RECORD])
-    assert seen == [(True, 160), (True, 48), (True, 160)]
+    assert seen == [(True, 160), (True, VERDICT_TOKENS), (True, 160)]
+    LLMTeacher(llm, max_new_tokens=VERDICT_TOKENS // 2).verdicts([RECORD])
+    assert seen[-1][1] == VERDICT_TOKENS // 2  # never past the teacher's own cap
     assert llm.share_generation_prefix is False  # the pool's generator is left as it was
 
     llm.share_generation_prefix = True  # another stage's setting ...

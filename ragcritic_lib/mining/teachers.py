@@ -35,6 +35,10 @@ from ragcritic_lib.lenient_json import MAX_PARSE_CHARS, loads_lenient, strip_fen
 from ragcritic_lib.text import TAG_STOPWORDS
 
 MAX_TAGS_PER_OUTPUT = 10
+# New tokens of LLMTeacher.verdicts: the verdict and the opening of the analysis. On the hand
+# audit's choosing rows it gave every verdict of the full 160-token rationales in 0.58x their time
+# (benchmarks/bench_answer_prefix.py --prompts teacher, reports/benchmarks/teacher_prefix.json).
+VERDICT_TOKENS = 48
 
 
 # ============================================================================================
@@ -393,8 +397,7 @@ class LLMTeacher(Teacher):
                 {"role": "user", "content": NAME_TASK.format(tags=listing)}]
 
     def rationales(self, records: Sequence[Mapping[str, Any]], max_new_tokens: int | None = None) -> list[Rationale]:
-        """Stage-1 rationales of ``records``; ``max_new_tokens`` overrides the cap for a caller that
-        reads only the verdict (written first, so greedy decoding keeps it under a shorter cap)."""
+        """Stage-1 rationales of ``records``, at most ``max_new_tokens`` (default: the teacher's cap)."""
         gens = self._generate([self.rationale_messages(r) for r in records],
                               max_new_tokens or self.max_new_tokens, "teacher: rationales")
         out = []
@@ -403,6 +406,13 @@ class LLMTeacher(Teacher):
             self._count("rationale", parsed.error)
             out.append(parsed)
         return out
+
+    def verdicts(self, records: Sequence[Mapping[str, Any]]) -> list[Rationale]:
+        """:meth:`rationales` cut at :data:`VERDICT_TOKENS` (or the teacher's cap, if smaller), for a
+        caller that reads only the verdict, such as the judge audit. The prompt asks for the verdict
+        first and greedy decoding writes the same first tokens under any cap, so every verdict
+        written within the cap is the one the full rationale holds; the analysis is cut short."""
+        return self.rationales(records, max_new_tokens=min(VERDICT_TOKENS, self.max_new_tokens))
 
     def tags(self, records: Sequence[Mapping[str, Any]]) -> list[TagOutput]:
         gens = self._generate([self.tag_messages(r) for r in records], self.max_new_tokens, "teacher: tags")

@@ -345,7 +345,6 @@ def rules() -> dict[str, dict[str, Rule]]:
 
     answer_variants = tuple(v for v in rag.PROMPT_VARIANTS if v != "closed_book")  # closed book: its own switch
     teacher = one_of(teachers.TEACHER_CHOICES)
-    teacher_prefix = one_of(teachers.PREFIX_CHOICES)
     count, some = integer(1), integer(0)
     tokens = integer(1)
     return {
@@ -411,14 +410,13 @@ def rules() -> dict[str, dict[str, Rule]]:
             "dataset_questions": dataset_counts(),
             "chunk_size": count, "judge_metric": one_of(mining.JUDGE_METRICS), "judge_threshold": FRACTION,
             "teacher": teacher, "teacher_config": input_path(empty_ok=True), "llm_teacher_subset": some,
-            "audit_teacher_rows": integer(-1), "audit_teacher_max_new_tokens": tokens,
-            "teacher_few_shot": some, "teacher_max_new_tokens": tokens, "teacher_prefix": teacher_prefix,
+            "audit_teacher_rows": integer(-1),
+            "teacher_few_shot": some, "teacher_max_new_tokens": tokens,
         },
         "tagging": {
             "teacher": teacher, "teacher_config": input_path(empty_ok=True), "min_tags": count,
             "max_tags": count, "surface_noise": FRACTION, "alpha": count, "max_tag_tokens": tokens,
             "llm_teacher_subset": some, "teacher_few_shot": some, "teacher_max_new_tokens": tokens,
-            "teacher_prefix": teacher_prefix,
         },
         "taxonomy": {
             "n_clusters": integer(2), "max_tags_per_cluster": count, "cluster_namer": teacher,
