@@ -43,6 +43,7 @@ from ragcritic_lib.critic import corpus as critic_corpus
 from ragcritic_lib.mining import sampling as mining
 from ragcritic_lib.critic.critics import HeuristicCritic, LLMCritic, critiques_to_records, load_trained_critic
 from ragcritic_lib.critic.probe import ProbeScorer
+from ragcritic_lib.critic.baseline_flags import baseline_critics_degenerate
 from ragcritic_lib.critic.benchmark import (
     benchmark_metrics, benchmark_table, plot_per_label, score_critic, score_known_causes, verdict_scores,
     with_confidence,
@@ -210,10 +211,14 @@ if example is not None:
 
 # %%
 # The benchmark, the table, each critic's scores and CIs, the two baselines and token counts
-# (call timings and cache hits vary between runs, so they stay out).
+# (call timings and cache hits vary between runs, so they stay out). `degenerate` holds the
+# benchmark's own reasons, the trained critics' flags and those of the critics trained elsewhere
+# or not at all (mostly unparsed critiques, a verdict at chance).
+trained = ["SFT critic", "SFT+DPO critic"]
 metrics = benchmark_metrics(report=report, table=table.reset_index().to_dict(orient="records"), results=results,
                             by_dataset=by_dataset, known_causes=known, critics=critics, style_baseline=style_baseline,
-                            question_baseline=question_baseline, degenerate=degenerate)
+                            question_baseline=question_baseline, degenerate=degenerate, trained=trained)
+metrics["degenerate"] += baseline_critics_degenerate(results, trained)
 write_stage_metrics("07_benchmark", metrics)
 
 # %% [markdown]

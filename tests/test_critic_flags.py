@@ -147,3 +147,34 @@ def test_dpo_selected_on_held_out_pairs_is_flagged_by_their_loss_not_the_auroc()
     tagless = flags.dpo_degenerate(same_auroc, {"last_reward_accuracy": 0.7}, GOOD_CAL, dev_pairs=learned,
                                    tags=_tags(0.0))
     assert len(tagless) == 1 and tagless[0].startswith("critic_dpo: its critiques of 40 wrong dev answers")
+
+
+def _baseline(auroc, low, high, unparsed):
+    return {"verdict_auroc": auroc, "verdict_auroc_ci_low": low, "verdict_auroc_ci_high": high,
+            "parse_failure_rate": unparsed}
+
+
+@pytest.mark.parametrize("score,said", [
+    (_baseline(0.70, 0.62, 0.78, 0.0), []),
+    (_baseline(0.70, 0.62, 0.78, 0.5), []),  # half unparsed is not yet "mostly"
+    (_baseline(0.70, 0.62, 0.78, 0.993), ["99.3% of its critiques unparsed"]),
+    (_baseline(0.502, 0.434, 0.572, 0.0), ["0.502 with a 95% CI (0.434-0.572) that holds 0.5"]),
+    (_baseline(0.502, 0.434, 0.572, 0.993), ["unparsed", "holds 0.5"]),
+    (_baseline(0.30, 0.22, 0.38, 0.0), []),  # below chance, but its interval excludes 0.5
+    (_baseline(None, None, None, None), []),
+])
+def test_an_untrained_critic_mostly_unparsed_or_at_chance_is_flagged(score, said):
+    from ragcritic_lib.critic.baseline_flags import baseline_critic_degenerate
+
+    found = baseline_critic_degenerate("base zero-shot", score)
+    assert len(found) == len(said)
+    assert all(part in f and f.startswith("baseline base zero-shot: ") for part, f in zip(said, found))
+
+
+def test_only_the_critics_not_trained_here_get_baseline_flags_in_table_order():
+    from ragcritic_lib.critic.baseline_flags import baseline_critics_degenerate
+
+    results = {"SFT critic": _baseline(0.5, 0.4, 0.6, 0.9), "base zero-shot": _baseline(0.5, 0.4, 0.6, 0.9),
+               "heuristic": _baseline(0.503, 0.448, 0.558, 0.0), "served": _baseline(0.8, 0.7, 0.9, 0.1)}
+    found = baseline_critics_degenerate(results, ["SFT critic", "SFT+DPO critic"])
+    assert [f.split(":")[0] for f in found] == ["baseline base zero-shot"] * 2 + ["baseline heuristic"]
