@@ -217,8 +217,8 @@ if example is not None:
 trained = ["SFT critic", "SFT+DPO critic"]
 metrics = benchmark_metrics(report=report, table=table.reset_index().to_dict(orient="records"), results=results,
                             by_dataset=by_dataset, known_causes=known, critics=critics, style_baseline=style_baseline,
-                            question_baseline=question_baseline, degenerate=degenerate, trained=trained)
-metrics["degenerate"] += baseline_critics_degenerate(results, trained)
+                            question_baseline=question_baseline, trained=trained,
+                            degenerate=degenerate + baseline_critics_degenerate(results, trained))
 write_stage_metrics("07_benchmark", metrics)
 
 # %% [markdown]
