@@ -25,20 +25,25 @@
 # and the loop stops as soon as the feedback approves the current answer. Each rewrite is standard
 # RAG's prompt (its variant `retrieval_rag.prompt_variant`) with the feedback as an extra
 # instruction, read with standard RAG's answer extraction; only the feedback has its own prompt.
+# With `answer_prefix: shared` the opening every rewrite prompt shares (standard RAG's instruction
+# and worked examples) is encoded once, as RAG-Critic's answers are in notebook 08.
 
 # %% tags=["parameters"]
 rounds = 2
+answer_prefix = "shared"
 
 # %%
 import pandas as pd
 
 from ragcritic_lib.baselines import MeteredLLM, add_costs, dataset_costs, jsonable, records_cost, self_refine, stopwatch
+from ragcritic_lib.baselines.answer_prefix import set_answer_prefix
 from ragcritic_lib.baselines.harness import save_method_answers
 from ragcritic_lib.baselines.stage_setup import setup_method
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 
 setup = setup_method("self_refine")  # params, standard RAG's settings, the answer setting, generator, questions
 rr, gen, llm, test = setup.rag, setup.gen, setup.llm, setup.test
+set_answer_prefix(llm, answer_prefix, key="self_refine.answer_prefix")
 answer_kw = dict(gen_params=setup.answer_gen, rag_variant=setup.variant)  # answers as standard RAG writes them
 {ds: len(recs) for ds, recs in test.items()}
 

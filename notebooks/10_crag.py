@@ -34,6 +34,8 @@
 # (`error_sampling.judge_metric`) calls right most often wins (mean F1 breaks ties), so each
 # action is credited with what it achieves. An action the dev optimum never chooses is flagged as
 # degenerate. The test questions are those of every baseline (see notebook 09).
+# With `answer_prefix: shared` the opening every answer prompt shares (standard RAG's instruction and
+# worked examples) is encoded once, as RAG-Critic's answers are in notebook 08.
 
 # %% tags=["parameters"]
 train_questions = 60
@@ -44,6 +46,7 @@ k_secondary = 3
 top_strips = 4
 min_strip_score = -0.5
 rewriter = "keywords"
+answer_prefix = "shared"
 
 # %%
 from collections import Counter
@@ -53,12 +56,14 @@ from IPython.display import display
 
 from ragcritic_lib import runtime
 from ragcritic_lib.baselines import MeteredLLM, crag, dataset_name, jsonable, judge_params, score_records, stopwatch
+from ragcritic_lib.baselines.answer_prefix import set_answer_prefix
 from ragcritic_lib.baselines.harness import save_method_answers
 from ragcritic_lib.baselines.stage_setup import setup_method
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 
 setup = setup_method("crag")  # params, standard RAG's settings, the answer setting, generator, questions
 params, seed, rr, llm, test = setup.params, setup.seed, setup.rag, setup.llm, setup.test
+set_answer_prefix(llm, answer_prefix, key="crag.answer_prefix")  # standard RAG's opening encoded once (shared) or not
 reranker = None
 if use_reranker:
     from ragcritic_lib.retrieval import CrossEncoderReranker

@@ -48,7 +48,8 @@
 #
 # Each turn's answer is standard RAG's: its prompt (variant `retrieval_rag.prompt_variant`) over
 # the passages gathered so far, read with its answer extraction; the rationale the critic reads
-# has SIM-RAG's own prompt and explains that answer.
+# has SIM-RAG's own prompt and explains that answer. With `answer_prefix: shared` the opening every
+# answer prompt shares (standard RAG's instruction and worked examples) is encoded once.
 
 # %% tags=["parameters"]
 train_questions = 100
@@ -68,6 +69,7 @@ critic_base_model = ""
 heldout_frac = 0.3
 classifier_ablation = True
 oracle_ceiling = True
+answer_prefix = "shared"
 
 # %%
 import pandas as pd
@@ -75,12 +77,14 @@ import pandas as pd
 from ragcritic_lib import runtime
 from ragcritic_lib.baselines import (MeteredLLM, add_costs, dataset_costs, epochs_trained, jsonable, per_dataset, simrag,
                                      stopwatch)
+from ragcritic_lib.baselines.answer_prefix import set_answer_prefix
 from ragcritic_lib.baselines.harness import save_method_answers
 from ragcritic_lib.baselines.stage_setup import setup_method
 from ragcritic_lib.pipeline.stage_metrics import write_stage_metrics
 
 setup = setup_method("simrag")  # params, standard RAG's settings, the answer setting, generator, questions
 params, seed, llm, test = setup.params, setup.seed, setup.llm, setup.test
+set_answer_prefix(llm, answer_prefix, key="simrag.answer_prefix")  # standard RAG's opening encoded once (shared) or not
 datasets, retrievers, out_dir = setup.datasets, setup.load_retrievers(), setup.out_dir
 # answers as standard RAG writes them; rationales and search queries in SIM-RAG's own prompts
 sim_kw = simrag.loop_settings(setup, max_turns=max_turns, docs_per_turn=docs_per_turn, initial_docs=initial_docs)
