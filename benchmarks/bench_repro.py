@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ragcritic_lib.io import file_sha256  # noqa: E402
-from ragcritic_lib.pipeline.workspace import run_timed, temporary_copy  # noqa: E402
+from ragcritic_lib.pipeline.workspace import probe_host, run_timed, temporary_copy  # noqa: E402
 
 
 def stage_seconds(root: Path) -> dict[str, float]:
@@ -164,6 +164,7 @@ def main() -> None:
             parser.error(f"--compare-only: {args.compare_only} has no reports/metrics folder")
         print_comparison(compare_results(ROOT, args.compare_only))
         return
+    host = probe_host(ROOT) if args.out is not None else None  # the machine's speed, kept with the record
     with temporary_copy("ragcritic-repro-", keep=args.keep) as (tmp, root, env):
         if args.profile:
             run_timed([sys.executable, "-m", "ragcritic_lib.pipeline.profiles", args.profile], root, env)
@@ -182,6 +183,7 @@ def main() -> None:
 
             record = repro_record(root, sorted(stage_seconds(root)), targets=args.target, profile=args.profile,
                                   cold=cold, noop=noop, cpu_class=cpu_class("cpu"), date=dt.date.today().isoformat())
+            record["host"] = host
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
             print(f"-> {args.out}: the stages' own times sum to {record['stages_sum_seconds']:.1f} s")

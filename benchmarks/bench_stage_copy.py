@@ -40,6 +40,7 @@ from ragcritic_lib.pipeline.workspace import (  # noqa: E402
     compare_metrics,
     lock_fingerprints,
     persisted_outputs,
+    probe_host,
     record_copy,
     run_timed,
     temporary_copy,
@@ -87,6 +88,8 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the temporary copy")
     args = parser.parse_args()
     stem = stage_stem(ROOT, args.stage)
+    host = probe_host(ROOT)  # before the copy: nothing else of this benchmark runs beside it
+    print(f"host probe: {host.get('generate_seconds')} s ({host.get('cpu_model')})", flush=True)
     with temporary_copy("ragcritic-copy-", keep=args.keep) as (tmp, root, env):
         restore_s, _ = run_timed([sys.executable, "-m", "ragcritic_lib.pipeline.shipping", "restore"], root, env,
                                  log=tmp / "restore.log")
@@ -106,7 +109,7 @@ def main() -> None:
             "fingerprint": lock_fingerprints(root).get(args.stage),
             "cleared": persisted_outputs(root).get(args.stage, []),
             "committed_fingerprint": lock_fingerprints(ROOT).get(args.stage),
-            "note": args.note,
+            "note": args.note, "host": host,
             "vs_committed": compare_metrics(committed, metrics, headline=HEADLINES.get(stem, ())),
         }
         print(json.dumps(entry, indent=1))

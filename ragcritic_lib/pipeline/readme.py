@@ -1207,6 +1207,9 @@ def render_stage_times(metrics: Mapping[str, Any]) -> str:
                 "inputs and params of the committed run; its outputs were not kept. A stage that appends to a "
                 "`persist: true` log is shown only from a copy that deleted the log first: restored with the "
                 "shipped outputs, the log lets the stage resume instead of generating."]
+        hosts = _copy_hosts({key: c for key, c in copies.items() if key[0] in metrics})
+        if hosts:
+            note += ["", hosts]
         agreement = [_copy_agreement(stem, cls, c["vs_committed"]) for (stem, cls), c in sorted(copies.items())
                      if stem in metrics and isinstance(c.get("vs_committed"), Mapping)]
         if agreement:
@@ -1251,6 +1254,25 @@ def _bf16_group_line(envs: Mapping[str, Mapping[str, Any]], metrics: Mapping[str
     text += f"; not timed on either class: {', '.join(missing)}" if missing else ""
     return [text + f". The budget of a cold `dvc repro` there is {COLD_REPRO_BUDGET_MIN} min; a committed run may "
             "have found its LLM calls cached, a copy never does."]
+
+
+def _copy_hosts(copies: Mapping[tuple[str, str], Mapping[str, Any]]) -> str:
+    """One line on the machines behind the copies shown: per CPU class, the host probe's seconds
+    (``host.generate_seconds`` of a record, :func:`ragcritic_lib.pipeline.workspace.host_speed`; lower
+    is faster) as a range, and how many of the class's copies were probed; "" when none was."""
+    parts = []
+    for cls in sorted({c for _, c in copies}):
+        shown = [c for (_, c_cls), c in copies.items() if c_cls == cls]
+        probes = sorted(float(s) for s in ((c.get("host") or {}).get("generate_seconds") for c in shown)
+                        if isinstance(s, (int, float)) and not isinstance(s, bool))
+        if probes:
+            span = f"{probes[0]:.1f} s" if probes[0] == probes[-1] else f"{probes[0]:.1f}-{probes[-1]:.1f} s"
+            parts.append(f"{cls} {span} ({len(probes)} of its {len(shown)} copies probed)")
+    if not parts:
+        return ""
+    return ("The machines behind the copies (`benchmarks/bench_host_speed.py`: seconds for the generator to answer "
+            "16 fixed standard RAG prompts on that host, lower is faster; copies made before the probe existed have "
+            "none): " + "; ".join(parts) + ".")
 
 
 def _copy_agreement(stem: str, cls: str, vs: Mapping[str, Any]) -> str:

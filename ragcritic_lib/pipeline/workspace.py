@@ -156,6 +156,84 @@ def run_timed(cmd: list[str], cwd: Path, env: dict[str, str], log: Path | None =
     return seconds, output
 
 
+def probe_host(root: Path = paths.ROOT) -> dict:
+    """:func:`host_speed` in a process of its own (``benchmarks/bench_host_speed.py --json`` in
+    ``root``), so its model does not stay in the caller's memory; a probe that fails gives a record
+    with ``generate_seconds`` None and ``why``, never an exception."""
+    import sys
+
+    proc = subprocess.run([sys.executable, "benchmarks/bench_host_speed.py", "--json"], cwd=root,
+                          capture_output=True, text=True)
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        return {"generate_seconds": None, "why": (proc.stderr or proc.stdout or "no output")[-300:]}
+
+
+# ---------------------------------------------------------------------------------------------
+# How fast the machine at hand is (benchmarks/bench_host_speed.py): hosts of one CPU class run the
+# same stage up to about twice as fast as each other, so a timed copy or run keeps this beside its time.
+
+HOST_PROMPTS = 16          # standard RAG prompts answered a probe, one generate call
+HOST_NEW_TOKENS = 24       # greedy tokens each (most answers stop earlier; the longest sets the decode)
+HOST_REPEATS = 3           # timed calls; the fastest counts (one call alone varied by about 15%)
+_HOST_WORDS = ("harbour museum founded century railway station northern island river capital author novel "
+               "bridge festival population mountain company revenue employees director season").split()
+
+
+def host_prompts(n: int = HOST_PROMPTS) -> list[list[dict[str, str]]]:
+    """``n`` fixed standard RAG prompts (prefill variant, three passages of 40-60 words each):
+    the same text on every machine, so only the machine's speed differs between probes."""
+    from ragcritic_lib.retrieval.rag import build_rag_messages
+
+    out = []
+    for i in range(n):
+        passages = [" ".join(_HOST_WORDS[(i * 7 + j * 3 + k) % len(_HOST_WORDS)] for k in range(40 + 10 * j)) + "."
+                    for j in range(3)]
+        question = f"Which {_HOST_WORDS[i % len(_HOST_WORDS)]} was {_HOST_WORDS[(i + 5) % len(_HOST_WORDS)]} first?"
+        out.append(build_rag_messages(question, passages, variant="prefill"))
+    return out
+
+
+def host_speed(params: dict | None = None, *, cpuinfo: str | None = None) -> dict:
+    """This machine's speed at the pipeline's own work: the seconds the generator of params.yaml
+    (``common.generator``, in the dtype its CPU class resolves to, its LLM cache off) takes to answer
+    :func:`host_prompts` in one call, the fastest of ``HOST_REPEATS`` calls after an unmeasured
+    warm-up; lower is faster. About half a minute on 2 cores. Returns ``cpu_model`` (from
+    /proc/cpuinfo), ``cpu_class``, ``dtype``, ``prompts``, ``new_tokens``, ``prompt_tokens``,
+    ``generate_seconds`` and every call's seconds (``runs``); a generator that cannot load (no
+    assets yet) gives ``generate_seconds`` None and ``why``."""
+    from ragcritic_lib.pipeline.stage_metrics import cpu_class
+
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            cpuinfo = ""
+    model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines()
+                  if line.lower().startswith("model name") and ":" in line), "unknown")
+    out: dict = {"cpu_model": model, "cpu_class": cpu_class("cpu", cpuinfo), "prompts": HOST_PROMPTS,
+                 "new_tokens": HOST_NEW_TOKENS}
+    try:
+        from ragcritic_lib import runtime
+        from ragcritic_lib.llm import GenParams
+        from ragcritic_lib.pipeline.params import load_params
+
+        llm = runtime.load_generator(params or load_params(), cache=False)
+    except Exception as exc:  # noqa: BLE001 - the probe reports why it could not run, and the caller goes on
+        return {**out, "dtype": None, "prompt_tokens": None, "generate_seconds": None,
+                "why": f"{type(exc).__name__}: {exc}"[:300]}
+    prompts, gen = host_prompts(), GenParams(max_new_tokens=HOST_NEW_TOKENS, temperature=0.0)
+    llm.generate(prompts[:2], gen)
+    runs = []
+    for _ in range(HOST_REPEATS):
+        start = time.perf_counter()
+        answers = llm.generate(prompts, gen)
+        runs.append(round(time.perf_counter() - start, 2))
+    return {**out, "dtype": getattr(llm, "dtype", None), "prompt_tokens": sum(a.prompt_tokens or 0 for a in answers),
+            "generate_seconds": min(runs), "runs": runs}
+
+
 # ---------------------------------------------------------------------------------------------
 # One stage timed cold in a restored copy (benchmarks/bench_stage_copy.py): a stage's time on a CPU
 # class that its committed run was not made on, without replacing the committed outputs.
