@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import random
 import sys
 import time
 from pathlib import Path
@@ -35,7 +34,7 @@ from ragcritic_lib.critic import corpus as critic_corpus  # noqa: E402
 from ragcritic_lib.critic.data import sft_examples  # noqa: E402
 from ragcritic_lib.critic.probe import fit_probe, load_frozen, probe_scores, verdict_features  # noqa: E402
 from ragcritic_lib.critic.verifier import is_error_example  # noqa: E402
-from ragcritic_lib.evaluation.stats import auroc  # noqa: E402
+from ragcritic_lib.evaluation.stats import auroc, paired_auroc_diff  # noqa: E402
 from ragcritic_lib.io import read_json, read_jsonl  # noqa: E402
 from ragcritic_lib.llm import GenParams  # noqa: E402
 from ragcritic_lib.mining.taxonomy import load_known_causes, load_taxonomy  # noqa: E402
@@ -44,21 +43,6 @@ from ragcritic_lib.pipeline.stage_metrics import cpu_class  # noqa: E402
 from ragcritic_lib.retrieval.rag import answer_gen_params, run_standard_rag  # noqa: E402
 
 OUT = ROOT / "reports" / "benchmarks" / "probe_more_answers.json"
-
-
-def paired_auroc_ci(a, b, y, groups, *, seed: int, n_boot: int) -> tuple[float, float]:
-    """Percentile 95% CI of AUROC(b) - AUROC(a) on the same answers, resampling their questions."""
-    by_q: dict = {}
-    for i, g in enumerate(groups):
-        by_q.setdefault(g, []).append(i)
-    keys, rng, diffs = list(by_q), random.Random(seed), []
-    for _ in range(n_boot):
-        idx = [i for k in rng.choices(keys, k=len(keys)) for i in by_q[k]]
-        ys = [y[i] for i in idx]
-        if 0 < sum(ys) < len(ys):
-            diffs.append(auroc([b[i] for i in idx], ys) - auroc([a[i] for i in idx], ys))
-    diffs.sort()
-    return diffs[int(0.025 * len(diffs))], diffs[int(0.975 * len(diffs)) - 1]
 
 
 def main() -> None:
@@ -131,8 +115,8 @@ def main() -> None:
                       "dev_auroc": round(auroc(scores, y_dev), 4), "scores": scores}
     fit_seconds = time.time() - t2
     a, b = fits["shipped samples"]["scores"], fits["shipped + sampled answers"]["scores"]
-    low, high = paired_auroc_ci(a, b, y_dev, [s["qkey"] for s in dev], seed=seed, n_boot=args.bootstrap)
-    diff = fits["shipped + sampled answers"]["dev_auroc"] - fits["shipped samples"]["dev_auroc"]
+    # with the sampled answers minus without, resampling dev questions
+    diff = paired_auroc_diff(b, a, y_dev, seed=seed, n_boot=args.bootstrap, groups=[s["qkey"] for s in dev])
     record = {
         "date": dt.date.today().isoformat(), "cpu_class": cpu_class("cpu"),
         "dev": {"n": len(y_dev), "wrong": sum(y_dev), "questions": len({s["qkey"] for s in dev})},
@@ -140,7 +124,7 @@ def main() -> None:
                      "new_answers": len(new), "new_right": sum(s["judgement"] == "Correct" for s in new),
                      "questions": disjoint},
         "fits": {k: {kk: vv for kk, vv in v.items() if kk != "scores"} for k, v in fits.items()},
-        "difference": {"dev_auroc": round(diff, 4), "ci_low": round(low, 4), "ci_high": round(high, 4)},
+        "difference": {"dev_auroc": diff["diff"], "ci_low": diff["ci_low"], "ci_high": diff["ci_high"]},
         "seconds": {"generate": round(generate_seconds, 1), "features": round(feature_seconds, 1),
                     "fit": round(fit_seconds, 1)},
     }

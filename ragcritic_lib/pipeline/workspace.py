@@ -156,20 +156,6 @@ def run_timed(cmd: list[str], cwd: Path, env: dict[str, str], log: Path | None =
     return seconds, output
 
 
-def probe_host(root: Path = paths.ROOT) -> dict:
-    """:func:`host_speed` in a process of its own (``benchmarks/bench_host_speed.py --json`` in
-    ``root``), so its model does not stay in the caller's memory; a probe that fails gives a record
-    with ``generate_seconds`` None and ``why``, never an exception."""
-    import sys
-
-    proc = subprocess.run([sys.executable, "benchmarks/bench_host_speed.py", "--json"], cwd=root,
-                          capture_output=True, text=True)
-    try:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
-    except (IndexError, json.JSONDecodeError):
-        return {"generate_seconds": None, "why": (proc.stderr or proc.stdout or "no output")[-300:]}
-
-
 # ---------------------------------------------------------------------------------------------
 # How fast the machine at hand is (benchmarks/bench_host_speed.py): hosts of one CPU class run the
 # same stage up to about twice as fast as each other, so a timed copy or run keeps this beside its time.
@@ -232,6 +218,20 @@ def host_speed(params: dict | None = None, *, cpuinfo: str | None = None) -> dic
         runs.append(round(time.perf_counter() - start, 2))
     return {**out, "dtype": getattr(llm, "dtype", None), "prompt_tokens": sum(a.prompt_tokens or 0 for a in answers),
             "generate_seconds": min(runs), "runs": runs}
+
+
+def probe_host(root: Path = paths.ROOT) -> dict:
+    """:func:`host_speed` in a process of its own (``benchmarks/bench_host_speed.py --json`` in
+    ``root``), so its model does not stay in the caller's memory; a probe that fails gives a record
+    with ``generate_seconds`` None and ``why``, never an exception."""
+    import sys
+
+    proc = subprocess.run([sys.executable, "benchmarks/bench_host_speed.py", "--json"], cwd=root,
+                          capture_output=True, text=True)
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        return {"generate_seconds": None, "why": (proc.stderr or proc.stdout or "no output")[-300:]}
 
 
 # ---------------------------------------------------------------------------------------------
