@@ -41,7 +41,9 @@ import pandas as pd
 from ragcritic_lib import paths, runtime
 from ragcritic_lib.critic import corpus as critic_corpus
 from ragcritic_lib.mining import sampling as mining
-from ragcritic_lib.critic.critics import HeuristicCritic, LLMCritic, critiques_to_records, load_trained_critic
+from ragcritic_lib.critic.critics import (
+    HeuristicCritic, LLMCritic, calibrate_verdicts, critiques_to_records, load_trained_critic,
+)
 from ragcritic_lib.critic.probe import ProbeScorer
 from ragcritic_lib.critic.baseline_flags import baseline_critics_degenerate
 from ragcritic_lib.critic.benchmark import (
@@ -110,8 +112,12 @@ pd.Series(critic_corpus.data_report(bench)["datasets"], name="samples")
 # %% [markdown]
 # ## The critics
 # The SFT and SFT+DPO critics as RAG-Critic uses them (verdict read off the dev-fitted threshold,
-# then the critique), the base model zero-shot with the benchmark prompt (Prompt E in our words),
-# the grounded heuristic critic (rules, no LLM), and any model named in params.
+# then the critique), the base model zero-shot with the benchmark prompt (Prompt E in our words)
+# under the same protocol, the grounded heuristic critic (rules, no LLM), and any model named in
+# params. Left to write its own JSON, the 135M base model continues the prompt instead (99% of its
+# critiques did not parse), so it reads its verdict off its own margin at a threshold fitted on the
+# dev samples the trained critics were calibrated on, and continues each Error critique from the
+# opening the trained critics get: what training adds is then measured, not the format.
 
 # %%
 critics = {
@@ -127,7 +133,13 @@ if isinstance(sft_scorer, ProbeScorer) and isinstance(dpo_scorer, ProbeScorer) a
     critics["SFT+DPO critic"].verdict_scorer = sft_scorer
 if include_zeroshot:
     critics["base zero-shot"] = LLMCritic(setup.llm, taxonomy, "zeroshot", max_new_tokens=max_new_tokens, name="zeroshot",
-                                          **view)
+                                          verdict="calibrated", **view)
+    zeroshot_calibration = calibrate_verdicts(critics["base zero-shot"], dev_questions,
+                                              desc="zero-shot dev verdict margins")
+    critics["base zero-shot"].threshold = zeroshot_calibration["threshold"]
+    report["zeroshot_calibration"] = zeroshot_calibration
+    print(f"zero-shot verdict threshold {zeroshot_calibration['threshold']} "
+          f"(dev AUROC {zeroshot_calibration['auroc']}, {zeroshot_calibration['n']} dev samples)")
 if include_heuristic:
     critics["heuristic"] = HeuristicCritic(taxonomy)
 if extra_critic_model:
@@ -147,11 +159,10 @@ for name, critic in critics.items():
     predictions[name] = critic.critique(bench)
     results[name] = score_critic(predictions[name], golds, taxonomy)
     # END SOLUTION
-    # A zero-shot critic writes its verdict; its margin (one scoring pass) gives the AUROC.
-    scores = critic.verdict_margins(bench) if name == "base zero-shot" else None
-    verdict_score[name] = scores if scores is not None else verdict_scores(predictions[name])
+    # a calibrated critic's score is its verdict margin (or its probe's score), kept in each parse
+    verdict_score[name] = verdict_scores(predictions[name])
     # intervals resample questions (every answer to a drawn question), not answers
-    results[name] = with_confidence(results[name], predictions[name], golds, taxonomy, scores=scores, seed=seed,
+    results[name] = with_confidence(results[name], predictions[name], golds, taxonomy, seed=seed,
                                     n_boot=bootstrap, groups=[s["qkey"] for s in bench], kinds=kinds)
     write_jsonl(out_dir / "predictions" / f"{name.replace(' ', '_').replace('/', '_')}.jsonl",
                 critiques_to_records(predictions[name], bench, name))
