@@ -256,6 +256,26 @@ def test_the_benchmark_renders_every_critic_in_the_file():
     assert "degenerate" not in text  # 07 has no `degenerate` list yet: nothing is claimed about it
 
 
+def test_the_benchmark_names_the_zero_shot_models_dev_threshold_when_07_fitted_one():
+    metrics = benchmark_metrics()
+    metrics["07_benchmark"]["benchmark"]["zeroshot_calibration"] = {"auroc": 0.5123, "n": 8, "threshold": 3.86}
+    assert ("`reports/metrics/06_critic_dpo.json`); base zero-shot 0.512 (the same 8, threshold 3.860; "
+            "`reports/metrics/07_benchmark.json`).") in render_block("benchmark", metrics)
+    del metrics["07_benchmark"]["benchmark"]["zeroshot_calibration"]["auroc"]
+    with pytest.raises(readme.ReadmeDataError, match="07_benchmark.json: missing key benchmark.zeroshot_calibration.auroc"):
+        render_block("benchmark", metrics)
+
+
+def test_the_benchmark_names_how_many_tier1_labels_each_critic_uses_beside_its_macro_f1():
+    metrics = benchmark_metrics()
+    assert "Micro F1 rewards" not in render_block("benchmark", metrics)  # no per-label counts: nothing claimed
+    per_label = {"A": {"predicted": 3}, "B": {"predicted": 0}, "C": {"predicted": 1}}
+    metrics["07_benchmark"]["critics"]["SFT critic"]["tag1"] = {"per_label": per_label, "macro": {"f1": 0.25}}
+    metrics["07_benchmark"]["critics"]["heuristic"]["tag1"] = {"per_label": {"A": {"predicted": 4}}, "macro": {"f1": None}}
+    assert ("the tier-1 labels each critic names and its macro F1: SFT critic 2 of 3, 25.0; heuristic 1 of 1, –."
+            ) in render_block("benchmark", metrics)
+
+
 def test_the_benchmark_shows_within_kind_aurocs_and_the_question_only_baseline():
     metrics = benchmark_metrics()
     bench = metrics["07_benchmark"]

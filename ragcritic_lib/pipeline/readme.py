@@ -638,6 +638,11 @@ def render_benchmark(metrics: Mapping[str, Any]) -> str:
                       f"{int(_number(metrics, critic_stem, *cal, 'n'))}: "
                       f"{int(_number(metrics, critic_stem, *cal, 'n_error'))} wrong, "
                       f"{int(_number(metrics, critic_stem, *cal, 'n_correct'))} right; `{_file(critic_stem)}`)")
+    zs = ("benchmark", "zeroshot_calibration")
+    if "zeroshot_calibration" in _get(metrics, stem, "benchmark"):
+        aurocs.append(f"base zero-shot {_f(_number(metrics, stem, *zs, 'auroc', nullable=True))} (the same "
+                      f"{int(_number(metrics, stem, *zs, 'n'))}, threshold {_f(_number(metrics, stem, *zs, 'threshold'))}; "
+                      f"`{_file(stem)}`)")
     notes = ["Verdict AUROC on the dev answers the threshold was fitted on: " + "; ".join(aurocs) + "."]
     notes += _rerun_notes(metrics) + _identification_bound_notes(metrics)
     if "degenerate" in _get(metrics, stem):
@@ -653,8 +658,27 @@ def render_benchmark(metrics: Mapping[str, Any]) -> str:
              "micro F1 of the error labels (from each wrong answer's observed cause) on the wrong answers; in %. "
              "The trained critics read their verdict off the threshold fitted on dev, as RAG-Critic uses them, and "
              "write labels only for the answers that verdict calls wrong, so a missed wrong answer counts "
-             "against their tier F1.")
+             "against their tier F1; the base model zero-shot does the same with its own margin and "
+             "threshold, continuing its critiques from the trained critics' JSON opening.")
+    breadth = _label_breadth(metrics, stem, critics)
+    if breadth:
+        intro += (" Micro F1 rewards naming the common labels on many answers; the tier-1 labels each critic names "
+                  f"and its macro F1: {breadth}.")
     return _compose(intro, header, rows, notes)
+
+
+def _label_breadth(metrics: Mapping[str, Any], stem: str, critics: Mapping[str, Any]) -> str:
+    """'critic: k of n labels, macro F1 x' for every critic whose tier-1 scores have per-label counts."""
+    parts = []
+    for name in critics:
+        tier = critics[name].get("tag1") if isinstance(critics[name], Mapping) else None
+        if not isinstance(tier, Mapping) or "per_label" not in tier:
+            continue
+        labels = _get(metrics, stem, "critics", name, "tag1", "per_label")
+        named = sum(1 for v in labels.values() if isinstance(v, Mapping) and (v.get("predicted") or 0) > 0)
+        macro = _pct(_number(metrics, stem, "critics", name, "tag1", "macro", "f1", nullable=True))
+        parts.append(f"{name} {named} of {len(labels)}, {macro}")
+    return "; ".join(parts)
 
 
 RERUNS_KEY = "critic_reruns"   # where check() puts reports/benchmarks/critic_reruns.json
