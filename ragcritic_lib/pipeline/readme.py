@@ -668,13 +668,14 @@ def render_benchmark(metrics: Mapping[str, Any]) -> str:
 
 
 def _label_breadth(metrics: Mapping[str, Any], stem: str, critics: Mapping[str, Any]) -> str:
-    """'critic: k of n labels, macro F1 x' for every critic whose tier-1 scores have per-label counts."""
+    """'<critic> <k> of <n>, <macro F1 in %>' (tier-1 labels it names of those scored) for every
+    critic whose tier-1 scores have per-label counts."""
     parts = []
     for name in critics:
         tier = critics[name].get("tag1") if isinstance(critics[name], Mapping) else None
-        if not isinstance(tier, Mapping) or "per_label" not in tier:
+        if not isinstance(tier, Mapping) or not isinstance(tier.get("per_label"), Mapping):
             continue
-        labels = _get(metrics, stem, "critics", name, "tag1", "per_label")
+        labels = tier["per_label"]
         named = sum(1 for v in labels.values() if isinstance(v, Mapping) and (v.get("predicted") or 0) > 0)
         macro = _pct(_number(metrics, stem, "critics", name, "tag1", "macro", "f1", nullable=True))
         parts.append(f"{name} {named} of {len(labels)}, {macro}")
