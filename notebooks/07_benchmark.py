@@ -45,7 +45,9 @@ from ragcritic_lib.critic.critics import (
     HeuristicCritic, LLMCritic, calibrate_verdicts, critiques_to_records, load_trained_critic,
 )
 from ragcritic_lib.critic.probe import ProbeScorer
-from ragcritic_lib.critic.baseline_flags import baseline_critics_degenerate
+from ragcritic_lib.critic.baseline_flags import (
+    baseline_critics_degenerate, label_set_concentration, one_label_set_flags,
+)
 from ragcritic_lib.critic.benchmark import (
     benchmark_metrics, benchmark_table, plot_per_label, score_critic, score_known_causes, verdict_scores,
     with_confidence,
@@ -223,13 +225,17 @@ if example is not None:
 # %%
 # The benchmark, the table, each critic's scores and CIs, the two baselines and token counts
 # (call timings and cache hits vary between runs, so they stay out). `degenerate` holds the
-# benchmark's own reasons, the trained critics' flags and those of the critics trained elsewhere
-# or not at all (mostly unparsed critiques, a verdict at chance).
+# benchmark's own reasons, the trained critics' flags, those of the critics trained elsewhere or
+# not at all (mostly unparsed critiques, a verdict at chance), and any critic, trained or not, that
+# names one tier-1 label set in most of its critiques (its labels then do not follow the answer;
+# `benchmark.label_sets` gives each critic's most common set and its share).
 trained = ["SFT critic", "SFT+DPO critic"]
+report["label_sets"] = {name: label_set_concentration(preds) for name, preds in predictions.items()}
 metrics = benchmark_metrics(report=report, table=table.reset_index().to_dict(orient="records"), results=results,
                             by_dataset=by_dataset, known_causes=known, critics=critics, style_baseline=style_baseline,
                             question_baseline=question_baseline, trained=trained,
-                            degenerate=degenerate + baseline_critics_degenerate(results, trained))
+                            degenerate=degenerate + baseline_critics_degenerate(results, trained)
+                            + one_label_set_flags(report["label_sets"]))
 write_stage_metrics("07_benchmark", metrics)
 
 # %% [markdown]

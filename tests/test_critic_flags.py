@@ -178,3 +178,50 @@ def test_only_the_critics_not_trained_here_get_baseline_flags_in_table_order():
                "heuristic": _baseline(0.503, 0.448, 0.558, 0.0), "served": _baseline(0.8, 0.7, 0.9, 0.1)}
     found = baseline_critics_degenerate(results, ["SFT critic", "SFT+DPO critic"])
     assert [f.split(":")[0] for f in found] == ["baseline base zero-shot"] * 2 + ["baseline heuristic"]
+
+
+def _critiques(*sets):
+    from ragcritic_lib.critic.critics import CriticParse
+
+    return [CriticParse(judgement="Error" if s else "Correct", tag1=list(s)) for s in sets]
+
+
+def test_label_set_concentration_counts_unordered_sets_over_labelled_critiques_only():
+    from ragcritic_lib.critic.baseline_flags import label_set_concentration
+
+    parses = _critiques(("B", "A"), ("A", "B"), ("A",), (), ()) + [{"tag1": ["A", "B"]}]
+    assert label_set_concentration(parses) == {"labelled": 4, "top_set": ["A", "B"], "top_count": 3,
+                                               "top_share": 0.75}
+    assert label_set_concentration(_critiques((), ())) == {"labelled": 0, "top_set": [], "top_count": 0,
+                                                           "top_share": None}
+    # a tie goes to the first set in sorted order, so the record does not depend on the answers' order
+    assert label_set_concentration(_critiques(("B",), ("A",)))["top_set"] == ["A"]
+    assert label_set_concentration(_critiques(("A",), ("B",)))["top_set"] == ["A"]
+
+
+@pytest.mark.parametrize("sets,flagged", [
+    ([("A", "B")] * 241 + [("B",)] * 5, True),  # the zero-shot model copying its prompt's example
+    ([("A", "B")] * 80 + [("B",)] * 20, False),  # 80% is not yet "more than 80%"
+    ([("A", "B")] * 81 + [("B",)] * 19, True),
+    ([("A",)] * 19, False),  # every critique one set, but too few critiques to say so
+    ([("A",)] * 34 + [("A", "C")] * 31 + [("B",)] * 51, False),  # the SFT critic's spread
+    ([()] * 300, False),  # no labels at all: nothing to concentrate
+])
+def test_a_critic_naming_one_label_set_in_most_critiques_is_flagged(sets, flagged):
+    from ragcritic_lib.critic.baseline_flags import label_set_concentration, one_label_set_flags
+
+    found = one_label_set_flags({"base zero-shot": label_set_concentration(_critiques(*sets))})
+    assert bool(found) == flagged
+    if flagged:
+        assert found[0].startswith("base zero-shot: names one tier-1 label set (A, B) in ")
+        assert f"of {sum(1 for s in sets if s)} labelled critiques" in found[0]
+
+
+def test_one_label_set_flags_read_every_critic_in_table_order():
+    from ragcritic_lib.critic.baseline_flags import label_set_concentration, one_label_set_flags
+
+    one, spread = _critiques(*[("A",)] * 30), _critiques(*[("A",)] * 15 + [("B",)] * 15)
+    found = one_label_set_flags({"SFT critic": label_set_concentration(one), "heuristic": label_set_concentration(spread),
+                                 "base zero-shot": label_set_concentration(one)})
+    assert [f.split(":")[0] for f in found] == ["SFT critic", "base zero-shot"]
+    assert "(100.0%)" in found[0]
