@@ -52,6 +52,7 @@ from ragcritic_lib.critic.benchmark import (
     benchmark_metrics, benchmark_table, plot_per_label, score_critic, score_known_causes, verdict_scores,
     with_confidence,
 )
+from ragcritic_lib.critic.label_prior import fit_label_prior, label_prior_comparison, label_prior_flags
 from ragcritic_lib.io import read_json, read_jsonl, write_jsonl
 from ragcritic_lib.pipeline.outputs import save_figure, save_table
 from ragcritic_lib.pipeline.stage_models import setup_stage
@@ -205,6 +206,26 @@ pd.DataFrame({**within, "style-only baseline": style_baseline, "question-only ba
 pd.DataFrame(question_baseline.get("critics_minus_baseline") or {}).T
 
 # %% [markdown]
+# ## Labels against the label prior
+# Tier F1 counts only the wrong answers a critic calls wrong, so naming the labels most wrong
+# answers carry scores well whatever was read. The label prior keeps each critic's verdicts and
+# names, on every answer it calls wrong, the labels the *training* targets name most often (per
+# tier, as many as give the best micro F1 on those targets; no dev or test answer enters the fit).
+# Each critic's micro F1 minus the prior's, with a 95% interval over resampled questions, says what
+# its labels add; a difference wholly below 0 is flagged in `degenerate`.
+
+# %%
+label_prior = fit_label_prior([s["target"] for s in read_jsonl(paths.stage_dir("critic_data") / "train_samples.jsonl")],
+                              taxonomy)
+prior_comparison = {name: label_prior_comparison(preds, golds, taxonomy, label_prior, seed=seed, n_boot=bootstrap,
+                                                 groups=[s["qkey"] for s in bench])
+                    for name, preds in predictions.items()}
+report["label_prior"] = {"fit": label_prior, "critics": prior_comparison}
+print({tier: label_prior[tier]["labels"] for tier in ("tag1", "tag2")})
+pd.DataFrame([{"critic": name, "tier": tier, **row} for name, c in prior_comparison.items()
+              for tier, row in c.items() if tier in ("tag1", "tag2")]).set_index(["critic", "tier"])
+
+# %% [markdown]
 # ## Per dataset and source, and against the causes known from construction (testbed)
 
 # %%
@@ -228,14 +249,17 @@ if example is not None:
 # benchmark's own reasons, the trained critics' flags, those of the critics trained elsewhere or
 # not at all (mostly unparsed critiques, a verdict at chance), and any critic, trained or not, that
 # names one tier-1 label set in most of its critiques (its labels then do not follow the answer;
-# `benchmark.label_sets` gives each critic's most common set and its share).
+# `benchmark.label_sets` gives each critic's most common set and its share) or whose labels score
+# below the label prior on its own verdicts (`benchmark.label_prior`).
 trained = ["SFT critic", "SFT+DPO critic"]
 report["label_sets"] = {name: label_set_concentration(preds) for name, preds in predictions.items()}
 metrics = benchmark_metrics(report=report, table=table.reset_index().to_dict(orient="records"), results=results,
                             by_dataset=by_dataset, known_causes=known, critics=critics, style_baseline=style_baseline,
                             question_baseline=question_baseline, trained=trained,
                             degenerate=degenerate + baseline_critics_degenerate(results, trained)
-                            + one_label_set_flags(report["label_sets"]))
+                            + one_label_set_flags(report["label_sets"])
+                            + label_prior_flags(prior_comparison, label_prior, "tag1")
+                            + label_prior_flags(prior_comparison, label_prior, "tag2"))
 write_stage_metrics("07_benchmark", metrics)
 
 # %% [markdown]

@@ -241,19 +241,37 @@ def test_the_benchmark_renders_every_critic_in_the_file():
     table = [line for line in text.splitlines() if line.startswith("| ")]
     assert table == [
         "| critic | n | verdict AUROC | 95% CI | within kinds (95% CI) | minus question-only (95% CI) | identification "
-        "| on right | on wrong | tier-1 F1 | tier-2 F1 | verdicts: Error / Correct / none |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-        "| SFT critic | 4 | 0.750 | 0.500..1.000 | – | – | 50.0 | 100.0 | 0.0 | 0.0 | 0.0 | 0 / 4 / 0 |",
-        "| heuristic | 4 | – | – | – | – | 75.0 | 50.0 | 100.0 | 22.6 | 10.0 | 3 / 1 / 0 |",
+        "| on right | on wrong | tier-1 F1 | tier-2 F1 | tier-1 F1 minus prior (95% CI) "
+        "| verdicts: Error / Correct / none |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| SFT critic | 4 | 0.750 | 0.500..1.000 | – | – | 50.0 | 100.0 | 0.0 | 0.0 | 0.0 | – | 0 / 4 / 0 |",
+        "| heuristic | 4 | – | – | – | – | 75.0 | 50.0 | 100.0 | 22.6 | 10.0 | – | 3 / 1 / 0 |",
         "| style-only baseline (answer surface; fit on dev) | – | 0.625 | 0.250..1.000 | – | – | – | – | – | – | – "
-        "| – |",
+        "| – | – |",
     ]
+    assert "label prior" not in text  # metrics written before the prior was scored claim nothing about it
     assert text.startswith("4 benchmark samples: real answers to 4 test questions (no training question), 2 wrong "
                            "and 2 right.")
     assert ("- Verdict AUROC on the dev answers the threshold was fitted on: SFT critic 0.600 (n = 8: 6 wrong, "
             "2 right; `reports/metrics/05_critic_sft.json`); SFT+DPO critic – (n = 8: 6 wrong, 2 right; "
             "`reports/metrics/06_critic_dpo.json`).") in text
     assert "degenerate" not in text  # 07 has no `degenerate` list yet: nothing is claimed about it
+
+
+def test_the_benchmark_shows_each_critic_against_the_label_prior_when_07_scored_it():
+    metrics = benchmark_metrics()
+    row = {"micro_f1_minus_prior": -0.1313, "ci_low": -0.1846, "ci_high": -0.0763}
+    metrics["07_benchmark"]["benchmark"]["label_prior"] = {
+        "fit": {"n_errors": 9, "tag1": {"labels": ["A", "B"], "k": 2}, "tag2": {"labels": ["a1"], "k": 1}},
+        "critics": {"SFT critic": {"tag1": row, "tag2": {**row, "micro_f1_minus_prior": 0.02, "ci_low": None}}},
+    }
+    text = render_block("benchmark", metrics)
+    table = [line for line in text.splitlines() if line.startswith("| SFT critic") or line.startswith("| heuristic")]
+    assert table[0].endswith("| 0.0 | 0.0 | -13.1 (-18.5..-7.6) | 0 / 4 / 0 |")
+    assert table[1].endswith("| 22.6 | 10.0 | – | 3 / 1 / 0 |")  # a critic the prior was not scored for
+    assert ("the tier-1 labels the training targets name most often (A, B) and likewise at tier 2 (a1), as many as "
+            "fit the training targets best (`label_prior` in the metrics); tier-2 F1 minus prior: SFT critic +2.0; "
+            "heuristic –.") in text
 
 
 def test_the_benchmark_names_the_zero_shot_models_dev_threshold_when_07_fitted_one():
@@ -286,9 +304,9 @@ def test_the_benchmark_shows_within_kind_aurocs_and_the_question_only_baseline()
                                   "verdict_auroc_within_kind_ci_high": None}
     table = [line for line in render_block("benchmark", metrics).splitlines() if line.startswith("| ")]
     assert table[2] == ("| SFT critic | 4 | 0.750 | 0.500..1.000 | 0.606 (0.520..0.698) | – | 50.0 | 100.0 | 0.0 | 0.0 "
-                        "| 0.0 | 0 / 4 / 0 |")
+                        "| 0.0 | – | 0 / 4 / 0 |")
     assert table[-1] == ("| question-only baseline (question text; fit on train) | – | 0.732 | 0.667..0.788 | 0.534 "
-                         "| – | – | – | – | – | – | – |")
+                         "| – | – | – | – | – | – | – | – |")
     bench["question_baseline"]["critics_minus_baseline"] = {"SFT critic": {"diff": 0.0179, "ci_low": -0.04,
                                                                            "ci_high": 0.081}}
     table = [line for line in render_block("benchmark", metrics).splitlines() if line.startswith("| ")]

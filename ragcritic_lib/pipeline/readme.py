@@ -605,6 +605,33 @@ def _minus_question_only(metrics: Mapping[str, Any], stem: str, critic: str) -> 
     return f"{diff:+.3f}" if lo is None or hi is None else f"{diff:+.3f} ({lo:+.3f}..{hi:+.3f})"
 
 
+def _minus_label_prior(metrics: Mapping[str, Any], stem: str, critic: str, tier: str = "tag1") -> str:
+    """A critic's ``tier`` micro F1 minus the label prior's on its own verdicts, in points, with the
+    paired CI, or a dash where the run did not score the prior (metrics written before it)."""
+    prior = (_get(metrics, stem).get("benchmark") or {}).get("label_prior") or {}
+    row = ((prior.get("critics") or {}).get(critic) or {}).get(tier)
+    if not isinstance(row, Mapping) or row.get("micro_f1_minus_prior") is None:
+        return _DASH
+    keys = ("benchmark", "label_prior", "critics", critic, tier)
+    diff = 100 * _number(metrics, stem, *keys, "micro_f1_minus_prior")
+    lo, hi = (_number(metrics, stem, *keys, f"ci_{end}", nullable=True) for end in ("low", "high"))
+    return f"{diff:+.1f}" if lo is None or hi is None else f"{diff:+.1f} ({100 * lo:+.1f}..{100 * hi:+.1f})"
+
+
+def _label_prior_note(metrics: Mapping[str, Any], stem: str, critics: Mapping[str, Any]) -> str:
+    """The sentence that says what the label prior names and how each critic's tier-2 labels fare
+    against it; empty where the run did not score the prior."""
+    fit = ((_get(metrics, stem).get("benchmark") or {}).get("label_prior") or {}).get("fit")
+    if not isinstance(fit, Mapping):
+        return ""
+    labels = {tier: ", ".join(str(x) for x in (fit.get(tier) or {}).get("labels") or []) for tier in ("tag1", "tag2")}
+    tier2 = "; ".join(f"{name} {_minus_label_prior(metrics, stem, name, 'tag2')}" for name in critics)
+    return (" Minus prior is a critic's tier-1 F1 less the label prior's on the critic's own verdicts, in points, "
+            "with a paired CI: the label prior names, on every answer the critic calls wrong, the tier-1 labels the "
+            f"training targets name most often ({labels['tag1']}) and likewise at tier 2 ({labels['tag2']}), as many "
+            f"as fit the training targets best (`label_prior` in the metrics); tier-2 F1 minus prior: {tier2}.")
+
+
 def render_benchmark(metrics: Mapping[str, Any]) -> str:
     """The RAG-Error benchmark: every critic in ``07_benchmark.json`` ``critics``, in file order,
     with verdict AUROC and its CI, overall and within kinds of question, then the style-only and
@@ -612,7 +639,8 @@ def render_benchmark(metrics: Mapping[str, Any]) -> str:
     stem = "07_benchmark"
     critics = _get(metrics, stem, "critics")
     header = ["critic", "n", "verdict AUROC", "95% CI", "within kinds (95% CI)", "minus question-only (95% CI)",
-              "identification", "on right", "on wrong", "tier-1 F1", "tier-2 F1", "verdicts: Error / Correct / none"]
+              "identification", "on right", "on wrong", "tier-1 F1", "tier-2 F1", "tier-1 F1 minus prior (95% CI)",
+              "verdicts: Error / Correct / none"]
     rows = []
     for name in critics:
         c = ("critics", name)
@@ -622,13 +650,13 @@ def render_benchmark(metrics: Mapping[str, Any]) -> str:
                      _within_kind(metrics, stem, *c), _minus_question_only(metrics, stem, name), *(_pct(_number(metrics, stem, *c, "identification", k, nullable=True))
                        for k in ("acc_avg", "acc_correct", "acc_error")),
                      *(_pct(_number(metrics, stem, *c, "classification", k)) for k in ("tag1_f1", "tag2_f1")),
-                     " / ".join(str(s) for s in said)])
+                     _minus_label_prior(metrics, stem, name), " / ".join(str(s) for s in said)])
     baselines = [("style_baseline", "style-only baseline (answer surface; fit on dev)")]
     if "question_baseline" in _get(metrics, stem):
         baselines.append(("question_baseline", "question-only baseline (question text; fit on train)"))
     for key, label in baselines:
         rows.append([label, _DASH, _f(_number(metrics, stem, key, "verdict_auroc", nullable=True)),
-                     _ci(metrics, stem, key), _within_kind(metrics, stem, key), *([_DASH] * 7)])
+                     _ci(metrics, stem, key), _within_kind(metrics, stem, key), *([_DASH] * 8)])
     n_err, n_ok = (int(_number(metrics, stem, "benchmark", k)) for k in ("n_error", "n_correct"))
     n_q = int(_number(metrics, stem, "benchmark", "questions", "test"))
     aurocs = []
@@ -664,6 +692,7 @@ def render_benchmark(metrics: Mapping[str, Any]) -> str:
     if breadth:
         intro += (" Micro F1 rewards naming the common labels on many answers; the tier-1 labels each critic names "
                   f"and its macro F1: {breadth}.")
+    intro += _label_prior_note(metrics, stem, critics)
     return _compose(intro, header, rows, notes)
 
 
