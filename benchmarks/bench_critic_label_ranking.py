@@ -106,7 +106,10 @@ def main() -> None:
     lists = Counter(tuple(t.get("tag1") or []) for t in targets if t["Judgement"] == ERROR)
     candidates = sorted({*(c for c in lists if c), *((label,) for label in taxonomy.tier1)},
                         key=lambda c: (-lists.get(c, 0), c))
-    options = [" " + json.dumps(list(c), ensure_ascii=False) for c in candidates]
+    # each list as the critic writes it inside its critique: the list's closing bracket is followed by the
+    # comma before "tag2", and the tokenizer writes bracket, quote and comma as one token ('"],'), so a
+    # list scored without the comma would be scored on a token the critic never writes there
+    options = [" " + json.dumps(list(c), ensure_ascii=False) + "," for c in candidates]
 
     dev = [s for s in read_jsonl(data / "dev_samples.jsonl")
            if (json.loads(s["target"]) if isinstance(s["target"], str) else s["target"])["Judgement"] == ERROR]
