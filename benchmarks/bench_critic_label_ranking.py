@@ -90,6 +90,7 @@ def main() -> None:
     ap.add_argument("--out", default="reports/benchmarks/critic_label_ranking.json")
     args = ap.parse_args()
 
+    from ragcritic_lib.critic.benchmark import _gold
     from ragcritic_lib.critic.critics import ERROR, ERROR_PREFILL, load_trained_critic
     from ragcritic_lib.critic.label_prior import fit_label_prior
     from ragcritic_lib.io import read_jsonl, write_json
@@ -101,7 +102,7 @@ def main() -> None:
     seed = int(params["common"]["seed"])
     data = paths.stage_dir("critic_data")
     train = read_jsonl(data / "train_samples.jsonl")
-    targets = [json.loads(s["target"]) if isinstance(s["target"], str) else s["target"] for s in train]
+    targets = [_gold(s["target"]) for s in train]
     prior = fit_label_prior(targets, taxonomy)
     lists = Counter(tuple(t.get("tag1") or []) for t in targets if t["Judgement"] == ERROR)
     candidates = sorted({*(c for c in lists if c), *((label,) for label in taxonomy.tier1)},
@@ -111,11 +112,9 @@ def main() -> None:
     # list scored without the comma would be scored on a token the critic never writes there
     options = [" " + json.dumps(list(c), ensure_ascii=False) + "," for c in candidates]
 
-    dev = [s for s in read_jsonl(data / "dev_samples.jsonl")
-           if (json.loads(s["target"]) if isinstance(s["target"], str) else s["target"])["Judgement"] == ERROR]
+    dev = [s for s in read_jsonl(data / "dev_samples.jsonl") if _gold(s["target"])["Judgement"] == ERROR]
     dev = dev[: args.limit] if args.limit else dev
-    golds = [set((json.loads(s["target"]) if isinstance(s["target"], str) else s["target"]).get("tag1") or [])
-             for s in dev]
+    golds = [set(_gold(s["target"]).get("tag1") or []) for s in dev]
     groups = [s.get("qkey", s["id"]) for s in dev]
     critic = load_trained_critic(params, paths.resolve(args.critic_dir), taxonomy, name="critic")
 
