@@ -76,10 +76,9 @@ def main() -> None:
     from ragcritic_lib.critic.label_ranking import (
         candidate_lists,
         label_marginals,
-        list_options,
         most_probable,
         paired_f1,
-        tier_prefill,
+        rank_tier,
         top_k,
     )
     from ragcritic_lib.io import read_jsonl, write_json
@@ -103,16 +102,8 @@ def main() -> None:
     groups = [s.get("qkey", s["id"]) for s in dev]
     critic = load_trained_critic(params, paths.resolve(args.critic_dir), taxonomy, name="critic")
 
-    def score(prefills: Sequence[str], cands: Sequence[Sequence[str]], desc: str) -> list[list[float]]:
-        prompts = [[*critic.messages(s), {"role": "assistant", "content": p}] for s, p in zip(dev, prefills)]
-        return critic.llm.score(prompts, [list_options(cands)] * len(prompts), desc=desc)
-
     t0 = time.perf_counter()
-    scores = score([tier_prefill("tag1")] * len(dev), cands1, "tier-1 label lists")
-    tier1_lists = [most_probable(lp, cands1) for lp in scores]
-    if tier == "tag2":
-        scores = score([tier_prefill("tag2", t1) for t1 in tier1_lists], candidates,
-                       "tier-2 label lists after the critic's most probable tier-1 list")
+    scores, _ = rank_tier(critic, dev, tier, candidates, tier1_candidates=cands1, desc="dev label lists")
     score_seconds = time.perf_counter() - t0
     marg = [label_marginals(lp, candidates) for lp in scores]
     best_list = [set(most_probable(lp, candidates)) for lp in scores]

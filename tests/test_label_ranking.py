@@ -73,3 +73,43 @@ def test_the_paired_comparison_scores_both_and_resamples_questions():
         paired_f1(critic, prior, golds, [0, 1], seed=1, n_boot=10)
     with pytest.raises(ValueError, match="unequal length"):
         paired_f1(critic, prior[:3], golds, [0, 0, 1, 1], seed=1, n_boot=10)
+
+
+class _FakeLLM:
+    """Scores an option by how many of its labels the prompt's question names (a stand-in for the
+    critic's model; it records the prompts it saw)."""
+
+    def __init__(self):
+        self.prompts = []
+
+    def score(self, prompts, options, desc=None):
+        self.prompts.extend(prompts)
+        return [[float(sum(word in prompt[0]["content"] for word in json.loads(opt.strip().rstrip(","))))
+                 for opt in opts] for prompt, opts in zip(prompts, options)]
+
+
+class _FakeCritic:
+    def __init__(self):
+        self.llm = _FakeLLM()
+
+    def messages(self, record):
+        return [{"role": "user", "content": record["q"]}]
+
+
+def test_tier_2_lists_are_scored_after_the_tier_1_list_the_critic_finds_most_probable():
+    from ragcritic_lib.critic.label_ranking import rank_tier
+
+    critic = _FakeCritic()
+    records = [{"q": "A x"}, {"q": "B y"}]
+    tier1, tier2 = [("A",), ("B",)], [("x",), ("y",), ("x", "y")]
+    scores, chosen = rank_tier(critic, records, "tag2", tier2, tier1_candidates=tier1)
+    assert chosen == [("A",), ("B",)]
+    assert scores == [[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]]
+    # the second pass continues each record's own tier-1 choice
+    assert [p[-1]["content"] for p in critic.llm.prompts[2:]] == [tier_prefill("tag2", ["A"]),
+                                                                  tier_prefill("tag2", ["B"])]
+    scores1, chosen1 = rank_tier(_FakeCritic(), records, "tag1", tier1)
+    assert scores1 == [[1.0, 0.0], [0.0, 1.0]] and chosen1 == [(), ()]
+    assert rank_tier(_FakeCritic(), [], "tag1", tier1) == ([], [])
+    with pytest.raises(ValueError, match="needs the tier-1 candidate lists"):
+        rank_tier(critic, records, "tag2", tier2)

@@ -27,7 +27,7 @@ from typing import Any
 from ragcritic_lib.critic.critics import ERROR, ERROR_PREFILL
 
 __all__ = ["TIER_KEYS", "candidate_lists", "label_marginals", "list_options", "micro_counts", "micro_f1",
-           "most_probable", "paired_f1", "tier_prefill", "top_k"]
+           "most_probable", "paired_f1", "rank_tier", "tier_prefill", "top_k"]
 
 TIER_KEYS = ("tag1", "tag2")
 
@@ -63,6 +63,31 @@ def tier_prefill(tier: str, tag1: Sequence[str] | None = None) -> str:
     if tag1 is None:
         raise ValueError("tier-2 lists continue a tier-1 list: pass the one the critic chose as tag1")
     return f'{ERROR_PREFILL} {json.dumps(list(tag1), ensure_ascii=False)}, "tag2":'
+
+
+def rank_tier(critic: Any, records: Sequence[Mapping[str, Any]], tier: str, candidates: Sequence[Sequence[str]], *,
+              tier1_candidates: Sequence[Sequence[str]] | None = None,
+              desc: str = "label lists") -> tuple[list[list[float]], list[tuple[str, ...]]]:
+    """Score every candidate list of ``tier`` for each record as a continuation of the critic's
+    Error opening (``critic.messages`` and ``critic.llm.score``, as the trained critics have them).
+
+    For tier 2 the tier-1 lists ``tier1_candidates`` are scored first and each record's tier-2
+    lists follow its most probable one. Returns the log-probabilities of ``candidates`` per record
+    and the tier-1 list each record's scoring continued (empty tuples for tier 1).
+    """
+    def score(prefills: Sequence[str], cands: Sequence[Sequence[str]], what: str) -> list[list[float]]:
+        prompts = [[*critic.messages(r), {"role": "assistant", "content": p}] for r, p in zip(records, prefills)]
+        if not prompts:
+            return []
+        return [list(map(float, lp)) for lp in critic.llm.score(prompts, [list_options(cands)] * len(prompts), desc=what)]
+
+    if _tier(tier) == "tag1":
+        return score([tier_prefill("tag1")] * len(records), candidates, desc), [() for _ in records]
+    if not tier1_candidates:
+        raise ValueError("ranking tier-2 lists needs the tier-1 candidate lists (tier1_candidates)")
+    chosen = [most_probable(lp, tier1_candidates)
+              for lp in score([tier_prefill("tag1")] * len(records), tier1_candidates, f"{desc} (tier 1)")]
+    return score([tier_prefill("tag2", t1) for t1 in chosen], candidates, f"{desc} (tier 2)"), chosen
 
 
 def label_marginals(logprobs: Sequence[float], candidates: Sequence[Sequence[str]]) -> dict[str, float]:
