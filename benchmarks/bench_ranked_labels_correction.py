@@ -16,10 +16,15 @@ adds the known causes' row (the ceiling) on the same questions.
 Per row: the dev F1 change against standard RAG with its paired 95% CI, the change in the share
 the audited judge calls right, answers corrected, and how many critiques named an unsupported
 answer on answerable and on unanswerable questions; then ranked minus greedy, paired per question.
-Written to ``reports/benchmarks/ranked_labels_correction.json``; numbers, no asserts.
+Both modes also ask whether the critic's labels know where abstaining pays: among the answers the
+judge calls wrong, the AUROC of its probability of an unsupported-answer label (and of its greedy
+naming of one) for the unanswerable questions (``--signal-only``: this alone, no correction run).
+Written to ``reports/benchmarks/ranked_labels_correction.json`` (``ranked_labels_signal.json``);
+numbers, no asserts.
 
     .venv/bin/python benchmarks/bench_ranked_labels_correction.py                 # 140 dev questions
     .venv/bin/python benchmarks/bench_ranked_labels_correction.py --questions 70 --k 1
+    .venv/bin/python benchmarks/bench_ranked_labels_correction.py --signal-only
 """
 
 from __future__ import annotations
@@ -38,8 +43,9 @@ class RankedLabelTagger:
     labels of each tier in place of the ones it wrote (the tagger an ``OracleCritic`` attaches)."""
 
     def __init__(self, critic: Any, tier1_candidates: Sequence[Sequence[str]], tier2_candidates: Sequence[Sequence[str]],
-                 *, k: int, order1: Sequence[str], order2: Sequence[str]) -> None:
-        self.critic, self.k = critic, k
+                 *, k: int, order1: Sequence[str], order2: Sequence[str], watch: frozenset[str] = frozenset()) -> None:
+        self.critic, self.k, self.watch = critic, k, watch
+        self.last_watch_mass: list[float] = []  # per critique of the last call: the probability of the watched labels
         self.cands = {"tag1": list(tier1_candidates), "tag2": list(tier2_candidates)}
         self.order = {"tag1": list(order1), "tag2": list(order2)}
         self.llm = getattr(critic, "llm", None)
@@ -55,8 +61,10 @@ class RankedLabelTagger:
         for tier in ("tag1", "tag2"):
             scores, _ = rank_tier(self.critic, records, tier, self.cands[tier], tier1_candidates=self.cands["tag1"],
                                   desc=f"{tier} label lists")
-            labels[tier] = [ranked_labels(label_marginals(lp, self.cands[tier]), self.k, self.order[tier])
-                            for lp in scores]
+            marginals = [label_marginals(lp, self.cands[tier]) for lp in scores]
+            labels[tier] = [ranked_labels(m, self.k, self.order[tier]) for m in marginals]
+            if tier == "tag2":
+                self.last_watch_mass = [sum(m.get(label, 0.0) for label in self.watch) for m in marginals]
         return [dataclasses.replace(p, tag1=t1, tag2=t2) for p, t1, t2 in zip(written, labels["tag1"], labels["tag2"])]
 
 
@@ -85,13 +93,44 @@ def unsupported_by_answerability(run: Sequence[Mapping[str, Any]], labels: froze
     return out
 
 
+def unsupported_signal(ranked: RankedLabelTagger, critic: Any, records: Sequence[Mapping[str, Any]],
+                       gold: Mapping[str, Any], *, seed: int) -> dict[str, Any]:
+    """Among the answers the judge calls wrong (as the oracle verdict's critic sees them), how well
+    the critic's probability of an unsupported-answer label, and its greedy naming of one, rank the
+    unanswerable questions first: AUROC with a 95% interval (the abstain path pays only there)."""
+    from ragcritic_lib.agent.planner import passage_strings
+    from ragcritic_lib.agent.workflow import state_record
+    from ragcritic_lib.evaluation.stats import auroc, bootstrap_auroc_ci
+    from ragcritic_lib.mining.sampling import is_correct
+
+    states = [state_record(r, passage_strings(r.get("passages", [])), str(r.get("prediction") or ""), first=True)
+              for r in records]
+    wrong = [s for s in states if not is_correct(s, metric=gold["metric"], threshold=gold["threshold"])]
+    parses = ranked.critique_errors(wrong)
+    greedy = critic.critique_errors(wrong)
+    unanswerable = [not (s.get("metadata") or {}).get("answerable", True) for s in wrong]
+    mass = list(ranked.last_watch_mass)
+    named = [float(bool(set(p.tag2) & ranked.watch)) for p in greedy]
+    lo, hi = bootstrap_auroc_ci(mass, unanswerable, seed=seed)
+    a, g = auroc(mass, unanswerable), auroc(named, unanswerable)
+    return {"n": len(wrong), "unanswerable": sum(unanswerable), "auroc": None if a is None else round(a, 4),
+            "ci_low": lo, "ci_high": hi, "greedy_auroc": None if g is None else round(g, 4),
+            "ranked_named": sum(bool(set(p.tag2) & ranked.watch) for p in parses)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--questions", type=int, default=0, help="dev questions (0 = correction.dev_questions)")
     parser.add_argument("--k", type=int, default=1, help="labels of each tier the ranked critique names")
     parser.add_argument("--oracle-critique", action="store_true", help="also run the known causes' row")
-    parser.add_argument("--out", default="reports/benchmarks/ranked_labels_correction.json")
+    parser.add_argument("--signal-only", action="store_true",
+                        help="only the critic's probability of an unsupported answer as a signal of unanswerability "
+                             "(no correction run)")
+    parser.add_argument("--out", default=None, help="default reports/benchmarks/ranked_labels_correction.json "
+                                                    "(ranked_labels_signal.json with --signal-only)")
     args = parser.parse_args()
+    args.out = args.out or ("reports/benchmarks/ranked_labels_signal.json" if args.signal_only
+                            else "reports/benchmarks/ranked_labels_correction.json")
 
     from ragcritic_lib import paths, runtime
     from ragcritic_lib.agent.actions import UNSUPPORTED_LABELS
@@ -128,7 +167,19 @@ def main() -> None:
               for tier, inv in (("tag1", list(taxonomy.tier1)), ("tag2", list(taxonomy.tier2)))}
     ranked = RankedLabelTagger(critic, candidate_lists(targets, list(taxonomy.tier1), "tag1"),
                                candidate_lists(targets, list(taxonomy.tier2), "tag2"), k=args.k,
-                               order1=orders["tag1"], order2=orders["tag2"])
+                               order1=orders["tag1"], order2=orders["tag2"], watch=UNSUPPORTED_LABELS)
+    signal = unsupported_signal(ranked, critic, dev, gold, seed=int(params["common"]["seed"]))
+    print(f"the critic's probability of an unsupported answer on the {signal['n']} dev answers the judge calls wrong "
+          f"({signal['unanswerable']} unanswerable): AUROC for unanswerable {signal['auroc']} "
+          f"({signal['ci_low']}..{signal['ci_high']}); its greedy label as the signal {signal['greedy_auroc']}")
+    if args.signal_only:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"what": "the critic's probability of an unsupported answer as a signal of "
+                                           "unanswerability, on dev", "dataset": ds, "split": "dev",
+                                   "questions": len(dev), "cpu_class": cpu_class(), "unsupported_signal": signal},
+                                  indent=2) + "\n")
+        return
     greedy_row, ranked_row = "oracle verdict + rule planner", f"oracle verdict + rule planner, ranked top-{args.k}"
     methods: dict[str, dict[str, Any]] = {
         greedy_row: {"critic": OracleCritic(tagger=critic, **gold), "planner": rule_planner},
@@ -157,7 +208,7 @@ def main() -> None:
         "what": "the ladder's labels step on dev: the critic's greedy labels against its most probable ones, "
                 "with the judge's verdicts and the rule planner",
         "dataset": ds, "split": "dev", "questions": len(dev), "k": args.k, "wall_seconds": round(wall, 1),
-        "cpu_class": cpu_class(), "rows": {},
+        "cpu_class": cpu_class(), "unsupported_signal": signal, "rows": {},
     }
     for name in methods:
         report["rows"][name] = {

@@ -60,3 +60,18 @@ def test_unsupported_critiques_are_counted_by_answerability_on_the_first_round()
     assert bench.unsupported_by_answerability(run, frozenset({"F"})) == {
         "answerable": {"error_critiques": 2, "unsupported": 1},
         "unanswerable": {"error_critiques": 1, "unsupported": 1}}
+
+
+def test_the_unsupported_signal_ranks_unanswerable_questions_among_the_wrong_answers():
+    def rec(q, prediction, answerable):
+        return {"q": q, "question": q, "golden_answers": ["gold"], "prediction": prediction, "passages": [],
+                "metadata": {"answerable": answerable}}
+
+    critic = _Critic()
+    tagger = bench.RankedLabelTagger(critic, [("A",)], [("F",), ("x",)], k=1, order1=["A"], order2=["x", "F"],
+                                     watch=frozenset({"F"}))
+    records = [rec("F F", "no", False), rec("x", "no", True), rec("x", "no", True), rec("F", "gold", True)]
+    signal = bench.unsupported_signal(tagger, critic, records, {"metric": "acc", "threshold": 1.0}, seed=0)
+    # the right answer is left out; the one unanswerable question has the most mass on "F"
+    assert (signal["n"], signal["unanswerable"], signal["auroc"], signal["ranked_named"]) == (3, 1, 1.0, 1)
+    assert signal["greedy_auroc"] == 0.5  # the fake critic's greedy labels never name "F"
