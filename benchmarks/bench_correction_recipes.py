@@ -67,29 +67,25 @@ def main() -> None:
 
     from ragcritic_lib import paths, runtime
     from ragcritic_lib.agent.actions import ActionSet
+    from ragcritic_lib.agent.dev_runs import dev_ladder
     from ragcritic_lib.agent.ladder import AlwaysErrorCritic, KnownCauseCritic, ladder_records, ladder_table
-    from ragcritic_lib.agent.planner import RuleBasedPlanner, load_error_actions, load_trained_planner
+    from ragcritic_lib.agent.planner import load_trained_planner
     from ragcritic_lib.agent.workflow import OracleCritic, run_methods
     from ragcritic_lib.critic.critics import load_trained_critic
     from ragcritic_lib.data.flashrag import dataset_paths, load_corpus_records
     from ragcritic_lib.evaluation.stats import paired_comparison
-    from ragcritic_lib.io import read_json, read_jsonl
+    from ragcritic_lib.io import read_json
     from ragcritic_lib.mining.sampling import passage_metadata
-    from ragcritic_lib.mining.taxonomy import load_known_causes, load_taxonomy
+    from ragcritic_lib.mining.taxonomy import load_known_causes
     from ragcritic_lib.pipeline.params import load_params
     from ragcritic_lib.pipeline.stage_metrics import cpu_class
     from ragcritic_lib.retrieval import CrossEncoderReranker
     from ragcritic_lib.retrieval.rag import answer_gen_params
 
     params = load_params()
-    cfg, rag_cfg, judge = params["correction"], params["retrieval_rag"], params["error_sampling"]
-    gold = {"metric": judge["judge_metric"], "threshold": judge["judge_threshold"]}
-    ds = next(iter(params["common"]["datasets"]))  # the first dataset: the ladder's
-    n = args.questions or int(cfg["dev_questions"])
-    dev = read_jsonl(paths.stage_dir("retrieval_rag") / ds / "dev.jsonl")[:n]
-    taxonomy = load_taxonomy()
-    table = load_error_actions(taxonomy=taxonomy)
-    rule_planner = RuleBasedPlanner(table, topk=cfg["action_topk"], deep_topk=cfg["deep_topk"])
+    setup = dev_ladder(params, questions=args.questions)  # the first dataset's dev questions: the ladder's
+    cfg, rag_cfg, gold, ds, dev = setup.cfg, setup.rag_cfg, setup.gold, setup.dataset, setup.records
+    taxonomy, table, rule_planner = setup.taxonomy, setup.table, setup.rule_planner
     planner_dir = paths.resolve(cfg["planner_dir"])
     planner_result = read_json(planner_dir / "planner_train_result.json")
     planner = load_trained_planner(params, paths.resolve(planner_result["adapter_dir"]),

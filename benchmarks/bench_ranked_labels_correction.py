@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -132,11 +131,11 @@ def main() -> None:
     args.out = args.out or ("reports/benchmarks/ranked_labels_signal.json" if args.signal_only
                             else "reports/benchmarks/ranked_labels_correction.json")
 
-    from ragcritic_lib import paths, runtime
+    from ragcritic_lib import paths
     from ragcritic_lib.agent.actions import UNSUPPORTED_LABELS
+    from ragcritic_lib.agent.dev_runs import dev_ladder, run_dev_methods
     from ragcritic_lib.agent.ladder import KnownCauseCritic, ladder_records, ladder_table
-    from ragcritic_lib.agent.planner import RuleBasedPlanner, load_error_actions
-    from ragcritic_lib.agent.workflow import OracleCritic, correction_actions, run_methods
+    from ragcritic_lib.agent.workflow import OracleCritic
     from ragcritic_lib.critic.benchmark import _gold
     from ragcritic_lib.critic.critics import load_trained_critic
     from ragcritic_lib.critic.label_prior import fit_label_prior
@@ -145,20 +144,14 @@ def main() -> None:
     from ragcritic_lib.evaluation.stats import paired_comparison
     from ragcritic_lib.io import read_jsonl
     from ragcritic_lib.mining.sampling import passage_metadata
-    from ragcritic_lib.mining.taxonomy import load_known_causes, load_taxonomy
+    from ragcritic_lib.mining.taxonomy import load_known_causes
     from ragcritic_lib.pipeline.params import load_params
     from ragcritic_lib.pipeline.stage_metrics import cpu_class
-    from ragcritic_lib.retrieval import CrossEncoderReranker
 
     params = load_params()
-    cfg, rag_cfg, judge = params["correction"], params["retrieval_rag"], params["error_sampling"]
-    gold = {"metric": judge["judge_metric"], "threshold": judge["judge_threshold"]}
-    ds = next(iter(params["common"]["datasets"]))  # the first dataset: the ladder's
-    n = args.questions or int(cfg["dev_questions"])
-    dev = read_jsonl(paths.stage_dir("retrieval_rag") / ds / "dev.jsonl")[:n]
-    taxonomy = load_taxonomy()
-    table = load_error_actions(taxonomy=taxonomy)
-    rule_planner = RuleBasedPlanner(table, topk=cfg["action_topk"], deep_topk=cfg["deep_topk"])
+    setup = dev_ladder(params, questions=args.questions)
+    cfg, gold, ds, dev, taxonomy = setup.cfg, setup.gold, setup.dataset, setup.records, setup.taxonomy
+    rule_planner = setup.rule_planner
     critic = load_trained_critic(params, paths.resolve(cfg["critic_dir"]), taxonomy, verdict="calibrated",
                                  max_new_tokens=cfg["critic_max_new_tokens"], name="trained")
     targets = [_gold(s["target"]) for s in read_jsonl(paths.stage_dir("critic_data") / "train_samples.jsonl")]
@@ -190,17 +183,7 @@ def main() -> None:
         methods["oracle critique"] = {"critic": KnownCauseCritic(load_known_causes(taxonomy=taxonomy), source_records=dev,
                                                                  passage_meta=passage_metadata(corpus), **gold),
                                       "planner": rule_planner}
-    generator = runtime.load_generator(params)
-    retriever_cfg = runtime.retriever_config(params)
-    settings = {k: cfg[k] for k in ("answer_mode", "refine_notes", "rewrite_expand", "action_rerank_depth",
-                                    "answer_prefix")}
-    actions = correction_actions(generator, runtime.load_retriever(params, ds), settings=settings, rag=rag_cfg,
-                                 reranker=CrossEncoderReranker(retriever_cfg["reranker"]), table=table,
-                                 default_rerank_depth=retriever_cfg["rerank_depth"])
-    start = time.perf_counter()
-    runs, _ = run_methods(dev, methods, actions=actions, max_calls=cfg["max_calls"], timeout_s=cfg["timeout_s"],
-                          table=table)
-    wall = time.perf_counter() - start
+    runs, _, wall = run_dev_methods(setup, methods)
     rows = {"standard RAG": (greedy_row, 0), **{name: (name, 1) for name in methods}}
     scored = ladder_records(runs, rows, judge_metric=gold["metric"], judge_threshold=gold["threshold"])
     ladder = ladder_table(scored, seed=int(params["common"]["seed"]))["all"]

@@ -14,22 +14,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ragcritic_lib import paths, runtime  # noqa: E402
 from ragcritic_lib.agent.ladder import AlwaysErrorCritic, KnownCauseCritic, ladder_records, ladder_table  # noqa: E402
-from ragcritic_lib.agent.planner import RuleBasedPlanner, load_error_actions  # noqa: E402
-from ragcritic_lib.agent.workflow import correction_actions, run_methods  # noqa: E402
+from ragcritic_lib.agent.dev_runs import dev_ladder, run_dev_methods  # noqa: E402
 from ragcritic_lib.data.flashrag import dataset_paths, load_corpus_records  # noqa: E402
-from ragcritic_lib.io import read_jsonl  # noqa: E402
 from ragcritic_lib.mining.sampling import passage_metadata  # noqa: E402
 from ragcritic_lib.pipeline.params import load_params  # noqa: E402
-from ragcritic_lib.retrieval import CrossEncoderReranker  # noqa: E402
-from ragcritic_lib.mining.taxonomy import load_known_causes, load_taxonomy  # noqa: E402
+from ragcritic_lib.mining.taxonomy import load_known_causes  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,12 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     params = load_params()
-    rag_cfg, corr = params["retrieval_rag"], params["correction"]
-    source = paths.require(paths.stage_dir("retrieval_rag") / args.dataset / "dev.jsonl")
-    records = read_jsonl(source)[: args.n]
-    taxonomy = load_taxonomy()
-    table = load_error_actions(taxonomy=taxonomy)
-    rule_planner = RuleBasedPlanner(table, topk=corr["action_topk"], deep_topk=corr["deep_topk"])
+    setup = dev_ladder(params, questions=args.n, dataset=args.dataset)
+    records, taxonomy, rule_planner = setup.records, setup.taxonomy, setup.rule_planner
     corpus = load_corpus_records(dataset_paths(params["common"]["datasets"], args.dataset)["corpus"])
     methods = {
         "fixed action": {"critic": AlwaysErrorCritic(), "planner": rule_planner},
@@ -62,16 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     wanted = [r.strip() for r in args.rows.split(",") if r.strip()]
     methods = {k: v for k, v in methods.items() if k in wanted}
-    retriever_cfg = runtime.retriever_config(params)
     # The correction stage's own actions, with this pilot's answer mode
-    actions = correction_actions(runtime.load_generator(params), runtime.load_retriever(params, args.dataset),
-                                 settings={**corr, "answer_mode": args.answer_mode}, rag=rag_cfg,
-                                 reranker=CrossEncoderReranker(retriever_cfg["reranker"]), table=table,
-                                 default_rerank_depth=retriever_cfg["rerank_depth"])
-    start = time.perf_counter()
-    runs, _ = run_methods(records, methods, actions=actions, max_calls=corr["max_calls"], timeout_s=corr["timeout_s"],
-                          table=table)
-    seconds = time.perf_counter() - start
+    runs, _, seconds = run_dev_methods(setup, methods, settings={"answer_mode": args.answer_mode})
     if args.dump:
         from ragcritic_lib.agent.workflow import method_slug
         from ragcritic_lib.io import write_jsonl
